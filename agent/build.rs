@@ -1,0 +1,15 @@
+//! Builds the eBPF probes (`ebpf-probes/kernel`) for the bpf target with aya-build and puts the
+//! object in OUT_DIR, where `include_bytes_aligned!` picks it up.
+use aya_build::{Package, Toolchain};
+
+/// Must match rust-toolchain.toml: bpf-linker's LLVM (22) must equal this rustc's LLVM.
+const EBPF_TOOLCHAIN: &str = "nightly-2026-06-20";
+
+fn main() -> aya_build::Result<()> {
+    let probes = Package {
+        name: "stormwatch-ebpf",
+        root_dir: concat!(env!("CARGO_MANIFEST_DIR"), "/../ebpf-probes/kernel"),
+        ..Default::default()
+    };
+    aya_build::build_ebpf([probes], Toolchain::Custom(EBPF_TOOLCHAIN))
+}

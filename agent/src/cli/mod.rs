@@ -1,0 +1,117 @@
+//! The command line: one module per subcommand; `main.rs` only parses and dispatches.
+
+pub mod check;
+pub mod trace;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Node diagnostics from eBPF: per-container scheduler figures, lock waits and what they mean.
+#[derive(Debug, Parser)]
+#[command(name = "stormwatch", version, about, long_about = None)]
+pub struct Cli {
+    /// Log level for messages on stderr (error, warn, info, debug, trace).
+    #[arg(long, global = true, env = "STORMWATCH_LOG", default_value = "warn")]
+    pub log_level: log::LevelFilter,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Preflight: kernel, BTF, tracepoints, program types and privileges, one line each.
+    Check(CheckArgs),
+    /// Trace per-container scheduler figures: a live table, or one JSON document at the end.
+    Trace(TraceArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// Use classic tracepoints even where tp_btf programs would load.
+    #[arg(long)]
+    pub force_tracepoints: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct TraceArgs {
+    /// How long to trace, in seconds. Default: 10 with --json; until interrupted otherwise.
+    #[arg(long, value_name = "SECS", value_parser = positive_seconds)]
+    pub duration: Option<f64>,
+
+    /// Refresh interval of the table (and collection interval), in seconds.
+    #[arg(long, value_name = "SECS", default_value = "1", value_parser = positive_seconds)]
+    pub interval: f64,
+
+    /// Only this cgroup and its descendants: a path relative to the cgroup v2 root, or an
+    /// absolute path inside it. May be given more than once.
+    #[arg(long, value_name = "PATH")]
+    pub cgroup: Vec<String>,
+
+    /// Print one JSON document after the duration instead of a live table.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Use classic tracepoints even where tp_btf programs would load.
+    #[arg(long)]
+    pub force_tracepoints: bool,
+}
+
+/// A strictly positive, finite number of seconds.
+pub fn positive_seconds(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number of seconds"))?;
+    if !v.is_finite() || v <= 0.0 {
+        return Err(format!("must be greater than zero (got `{s}`)"));
+    }
+    if v > 31_536_000.0 {
+        return Err(format!("must be at most a year (got `{s}`)"));
+    }
+    Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn clap_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn seconds_must_be_positive_and_finite() {
+        assert_eq!(positive_seconds("2.5"), Ok(2.5));
+        assert!(positive_seconds("0").is_err());
+        assert!(positive_seconds("-1").is_err());
+        assert!(positive_seconds("nan").is_err());
+        assert!(positive_seconds("inf").is_err());
+        assert!(positive_seconds("ten").is_err());
+    }
+
+    #[test]
+    fn parses_trace_flags() {
+        let cli = Cli::try_parse_from([
+            "stormwatch",
+            "trace",
+            "--duration",
+            "5",
+            "--cgroup",
+            "/a",
+            "--cgroup",
+            "b",
+            "--json",
+        ])
+        .unwrap();
+        let Command::Trace(t) = cli.command else {
+            panic!("not trace")
+        };
+        assert_eq!(t.duration, Some(5.0));
+        assert_eq!(t.interval, 1.0);
+        assert_eq!(t.cgroup, ["/a", "b"]);
+        assert!(t.json);
+        assert!(Cli::try_parse_from(["stormwatch", "trace", "--duration", "0"]).is_err());
+        assert!(Cli::try_parse_from(["stormwatch", "trace", "--bogus"]).is_err());
+    }
+}

@@ -1,0 +1,168 @@
+//! `stormwatch trace`: per-container scheduler figures, as a live table or one JSON document.
+
+use std::{
+    collections::BTreeMap,
+    io::{IsTerminal as _, Write as _},
+    time::Duration,
+};
+
+use anyhow::Context as _;
+
+use crate::{
+    collect::Window,
+    identity::{CgroupResolver, is_within},
+    pipeline::Pipeline,
+    privileges,
+    probes::LoadOptions,
+    report::{ContainerReport, TraceReport, containers},
+};
+
+use super::TraceArgs;
+
+/// Default duration of a `--json` trace.
+const DEFAULT_JSON_DURATION: f64 = 10.0;
+
+pub async fn run(args: TraceArgs) -> anyhow::Result<()> {
+    privileges::require()?;
+    let resolver = CgroupResolver::discover()?;
+    // Resolve filters before attaching anything, so a typo fails fast.
+    let filters: Vec<String> = args
+        .cgroup
+        .iter()
+        .map(|p| resolver.lookup_user_path(p).map(|(_, rel)| rel))
+        .collect::<Result<_, _>>()?;
+    let duration = match (args.duration, args.json) {
+        (Some(d), _) => Some(Duration::from_secs_f64(d)),
+        (None, true) => Some(Duration::from_secs_f64(DEFAULT_JSON_DURATION)),
+        (None, false) => None,
+    };
+    let interval = Duration::from_secs_f64(args.interval);
+    let options = LoadOptions {
+        force_tracepoints: args.force_tracepoints,
+    };
+    let mut pipeline = Pipeline::start(&options, resolver)?;
+    let attached = pipeline
+        .probes
+        .status
+        .iter()
+        .filter(|s| s.attached())
+        .count();
+    eprintln!(
+        "stormwatch: tracing with {attached}/{} probes attached{}",
+        pipeline.probes.status.len(),
+        match duration {
+            Some(d) => format!(" for {:.1}s", d.as_secs_f64()),
+            None => ", Ctrl-C to stop".to_owned(),
+        }
+    );
+
+    let keep = |_: u64, path: Option<&str>| {
+        filters.is_empty() || path.is_some_and(|p| filters.iter().any(|f| is_within(p, f)))
+    };
+    let started = pipeline.started_at();
+    let deadline = duration.map(|d| tokio::time::Instant::from_std(started + d));
+    let mut total = Window::empty();
+    let mut next_tick = tokio::time::Instant::from_std(started) + interval;
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
+    let is_tty = std::io::stdout().is_terminal();
+    loop {
+        let wake = match deadline {
+            Some(d) => next_tick.min(d),
+            None => next_tick,
+        };
+        let interrupted = tokio::select! {
+            _ = tokio::time::sleep_until(wake) => false,
+            _ = &mut ctrl_c => true,
+        };
+        let window = pipeline.tick()?;
+        total.extend(&window);
+        if !args.json {
+            let rows = containers(&window, pipeline.paths(), pipeline.availability(), keep);
+            print_table(&rows, &window, is_tty)?;
+        }
+        let done = interrupted || deadline.is_some_and(|d| tokio::time::Instant::now() >= d);
+        if done {
+            break;
+        }
+        next_tick += interval;
+        pipeline.forget_paths(|id| total.cgroups.contains_key(&id));
+    }
+
+    if args.json {
+        let report = TraceReport {
+            duration_seconds: total.duration.as_secs_f64(),
+            containers: containers(&total, pipeline.paths(), pipeline.availability(), keep),
+            probes: pipeline.probes.status.clone(),
+            lost_events: pipeline
+                .probes
+                .probe_errors()
+                .into_iter()
+                .collect::<BTreeMap<_, _>>(),
+        };
+        let mut out = std::io::stdout().lock();
+        serde_json::to_writer_pretty(&mut out, &report).context("writing the report")?;
+        writeln!(out)?;
+    }
+    Ok(())
+}
+
+fn fmt_latency(seconds: Option<f64>) -> String {
+    match seconds {
+        None => "-".to_owned(),
+        Some(s) if s >= 1.0 => format!("{s:.2}s"),
+        Some(s) if s >= 1e-3 => format!("{:.1}ms", s * 1e3),
+        Some(s) => format!("{:.0}us", s * 1e6),
+    }
+}
+
+/// A top-style table of one interval: rates per second, busiest first.
+fn print_table(rows: &[ContainerReport], window: &Window, is_tty: bool) -> std::io::Result<()> {
+    let secs = window.duration.as_secs_f64().max(1e-9);
+    let mut out = std::io::stdout().lock();
+    if is_tty {
+        // Clear the screen and go home, like top.
+        write!(out, "\x1b[2J\x1b[H")?;
+    }
+    writeln!(
+        out,
+        "stormwatch trace  interval {:.1}s  {} cgroups active",
+        window.duration.as_secs_f64(),
+        rows.len()
+    )?;
+    writeln!(
+        out,
+        "{:>6} {:>6} {:>9} {:>9} {:>8} {:>9} {:>9}  CGROUP",
+        "CPU%", "OFF%", "VCSW/s", "ICSW/s", "MIGR/s", "RUNQ p50", "RUNQ p99"
+    )?;
+    let limit = if is_tty { 40 } else { usize::MAX };
+    for r in rows.iter().take(limit) {
+        let rate = |v: Option<u64>| match v {
+            Some(v) => format!("{:.0}", v as f64 / secs),
+            None => "-".to_owned(),
+        };
+        let pct = |v: Option<f64>| match v {
+            Some(v) => format!("{:.1}", 100.0 * v / secs),
+            None => "-".to_owned(),
+        };
+        let runq = r.runqueue_latency;
+        writeln!(
+            out,
+            "{:>6} {:>6} {:>9} {:>9} {:>8} {:>9} {:>9}  {}",
+            pct(r.oncpu_seconds),
+            pct(r.offcpu_seconds),
+            rate(r.context_switches.map(|c| c.voluntary)),
+            rate(r.context_switches.map(|c| c.involuntary)),
+            rate(r.migrations),
+            fmt_latency(runq.and_then(|q| q.p50_seconds)),
+            fmt_latency(runq.and_then(|q| q.p99_seconds)),
+            r.cgroup
+                .clone()
+                .unwrap_or_else(|| format!("(removed cgroup {})", r.cgroup_id)),
+        )?;
+    }
+    if !is_tty {
+        writeln!(out)?;
+    }
+    out.flush()
+}

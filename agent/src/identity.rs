@@ -1,0 +1,284 @@
+//! Identity: which cgroup a cgroup id names.
+//!
+//! In cgroup v2 the id that `bpf_get_current_cgroup_id()` returns is the inode number of the
+//! cgroup's directory in the v2 hierarchy. That hierarchy is at `/sys/fs/cgroup` on a pure-v2
+//! host and usually at `/sys/fs/cgroup/unified` on a hybrid one; the mount table says which.
+//! The id → path map is a cache: it is re-walked only when an unknown id shows up (at most once
+//! per refresh), and ids whose directory is gone are forgotten.
+
+use std::{
+    collections::{HashMap, HashSet},
+    os::unix::fs::MetadataExt,
+    path::{Path, PathBuf},
+    time::Instant,
+};
+
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum CgroupError {
+    #[error("no cgroup v2 hierarchy is mounted (looked for cgroup2 in /proc/self/mountinfo)")]
+    NoV2Hierarchy,
+    #[error("cannot read /proc/self/mountinfo")]
+    MountInfo(#[source] std::io::Error),
+    #[error("{path} is not a cgroup directory in the v2 hierarchy at {root}")]
+    NotACgroup { path: String, root: String },
+}
+
+/// Finds the mount point of the cgroup v2 hierarchy in a mountinfo text. Where there are several
+/// (bind mounts into containers), the shortest path wins.
+pub fn v2_root_from_mountinfo(mountinfo: &str) -> Option<PathBuf> {
+    mountinfo
+        .lines()
+        .filter_map(|line| {
+            // "36 25 0:31 / /sys/fs/cgroup/unified rw,... shared:9 - cgroup2 cgroup2 rw,..."
+            let (left, right) = line.split_once(" - ")?;
+            let fstype = right.split_whitespace().next()?;
+            if fstype != "cgroup2" {
+                return None;
+            }
+            let mount_point = left.split_whitespace().nth(4)?;
+            Some(PathBuf::from(unescape_mountinfo(mount_point)))
+        })
+        .min_by_key(|p| p.as_os_str().len())
+}
+
+/// mountinfo escapes space, tab, newline and backslash as octal `\NNN`.
+fn unescape_mountinfo(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let octal = bytes
+            .get(i + 1..i + 4)
+            .and_then(|d| std::str::from_utf8(d).ok())
+            .and_then(|d| u8::from_str_radix(d, 8).ok());
+        match (bytes[i], octal) {
+            (b'\\', Some(v)) => {
+                out.push(v);
+                i += 4;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+pub fn find_v2_root() -> Result<PathBuf, CgroupError> {
+    let mountinfo =
+        std::fs::read_to_string("/proc/self/mountinfo").map_err(CgroupError::MountInfo)?;
+    v2_root_from_mountinfo(&mountinfo).ok_or(CgroupError::NoV2Hierarchy)
+}
+
+/// The cgroup id → path cache.
+pub struct CgroupResolver {
+    root: PathBuf,
+    paths: HashMap<u64, String>,
+    last_walk: Option<Instant>,
+}
+
+impl CgroupResolver {
+    pub fn new(root: PathBuf) -> Self {
+        Self {
+            root,
+            paths: HashMap::new(),
+            last_walk: None,
+        }
+    }
+
+    pub fn discover() -> Result<Self, CgroupError> {
+        Ok(Self::new(find_v2_root()?))
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The path of a cgroup relative to the v2 root, `/` for the root itself.
+    pub fn path(&self, id: u64) -> Option<&str> {
+        self.paths.get(&id).map(String::as_str)
+    }
+
+    /// Checks the ids in `ids`: a known id whose directory is gone (or now has another inode)
+    /// is forgotten, and an unknown id makes one walk of the hierarchy. Returns the ids that
+    /// are gone. Callers pass ids read before this call, so a cgroup that exists is always
+    /// found by the walk. Cost: one stat per known id, one walk only when something is new.
+    pub fn refresh<'a>(&mut self, ids: impl IntoIterator<Item = &'a u64>) -> HashSet<u64> {
+        let mut gone = HashSet::new();
+        let mut missing = Vec::new();
+        for &id in ids {
+            match self.paths.get(&id) {
+                Some(rel) => {
+                    let full = self.root.join(rel.trim_start_matches('/'));
+                    if std::fs::metadata(full).map(|m| m.ino()).ok() != Some(id) {
+                        self.paths.remove(&id);
+                        gone.insert(id);
+                    }
+                }
+                None => missing.push(id),
+            }
+        }
+        if !missing.is_empty() {
+            self.walk();
+            gone.extend(
+                missing
+                    .into_iter()
+                    .filter(|id| !self.paths.contains_key(id)),
+            );
+        }
+        gone
+    }
+
+    /// When the hierarchy was last walked.
+    pub fn last_walk(&self) -> Option<Instant> {
+        self.last_walk
+    }
+
+    /// Walks the whole hierarchy, replacing the cache: ids of removed cgroups are dropped.
+    pub fn walk(&mut self) {
+        let mut paths = HashMap::new();
+        let mut stack = vec![(self.root.clone(), String::from("/"))];
+        while let Some((dir, rel)) = stack.pop() {
+            let Ok(meta) = std::fs::metadata(&dir) else {
+                continue;
+            };
+            paths.insert(meta.ino(), rel.clone());
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                // Cgroup directories are real directories; control files are not.
+                if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    let name = entry.file_name().to_string_lossy().into_owned();
+                    let child_rel = if rel == "/" {
+                        format!("/{name}")
+                    } else {
+                        format!("{rel}/{name}")
+                    };
+                    stack.push((entry.path(), child_rel));
+                }
+            }
+        }
+        self.paths = paths;
+        self.last_walk = Some(Instant::now());
+    }
+
+    /// Resolves a user-given cgroup: an absolute path inside the v2 mount, or a path relative
+    /// to the v2 root (with or without a leading `/`). Returns (id, relative path).
+    pub fn lookup_user_path(&self, given: &str) -> Result<(u64, String), CgroupError> {
+        let given_path = Path::new(given);
+        let full = if given_path.starts_with(&self.root) {
+            given_path.to_path_buf()
+        } else {
+            self.root.join(given.trim_start_matches('/'))
+        };
+        let not_a_cgroup = || CgroupError::NotACgroup {
+            path: given.to_owned(),
+            root: self.root.display().to_string(),
+        };
+        let meta = std::fs::metadata(&full).map_err(|_| not_a_cgroup())?;
+        // Every v2 cgroup directory has cgroup.procs; a plain directory elsewhere does not.
+        if !meta.is_dir() || !full.join("cgroup.procs").exists() {
+            return Err(not_a_cgroup());
+        }
+        let rel = full.strip_prefix(&self.root).map_err(|_| not_a_cgroup())?;
+        let rel = format!("/{}", rel.display());
+        let rel = if rel == "/" {
+            rel
+        } else {
+            rel.trim_end_matches('/').to_owned()
+        };
+        Ok((meta.ino(), rel))
+    }
+}
+
+/// Whether `path` is `ancestor` or lies under it (both relative to the v2 root).
+pub fn is_within(path: &str, ancestor: &str) -> bool {
+    ancestor == "/"
+        || path == ancestor
+        || path
+            .strip_prefix(ancestor)
+            .is_some_and(|rest| rest.starts_with('/'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HYBRID: &str = "\
+25 1 0:23 / /sys rw,nosuid,nodev,noexec,relatime shared:7 - sysfs sysfs rw
+30 25 0:27 / /sys/fs/cgroup ro,nosuid,nodev,noexec shared:9 - tmpfs tmpfs ro,mode=755
+31 30 0:28 / /sys/fs/cgroup/unified rw,nosuid,nodev,noexec,relatime shared:10 - cgroup2 cgroup2 rw,nsdelegate
+32 30 0:29 / /sys/fs/cgroup/systemd rw,nosuid,nodev,noexec,relatime shared:11 - cgroup cgroup rw,xattr,name=systemd
+35 30 0:32 / /sys/fs/cgroup/cpu,cpuacct rw,nosuid,nodev,noexec,relatime shared:15 - cgroup cgroup rw,cpu,cpuacct
+";
+    const PURE_V2: &str = "\
+25 1 0:23 / /sys rw,nosuid,nodev,noexec,relatime shared:7 - sysfs sysfs rw
+30 25 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:9 - cgroup2 cgroup2 rw,nsdelegate,memory_recursiveprot
+99 30 0:26 /kubepods /var/lib/x\\040y/cg rw - cgroup2 cgroup2 rw
+";
+
+    #[test]
+    fn finds_the_v2_root_on_hybrid_and_pure_hosts() {
+        assert_eq!(
+            v2_root_from_mountinfo(HYBRID),
+            Some(PathBuf::from("/sys/fs/cgroup/unified"))
+        );
+        assert_eq!(
+            v2_root_from_mountinfo(PURE_V2),
+            Some(PathBuf::from("/sys/fs/cgroup"))
+        );
+        assert_eq!(v2_root_from_mountinfo("garbage\n\n - \n"), None);
+    }
+
+    #[test]
+    fn unescapes_octal_in_mount_points() {
+        assert_eq!(unescape_mountinfo("/var/lib/x\\040y"), "/var/lib/x y");
+        assert_eq!(unescape_mountinfo("/plain"), "/plain");
+        assert_eq!(unescape_mountinfo("/trailing\\"), "/trailing\\");
+    }
+
+    #[test]
+    fn within_matches_whole_components() {
+        assert!(is_within("/kubepods.slice/pod1", "/kubepods.slice"));
+        assert!(is_within("/kubepods.slice", "/kubepods.slice"));
+        assert!(!is_within("/kubepods.slice2", "/kubepods.slice"));
+        assert!(is_within("/anything", "/"));
+    }
+
+    /// A fake hierarchy in a temporary directory: directory inodes stand in for cgroup ids,
+    /// exactly as on a real v2 mount.
+    #[test]
+    fn walks_resolves_and_forgets() {
+        let root = std::env::temp_dir().join(format!("sw-cg-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(root.join("a.slice/b.scope")).unwrap();
+        std::fs::write(root.join("a.slice/cgroup.procs"), "").unwrap();
+        let ino = |p: &str| std::fs::metadata(root.join(p)).unwrap().ino();
+        let (a, b) = (ino("a.slice"), ino("a.slice/b.scope"));
+        let mut r = CgroupResolver::new(root.clone());
+        assert!(r.refresh(&[a]).is_empty());
+        assert_eq!(r.path(a), Some("/a.slice"));
+        assert_eq!(r.path(b), Some("/a.slice/b.scope"));
+        assert_eq!(r.path(ino("")), Some("/"));
+        assert_eq!(
+            r.lookup_user_path("a.slice").unwrap(),
+            (a, "/a.slice".into())
+        );
+        let abs = root.join("a.slice").display().to_string();
+        assert_eq!(r.lookup_user_path(&abs).unwrap().0, a);
+        assert!(
+            r.lookup_user_path("/a.slice/b.scope").is_err(),
+            "no cgroup.procs"
+        );
+        assert!(r.lookup_user_path("/nope").is_err());
+        std::fs::remove_dir_all(root.join("a.slice/b.scope")).unwrap();
+        assert_eq!(r.refresh(&[a, b, u64::MAX]), HashSet::from([b, u64::MAX]));
+        assert_eq!(r.path(b), None);
+        assert_eq!(r.path(a), Some("/a.slice"));
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+}

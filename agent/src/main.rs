@@ -1,0 +1,54 @@
+use std::process::ExitCode;
+
+use clap::Parser as _;
+use stormwatch::cli::{self, Cli, Command};
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => {
+            use clap::error::ErrorKind;
+            if matches!(
+                err.kind(),
+                ErrorKind::DisplayHelp | ErrorKind::DisplayVersion
+            ) {
+                let _ = err.print();
+                return ExitCode::SUCCESS;
+            }
+            // One clear line, not clap's usage block: the first line of its message.
+            let text = err.render().to_string();
+            let first = text.lines().next().unwrap_or("invalid arguments");
+            let first = first.strip_prefix("error: ").unwrap_or(first);
+            eprintln!("stormwatch: {first} (see --help)");
+            return ExitCode::from(2);
+        }
+    };
+    env_logger::Builder::new()
+        .filter_level(cli.log_level)
+        .format_target(false)
+        .init();
+
+    let result = match cli.command {
+        Command::Check(args) => {
+            return if cli::check::run(&args) {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            };
+        }
+        Command::Trace(args) => runtime().and_then(|rt| rt.block_on(cli::trace::run(args))),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("stormwatch: error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?)
+}

@@ -1,0 +1,247 @@
+//! Loading and attaching the eBPF probes, with per-probe degradation: a probe whose tracepoint
+//! or program type is missing is reported and left out; the rest of the agent carries on.
+//!
+//! Each probe family (scheduler today; futex, locks and network later) is a [`ProbeFamily`]:
+//! a name, what it needs from the kernel, how to attach, and how its maps turn into figures.
+
+pub mod btf;
+pub mod sched;
+pub mod tracefs;
+
+use std::fmt;
+
+use aya::{Ebpf, EbpfLoader, maps::PerCpuArray};
+use stormwatch_common::{ProbeError as KernelProbeError, globals, maps};
+use thiserror::Error;
+
+use self::btf::{Btf, VMLINUX_BTF};
+
+/// The compiled probes, built by `build.rs` from `ebpf-probes/kernel`.
+static PROBES_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/stormwatch"));
+
+#[derive(Debug, Error)]
+pub enum LoadError {
+    #[error("cannot load the eBPF object")]
+    Object(#[source] Box<aya::EbpfError>),
+    #[error("no probe could be attached")]
+    NothingAttached,
+}
+
+/// How a program is attached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttachKind {
+    /// BTF-enabled raw tracepoint: the cheapest kind, needs kernel BTF.
+    TpBtf,
+    /// Classic tracepoint via tracefs: the fallback.
+    Tracepoint,
+}
+
+impl fmt::Display for AttachKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::TpBtf => "tp_btf",
+            Self::Tracepoint => "tracepoint",
+        })
+    }
+}
+
+/// What became of one probe (one tracepoint).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ProbeStatus {
+    /// `category:event`, e.g. `sched:sched_switch`.
+    pub tracepoint: &'static str,
+    /// How it is attached, or `None` when it is not.
+    pub kind: Option<AttachKind>,
+    /// Why it is not attached, or why it fell back.
+    pub note: Option<String>,
+}
+
+impl ProbeStatus {
+    pub fn attached(&self) -> bool {
+        self.kind.is_some()
+    }
+}
+
+/// What a family needs from the running kernel, for `load` and for `stormwatch check`.
+pub struct KernelFacts {
+    /// The kernel's BTF, as aya needs it to load tp_btf programs.
+    pub aya_btf: Option<aya::Btf>,
+    /// The same BTF, for our own offset lookups.
+    pub btf: Option<Btf>,
+    /// Why BTF is unusable, when it is.
+    pub btf_error: Option<String>,
+}
+
+impl KernelFacts {
+    pub fn probe() -> Self {
+        let aya_btf = aya::Btf::from_sys_fs();
+        let btf = Btf::from_file(VMLINUX_BTF);
+        match (aya_btf, btf) {
+            (Ok(a), Ok(b)) => Self {
+                aya_btf: Some(a),
+                btf: Some(b),
+                btf_error: None,
+            },
+            (a, b) => Self {
+                aya_btf: None,
+                btf: None,
+                btf_error: Some(match (a.err(), b.err()) {
+                    (Some(e), _) => format!("{VMLINUX_BTF}: {e}"),
+                    (_, Some(e)) => format!("{e}"),
+                    _ => "unusable".to_owned(),
+                }),
+            },
+        }
+    }
+}
+
+/// A probe family: a name, the globals it needs set before load, and how it attaches.
+pub trait ProbeFamily {
+    fn name(&self) -> &'static str;
+    /// Read-only globals to set before load (name, value). Errors name what is missing.
+    fn globals(&self, facts: &KernelFacts) -> Vec<(&'static str, u32)>;
+    /// Loads and attaches the family's programs, one status per tracepoint.
+    fn attach(&self, ebpf: &mut Ebpf, facts: &KernelFacts) -> Vec<ProbeStatus>;
+}
+
+/// The loaded probes. Dropping this detaches everything.
+pub struct Probes {
+    ebpf: Ebpf,
+    pub status: Vec<ProbeStatus>,
+}
+
+/// Options for [`Probes::load`].
+#[derive(Clone, Debug, Default)]
+pub struct LoadOptions {
+    /// Use classic tracepoints even where tp_btf would work (for testing the fallback and for
+    /// measuring both).
+    pub force_tracepoints: bool,
+}
+
+impl Probes {
+    pub fn load(options: &LoadOptions) -> Result<Self, LoadError> {
+        raise_memlock_rlimit();
+        tracefs::ensure_mounted();
+        let mut facts = KernelFacts::probe();
+        if options.force_tracepoints {
+            facts.aya_btf = None;
+            facts.btf_error = Some("tp_btf disabled by --force-tracepoints".to_owned());
+        }
+        let families: Vec<Box<dyn ProbeFamily>> = vec![Box::new(sched::SchedProbes)];
+
+        // Globals must all be set before the single load of the object. Names come from the
+        // shared crate; a missing one is set to 0 and the family that needs it degrades.
+        let values: Vec<(&'static str, u32)> =
+            families.iter().flat_map(|f| f.globals(&facts)).collect();
+        let mut loader = EbpfLoader::new();
+        for (name, value) in &values {
+            loader.override_global(name, value, true);
+        }
+        let mut ebpf = loader
+            .load(PROBES_OBJECT)
+            .map_err(|e| LoadError::Object(Box::new(e)))?;
+
+        let mut status = Vec::new();
+        for family in &families {
+            let family_status = family.attach(&mut ebpf, &facts);
+            for s in &family_status {
+                match (&s.kind, &s.note) {
+                    (Some(kind), _) => log::debug!("{} attached ({kind})", s.tracepoint),
+                    (None, note) => log::warn!(
+                        "{} probe {} not attached: {}",
+                        family.name(),
+                        s.tracepoint,
+                        note.as_deref().unwrap_or("unknown reason")
+                    ),
+                }
+            }
+            status.extend(family_status);
+        }
+        if !status.iter().any(ProbeStatus::attached) {
+            return Err(LoadError::NothingAttached);
+        }
+        Ok(Self { ebpf, status })
+    }
+
+    pub fn is_attached(&self, tracepoint: &str) -> bool {
+        self.status
+            .iter()
+            .any(|s| s.tracepoint == tracepoint && s.attached())
+    }
+
+    pub fn ebpf(&self) -> &Ebpf {
+        &self.ebpf
+    }
+
+    pub fn ebpf_mut(&mut self) -> &mut Ebpf {
+        &mut self.ebpf
+    }
+
+    /// Events the probes could not record, by kind, summed over CPUs.
+    pub fn probe_errors(&self) -> Vec<(&'static str, u64)> {
+        let Some(map) = self.ebpf.map(maps::PROBE_ERRORS) else {
+            return Vec::new();
+        };
+        let Ok(array) = PerCpuArray::<_, u64>::try_from(map) else {
+            return Vec::new();
+        };
+        KernelProbeError::ALL
+            .iter()
+            .map(|kind| {
+                let total = array
+                    .get(&(*kind as u32), 0)
+                    .map(|values| values.iter().sum())
+                    .unwrap_or(0);
+                (kind.name(), total)
+            })
+            .collect()
+    }
+}
+
+/// Sets the globals of one family from BTF offsets: `(global, struct, [member names])`.
+pub(crate) fn btf_offsets(
+    facts: &KernelFacts,
+    wanted: &[(&'static str, &str, &[&str])],
+) -> Vec<(&'static str, u32)> {
+    wanted
+        .iter()
+        .filter_map(|(global, strukt, members)| {
+            let btf = facts.btf.as_ref()?;
+            match btf.first_member_offset(strukt, members) {
+                Ok(off) => Some((*global, off)),
+                Err(err) => {
+                    log::warn!("{global}: {err}");
+                    None
+                }
+            }
+        })
+        .collect()
+}
+
+/// The kernel accounts BPF maps to memory cgroups since 5.11; older kernels charge
+/// RLIMIT_MEMLOCK. Raising it may be refused (as in some containers); that is harmless on a
+/// kernel that does not use it, so a failure is only logged.
+fn raise_memlock_rlimit() {
+    let rlim = libc::rlimit {
+        rlim_cur: libc::RLIM_INFINITY,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: setrlimit with a valid pointer.
+    if unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &rlim) } != 0 {
+        log::debug!(
+            "could not raise RLIMIT_MEMLOCK ({}); fine on kernels >= 5.11",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
+/// Names of the globals every family may set; used to check the object declares them.
+pub const ALL_GLOBALS: &[&str] = &[
+    globals::TASK_PID_OFFSET,
+    globals::TASK_STATE_OFFSET,
+    globals::TASK_NVCSW_OFFSET,
+    globals::TASK_NIVCSW_OFFSET,
+    globals::TP_SWITCH_NEXT_PID_OFFSET,
+    globals::TP_WAKEUP_PID_OFFSET,
+];
