@@ -1,1 +1,155 @@
-fn main() {}
+//! Project tasks: `cargo +stable xtask <task>` works on a fresh machine, before the pinned
+//! toolchain exists; every task first installs whatever is missing (idempotently, saying what it
+//! does), then runs.
+//!
+//! Child cargo processes are started through the rustup proxy with `RUSTUP_TOOLCHAIN` removed,
+//! so that `rust-toolchain.toml` (the pinned nightly) applies to them even when xtask itself was
+//! started with `+stable`.
+
+mod bench;
+mod setup;
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, ExitCode},
+};
+
+use anyhow::{Context as _, Result, bail};
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "xtask", about = "stormwatch project tasks")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Install what is missing: the pinned toolchain, LLVM 22, bpf-linker, the test tools.
+    Setup,
+    /// Set up, build the release binary, and diagnose this host.
+    Diagnose {
+        /// Seconds to watch.
+        #[arg(long, default_value = "10")]
+        duration: u32,
+    },
+    /// Set up, then run every test: formatting, clippy, unit and integration tests.
+    Test,
+    /// Set up, then measure the probes' overhead (not part of the tests).
+    Bench {
+        /// Interleaved rounds per configuration.
+        #[arg(long, default_value = "3")]
+        rounds: u32,
+        /// Seconds per measurement.
+        #[arg(long, default_value = "10")]
+        seconds: u32,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.task {
+        Task::Setup => setup::run(),
+        Task::Diagnose { duration } => setup::run().and_then(|()| diagnose(duration)),
+        Task::Test => setup::run().and_then(|()| test()),
+        Task::Bench { rounds, seconds } => setup::run().and_then(|()| bench::run(rounds, seconds)),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("xtask: error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The workspace root (xtask's parent directory).
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace")
+        .to_path_buf()
+}
+
+/// `cargo` through the rustup proxy, in the workspace, on the pinned toolchain.
+pub fn cargo() -> Command {
+    let mut cmd = Command::new("cargo");
+    cmd.current_dir(root());
+    for var in [
+        "RUSTUP_TOOLCHAIN",
+        "RUSTC",
+        "RUSTDOC",
+        "CARGO",
+        "RUSTC_WRAPPER",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd
+}
+
+pub fn run_cmd(cmd: &mut Command) -> Result<()> {
+    let shown = format!("{cmd:?}");
+    let status = cmd
+        .status()
+        .with_context(|| format!("cannot start {shown}"))?;
+    if !status.success() {
+        bail!("{shown} failed: {status}");
+    }
+    Ok(())
+}
+
+pub fn say(msg: &str) {
+    eprintln!("xtask: {msg}");
+}
+
+fn build_release() -> Result<PathBuf> {
+    say("building stormwatch (release)");
+    run_cmd(cargo().args(["build", "--release", "--package", "stormwatch"]))?;
+    Ok(root().join("target/release/stormwatch"))
+}
+
+fn diagnose(duration: u32) -> Result<()> {
+    let bin = build_release()?;
+    say(&format!(
+        "running `stormwatch diagnose --duration {duration}`"
+    ));
+    let status = Command::new(&bin)
+        .args(["diagnose", "--duration", &duration.to_string()])
+        .status()
+        .with_context(|| format!("cannot start {}", bin.display()))?;
+    // diagnose exits 1 when it found problems: that is a result, not a failure of the task.
+    match status.code() {
+        Some(0 | 1) => Ok(()),
+        _ => bail!("stormwatch diagnose failed: {status}"),
+    }
+}
+
+fn test() -> Result<()> {
+    say("checking formatting (cargo fmt --check)");
+    run_cmd(cargo().args(["fmt", "--all", "--", "--check"]))?;
+    say("running clippy (warnings are errors)");
+    run_cmd(cargo().args([
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
+    say("running unit tests");
+    run_cmd(cargo().args(["test", "--workspace", "--exclude", "stormwatch-tests"]))?;
+    // The integration tests load BPF and time real workloads on 2 CPUs: one at a time, so that
+    // one test's workload is not another's noisy neighbour. Release build: the agent under test
+    // is the one users run.
+    say("running integration tests against the kernel (as root, one at a time)");
+    run_cmd(cargo().args([
+        "test",
+        "--release",
+        "--package",
+        "stormwatch-tests",
+        "--",
+        "--test-threads=1",
+    ]))?;
+    Ok(())
+}

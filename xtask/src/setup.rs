@@ -1,0 +1,170 @@
+//! Installs what the build and the tests need, skipping whatever is already there.
+//!
+//! - the pinned nightly with `rust-src` (rustup does not install it by itself when
+//!   `RUSTUP_AUTO_INSTALL=0`);
+//! - Debian packages: `llvm-22-dev` (bpf-linker links against it) and the tools the tests use
+//!   as workloads and independent oracles;
+//! - `bpf-linker` built against LLVM 22, which must match the pinned rustc's LLVM;
+//! - tracefs at /sys/kernel/tracing.
+
+use std::process::Command;
+
+use anyhow::{Context as _, Result, bail};
+
+use crate::{run_cmd, say};
+
+/// Must match rust-toolchain.toml.
+pub const TOOLCHAIN: &str = "nightly-2026-06-20";
+const LLVM_PREFIX: &str = "/usr/lib/llvm-22";
+
+/// Debian packages: what each is for.
+const PACKAGES: &[(&str, &str)] = &[
+    ("llvm-22-dev", "bpf-linker links against LLVM 22"),
+    (
+        "libpolly-22-dev",
+        "LLVM 22's static libraries reference Polly",
+    ),
+    ("libzstd-dev", "LLVM 22 is linked with zstd"),
+    ("stress-ng", "workloads for the tests and the benchmark"),
+    ("bpftrace", "an independent measurement for the tests"),
+    ("iproute2", "network namespaces for the tests"),
+];
+
+pub fn run() -> Result<()> {
+    toolchain()?;
+    packages()?;
+    bpf_linker()?;
+    tracefs();
+    say("setup complete");
+    Ok(())
+}
+
+fn output(cmd: &mut Command) -> Result<String> {
+    let shown = format!("{cmd:?}");
+    let out = cmd
+        .output()
+        .with_context(|| format!("cannot start {shown}"))?;
+    if !out.status.success() {
+        bail!(
+            "{shown} failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn toolchain() -> Result<()> {
+    let installed = output(Command::new("rustup").args(["toolchain", "list"]))?;
+    let have = installed
+        .lines()
+        .any(|l| l.starts_with(&format!("{TOOLCHAIN}-")));
+    let components = if have {
+        output(Command::new("rustup").args([
+            "component",
+            "list",
+            "--installed",
+            "--toolchain",
+            TOOLCHAIN,
+        ]))?
+    } else {
+        String::new()
+    };
+    let complete = ["rust-src", "rustfmt", "clippy"]
+        .iter()
+        .all(|c| components.lines().any(|l| l.starts_with(c)));
+    if have && complete {
+        say(&format!("toolchain {TOOLCHAIN}: installed"));
+        return Ok(());
+    }
+    say(&format!(
+        "installing toolchain {TOOLCHAIN} with rust-src, rustfmt, clippy"
+    ));
+    run_cmd(Command::new("rustup").args([
+        "toolchain",
+        "install",
+        TOOLCHAIN,
+        "--profile",
+        "minimal",
+        "--component",
+        "rust-src,rustfmt,clippy",
+    ]))
+}
+
+fn package_installed(name: &str) -> bool {
+    Command::new("dpkg-query")
+        .args(["-W", "-f=${Status}", name])
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
+}
+
+fn packages() -> Result<()> {
+    let missing: Vec<&str> = PACKAGES
+        .iter()
+        .filter(|(name, _)| !package_installed(name))
+        .map(|(name, _)| *name)
+        .collect();
+    if missing.is_empty() {
+        say("Debian packages: all installed");
+        return Ok(());
+    }
+    for (name, why) in PACKAGES.iter().filter(|(n, _)| missing.contains(n)) {
+        say(&format!("installing {name} ({why})"));
+    }
+    run_cmd(Command::new("apt-get").args(["update", "-q"]))?;
+    run_cmd(
+        Command::new("apt-get")
+            .args(["install", "-y", "-q", "--no-install-recommends"])
+            .args(&missing)
+            .env("DEBIAN_FRONTEND", "noninteractive"),
+    )
+}
+
+/// bpf-linker is installed with `--features llvm-22`; cargo records the features it was built
+/// with in ~/.cargo/.crates2.json, which is how we tell a matching build from another.
+fn bpf_linker() -> Result<()> {
+    let cargo_home = std::env::var_os("CARGO_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".cargo")))
+        .context("neither CARGO_HOME nor HOME is set")?;
+    let binary = cargo_home.join("bin/bpf-linker");
+    let record = std::fs::read_to_string(cargo_home.join(".crates2.json")).unwrap_or_default();
+    let built_for_llvm22 = record.split("\"bpf-linker ").nth(1).is_some_and(|entry| {
+        let entry = entry.split("\"bpf-linker ").next().unwrap_or(entry);
+        entry.split('}').next().unwrap_or("").contains("llvm-22")
+    });
+    if binary.exists() && built_for_llvm22 {
+        say("bpf-linker (LLVM 22): installed");
+        return Ok(());
+    }
+    say("building bpf-linker against LLVM 22 (a few minutes, once)");
+    run_cmd(
+        Command::new("cargo")
+            .args([
+                &format!("+{TOOLCHAIN}"),
+                "install",
+                "--locked",
+                "--force",
+                "bpf-linker",
+                "--no-default-features",
+                "--features",
+                "llvm-22",
+            ])
+            // The default llvm-config on Debian 12 is LLVM 14.
+            .env("LLVM_PREFIX", LLVM_PREFIX)
+            .env_remove("RUSTUP_TOOLCHAIN"),
+    )
+}
+
+fn tracefs() {
+    if std::path::Path::new("/sys/kernel/tracing/events").is_dir() {
+        say("tracefs: mounted");
+        return;
+    }
+    say("mounting tracefs at /sys/kernel/tracing");
+    let status = Command::new("mount")
+        .args(["-t", "tracefs", "nodev", "/sys/kernel/tracing"])
+        .status();
+    if !status.is_ok_and(|s| s.success()) {
+        say("could not mount tracefs: classic tracepoint tests will fail");
+    }
+}
