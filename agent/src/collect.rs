@@ -4,19 +4,165 @@
 
 use std::{
     collections::HashMap,
+    hash::Hash,
     time::{Duration, Instant},
 };
 
-use stormwatch_common::{LOG2_BUCKETS, Log2Histogram, SchedStats};
+use stormwatch_common::{
+    FutexStats, HotFutexKey, HotFutexValue, LOG2_BUCKETS, LockSiteKey, LockSiteValue, LockStats,
+    Log2Histogram, SchedStats,
+};
 
-use crate::probes::{Probes, sched};
+use crate::probes::{Probes, futex, locks, sched};
 
-/// Cumulative counters per cgroup at one instant. Counters start at zero when the probes
-/// attach, so a cgroup seen for the first time contributes everything it has.
+/// Cumulative counters: added across CPUs and windows, subtracted between snapshots.
+pub trait Counters: Copy + PartialEq {
+    const ZERO: Self;
+    fn add(&mut self, other: &Self);
+    /// `self - then`, or `None` when a counter went backwards (the entry was removed and
+    /// re-created between the snapshots, so `self` alone is the change).
+    fn since(&self, then: &Self) -> Option<Self>;
+}
+
+impl Counters for Log2Histogram {
+    const ZERO: Self = Log2Histogram::ZERO;
+    fn add(&mut self, o: &Self) {
+        self.count += o.count;
+        self.sum_ns += o.sum_ns;
+        for (t, b) in self.buckets.iter_mut().zip(o.buckets.iter()) {
+            *t += b;
+        }
+    }
+    fn since(&self, then: &Self) -> Option<Self> {
+        let mut d = Log2Histogram::ZERO;
+        d.count = self.count.checked_sub(then.count)?;
+        d.sum_ns = self.sum_ns.checked_sub(then.sum_ns)?;
+        for b in 0..LOG2_BUCKETS {
+            d.buckets[b] = self.buckets[b].checked_sub(then.buckets[b])?;
+        }
+        Some(d)
+    }
+}
+
+impl Counters for SchedStats {
+    const ZERO: Self = SchedStats::ZERO;
+    fn add(&mut self, o: &Self) {
+        self.voluntary_switches += o.voluntary_switches;
+        self.involuntary_switches += o.involuntary_switches;
+        self.migrations += o.migrations;
+        self.oncpu_ns += o.oncpu_ns;
+        self.offcpu_ns += o.offcpu_ns;
+        self.runq.add(&o.runq);
+    }
+    fn since(&self, t: &Self) -> Option<Self> {
+        Some(SchedStats {
+            voluntary_switches: self.voluntary_switches.checked_sub(t.voluntary_switches)?,
+            involuntary_switches: self
+                .involuntary_switches
+                .checked_sub(t.involuntary_switches)?,
+            migrations: self.migrations.checked_sub(t.migrations)?,
+            oncpu_ns: self.oncpu_ns.checked_sub(t.oncpu_ns)?,
+            offcpu_ns: self.offcpu_ns.checked_sub(t.offcpu_ns)?,
+            runq: self.runq.since(&t.runq)?,
+        })
+    }
+}
+
+impl Counters for FutexStats {
+    const ZERO: Self = FutexStats::ZERO;
+    fn add(&mut self, o: &Self) {
+        self.wakes += o.wakes;
+        self.woken += o.woken;
+        self.timeouts += o.timeouts;
+        self.eagain += o.eagain;
+        self.wait.add(&o.wait);
+    }
+    fn since(&self, t: &Self) -> Option<Self> {
+        Some(FutexStats {
+            wakes: self.wakes.checked_sub(t.wakes)?,
+            woken: self.woken.checked_sub(t.woken)?,
+            timeouts: self.timeouts.checked_sub(t.timeouts)?,
+            eagain: self.eagain.checked_sub(t.eagain)?,
+            wait: self.wait.since(&t.wait)?,
+        })
+    }
+}
+
+impl Counters for LockStats {
+    const ZERO: Self = LockStats::ZERO;
+    fn add(&mut self, o: &Self) {
+        for k in 0..self.count.len() {
+            self.count[k] += o.count[k];
+            self.wait_ns[k] += o.wait_ns[k];
+        }
+    }
+    fn since(&self, t: &Self) -> Option<Self> {
+        let mut d = LockStats::ZERO;
+        for k in 0..self.count.len() {
+            d.count[k] = self.count[k].checked_sub(t.count[k])?;
+            d.wait_ns[k] = self.wait_ns[k].checked_sub(t.wait_ns[k])?;
+        }
+        Some(d)
+    }
+}
+
+/// `max_wait_ns` is a maximum since attach, not a counter: a window carries the latest.
+impl Counters for HotFutexValue {
+    const ZERO: Self = HotFutexValue {
+        waits: 0,
+        wait_ns: 0,
+        max_wait_ns: 0,
+        comm: [0; 16],
+    };
+    fn add(&mut self, o: &Self) {
+        self.waits += o.waits;
+        self.wait_ns += o.wait_ns;
+        self.max_wait_ns = self.max_wait_ns.max(o.max_wait_ns);
+        if self.comm[0] == 0 {
+            self.comm = o.comm;
+        }
+    }
+    fn since(&self, t: &Self) -> Option<Self> {
+        Some(HotFutexValue {
+            waits: self.waits.checked_sub(t.waits)?,
+            wait_ns: self.wait_ns.checked_sub(t.wait_ns)?,
+            max_wait_ns: self.max_wait_ns,
+            comm: self.comm,
+        })
+    }
+}
+
+/// As for [`HotFutexValue`], `max_wait_ns` is a maximum since attach.
+impl Counters for LockSiteValue {
+    const ZERO: Self = LockSiteValue {
+        count: 0,
+        wait_ns: 0,
+        max_wait_ns: 0,
+    };
+    fn add(&mut self, o: &Self) {
+        self.count += o.count;
+        self.wait_ns += o.wait_ns;
+        self.max_wait_ns = self.max_wait_ns.max(o.max_wait_ns);
+    }
+    fn since(&self, t: &Self) -> Option<Self> {
+        Some(LockSiteValue {
+            count: self.count.checked_sub(t.count)?,
+            wait_ns: self.wait_ns.checked_sub(t.wait_ns)?,
+            max_wait_ns: self.max_wait_ns,
+        })
+    }
+}
+
+/// Cumulative counters at one instant. Counters start at zero when the probes attach, so a
+/// key seen for the first time contributes everything it has.
 #[derive(Clone, Debug)]
 pub struct Snapshot {
     pub taken_at: Instant,
     pub sched: HashMap<u64, SchedStats>,
+    pub futex: HashMap<u64, FutexStats>,
+    pub locks: HashMap<u64, LockStats>,
+    pub hot_futexes: HashMap<HotFutexKey, HotFutexValue>,
+    pub lock_sites: HashMap<LockSiteKey, LockSiteValue>,
 }
 
 impl Snapshot {
@@ -24,27 +170,86 @@ impl Snapshot {
         Self {
             taken_at,
             sched: HashMap::new(),
+            futex: HashMap::new(),
+            locks: HashMap::new(),
+            hot_futexes: HashMap::new(),
+            lock_sites: HashMap::new(),
         }
     }
 
     pub fn read(probes: &Probes) -> anyhow::Result<Self> {
-        let taken_at = Instant::now();
-        let sched = sched::read(probes.ebpf())?;
-        Ok(Self { taken_at, sched })
+        let ebpf = probes.ebpf();
+        Ok(Self {
+            taken_at: Instant::now(),
+            sched: sched::read(ebpf)?,
+            futex: futex::read(ebpf)?,
+            locks: locks::read(ebpf)?,
+            hot_futexes: futex::read_hot(ebpf)?,
+            lock_sites: locks::read_sites(ebpf)?,
+        })
+    }
+
+    /// Every cgroup id with figures.
+    pub fn cgroup_ids(&self) -> impl Iterator<Item = &u64> {
+        self.sched
+            .keys()
+            .chain(self.futex.keys())
+            .chain(self.locks.keys())
+    }
+
+    /// Drops a removed cgroup, so that the next window does not subtract from it.
+    pub fn forget_cgroup(&mut self, id: u64) {
+        self.sched.remove(&id);
+        self.futex.remove(&id);
+        self.locks.remove(&id);
+        self.hot_futexes.retain(|k, _| k.cgroup_id != id);
+        self.lock_sites.retain(|k, _| k.cgroup_id != id);
     }
 }
 
-/// The figures of one cgroup over a window.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// The figures of one cgroup over a window; each part is zero when nothing happened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CgroupWindow {
     pub sched: SchedStats,
+    pub futex: FutexStats,
+    pub locks: LockStats,
 }
 
-/// Per-cgroup deltas between two snapshots, accumulated over one or more intervals.
+impl CgroupWindow {
+    pub const ZERO: Self = Self {
+        sched: SchedStats::ZERO,
+        futex: FutexStats::ZERO,
+        locks: LockStats::ZERO,
+    };
+}
+
+/// Per-key deltas between two snapshots, accumulated over one or more intervals.
 #[derive(Clone, Debug)]
 pub struct Window {
     pub duration: Duration,
     pub cgroups: HashMap<u64, CgroupWindow>,
+    pub hot_futexes: HashMap<HotFutexKey, HotFutexValue>,
+    pub lock_sites: HashMap<LockSiteKey, LockSiteValue>,
+}
+
+/// The non-zero changes of each key from `before` to `after`.
+fn deltas<K: Copy + Eq + Hash, V: Counters>(
+    before: &HashMap<K, V>,
+    after: &HashMap<K, V>,
+) -> impl Iterator<Item = (K, V)> {
+    after.iter().filter_map(move |(k, now)| {
+        let d = match before.get(k) {
+            Some(then) => now.since(then).unwrap_or(*now),
+            None => *now,
+        };
+        (d != V::ZERO).then_some((*k, d))
+    })
+}
+
+fn add_all<K: Copy + Eq + Hash, V: Counters>(into: &mut HashMap<K, V>, from: &HashMap<K, V>) {
+    for (k, v) in from {
+        into.entry(*k).or_insert(V::ZERO).add(v);
+    }
 }
 
 impl Window {
@@ -52,25 +257,32 @@ impl Window {
         Self {
             duration: Duration::ZERO,
             cgroups: HashMap::new(),
+            hot_futexes: HashMap::new(),
+            lock_sites: HashMap::new(),
         }
     }
 
-    /// The change from `before` to `after`. A counter that went backwards (a cgroup's entry was
-    /// removed and re-created) counts from zero rather than underflowing.
+    /// The change from `before` to `after`.
     pub fn between(before: &Snapshot, after: &Snapshot) -> Self {
-        let mut cgroups = HashMap::new();
-        for (id, now) in &after.sched {
-            let delta = match before.sched.get(id) {
-                Some(then) => sched_delta(now, then),
-                None => *now,
-            };
-            if delta != SchedStats::ZERO {
-                cgroups.insert(*id, CgroupWindow { sched: delta });
-            }
+        let mut cgroups: HashMap<u64, CgroupWindow> = HashMap::new();
+        for (id, d) in deltas(&before.sched, &after.sched) {
+            cgroups.entry(id).or_insert(CgroupWindow::ZERO).sched = d;
+        }
+        for (id, d) in deltas(&before.futex, &after.futex) {
+            cgroups.entry(id).or_insert(CgroupWindow::ZERO).futex = d;
+        }
+        for (id, d) in deltas(&before.locks, &after.locks) {
+            cgroups.entry(id).or_insert(CgroupWindow::ZERO).locks = d;
         }
         Self {
             duration: after.taken_at.saturating_duration_since(before.taken_at),
             cgroups,
+            hot_futexes: deltas(&before.hot_futexes, &after.hot_futexes)
+                .filter(|(_, v)| v.waits > 0)
+                .collect(),
+            lock_sites: deltas(&before.lock_sites, &after.lock_sites)
+                .filter(|(_, v)| v.count > 0)
+                .collect(),
         }
     }
 
@@ -78,35 +290,13 @@ impl Window {
     pub fn extend(&mut self, later: &Window) {
         self.duration += later.duration;
         for (id, w) in &later.cgroups {
-            let entry = self.cgroups.entry(*id).or_insert(CgroupWindow {
-                sched: SchedStats::ZERO,
-            });
-            sched::add_sched(&mut entry.sched, &w.sched);
+            let e = self.cgroups.entry(*id).or_insert(CgroupWindow::ZERO);
+            e.sched.add(&w.sched);
+            e.futex.add(&w.futex);
+            e.locks.add(&w.locks);
         }
-    }
-}
-
-fn sched_delta(now: &SchedStats, then: &SchedStats) -> SchedStats {
-    let regressed = now.voluntary_switches < then.voluntary_switches
-        || now.involuntary_switches < then.involuntary_switches
-        || now.oncpu_ns < then.oncpu_ns
-        || now.runq.count < then.runq.count;
-    if regressed {
-        return *now;
-    }
-    let mut runq = Log2Histogram::ZERO;
-    runq.count = now.runq.count - then.runq.count;
-    runq.sum_ns = now.runq.sum_ns.saturating_sub(then.runq.sum_ns);
-    for b in 0..LOG2_BUCKETS {
-        runq.buckets[b] = now.runq.buckets[b].saturating_sub(then.runq.buckets[b]);
-    }
-    SchedStats {
-        voluntary_switches: now.voluntary_switches - then.voluntary_switches,
-        involuntary_switches: now.involuntary_switches - then.involuntary_switches,
-        migrations: now.migrations.saturating_sub(then.migrations),
-        oncpu_ns: now.oncpu_ns - then.oncpu_ns,
-        offcpu_ns: now.offcpu_ns.saturating_sub(then.offcpu_ns),
-        runq,
+        add_all(&mut self.hot_futexes, &later.hot_futexes);
+        add_all(&mut self.lock_sites, &later.lock_sites);
     }
 }
 

@@ -10,3 +10,4 @@ pub mod pipeline;
 pub mod privileges;
 pub mod probes;
 pub mod report;
+pub mod symbolize;

@@ -1,15 +1,19 @@
 //! The pipeline shared by every front end: probes → snapshot → window → identity.
-//! `trace` and (later) `diagnose` and the daemon each drive one of these.
+//! `trace`, `diagnose` and the daemon each drive one of these.
 
-use std::{collections::HashMap, time::Instant};
+use std::{
+    collections::{HashMap, HashSet},
+    time::Instant,
+};
 
 use anyhow::Context as _;
 
 use crate::{
     collect::{Snapshot, Window},
     identity::CgroupResolver,
-    probes::{LoadOptions, Probes, sched},
-    report::SchedAvailability,
+    probes::{LoadOptions, Probes, locks},
+    report::{Availability, ReportContext},
+    symbolize::{CallSite, KernelSymbolizer},
 };
 
 pub struct Pipeline {
@@ -17,8 +21,13 @@ pub struct Pipeline {
     pub resolver: CgroupResolver,
     previous: Snapshot,
     /// Paths of every cgroup seen, kept after a cgroup is removed so that a window that
-    /// includes it can still name it. Pruned by the caller through [`Pipeline::forget_paths`].
+    /// includes it can still name it. Pruned through [`Pipeline::forget_names`].
     paths: HashMap<u64, String>,
+    /// Process names (`/proc/<tgid>/comm`) of processes with hot futexes, kept likewise.
+    process_names: HashMap<u32, String>,
+    /// Contended call sites by stack id (stack ids are stable while the probes are loaded).
+    call_sites: HashMap<u32, CallSite>,
+    symbolizer: KernelSymbolizer,
 }
 
 impl Pipeline {
@@ -30,45 +39,103 @@ impl Pipeline {
             resolver,
             previous,
             paths: HashMap::new(),
+            process_names: HashMap::new(),
+            call_sites: HashMap::new(),
+            symbolizer: KernelSymbolizer::new(),
         })
     }
 
-    pub fn availability(&self) -> SchedAvailability {
-        SchedAvailability::from_status(&self.probes.status)
+    pub fn availability(&self) -> Availability {
+        Availability::from_status(&self.probes.status)
     }
 
     pub fn started_at(&self) -> Instant {
         self.previous.taken_at
     }
 
+    /// What a report of windows of this pipeline needs.
+    pub fn report_context(&self) -> ReportContext<'_> {
+        ReportContext {
+            paths: &self.paths,
+            process_names: &self.process_names,
+            call_sites: &self.call_sites,
+            avail: self.availability(),
+        }
+    }
+
     /// Reads the maps and returns the window since the previous tick. Cgroups that were removed
-    /// are forgotten by the probes (their last counts are in this window).
+    /// and processes that exited are forgotten by the probes (their last counts are in this
+    /// window).
     pub fn tick(&mut self) -> anyhow::Result<Window> {
         let snapshot = Snapshot::read(&self.probes).context("reading the probes' maps")?;
         let window = Window::between(&self.previous, &snapshot);
-        let gone = self.resolver.refresh(snapshot.sched.keys());
-        for id in snapshot.sched.keys() {
+        let ids: HashSet<u64> = snapshot.cgroup_ids().copied().collect();
+        let gone: Vec<u64> = self.resolver.refresh(&ids).into_iter().collect();
+        for id in &ids {
             if let Some(path) = self.resolver.path(*id) {
                 self.paths.entry(*id).or_insert_with(|| path.to_owned());
             }
         }
+        self.name_processes(&window);
+        self.resolve_call_sites(&window);
         self.previous = snapshot;
+        self.probes.forget_cgroups(&gone);
         for id in &gone {
-            sched::forget(self.probes.ebpf_mut(), *id);
-            self.previous.sched.remove(id);
+            self.previous.forget_cgroup(*id);
+        }
+        let dead: HashSet<u32> = self
+            .previous
+            .hot_futexes
+            .keys()
+            .map(|k| k.tgid)
+            .filter(|tgid| !std::path::Path::new(&format!("/proc/{tgid}")).exists())
+            .collect();
+        if !dead.is_empty() {
+            self.probes.forget_processes(|tgid| dead.contains(&tgid));
+            self.previous
+                .hot_futexes
+                .retain(|k, _| !dead.contains(&k.tgid));
         }
         Ok(window)
     }
 
-    /// Paths of the cgroups seen so far (including removed ones not yet forgotten).
-    pub fn paths(&self) -> &HashMap<u64, String> {
-        &self.paths
+    fn name_processes(&mut self, window: &Window) {
+        for key in window.hot_futexes.keys() {
+            if let std::collections::hash_map::Entry::Vacant(e) = self.process_names.entry(key.tgid)
+                && let Ok(comm) = std::fs::read_to_string(format!("/proc/{}/comm", key.tgid))
+            {
+                e.insert(comm.trim_end().to_owned());
+            }
+        }
     }
 
-    /// Drops remembered paths of cgroups that no longer exist and that `keep` does not need.
-    pub fn forget_paths(&mut self, keep: impl Fn(u64) -> bool) {
+    fn resolve_call_sites(&mut self, window: &Window) {
+        let ids: HashSet<u32> = window
+            .lock_sites
+            .keys()
+            .map(|k| k.stack_id)
+            .filter(|id| !self.call_sites.contains_key(id))
+            .collect();
+        for id in ids {
+            let Some(frames) = locks::stack(self.probes.ebpf(), id) else {
+                continue;
+            };
+            let symbols = self.symbolizer.symbolize(&frames);
+            if let Some(site) = crate::symbolize::call_site(&symbols) {
+                self.call_sites.insert(id, site);
+            }
+        }
+    }
+
+    /// Drops remembered names that no window in use still needs.
+    pub fn forget_names(
+        &mut self,
+        keep_cgroup: impl Fn(u64) -> bool,
+        keep_tgid: impl Fn(u32) -> bool,
+    ) {
         let resolver = &self.resolver;
         self.paths
-            .retain(|id, _| keep(*id) || resolver.path(*id).is_some());
+            .retain(|id, _| keep_cgroup(*id) || resolver.path(*id).is_some());
+        self.process_names.retain(|tgid, _| keep_tgid(*tgid));
     }
 }

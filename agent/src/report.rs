@@ -6,14 +6,21 @@
 use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
-use stormwatch_common::SchedStats;
+use stormwatch_common::{FutexStats, LockStats, SchedStats, lock_kind};
 
 use crate::{
-    collect::{Window, log2_quantile_ns},
-    probes::ProbeStatus,
+    collect::{CgroupWindow, Window, log2_quantile_ns},
+    probes::{ProbeStatus, futex, locks, sched},
+    symbolize::CallSite,
 };
 
 const NS: f64 = 1e9;
+/// Hot futexes and contended call sites listed per container.
+pub const TOP_N: usize = 5;
+
+fn secs(ns: u64) -> f64 {
+    ns as f64 / NS
+}
 
 #[derive(Clone, Debug, Serialize)]
 pub struct TraceReport {
@@ -35,6 +42,13 @@ pub struct ContainerReport {
     pub oncpu_seconds: Option<f64>,
     pub offcpu_seconds: Option<f64>,
     pub runqueue_latency: Option<LatencySummary>,
+    pub futex: Option<FutexSummary>,
+    /// Kernel lock waits by kind.
+    pub kernel_locks: Option<BTreeMap<&'static str, LockWait>>,
+    /// The futex words waited on longest in this window, hottest first.
+    pub hot_futexes: Option<Vec<HotFutex>>,
+    /// The kernel call sites that waited longest for a lock in this window.
+    pub kernel_lock_sites: Option<Vec<LockSite>>,
 }
 
 #[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
@@ -53,134 +67,362 @@ pub struct LatencySummary {
     pub p99_seconds: Option<f64>,
 }
 
-/// Which scheduler figures can be trusted, from which probes are attached.
+#[derive(Clone, Copy, Debug, Serialize, PartialEq)]
+pub struct FutexSummary {
+    /// Wait calls (FUTEX_WAIT, WAIT_BITSET, LOCK_PI, LOCK_PI2, WAIT_REQUEUE_PI, futex_wait(v)).
+    pub waits: u64,
+    /// Time in those calls, summed over threads.
+    pub wait_seconds: f64,
+    pub wakes: u64,
+    /// Waiters woken by FUTEX_WAKE, WAKE_BITSET, WAKE_OP and futex_wake.
+    pub woken: u64,
+    pub timeouts: u64,
+    pub eagain: u64,
+    /// Log2-bucket upper edges, as for run-queue latency.
+    pub p50_wait_seconds: Option<f64>,
+    pub p99_wait_seconds: Option<f64>,
+}
+
+#[derive(Clone, Copy, Debug, Serialize, PartialEq)]
+pub struct LockWait {
+    pub count: u64,
+    pub wait_seconds: f64,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct HotFutex {
+    pub tgid: u32,
+    pub comm: String,
+    /// The futex word's address in the process, as `0x…`.
+    pub uaddr: String,
+    pub waits: u64,
+    pub wait_seconds: f64,
+    /// The longest single wait since the probes attached.
+    pub max_wait_seconds: f64,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct LockSite {
+    #[serde(flatten)]
+    pub site: CallSite,
+    pub kind: &'static str,
+    pub count: u64,
+    pub wait_seconds: f64,
+    /// The longest single wait since the probes attached.
+    pub max_wait_seconds: f64,
+}
+
+/// Which figures can be trusted, from which probes are attached.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct SchedAvailability {
+pub struct Availability {
     /// sched_switch: switches, migrations, on-CPU time.
     pub switch: bool,
     /// sched_wakeup + sched_wakeup_new too: off-CPU time and run-queue latency.
     pub wakeup: bool,
+    /// sys_enter_futex + sys_exit_futex.
+    pub futex: bool,
+    /// lock:contention_begin + contention_end.
+    pub locks: bool,
 }
 
-impl SchedAvailability {
+impl Availability {
+    pub const ALL: Self = Self {
+        switch: true,
+        wakeup: true,
+        futex: true,
+        locks: true,
+    };
+
     pub fn from_status(status: &[ProbeStatus]) -> Self {
         let attached = |tp: &str| status.iter().any(|s| s.tracepoint == tp && s.attached());
-        let switch = attached(crate::probes::sched::SWITCH);
+        let switch = attached(sched::SWITCH);
         Self {
             switch,
-            wakeup: switch
-                && attached(crate::probes::sched::WAKEUP)
-                && attached(crate::probes::sched::WAKEUP_NEW),
+            wakeup: switch && attached(sched::WAKEUP) && attached(sched::WAKEUP_NEW),
+            futex: attached(futex::ENTER) && attached(futex::EXIT),
+            locks: attached(locks::BEGIN) && attached(locks::END),
         }
     }
 }
 
+/// What a report needs besides the window: names and which probes work.
+pub struct ReportContext<'a> {
+    pub paths: &'a HashMap<u64, String>,
+    /// Process names by tgid, as seen while the processes lived.
+    pub process_names: &'a HashMap<u32, String>,
+    /// Call sites by stack id.
+    pub call_sites: &'a HashMap<u32, CallSite>,
+    pub avail: Availability,
+}
+
+fn latency(h: &stormwatch_common::Log2Histogram) -> LatencySummary {
+    LatencySummary {
+        count: h.count,
+        sum_seconds: secs(h.sum_ns),
+        p50_seconds: log2_quantile_ns(h, 0.50).map(secs),
+        p99_seconds: log2_quantile_ns(h, 0.99).map(secs),
+    }
+}
+
+fn futex_summary(f: &FutexStats) -> FutexSummary {
+    FutexSummary {
+        waits: f.wait.count,
+        wait_seconds: secs(f.wait.sum_ns),
+        wakes: f.wakes,
+        woken: f.woken,
+        timeouts: f.timeouts,
+        eagain: f.eagain,
+        p50_wait_seconds: log2_quantile_ns(&f.wait, 0.50).map(secs),
+        p99_wait_seconds: log2_quantile_ns(&f.wait, 0.99).map(secs),
+    }
+}
+
+fn lock_waits(l: &LockStats) -> BTreeMap<&'static str, LockWait> {
+    lock_kind::NAMES
+        .iter()
+        .enumerate()
+        .map(|(k, name)| {
+            (
+                *name,
+                LockWait {
+                    count: l.count[k],
+                    wait_seconds: secs(l.wait_ns[k]),
+                },
+            )
+        })
+        .collect()
+}
+
+fn comm_string(comm: &[u8; 16]) -> String {
+    let end = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
+    String::from_utf8_lossy(&comm[..end]).into_owned()
+}
+
+fn hot_futexes(window: &Window, cgroup_id: u64, ctx: &ReportContext) -> Vec<HotFutex> {
+    let mut hot: Vec<_> = window
+        .hot_futexes
+        .iter()
+        .filter(|(k, _)| k.cgroup_id == cgroup_id)
+        .collect();
+    hot.sort_by(|(ka, a), (kb, b)| {
+        b.wait_ns
+            .cmp(&a.wait_ns)
+            .then(b.waits.cmp(&a.waits))
+            .then((ka.tgid, ka.uaddr).cmp(&(kb.tgid, kb.uaddr)))
+    });
+    hot.into_iter()
+        .take(TOP_N)
+        .map(|(k, v)| HotFutex {
+            tgid: k.tgid,
+            comm: ctx
+                .process_names
+                .get(&k.tgid)
+                .cloned()
+                .unwrap_or_else(|| comm_string(&v.comm)),
+            uaddr: format!("{:#x}", k.uaddr),
+            waits: v.waits,
+            wait_seconds: secs(v.wait_ns),
+            max_wait_seconds: secs(v.max_wait_ns),
+        })
+        .collect()
+}
+
+fn lock_sites(window: &Window, cgroup_id: u64, ctx: &ReportContext) -> Vec<LockSite> {
+    // Several stacks may reduce to the same call site: merge them.
+    let mut merged: HashMap<(CallSite, u32), (u64, u64, u64)> = HashMap::new();
+    for (k, v) in window
+        .lock_sites
+        .iter()
+        .filter(|(k, _)| k.cgroup_id == cgroup_id)
+    {
+        let Some(site) = ctx.call_sites.get(&k.stack_id) else {
+            continue;
+        };
+        let e = merged.entry((site.clone(), k.kind)).or_insert((0, 0, 0));
+        e.0 += v.count;
+        e.1 += v.wait_ns;
+        e.2 = e.2.max(v.max_wait_ns);
+    }
+    let mut sites: Vec<LockSite> = merged
+        .into_iter()
+        .map(|((site, kind), (count, wait_ns, max))| LockSite {
+            site,
+            kind: lock_kind::NAMES
+                .get(kind as usize)
+                .copied()
+                .unwrap_or("other"),
+            count,
+            wait_seconds: secs(wait_ns),
+            max_wait_seconds: secs(max),
+        })
+        .collect();
+    sites.sort_by(|a, b| {
+        b.wait_seconds
+            .total_cmp(&a.wait_seconds)
+            .then(b.count.cmp(&a.count))
+            .then(a.site.function.cmp(&b.site.function))
+    });
+    sites.truncate(TOP_N);
+    sites
+}
+
 pub fn container_report(
+    window: &Window,
     cgroup_id: u64,
-    cgroup: Option<String>,
-    s: &SchedStats,
-    avail: SchedAvailability,
+    w: &CgroupWindow,
+    ctx: &ReportContext,
 ) -> ContainerReport {
-    let secs = |ns: u64| ns as f64 / NS;
-    let runq = LatencySummary {
-        count: s.runq.count,
-        sum_seconds: secs(s.runq.sum_ns),
-        p50_seconds: log2_quantile_ns(&s.runq, 0.50).map(secs),
-        p99_seconds: log2_quantile_ns(&s.runq, 0.99).map(secs),
-    };
-    let sw = avail.switch;
-    let wk = avail.wakeup;
+    let s: &SchedStats = &w.sched;
+    let a = ctx.avail;
     ContainerReport {
-        cgroup,
+        cgroup: ctx.paths.get(&cgroup_id).cloned(),
         cgroup_id,
-        context_switches: sw.then_some(ContextSwitches {
+        context_switches: a.switch.then_some(ContextSwitches {
             voluntary: s.voluntary_switches,
             involuntary: s.involuntary_switches,
         }),
-        migrations: sw.then_some(s.migrations),
-        oncpu_seconds: sw.then_some(secs(s.oncpu_ns)),
-        offcpu_seconds: wk.then_some(secs(s.offcpu_ns)),
-        runqueue_latency: wk.then_some(runq),
+        migrations: a.switch.then_some(s.migrations),
+        oncpu_seconds: a.switch.then_some(secs(s.oncpu_ns)),
+        offcpu_seconds: a.wakeup.then_some(secs(s.offcpu_ns)),
+        runqueue_latency: a.wakeup.then(|| latency(&s.runq)),
+        futex: a.futex.then(|| futex_summary(&w.futex)),
+        kernel_locks: a.locks.then(|| lock_waits(&w.locks)),
+        hot_futexes: a.futex.then(|| hot_futexes(window, cgroup_id, ctx)),
+        kernel_lock_sites: a.locks.then(|| lock_sites(window, cgroup_id, ctx)),
     }
 }
 
 /// The containers of a window, busiest (most on-CPU time, then most switches) first.
 pub fn containers(
     window: &Window,
-    paths: &HashMap<u64, String>,
-    avail: SchedAvailability,
+    ctx: &ReportContext,
     keep: impl Fn(u64, Option<&str>) -> bool,
 ) -> Vec<ContainerReport> {
-    let mut rows: Vec<(&u64, &SchedStats)> = window
+    let mut rows: Vec<(&u64, &CgroupWindow)> = window
         .cgroups
         .iter()
-        .map(|(id, w)| (id, &w.sched))
-        .filter(|(id, _)| keep(**id, paths.get(id).map(String::as_str)))
+        .filter(|(id, _)| keep(**id, ctx.paths.get(id).map(String::as_str)))
         .collect();
     rows.sort_by(|(ia, a), (ib, b)| {
         let switches = |s: &SchedStats| s.voluntary_switches + s.involuntary_switches;
-        b.oncpu_ns
-            .cmp(&a.oncpu_ns)
-            .then(switches(b).cmp(&switches(a)))
+        b.sched
+            .oncpu_ns
+            .cmp(&a.sched.oncpu_ns)
+            .then(switches(&b.sched).cmp(&switches(&a.sched)))
+            .then(b.futex.wait.sum_ns.cmp(&a.futex.wait.sum_ns))
             .then(ia.cmp(ib))
     });
     rows.into_iter()
-        .map(|(id, s)| container_report(*id, paths.get(id).cloned(), s, avail))
+        .map(|(id, w)| container_report(window, *id, w, ctx))
         .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::collect::CgroupWindow;
     use std::time::Duration;
+    use stormwatch_common::{HotFutexKey, HotFutexValue, LockSiteKey, LockSiteValue};
 
-    fn stats(oncpu_ns: u64, vol: u64) -> SchedStats {
-        let mut s = SchedStats::ZERO;
-        s.oncpu_ns = oncpu_ns;
-        s.voluntary_switches = vol;
-        s.involuntary_switches = 1;
-        s.runq.record(1500);
-        s
+    fn cg(oncpu_ns: u64, vol: u64) -> CgroupWindow {
+        let mut w = CgroupWindow::ZERO;
+        w.sched.oncpu_ns = oncpu_ns;
+        w.sched.voluntary_switches = vol;
+        w.sched.involuntary_switches = 1;
+        w.sched.runq.record(1500);
+        w.futex.wait.record(3000);
+        w.futex.wait.record(5000);
+        w.futex.wakes = 4;
+        w.futex.woken = 2;
+        w.locks.count[lock_kind::SPIN] = 3;
+        w.locks.wait_ns[lock_kind::SPIN] = 600;
+        w
     }
 
     fn window() -> Window {
         let mut w = Window::empty();
         w.duration = Duration::from_secs(5);
         for (id, on, vol) in [(10, 5, 100), (20, 50, 1), (30, 5, 200)] {
-            w.cgroups.insert(
-                id,
-                CgroupWindow {
-                    sched: stats(on, vol),
+            w.cgroups.insert(id, cg(on, vol));
+        }
+        for (uaddr, waits, wait_ns) in [(0x10, 5, 500), (0x20, 50, 5000), (0x30, 1, 10)] {
+            w.hot_futexes.insert(
+                HotFutexKey {
+                    cgroup_id: 10,
+                    uaddr,
+                    tgid: 77,
+                    _pad: 0,
+                },
+                HotFutexValue {
+                    waits,
+                    wait_ns,
+                    max_wait_ns: wait_ns,
+                    comm: *b"worker\0\0\0\0\0\0\0\0\0\0",
+                },
+            );
+        }
+        for (stack_id, count) in [(1, 2), (2, 3)] {
+            w.lock_sites.insert(
+                LockSiteKey {
+                    cgroup_id: 10,
+                    stack_id,
+                    kind: lock_kind::SPIN as u32,
+                },
+                LockSiteValue {
+                    count,
+                    wait_ns: 100 * count,
+                    max_wait_ns: 100,
                 },
             );
         }
         w
     }
 
-    const ALL: SchedAvailability = SchedAvailability {
-        switch: true,
-        wakeup: true,
-    };
+    fn site(f: &str) -> CallSite {
+        CallSite {
+            function: f.into(),
+            lock_function: Some("_raw_spin_lock".into()),
+        }
+    }
+
+    fn with_ctx<T>(avail: Availability, f: impl FnOnce(&ReportContext) -> T) -> T {
+        let paths = HashMap::from([(10, "/a".to_owned()), (20, "/b".to_owned())]);
+        let names = HashMap::from([(77, "java".to_owned())]);
+        // Both stacks reduce to one call site: the report merges them.
+        let sites = HashMap::from([
+            (1, site("futex_q_lock+0x31")),
+            (2, site("futex_q_lock+0x31")),
+        ]);
+        f(&ReportContext {
+            paths: &paths,
+            process_names: &names,
+            call_sites: &sites,
+            avail,
+        })
+    }
 
     #[test]
     fn busiest_first_and_filtered() {
-        let paths = HashMap::from([(10, "/a".to_owned()), (20, "/b".to_owned())]);
-        let rows = containers(&window(), &paths, ALL, |_, _| true);
-        let ids: Vec<u64> = rows.iter().map(|r| r.cgroup_id).collect();
-        assert_eq!(ids, [20, 30, 10]);
-        assert_eq!(rows[2].cgroup.as_deref(), Some("/a"));
-        assert_eq!(rows[1].cgroup, None);
-        let only_a = containers(&window(), &paths, ALL, |_, p| p == Some("/a"));
-        assert_eq!(only_a.len(), 1);
+        with_ctx(Availability::ALL, |ctx| {
+            let rows = containers(&window(), ctx, |_, _| true);
+            let ids: Vec<u64> = rows.iter().map(|r| r.cgroup_id).collect();
+            assert_eq!(ids, [20, 30, 10]);
+            assert_eq!(rows[2].cgroup.as_deref(), Some("/a"));
+            assert_eq!(rows[1].cgroup, None);
+            let only_a = containers(&window(), ctx, |_, p| p == Some("/a"));
+            assert_eq!(only_a.len(), 1);
+        });
     }
 
     #[test]
     fn json_shape_is_the_contract() {
-        let r = container_report(7, Some("/x".into()), &stats(2_500_000_000, 3), ALL);
-        let v = serde_json::to_value(&r).unwrap();
-        assert_eq!(v["cgroup"], "/x");
-        assert_eq!(v["cgroup_id"], 7);
+        let v = with_ctx(Availability::ALL, |ctx| {
+            let w = window();
+            let mut one = cg(2_500_000_000, 3);
+            one.sched.migrations = 0;
+            serde_json::to_value(container_report(&w, 10, &one, ctx)).unwrap()
+        });
+        assert_eq!(v["cgroup"], "/a");
+        assert_eq!(v["cgroup_id"], 10);
         assert_eq!(v["context_switches"]["voluntary"], 3);
         assert_eq!(v["context_switches"]["involuntary"], 1);
         assert_eq!(v["migrations"], 0);
@@ -190,20 +432,73 @@ mod tests {
         assert_eq!(v["runqueue_latency"]["sum_seconds"], 1.5e-6);
         assert_eq!(v["runqueue_latency"]["p50_seconds"], 2047e-9);
         assert_eq!(v["runqueue_latency"]["p99_seconds"], 2047e-9);
+        assert_eq!(v["futex"]["waits"], 2);
+        assert_eq!(v["futex"]["wait_seconds"], 8e-6);
+        assert_eq!(v["futex"]["wakes"], 4);
+        assert_eq!(v["futex"]["p99_wait_seconds"], 8191e-9);
+        assert_eq!(v["kernel_locks"]["spin"]["count"], 3);
+        assert_eq!(v["kernel_locks"]["spin"]["wait_seconds"], 6e-7);
+        assert_eq!(v["kernel_locks"]["mutex"]["count"], 0);
+        assert_eq!(v["kernel_locks"]["rwsem_read"]["count"], 0);
+        assert_eq!(v["kernel_locks"]["rwsem_write"]["count"], 0);
+        let hot = v["hot_futexes"].as_array().unwrap();
+        assert_eq!(hot.len(), 3);
+        assert_eq!(hot[0]["uaddr"], "0x20");
+        assert_eq!(hot[0]["tgid"], 77);
+        assert_eq!(hot[0]["comm"], "java", "the live process name wins");
+        assert_eq!(hot[0]["waits"], 50);
+        assert_eq!(hot[0]["wait_seconds"], 5e-6);
+        assert_eq!(hot[2]["uaddr"], "0x30");
+        let sites = v["kernel_lock_sites"].as_array().unwrap();
+        assert_eq!(sites.len(), 1, "two stacks, one call site");
+        assert_eq!(sites[0]["function"], "futex_q_lock+0x31");
+        assert_eq!(sites[0]["lock_function"], "_raw_spin_lock");
+        assert_eq!(sites[0]["kind"], "spin");
+        assert_eq!(sites[0]["count"], 5);
     }
 
     #[test]
     fn figures_of_missing_probes_are_null() {
-        let no_wakeup = SchedAvailability {
+        let partial = Availability {
             switch: true,
-            wakeup: false,
+            ..Availability::default()
         };
-        let v = serde_json::to_value(container_report(7, None, &stats(1, 1), no_wakeup)).unwrap();
+        let v = with_ctx(partial, |ctx| {
+            serde_json::to_value(container_report(&window(), 10, &cg(1, 1), ctx)).unwrap()
+        });
         assert!(v["offcpu_seconds"].is_null());
         assert!(v["runqueue_latency"].is_null());
+        assert!(v["futex"].is_null());
+        assert!(v["kernel_locks"].is_null());
+        assert!(v["hot_futexes"].is_null());
         assert_eq!(v["context_switches"]["voluntary"], 1);
-        let none = container_report(7, None, &stats(1, 1), SchedAvailability::default());
+        let none = with_ctx(Availability::default(), |ctx| {
+            container_report(&window(), 10, &cg(1, 1), ctx)
+        });
         assert_eq!(none.context_switches, None);
         assert_eq!(none.oncpu_seconds, None);
+    }
+
+    #[test]
+    fn top_lists_are_bounded() {
+        let mut w = window();
+        for uaddr in 0..20 {
+            w.hot_futexes.insert(
+                HotFutexKey {
+                    cgroup_id: 10,
+                    uaddr: 0x1000 + uaddr,
+                    tgid: 1,
+                    _pad: 0,
+                },
+                HotFutexValue {
+                    waits: 1,
+                    wait_ns: 1,
+                    max_wait_ns: 1,
+                    comm: [0; 16],
+                },
+            );
+        }
+        let n = with_ctx(Availability::ALL, |ctx| hot_futexes(&w, 10, ctx).len());
+        assert_eq!(n, TOP_N);
     }
 }

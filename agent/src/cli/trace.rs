@@ -78,21 +78,30 @@ pub async fn run(args: TraceArgs) -> anyhow::Result<()> {
         let window = pipeline.tick()?;
         total.extend(&window);
         if !args.json {
-            let rows = containers(&window, pipeline.paths(), pipeline.availability(), keep);
-            print_table(&rows, &window, is_tty)?;
+            let rows = containers(&window, &pipeline.report_context(), keep);
+            print_table(&rows, &window, &pipeline.probes.probe_errors(), is_tty)?;
         }
         let done = interrupted || deadline.is_some_and(|d| tokio::time::Instant::now() >= d);
         if done {
             break;
         }
         next_tick += interval;
-        pipeline.forget_paths(|id| total.cgroups.contains_key(&id));
+        // Names of removed cgroups and exited processes are kept only while the JSON total
+        // still needs them.
+        if args.json {
+            pipeline.forget_names(
+                |id| total.cgroups.contains_key(&id),
+                |tgid| total.hot_futexes.keys().any(|k| k.tgid == tgid),
+            );
+        } else {
+            pipeline.forget_names(|_| false, |_| false);
+        }
     }
 
     if args.json {
         let report = TraceReport {
             duration_seconds: total.duration.as_secs_f64(),
-            containers: containers(&total, pipeline.paths(), pipeline.availability(), keep),
+            containers: containers(&total, &pipeline.report_context(), keep),
             probes: pipeline.probes.status.clone(),
             lost_events: pipeline
                 .probes
@@ -116,8 +125,14 @@ fn fmt_latency(seconds: Option<f64>) -> String {
     }
 }
 
-/// A top-style table of one interval: rates per second, busiest first.
-fn print_table(rows: &[ContainerReport], window: &Window, is_tty: bool) -> std::io::Result<()> {
+/// A top-style table of one interval: rates per second, busiest first. `FUTEX s/s` and
+/// `KLOCK s/s` are seconds spent waiting per second: the average number of threads waiting.
+fn print_table(
+    rows: &[ContainerReport],
+    window: &Window,
+    lost: &[(&'static str, u64)],
+    is_tty: bool,
+) -> std::io::Result<()> {
     let secs = window.duration.as_secs_f64().max(1e-9);
     let mut out = std::io::stdout().lock();
     if is_tty {
@@ -132,23 +147,45 @@ fn print_table(rows: &[ContainerReport], window: &Window, is_tty: bool) -> std::
     )?;
     writeln!(
         out,
-        "{:>6} {:>6} {:>9} {:>9} {:>8} {:>9} {:>9}  CGROUP",
-        "CPU%", "OFF%", "VCSW/s", "ICSW/s", "MIGR/s", "RUNQ p50", "RUNQ p99"
+        "{:>6} {:>6} {:>8} {:>8} {:>7} {:>8} {:>8} {:>8} {:>7} {:>7}  CGROUP",
+        "CPU%",
+        "OFF%",
+        "VCSW/s",
+        "ICSW/s",
+        "MIGR/s",
+        "RUNQ p50",
+        "RUNQ p99",
+        "FUTEX/s",
+        "FUTEX",
+        "KLOCK"
+    )?;
+    writeln!(
+        out,
+        "{:>6} {:>6} {:>8} {:>8} {:>7} {:>8} {:>8} {:>8} {:>7} {:>7}",
+        "", "", "", "", "", "", "", "waits", "s/s", "s/s"
     )?;
     let limit = if is_tty { 40 } else { usize::MAX };
+    let rate = |v: Option<u64>| match v {
+        Some(v) => format!("{:.0}", v as f64 / secs),
+        None => "-".to_owned(),
+    };
+    let per_sec = |v: Option<f64>| match v {
+        Some(v) => format!("{:.2}", v / secs),
+        None => "-".to_owned(),
+    };
+    let pct = |v: Option<f64>| match v {
+        Some(v) => format!("{:.1}", 100.0 * v / secs),
+        None => "-".to_owned(),
+    };
     for r in rows.iter().take(limit) {
-        let rate = |v: Option<u64>| match v {
-            Some(v) => format!("{:.0}", v as f64 / secs),
-            None => "-".to_owned(),
-        };
-        let pct = |v: Option<f64>| match v {
-            Some(v) => format!("{:.1}", 100.0 * v / secs),
-            None => "-".to_owned(),
-        };
         let runq = r.runqueue_latency;
+        let klock = r
+            .kernel_locks
+            .as_ref()
+            .map(|k| k.values().map(|w| w.wait_seconds).sum::<f64>());
         writeln!(
             out,
-            "{:>6} {:>6} {:>9} {:>9} {:>8} {:>9} {:>9}  {}",
+            "{:>6} {:>6} {:>8} {:>8} {:>7} {:>8} {:>8} {:>8} {:>7} {:>7}  {}",
             pct(r.oncpu_seconds),
             pct(r.offcpu_seconds),
             rate(r.context_switches.map(|c| c.voluntary)),
@@ -156,10 +193,40 @@ fn print_table(rows: &[ContainerReport], window: &Window, is_tty: bool) -> std::
             rate(r.migrations),
             fmt_latency(runq.and_then(|q| q.p50_seconds)),
             fmt_latency(runq.and_then(|q| q.p99_seconds)),
+            rate(r.futex.map(|f| f.waits)),
+            per_sec(r.futex.map(|f| f.wait_seconds)),
+            per_sec(klock),
             r.cgroup
                 .clone()
                 .unwrap_or_else(|| format!("(removed cgroup {})", r.cgroup_id)),
         )?;
+        if let Some(hot) = r.hot_futexes.as_ref().and_then(|h| h.first()) {
+            writeln!(
+                out,
+                "{:>16} hottest futex {} in {} ({}): {} waits, {:.3}s",
+                "", hot.uaddr, hot.tgid, hot.comm, hot.waits, hot.wait_seconds
+            )?;
+        }
+        if let Some(site) = r.kernel_lock_sites.as_ref().and_then(|s| s.first()) {
+            writeln!(
+                out,
+                "{:>16} hottest kernel lock site {} via {} ({}): {} waits, {:.3}s",
+                "",
+                site.site.function,
+                site.site.lock_function.as_deref().unwrap_or("?"),
+                site.kind,
+                site.count,
+                site.wait_seconds
+            )?;
+        }
+    }
+    let lost: Vec<String> = lost
+        .iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(what, n)| format!("{what}={n}"))
+        .collect();
+    if !lost.is_empty() {
+        writeln!(out, "not recorded since start: {}", lost.join(" "))?;
     }
     if !is_tty {
         writeln!(out)?;

@@ -5,13 +5,19 @@
 //! a name, what it needs from the kernel, how to attach, and how its maps turn into figures.
 
 pub mod btf;
+pub mod futex;
+pub mod locks;
 pub mod sched;
 pub mod tracefs;
 
-use std::fmt;
+use std::{collections::HashMap, fmt, hash::Hash};
 
-use aya::{Ebpf, EbpfLoader, maps::PerCpuArray};
-use stormwatch_common::{ProbeError as KernelProbeError, globals, maps};
+use aya::{
+    Ebpf, EbpfLoader, Pod,
+    maps::{PerCpuArray, PerCpuHashMap},
+    programs::{BtfTracePoint, TracePoint},
+};
+use stormwatch_common::{ProbeError as KernelProbeError, maps};
 use thiserror::Error;
 
 use self::btf::{Btf, VMLINUX_BTF};
@@ -128,7 +134,11 @@ impl Probes {
             facts.aya_btf = None;
             facts.btf_error = Some("tp_btf disabled by --force-tracepoints".to_owned());
         }
-        let families: Vec<Box<dyn ProbeFamily>> = vec![Box::new(sched::SchedProbes)];
+        let families: Vec<Box<dyn ProbeFamily>> = vec![
+            Box::new(sched::SchedProbes),
+            Box::new(futex::FutexProbes),
+            Box::new(locks::LockProbes),
+        ];
 
         // Globals must all be set before the single load of the object. Names come from the
         // shared crate; a missing one is set to 0 and the family that needs it degrades.
@@ -176,6 +186,21 @@ impl Probes {
 
     pub fn ebpf_mut(&mut self) -> &mut Ebpf {
         &mut self.ebpf
+    }
+
+    /// Forgets what the probes keep about removed cgroups.
+    pub fn forget_cgroups(&mut self, cgroups: &[u64]) {
+        if cgroups.is_empty() {
+            return;
+        }
+        sched::forget(&mut self.ebpf, cgroups);
+        locks::forget(&mut self.ebpf, cgroups);
+        futex::forget(&mut self.ebpf, |k| cgroups.contains(&k.cgroup_id), cgroups);
+    }
+
+    /// Forgets the hot futexes of processes that have exited.
+    pub fn forget_processes(&mut self, exited: impl Fn(u32) -> bool) {
+        futex::forget(&mut self.ebpf, |k| exited(k.tgid), &[]);
     }
 
     /// Events the probes could not record, by kind, summed over CPUs.
@@ -236,12 +261,149 @@ fn raise_memlock_rlimit() {
     }
 }
 
-/// Names of the globals every family may set; used to check the object declares them.
-pub const ALL_GLOBALS: &[&str] = &[
-    globals::TASK_PID_OFFSET,
-    globals::TASK_STATE_OFFSET,
-    globals::TASK_NVCSW_OFFSET,
-    globals::TASK_NIVCSW_OFFSET,
-    globals::TP_SWITCH_NEXT_PID_OFFSET,
-    globals::TP_WAKEUP_PID_OFFSET,
-];
+/// Reads a per-CPU hash map into one value per key, folding the CPUs' values with `fold`.
+pub(crate) fn read_per_cpu_hash<K, V>(
+    ebpf: &Ebpf,
+    name: &str,
+    zero: V,
+    fold: impl Fn(&mut V, &V),
+) -> anyhow::Result<HashMap<K, V>>
+where
+    K: Pod + Eq + Hash,
+    V: Pod,
+{
+    let map = ebpf
+        .map(name)
+        .ok_or_else(|| anyhow::anyhow!("map {name} missing from the object"))?;
+    let map = PerCpuHashMap::<_, K, V>::try_from(map)?;
+    let mut out = HashMap::new();
+    for entry in map.iter() {
+        let (key, per_cpu) = entry?;
+        let mut total = zero;
+        for v in per_cpu.iter() {
+            fold(&mut total, v);
+        }
+        out.insert(key, total);
+    }
+    Ok(out)
+}
+
+/// Removes the keys matching `gone` from a per-CPU hash map.
+pub(crate) fn remove_per_cpu_keys<K, V>(ebpf: &mut Ebpf, name: &str, gone: impl Fn(&K) -> bool)
+where
+    K: Pod,
+    V: Pod,
+{
+    let Some(map) = ebpf.map_mut(name) else {
+        return;
+    };
+    let Ok(mut map) = PerCpuHashMap::<_, K, V>::try_from(map) else {
+        return;
+    };
+    let doomed: Vec<K> = map
+        .keys()
+        .filter_map(Result::ok)
+        .filter(|k| gone(k))
+        .collect();
+    for key in doomed {
+        let _ = map.remove(&key);
+    }
+}
+
+/// Loads and attaches a tp_btf program.
+pub(crate) fn attach_btf(
+    ebpf: &mut Ebpf,
+    program: &str,
+    event: &str,
+    btf: &aya::Btf,
+) -> anyhow::Result<()> {
+    let prog: &mut BtfTracePoint = ebpf
+        .program_mut(program)
+        .ok_or_else(|| anyhow::anyhow!("program {program} missing from the object"))?
+        .try_into()?;
+    prog.load(event, btf)?;
+    prog.attach()?;
+    Ok(())
+}
+
+/// Loads (once) and attaches a classic tracepoint program; a program may be attached to
+/// several tracepoints with alike records.
+pub(crate) fn attach_classic(
+    ebpf: &mut Ebpf,
+    program: &str,
+    category: &str,
+    event: &str,
+) -> anyhow::Result<()> {
+    if !tracefs::tracepoint_exists(category, event) {
+        anyhow::bail!("{category}:{event} does not exist (or tracefs is not mounted)");
+    }
+    let prog: &mut TracePoint = ebpf
+        .program_mut(program)
+        .ok_or_else(|| anyhow::anyhow!("program {program} missing from the object"))?
+        .try_into()?;
+    if prog.fd().is_err() {
+        prog.load()?;
+    }
+    prog.attach(category, event)?;
+    Ok(())
+}
+
+/// Attaches one tracepoint, preferring tp_btf (when `btf_program` is given and the kernel has
+/// BTF) and falling back to the classic tracepoint.
+pub(crate) fn attach_preferring_btf(
+    ebpf: &mut Ebpf,
+    facts: &KernelFacts,
+    tracepoint: &'static str,
+    btf_program: Option<&str>,
+    classic_program: &str,
+) -> ProbeStatus {
+    let (category, event) = tracepoint.split_once(':').expect("category:event");
+    let mut fallback_note = None;
+    if let Some(btf_program) = btf_program {
+        match &facts.aya_btf {
+            Some(btf) => match attach_btf(ebpf, btf_program, event, btf) {
+                Ok(()) => {
+                    return ProbeStatus {
+                        tracepoint,
+                        kind: Some(AttachKind::TpBtf),
+                        note: None,
+                    };
+                }
+                Err(err) => fallback_note = Some(format!("tp_btf failed ({err:#})")),
+            },
+            None => {
+                fallback_note = facts
+                    .btf_error
+                    .as_ref()
+                    .map(|why| format!("no tp_btf: {why}"))
+            }
+        }
+    }
+    match attach_classic(ebpf, classic_program, category, event) {
+        Ok(()) => ProbeStatus {
+            tracepoint,
+            kind: Some(AttachKind::Tracepoint),
+            note: fallback_note,
+        },
+        Err(err) => ProbeStatus {
+            tracepoint,
+            kind: None,
+            note: Some(match fallback_note {
+                Some(first) => format!("{first}; tracepoint failed ({err:#})"),
+                None => format!("tracepoint failed ({err:#})"),
+            }),
+        },
+    }
+}
+
+/// Offsets of tracepoint record fields, as globals: `(global, category, event, field)`.
+pub(crate) fn tracepoint_offsets(
+    wanted: &[(&'static str, &str, &str, &str)],
+) -> Vec<(&'static str, u32)> {
+    wanted
+        .iter()
+        .filter_map(|(global, category, event, field)| {
+            tracefs::field_offset(category, event, field).map(|off| (*global, off))
+        })
+        .collect()
+}

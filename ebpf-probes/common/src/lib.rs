@@ -13,6 +13,18 @@ pub mod maps {
     pub const TASKS: &str = "TASKS";
     /// Per-CPU array: [`crate::ProbeError`] index → count of events the probes could not record.
     pub const PROBE_ERRORS: &str = "PROBE_ERRORS";
+    /// Per-CPU hash: cgroup id (u64) → [`crate::FutexStats`].
+    pub const CGROUP_FUTEX: &str = "CGROUP_FUTEX";
+    /// LRU hash: [`crate::HotFutexKey`] → [`crate::HotFutexValue`], the bounded top-N source.
+    pub const HOT_FUTEXES: &str = "HOT_FUTEXES";
+    /// LRU hash: thread id (u32) → [`crate::FutexInflight`], futex syscalls in progress.
+    pub const FUTEX_INFLIGHT: &str = "FUTEX_INFLIGHT";
+    /// Per-CPU hash: cgroup id (u64) → [`crate::LockStats`].
+    pub const CGROUP_LOCKS: &str = "CGROUP_LOCKS";
+    /// Hash: [`crate::LockSiteKey`] → [`crate::LockSiteValue`], contended call sites.
+    pub const LOCK_SITES: &str = "LOCK_SITES";
+    /// Stack trace map of the contended call sites.
+    pub const LOCK_STACKS: &str = "LOCK_STACKS";
 }
 
 /// Read-only globals the agent fills in before load. The eBPF programs read them with
@@ -35,6 +47,19 @@ pub mod globals {
     pub const TP_SWITCH_PREV_STATE_OFFSET: &str = "TP_SWITCH_PREV_STATE_OFFSET";
     /// 1 when the `TASK_*_OFFSET` globals hold real offsets (the kernel has BTF).
     pub const HAVE_TASK_OFFSETS: &str = "HAVE_TASK_OFFSETS";
+    /// `sys_enter_futex`: offsets of `uaddr` and `op`.
+    pub const TP_FUTEX_UADDR_OFFSET: &str = "TP_FUTEX_UADDR_OFFSET";
+    pub const TP_FUTEX_OP_OFFSET: &str = "TP_FUTEX_OP_OFFSET";
+    /// `sys_enter_futex_wait` / `sys_enter_futex_wake`: offset of `uaddr`.
+    pub const TP_FUTEX2_UADDR_OFFSET: &str = "TP_FUTEX2_UADDR_OFFSET";
+    /// `sys_enter_futex_waitv`: offsets of `waiters` and `nr_futexes`.
+    pub const TP_FUTEX_WAITV_WAITERS_OFFSET: &str = "TP_FUTEX_WAITV_WAITERS_OFFSET";
+    pub const TP_FUTEX_WAITV_NR_OFFSET: &str = "TP_FUTEX_WAITV_NR_OFFSET";
+    /// `sys_exit_*`: offset of `ret`.
+    pub const TP_SYS_EXIT_RET_OFFSET: &str = "TP_SYS_EXIT_RET_OFFSET";
+    /// `lock:contention_begin` / `contention_end`: offsets of `lock_addr`, `flags` and `ret`.
+    pub const TP_LOCK_ADDR_OFFSET: &str = "TP_LOCK_ADDR_OFFSET";
+    pub const TP_LOCK_FLAGS_OFFSET: &str = "TP_LOCK_FLAGS_OFFSET";
 }
 
 /// Program names, as the kernel object declares them (the function names).
@@ -45,6 +70,15 @@ pub mod programs {
     pub const SCHED_SWITCH_TP: &str = "sched_switch_tp";
     pub const SCHED_WAKEUP_TP: &str = "sched_wakeup_tp";
     pub const SCHED_WAKEUP_NEW_TP: &str = "sched_wakeup_new_tp";
+    pub const FUTEX_ENTER: &str = "futex_enter";
+    pub const FUTEX_EXIT: &str = "futex_exit";
+    pub const FUTEX_WAIT_ENTER: &str = "futex_wait_enter";
+    pub const FUTEX_WAITV_ENTER: &str = "futex_waitv_enter";
+    pub const FUTEX_WAKE_ENTER: &str = "futex_wake_enter";
+    pub const LOCK_BEGIN_BTF: &str = "lock_contention_begin_btf";
+    pub const LOCK_END_BTF: &str = "lock_contention_end_btf";
+    pub const LOCK_BEGIN_TP: &str = "lock_contention_begin_tp";
+    pub const LOCK_END_TP: &str = "lock_contention_end_tp";
 }
 
 /// Number of log2 buckets in a latency histogram. Bucket `b` counts values `v` (in ns) with
@@ -178,18 +212,49 @@ pub enum ProbeError {
     TaskMapUpdate = 1,
     /// Reading a `task_struct` field failed.
     TaskRead = 2,
+    /// A futex call could not be recorded as in progress.
+    FutexInflightFull = 3,
+    /// A futex call ended that we did not see start (it began before attach).
+    FutexUnpairedExit = 4,
+    /// A hot-futex entry could not be created.
+    HotFutexUpdate = 5,
+    /// A lock contention could not be recorded as in progress.
+    LockInflightFull = 6,
+    /// A `contention_end` without its `contention_begin` (nested or before attach).
+    LockUnpairedEnd = 7,
+    /// A contended call site's stack could not be taken or stored.
+    LockStackFailed = 8,
+    /// A contended call site could not be recorded (map full).
+    LockSiteFull = 9,
 }
 
 impl ProbeError {
-    pub const COUNT: u32 = 3;
-    pub const ALL: [ProbeError; Self::COUNT as usize] =
-        [Self::CgroupMapFull, Self::TaskMapUpdate, Self::TaskRead];
+    pub const COUNT: u32 = 10;
+    pub const ALL: [ProbeError; Self::COUNT as usize] = [
+        Self::CgroupMapFull,
+        Self::TaskMapUpdate,
+        Self::TaskRead,
+        Self::FutexInflightFull,
+        Self::FutexUnpairedExit,
+        Self::HotFutexUpdate,
+        Self::LockInflightFull,
+        Self::LockUnpairedEnd,
+        Self::LockStackFailed,
+        Self::LockSiteFull,
+    ];
 
     pub const fn name(self) -> &'static str {
         match self {
             Self::CgroupMapFull => "cgroup_map_full",
             Self::TaskMapUpdate => "task_map_update",
             Self::TaskRead => "task_read",
+            Self::FutexInflightFull => "futex_inflight_full",
+            Self::FutexUnpairedExit => "futex_unpaired_exit",
+            Self::HotFutexUpdate => "hot_futex_update",
+            Self::LockInflightFull => "lock_inflight_full",
+            Self::LockUnpairedEnd => "lock_unpaired_end",
+            Self::LockStackFailed => "lock_stack_failed",
+            Self::LockSiteFull => "lock_site_full",
         }
     }
 }
@@ -197,13 +262,228 @@ impl ProbeError {
 /// `TASK_DEAD` in `task_struct::__state`: the thread's final switch.
 pub const TASK_DEAD: u32 = 0x0080;
 
+// ---- futex ------------------------------------------------------------------------------
+
+/// `futex(2)` commands, after masking `FUTEX_PRIVATE_FLAG` and `FUTEX_CLOCK_REALTIME`.
+pub mod futex_cmd {
+    pub const MASK: u32 = 0x7f;
+    pub const WAIT: u32 = 0;
+    pub const WAKE: u32 = 1;
+    pub const REQUEUE: u32 = 3;
+    pub const CMP_REQUEUE: u32 = 4;
+    pub const WAKE_OP: u32 = 5;
+    pub const LOCK_PI: u32 = 6;
+    pub const UNLOCK_PI: u32 = 7;
+    pub const TRYLOCK_PI: u32 = 8;
+    pub const WAIT_BITSET: u32 = 9;
+    pub const WAKE_BITSET: u32 = 10;
+    pub const WAIT_REQUEUE_PI: u32 = 11;
+    pub const CMP_REQUEUE_PI: u32 = 12;
+    pub const LOCK_PI2: u32 = 13;
+}
+
+/// What a futex call does, as far as the figures are concerned.
+pub mod futex_class {
+    /// Blocks until woken, timed out or the value differs: its duration is wait time.
+    pub const WAIT: u32 = 1;
+    /// Wakes waiters; the return value is how many it woke.
+    pub const WAKE: u32 = 2;
+    /// Wakes or requeues; the return value mixes both, so it is not counted as woken.
+    pub const WAKE_OTHER: u32 = 3;
+}
+
+/// The class of a `futex(2)` op, or 0 for ops that neither wait nor wake.
+#[inline(always)]
+pub const fn futex_op_class(op: u32) -> u32 {
+    match op & futex_cmd::MASK {
+        futex_cmd::WAIT
+        | futex_cmd::WAIT_BITSET
+        | futex_cmd::LOCK_PI
+        | futex_cmd::LOCK_PI2
+        | futex_cmd::WAIT_REQUEUE_PI => futex_class::WAIT,
+        futex_cmd::WAKE | futex_cmd::WAKE_BITSET | futex_cmd::WAKE_OP => futex_class::WAKE,
+        futex_cmd::REQUEUE
+        | futex_cmd::CMP_REQUEUE
+        | futex_cmd::CMP_REQUEUE_PI
+        | futex_cmd::UNLOCK_PI => futex_class::WAKE_OTHER,
+        _ => 0,
+    }
+}
+
+/// Futex figures of one cgroup on one CPU.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FutexStats {
+    /// Wake calls (FUTEX_WAKE, WAKE_BITSET, WAKE_OP, futex_wake, requeues, UNLOCK_PI).
+    pub wakes: u64,
+    /// Waiters woken, from the return value of FUTEX_WAKE, WAKE_BITSET, WAKE_OP, futex_wake.
+    pub woken: u64,
+    /// Waits that returned ETIMEDOUT.
+    pub timeouts: u64,
+    /// Waits that returned EAGAIN at once (the futex word had already changed).
+    pub eagain: u64,
+    /// Wait calls and their durations (from syscall entry to exit).
+    pub wait: Log2Histogram,
+}
+
+impl FutexStats {
+    pub const ZERO: Self = Self {
+        wakes: 0,
+        woken: 0,
+        timeouts: 0,
+        eagain: 0,
+        wait: Log2Histogram::ZERO,
+    };
+}
+
+/// A futex call in progress, keyed by thread id.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FutexInflight {
+    pub start_ns: u64,
+    /// The futex word's address (0 when the call names several, as futex_waitv may).
+    pub uaddr: u64,
+    /// One of [`futex_class`].
+    pub class: u32,
+    pub _pad: u32,
+}
+
+/// A futex word of one process in one cgroup.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct HotFutexKey {
+    pub cgroup_id: u64,
+    pub uaddr: u64,
+    pub tgid: u32,
+    pub _pad: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HotFutexValue {
+    pub waits: u64,
+    pub wait_ns: u64,
+    pub max_wait_ns: u64,
+    /// The waiting thread's name when the entry was created.
+    pub comm: [u8; 16],
+}
+
+// ---- kernel locks -------------------------------------------------------------------------
+
+/// `lock:contention_begin` flags (include/trace/events/lock.h).
+pub mod lcb {
+    pub const SPIN: u32 = 1 << 0;
+    pub const READ: u32 = 1 << 1;
+    pub const WRITE: u32 = 1 << 2;
+    pub const RT: u32 = 1 << 3;
+    pub const PERCPU: u32 = 1 << 4;
+    pub const MUTEX: u32 = 1 << 5;
+}
+
+/// Lock kinds, as indices into [`LockStats`].
+pub mod lock_kind {
+    /// Spinlocks and rwlocks (`LCB_F_SPIN` without a sleeping-lock flag).
+    pub const SPIN: usize = 0;
+    /// Mutexes, including their optimistic spinning.
+    pub const MUTEX: usize = 1;
+    pub const RWSEM_READ: usize = 2;
+    pub const RWSEM_WRITE: usize = 3;
+    /// rt_mutex (and, on PREEMPT_RT, the spinlocks built on it).
+    pub const RT: usize = 4;
+    /// percpu_rw_semaphore.
+    pub const PERCPU: usize = 5;
+    /// Anything else (e.g. semaphores, which pass no flags).
+    pub const OTHER: usize = 6;
+    pub const COUNT: usize = 7;
+    pub const NAMES: [&str; COUNT] = [
+        "spin",
+        "mutex",
+        "rwsem_read",
+        "rwsem_write",
+        "rt",
+        "percpu",
+        "other",
+    ];
+}
+
+/// The kind of a contended lock from its `contention_begin` flags.
+#[inline(always)]
+pub const fn lock_kind_of(flags: u32) -> usize {
+    if flags & lcb::PERCPU != 0 {
+        lock_kind::PERCPU
+    } else if flags & lcb::RT != 0 {
+        lock_kind::RT
+    } else if flags & lcb::MUTEX != 0 {
+        lock_kind::MUTEX
+    } else if flags & lcb::SPIN != 0 {
+        lock_kind::SPIN
+    } else if flags & lcb::READ != 0 {
+        lock_kind::RWSEM_READ
+    } else if flags & lcb::WRITE != 0 {
+        lock_kind::RWSEM_WRITE
+    } else {
+        lock_kind::OTHER
+    }
+}
+
+/// Kernel lock waits of one cgroup on one CPU, by [`lock_kind`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LockStats {
+    pub count: [u64; lock_kind::COUNT],
+    pub wait_ns: [u64; lock_kind::COUNT],
+}
+
+impl LockStats {
+    pub const ZERO: Self = Self {
+        count: [0; lock_kind::COUNT],
+        wait_ns: [0; lock_kind::COUNT],
+    };
+}
+
+/// A lock contention in progress: per CPU for spinning locks, per thread for sleeping ones.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LockInflight {
+    pub lock: u64,
+    pub start_ns: u64,
+    pub flags: u32,
+    /// Kernel stack id in `LOCK_STACKS`, or negative when none was taken.
+    pub stack_id: i32,
+}
+
+/// A contended call site: a kernel stack, in one cgroup, for one lock kind.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct LockSiteKey {
+    pub cgroup_id: u64,
+    pub stack_id: u32,
+    pub kind: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LockSiteValue {
+    pub count: u64,
+    pub wait_ns: u64,
+    pub max_wait_ns: u64,
+}
+
 #[cfg(feature = "user")]
 mod user {
-    use super::{SchedStats, TaskState};
-    // SAFETY: plain #[repr(C)] structs of u64/u32 with no padding (see the size tests).
+    use super::*;
+    // SAFETY (all): plain #[repr(C)] structs of fixed-width integers with no padding (see the
+    // size tests).
     unsafe impl aya::Pod for SchedStats {}
-    // SAFETY: as above.
     unsafe impl aya::Pod for TaskState {}
+    unsafe impl aya::Pod for FutexStats {}
+    unsafe impl aya::Pod for FutexInflight {}
+    unsafe impl aya::Pod for HotFutexKey {}
+    unsafe impl aya::Pod for HotFutexValue {}
+    unsafe impl aya::Pod for LockStats {}
+    unsafe impl aya::Pod for LockInflight {}
+    unsafe impl aya::Pod for LockSiteKey {}
+    unsafe impl aya::Pod for LockSiteValue {}
 }
 
 #[cfg(test)]
@@ -216,6 +496,62 @@ mod tests {
         assert_eq!(size_of::<Log2Histogram>(), 8 * (2 + LOG2_BUCKETS));
         assert_eq!(size_of::<SchedStats>(), 8 * 5 + size_of::<Log2Histogram>());
         assert_eq!(size_of::<TaskState>(), 8 * 7 + 4 * 2);
+        assert_eq!(size_of::<FutexStats>(), 8 * 4 + size_of::<Log2Histogram>());
+        assert_eq!(size_of::<FutexInflight>(), 8 * 2 + 4 * 2);
+        assert_eq!(size_of::<HotFutexKey>(), 8 * 2 + 4 * 2);
+        assert_eq!(size_of::<HotFutexValue>(), 8 * 3 + 16);
+        assert_eq!(size_of::<LockStats>(), 8 * 2 * lock_kind::COUNT);
+        assert_eq!(size_of::<LockInflight>(), 8 * 2 + 4 * 2);
+        assert_eq!(size_of::<LockSiteKey>(), 8 + 4 * 2);
+        assert_eq!(size_of::<LockSiteValue>(), 8 * 3);
+    }
+
+    #[test]
+    fn futex_ops_are_classified_with_flags_masked() {
+        const PRIVATE: u32 = 128;
+        const CLOCK_REALTIME: u32 = 256;
+        assert_eq!(futex_op_class(futex_cmd::WAIT), futex_class::WAIT);
+        assert_eq!(futex_op_class(futex_cmd::WAIT | PRIVATE), futex_class::WAIT);
+        assert_eq!(
+            futex_op_class(futex_cmd::WAIT_BITSET | PRIVATE | CLOCK_REALTIME),
+            futex_class::WAIT
+        );
+        for op in [
+            futex_cmd::LOCK_PI,
+            futex_cmd::LOCK_PI2,
+            futex_cmd::WAIT_REQUEUE_PI,
+        ] {
+            assert_eq!(futex_op_class(op | PRIVATE), futex_class::WAIT);
+        }
+        assert_eq!(futex_op_class(futex_cmd::WAKE | PRIVATE), futex_class::WAKE);
+        assert_eq!(futex_op_class(futex_cmd::WAKE_OP), futex_class::WAKE);
+        assert_eq!(
+            futex_op_class(futex_cmd::CMP_REQUEUE),
+            futex_class::WAKE_OTHER
+        );
+        assert_eq!(futex_op_class(futex_cmd::TRYLOCK_PI), 0);
+        assert_eq!(futex_op_class(2 /* FUTEX_FD, removed */), 0);
+    }
+
+    #[test]
+    fn lock_kinds_follow_the_kernels_flags() {
+        assert_eq!(lock_kind_of(lcb::SPIN), lock_kind::SPIN);
+        assert_eq!(
+            lock_kind_of(lcb::SPIN | lcb::READ),
+            lock_kind::SPIN,
+            "rwlock"
+        );
+        assert_eq!(
+            lock_kind_of(lcb::MUTEX | lcb::SPIN),
+            lock_kind::MUTEX,
+            "optimistic spin"
+        );
+        assert_eq!(lock_kind_of(lcb::MUTEX), lock_kind::MUTEX);
+        assert_eq!(lock_kind_of(lcb::READ), lock_kind::RWSEM_READ);
+        assert_eq!(lock_kind_of(lcb::WRITE), lock_kind::RWSEM_WRITE);
+        assert_eq!(lock_kind_of(lcb::RT), lock_kind::RT);
+        assert_eq!(lock_kind_of(lcb::PERCPU | lcb::READ), lock_kind::PERCPU);
+        assert_eq!(lock_kind_of(0), lock_kind::OTHER);
     }
 
     #[test]

@@ -3,6 +3,8 @@
 #![no_std]
 #![no_main]
 
+mod futex;
+mod locks;
 mod sched;
 mod shared;
 

@@ -26,7 +26,7 @@ use stormwatch_common::{
     TASK_HAS_SWITCH_BASELINE, TaskState,
 };
 
-use crate::shared::{count_error, global_u32};
+use crate::shared::{BPF_ANY, BPF_NOEXIST, EEXIST, count_error, global_u32, per_cpu_slot};
 
 /// Default capacities; the agent may resize both before load.
 const MAX_CGROUPS: u32 = 4096;
@@ -72,10 +72,6 @@ struct Prev {
     /// The task's final switch.
     dead: bool,
 }
-
-const BPF_NOEXIST: u64 = 1;
-const BPF_ANY: u64 = 0;
-const EEXIST: i32 = 17;
 
 // ---- entry points: tp_btf (preferred) -------------------------------------------------------
 
@@ -204,16 +200,12 @@ fn read_task_counters(task: *const u8) -> Option<(u64, u64)> {
 fn current_cgroup_stats() -> Option<*mut SchedStats> {
     // SAFETY: a helper with no preconditions.
     let cgroup_id = unsafe { bpf_get_current_cgroup_id() };
-    if let Some(stats) = CGROUP_SCHED.get_ptr_mut(&cgroup_id) {
-        return Some(stats);
-    }
-    // NOEXIST: another CPU may have created the entry meanwhile; the lookup below finds it.
-    let _ = CGROUP_SCHED.insert(&cgroup_id, &SchedStats::ZERO, BPF_NOEXIST);
-    let stats = CGROUP_SCHED.get_ptr_mut(&cgroup_id);
-    if stats.is_none() {
-        count_error(ProbeError::CgroupMapFull);
-    }
-    stats
+    per_cpu_slot(
+        &CGROUP_SCHED,
+        &cgroup_id,
+        &SchedStats::ZERO,
+        ProbeError::CgroupMapFull,
+    )
 }
 
 #[inline(always)]

@@ -1,0 +1,128 @@
+//! The futex probe family: `syscalls:sys_{enter,exit}_futex` and, where the kernel has them
+//! (6.7+), the futex2 syscalls `futex_wait`, `futex_waitv` and `futex_wake`.
+
+use std::collections::HashMap;
+
+use aya::Ebpf;
+use stormwatch_common::{FutexStats, HotFutexKey, HotFutexValue, globals, maps, programs};
+
+use super::{
+    KernelFacts, ProbeFamily, ProbeStatus, attach_classic, read_per_cpu_hash, remove_per_cpu_keys,
+    tracefs, tracepoint_offsets,
+};
+use crate::collect::Counters as _;
+
+/// (tracepoint, program). Exits share one program: all `sys_exit_*` records are alike.
+const PROGRAMS: [(&str, &str); 8] = [
+    ("syscalls:sys_enter_futex", programs::FUTEX_ENTER),
+    ("syscalls:sys_exit_futex", programs::FUTEX_EXIT),
+    ("syscalls:sys_enter_futex_wait", programs::FUTEX_WAIT_ENTER),
+    ("syscalls:sys_exit_futex_wait", programs::FUTEX_EXIT),
+    (
+        "syscalls:sys_enter_futex_waitv",
+        programs::FUTEX_WAITV_ENTER,
+    ),
+    ("syscalls:sys_exit_futex_waitv", programs::FUTEX_EXIT),
+    ("syscalls:sys_enter_futex_wake", programs::FUTEX_WAKE_ENTER),
+    ("syscalls:sys_exit_futex_wake", programs::FUTEX_EXIT),
+];
+
+pub const ENTER: &str = "syscalls:sys_enter_futex";
+pub const EXIT: &str = "syscalls:sys_exit_futex";
+
+pub struct FutexProbes;
+
+impl ProbeFamily for FutexProbes {
+    fn name(&self) -> &'static str {
+        "futex"
+    }
+
+    fn globals(&self, _facts: &KernelFacts) -> Vec<(&'static str, u32)> {
+        tracepoint_offsets(&[
+            (
+                globals::TP_FUTEX_UADDR_OFFSET,
+                "syscalls",
+                "sys_enter_futex",
+                "uaddr",
+            ),
+            (
+                globals::TP_FUTEX_OP_OFFSET,
+                "syscalls",
+                "sys_enter_futex",
+                "op",
+            ),
+            (
+                globals::TP_FUTEX2_UADDR_OFFSET,
+                "syscalls",
+                "sys_enter_futex_wait",
+                "uaddr",
+            ),
+            (
+                globals::TP_FUTEX_WAITV_WAITERS_OFFSET,
+                "syscalls",
+                "sys_enter_futex_waitv",
+                "waiters",
+            ),
+            (
+                globals::TP_FUTEX_WAITV_NR_OFFSET,
+                "syscalls",
+                "sys_enter_futex_waitv",
+                "nr_futexes",
+            ),
+            (
+                globals::TP_SYS_EXIT_RET_OFFSET,
+                "syscalls",
+                "sys_exit_futex",
+                "ret",
+            ),
+        ])
+    }
+
+    fn attach(&self, ebpf: &mut Ebpf, _facts: &KernelFacts) -> Vec<ProbeStatus> {
+        let mut status = Vec::new();
+        for (tracepoint, program) in PROGRAMS {
+            let (category, event) = tracepoint.split_once(':').expect("category:event");
+            // The futex2 syscalls are optional (6.7+): absent ones are not a degradation.
+            let optional = event.contains("futex_wait") || event.contains("futex_wake");
+            if optional && !tracefs::tracepoint_exists(category, event) {
+                continue;
+            }
+            // Without its exit an entry would leak; without its entry an exit does nothing.
+            status.push(match attach_classic(ebpf, program, category, event) {
+                Ok(()) => ProbeStatus {
+                    tracepoint,
+                    kind: Some(super::AttachKind::Tracepoint),
+                    note: None,
+                },
+                Err(err) => ProbeStatus {
+                    tracepoint,
+                    kind: None,
+                    note: Some(format!("{err:#}")),
+                },
+            });
+        }
+        status
+    }
+}
+
+pub fn read(ebpf: &Ebpf) -> anyhow::Result<HashMap<u64, FutexStats>> {
+    read_per_cpu_hash(ebpf, maps::CGROUP_FUTEX, FutexStats::ZERO, |t, v| t.add(v))
+}
+
+pub fn read_hot(ebpf: &Ebpf) -> anyhow::Result<HashMap<HotFutexKey, HotFutexValue>> {
+    let zero = HotFutexValue {
+        waits: 0,
+        wait_ns: 0,
+        max_wait_ns: 0,
+        comm: [0; 16],
+    };
+    read_per_cpu_hash(ebpf, maps::HOT_FUTEXES, zero, |t, v| t.add(v))
+}
+
+/// Forgets what the probes keep about removed cgroups and exited processes.
+pub fn forget(ebpf: &mut Ebpf, gone: impl Fn(&HotFutexKey) -> bool, cgroups: &[u64]) {
+    for id in cgroups {
+        remove_per_cpu_keys::<u64, FutexStats>(ebpf, maps::CGROUP_FUTEX, |k| k == id);
+    }
+    remove_per_cpu_keys::<HotFutexKey, HotFutexValue>(ebpf, maps::HOT_FUTEXES, gone);
+}

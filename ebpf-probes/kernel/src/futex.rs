@@ -1,0 +1,223 @@
+//! Futex probes: `syscalls:sys_{enter,exit}_futex` and the futex2 syscalls (`futex_wait`,
+//! `futex_waitv`, `futex_wake`, 6.7+). Per cgroup: wait calls, wait time (a log2 histogram),
+//! wakes and the waiters they woke, timeouts and EAGAIN returns. Per process, the hottest futex
+//! words, in a bounded LRU map (the agent shows the top few; they are never metric labels).
+//!
+//! A call's start is kept per thread from entry to exit; the exit credits the current cgroup
+//! (the caller's own, since the caller is `current` at syscall exit).
+
+use aya_ebpf::{
+    helpers::{
+        bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
+        bpf_ktime_get_ns, bpf_probe_read_user,
+    },
+    macros::{map, tracepoint},
+    maps::{LruHashMap, PerCpuHashMap},
+    programs::TracePointContext,
+};
+use stormwatch_common::{
+    FutexInflight, FutexStats, HotFutexKey, HotFutexValue, ProbeError, futex_class, futex_op_class,
+};
+
+use crate::shared::{BPF_ANY, count_error, global_u32, per_cpu_slot};
+
+const MAX_CGROUPS: u32 = 4096;
+/// In-flight calls: one per blocked thread at most; the JVM case has thousands of threads.
+const MAX_INFLIGHT: u32 = 65536;
+/// Distinct (cgroup, process, futex word) entries kept; the coldest are evicted first.
+const MAX_HOT_FUTEXES: u32 = 8192;
+
+const ETIMEDOUT: i64 = 110;
+const EAGAIN: i64 = 11;
+
+#[map(name = "CGROUP_FUTEX")]
+static CGROUP_FUTEX: PerCpuHashMap<u64, FutexStats> =
+    PerCpuHashMap::with_max_entries(MAX_CGROUPS, 0);
+
+#[map(name = "FUTEX_INFLIGHT")]
+static FUTEX_INFLIGHT: LruHashMap<u32, FutexInflight> =
+    LruHashMap::with_max_entries(MAX_INFLIGHT, 0);
+
+// Per CPU, so that counts and the maximum are exact without atomics; not LRU, so that an
+// entry cannot vanish between insert and lookup. Full is counted, never silent; the agent
+// deletes entries of processes that are gone.
+#[map(name = "HOT_FUTEXES")]
+static HOT_FUTEXES: PerCpuHashMap<HotFutexKey, HotFutexValue> =
+    PerCpuHashMap::with_max_entries(MAX_HOT_FUTEXES, 0);
+
+#[unsafe(no_mangle)]
+static TP_FUTEX_UADDR_OFFSET: u32 = 16;
+#[unsafe(no_mangle)]
+static TP_FUTEX_OP_OFFSET: u32 = 24;
+#[unsafe(no_mangle)]
+static TP_FUTEX2_UADDR_OFFSET: u32 = 16;
+#[unsafe(no_mangle)]
+static TP_FUTEX_WAITV_WAITERS_OFFSET: u32 = 16;
+#[unsafe(no_mangle)]
+static TP_FUTEX_WAITV_NR_OFFSET: u32 = 24;
+#[unsafe(no_mangle)]
+static TP_SYS_EXIT_RET_OFFSET: u32 = 16;
+
+#[inline(always)]
+fn field_u64(ctx: &TracePointContext, offset: u32) -> Option<u64> {
+    // SAFETY: bounds-checked read from the tracepoint record.
+    unsafe { ctx.read_at::<u64>(offset as usize) }.ok()
+}
+
+#[tracepoint]
+pub fn futex_enter(ctx: TracePointContext) -> i32 {
+    let (Some(uaddr), Some(op)) = (
+        field_u64(&ctx, global_u32(&TP_FUTEX_UADDR_OFFSET)),
+        field_u64(&ctx, global_u32(&TP_FUTEX_OP_OFFSET)),
+    ) else {
+        return 0;
+    };
+    enter(uaddr, futex_op_class(op as u32));
+    0
+}
+
+#[tracepoint]
+pub fn futex_wait_enter(ctx: TracePointContext) -> i32 {
+    if let Some(uaddr) = field_u64(&ctx, global_u32(&TP_FUTEX2_UADDR_OFFSET)) {
+        enter(uaddr, futex_class::WAIT);
+    }
+    0
+}
+
+#[tracepoint]
+pub fn futex_wake_enter(ctx: TracePointContext) -> i32 {
+    if let Some(uaddr) = field_u64(&ctx, global_u32(&TP_FUTEX2_UADDR_OFFSET)) {
+        enter(uaddr, futex_class::WAKE);
+    }
+    0
+}
+
+/// `struct futex_waitv { u64 val; u64 uaddr; u32 flags; u32 __reserved; }` (uapi, stable).
+const FUTEX_WAITV_UADDR: usize = 8;
+
+#[tracepoint]
+pub fn futex_waitv_enter(ctx: TracePointContext) -> i32 {
+    let (Some(waiters), Some(nr)) = (
+        field_u64(&ctx, global_u32(&TP_FUTEX_WAITV_WAITERS_OFFSET)),
+        field_u64(&ctx, global_u32(&TP_FUTEX_WAITV_NR_OFFSET)),
+    ) else {
+        return 0;
+    };
+    // A wait on several words cannot be charged to one of them: its time counts for the
+    // cgroup, but no single address is named.
+    let uaddr = if nr as u32 == 1 {
+        // SAFETY: bpf_probe_read_user tolerates any address.
+        unsafe { bpf_probe_read_user((waiters as usize + FUTEX_WAITV_UADDR) as *const u64) }
+            .unwrap_or(0)
+    } else {
+        0
+    };
+    enter(uaddr, futex_class::WAIT);
+    0
+}
+
+/// Attached to `sys_exit_futex` and to the futex2 exits: all `sys_exit_*` records are alike.
+#[tracepoint]
+pub fn futex_exit(ctx: TracePointContext) -> i32 {
+    if let Some(ret) = field_u64(&ctx, global_u32(&TP_SYS_EXIT_RET_OFFSET)) {
+        exit(ret as i64);
+    }
+    0
+}
+
+#[inline(always)]
+fn enter(uaddr: u64, class: u32) {
+    if class == 0 {
+        return;
+    }
+    let tid = bpf_get_current_pid_tgid() as u32;
+    // SAFETY: a helper with no preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    let call = FutexInflight {
+        start_ns: now,
+        uaddr,
+        class,
+        _pad: 0,
+    };
+    if FUTEX_INFLIGHT.insert(&tid, &call, BPF_ANY).is_err() {
+        count_error(ProbeError::FutexInflightFull);
+    }
+}
+
+#[inline(always)]
+fn exit(ret: i64) {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    // SAFETY: a helper with no preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    let tid = pid_tgid as u32;
+    let Some(call) = FUTEX_INFLIGHT.get_ptr(&tid) else {
+        // Ops we do not track have no entry either; only count calls we should have seen.
+        return;
+    };
+    // SAFETY: a valid map value pointer; copied before the entry is deleted.
+    let call = unsafe { *call };
+    let _ = FUTEX_INFLIGHT.remove(&tid);
+    if call.start_ns == 0 || now < call.start_ns {
+        count_error(ProbeError::FutexUnpairedExit);
+        return;
+    }
+    // SAFETY: a helper with no preconditions.
+    let cgroup_id = unsafe { bpf_get_current_cgroup_id() };
+    let Some(stats) = per_cpu_slot(
+        &CGROUP_FUTEX,
+        &cgroup_id,
+        &FutexStats::ZERO,
+        ProbeError::CgroupMapFull,
+    ) else {
+        return;
+    };
+    // SAFETY: this CPU's slot; syscall exits do not nest on one CPU.
+    let stats = unsafe { &mut *stats };
+    match call.class {
+        futex_class::WAIT => {
+            let waited = now - call.start_ns;
+            stats.wait.record(waited);
+            if ret == -ETIMEDOUT {
+                stats.timeouts += 1;
+            } else if ret == -EAGAIN {
+                stats.eagain += 1;
+            }
+            if call.uaddr != 0 {
+                record_hot(cgroup_id, (pid_tgid >> 32) as u32, call.uaddr, waited);
+            }
+        }
+        futex_class::WAKE => {
+            stats.wakes += 1;
+            if ret > 0 {
+                stats.woken += ret as u64;
+            }
+        }
+        _ => stats.wakes += 1,
+    }
+}
+
+#[inline(always)]
+fn record_hot(cgroup_id: u64, tgid: u32, uaddr: u64, waited: u64) {
+    let key = HotFutexKey {
+        cgroup_id,
+        uaddr,
+        tgid,
+        _pad: 0,
+    };
+    let zero = HotFutexValue {
+        waits: 0,
+        wait_ns: 0,
+        max_wait_ns: 0,
+        comm: bpf_get_current_comm().unwrap_or([0; 16]),
+    };
+    let Some(v) = per_cpu_slot(&HOT_FUTEXES, &key, &zero, ProbeError::HotFutexUpdate) else {
+        return;
+    };
+    // SAFETY: this CPU's slot.
+    let v = unsafe { &mut *v };
+    v.waits += 1;
+    v.wait_ns += waited;
+    if waited > v.max_wait_ns {
+        v.max_wait_ns = waited;
+    }
+}
