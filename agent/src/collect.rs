@@ -433,4 +433,83 @@ mod tests {
             3
         );
     }
+
+    fn hot(waits: u64, wait_ns: u64, max: u64) -> HotFutexValue {
+        HotFutexValue {
+            waits,
+            wait_ns,
+            max_wait_ns: max,
+            comm: *b"java\0\0\0\0\0\0\0\0\0\0\0\0",
+        }
+    }
+
+    #[test]
+    fn futex_and_lock_figures_join_the_cgroup_window() {
+        let t0 = Instant::now();
+        let mut a = Snapshot::empty(t0);
+        let mut b = Snapshot::empty(t0 + Duration::from_secs(1));
+        let mut f = FutexStats::ZERO;
+        f.wait.record(1000);
+        f.wakes = 3;
+        b.futex.insert(5, f);
+        let mut l = LockStats::ZERO;
+        l.count[0] = 2;
+        l.wait_ns[0] = 900;
+        a.locks.insert(5, l);
+        l.count[0] = 7;
+        l.wait_ns[0] = 1900;
+        b.locks.insert(5, l);
+        let w = Window::between(&a, &b);
+        let c = &w.cgroups[&5];
+        assert_eq!(c.futex.wait.count, 1);
+        assert_eq!(c.futex.wakes, 3);
+        assert_eq!(c.locks.count[0], 5);
+        assert_eq!(c.locks.wait_ns[0], 1000);
+        assert_eq!(c.sched, SchedStats::ZERO);
+    }
+
+    #[test]
+    fn hot_futexes_without_new_waits_are_not_activity() {
+        let key = HotFutexKey {
+            cgroup_id: 1,
+            uaddr: 0x1000,
+            tgid: 42,
+            _pad: 0,
+        };
+        let t0 = Instant::now();
+        let mut a = Snapshot::empty(t0);
+        a.hot_futexes.insert(key, hot(10, 500, 90));
+        let mut b = a.clone();
+        assert!(Window::between(&a, &b).hot_futexes.is_empty());
+        b.hot_futexes.insert(key, hot(14, 900, 200));
+        let w = Window::between(&a, &b);
+        assert_eq!(w.hot_futexes[&key].waits, 4);
+        assert_eq!(w.hot_futexes[&key].wait_ns, 400);
+        assert_eq!(w.hot_futexes[&key].max_wait_ns, 200);
+        let mut total = Window::empty();
+        total.extend(&w);
+        total.extend(&w);
+        assert_eq!(total.hot_futexes[&key].waits, 8);
+        assert_eq!(total.hot_futexes[&key].max_wait_ns, 200);
+    }
+
+    #[test]
+    fn forgetting_a_cgroup_drops_all_its_keys() {
+        let mut a = Snapshot::empty(Instant::now());
+        a.sched.insert(1, stats(1, 1, &[]));
+        a.futex.insert(1, FutexStats::ZERO);
+        a.hot_futexes.insert(
+            HotFutexKey {
+                cgroup_id: 1,
+                uaddr: 1,
+                tgid: 1,
+                _pad: 0,
+            },
+            hot(1, 1, 1),
+        );
+        a.sched.insert(2, stats(1, 1, &[]));
+        a.forget_cgroup(1);
+        assert_eq!(a.cgroup_ids().copied().collect::<Vec<_>>(), [2]);
+        assert!(a.hot_futexes.is_empty());
+    }
 }
