@@ -101,6 +101,7 @@ pub fn run(args: &CheckArgs) -> bool {
     if privileged {
         let options = LoadOptions {
             force_tracepoints: args.force_tracepoints,
+            ..LoadOptions::default()
         };
         match Probes::load(&options) {
             Ok(probes) => {
@@ -143,7 +144,7 @@ pub fn run(args: &CheckArgs) -> bool {
             Level::Warn => "warn",
             Level::Fail => "FAIL",
         };
-        let _ = writeln!(out, "{tag}  {:<34} {}", l.what, l.detail);
+        let _ = writeln!(out, "{tag}  {:<38} {}", l.what, l.detail);
     }
     let degraded = lines.iter().any(|l| l.level == Level::Warn);
     let verdict = match (can_work, degraded) {

@@ -5,6 +5,8 @@ pub mod trace;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::probes::Family;
+
 /// Node diagnostics from eBPF: per-container scheduler figures, lock waits and what they mean.
 #[derive(Debug, Parser)]
 #[command(name = "stormwatch", version, about, long_about = None)]
@@ -54,6 +56,15 @@ pub struct TraceArgs {
     /// Use classic tracepoints even where tp_btf programs would load.
     #[arg(long)]
     pub force_tracepoints: bool,
+
+    /// Probe families to attach (comma-separated). Figures of families left out are null.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "sched,futex,locks"
+    )]
+    pub probes: Vec<Family>,
 }
 
 /// A strictly positive, finite number of seconds.

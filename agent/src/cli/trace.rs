@@ -39,6 +39,7 @@ pub async fn run(args: TraceArgs) -> anyhow::Result<()> {
     let interval = Duration::from_secs_f64(args.interval);
     let options = LoadOptions {
         force_tracepoints: args.force_tracepoints,
+        families: args.probes.clone(),
     };
     let mut pipeline = Pipeline::start(&options, resolver)?;
     let attached = pipeline

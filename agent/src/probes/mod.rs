@@ -117,12 +117,41 @@ pub struct Probes {
     pub status: Vec<ProbeStatus>,
 }
 
+/// A probe family, as named on the command line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Family {
+    /// Context switches, run-queue latency, on/off-CPU time, migrations.
+    Sched,
+    /// Futex waits and wakes, hot futex words.
+    Futex,
+    /// Kernel lock contention by kind and call site.
+    Locks,
+    /// Empty programs on sched_switch and sched_wakeup: the overhead benchmark's floor.
+    #[value(hide = true)]
+    EmptySched,
+}
+
+impl Family {
+    /// What the agent runs by default: every real family.
+    pub const DEFAULT: [Family; 3] = [Family::Sched, Family::Futex, Family::Locks];
+}
+
 /// Options for [`Probes::load`].
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct LoadOptions {
     /// Use classic tracepoints even where tp_btf would work (for testing the fallback and for
     /// measuring both).
     pub force_tracepoints: bool,
+    pub families: Vec<Family>,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        Self {
+            force_tracepoints: false,
+            families: Family::DEFAULT.to_vec(),
+        }
+    }
 }
 
 impl Probes {
@@ -134,11 +163,18 @@ impl Probes {
             facts.aya_btf = None;
             facts.btf_error = Some("tp_btf disabled by --force-tracepoints".to_owned());
         }
-        let families: Vec<Box<dyn ProbeFamily>> = vec![
-            Box::new(sched::SchedProbes),
-            Box::new(futex::FutexProbes),
-            Box::new(locks::LockProbes),
-        ];
+        let families: Vec<Box<dyn ProbeFamily>> = options
+            .families
+            .iter()
+            .map(|f| -> Box<dyn ProbeFamily> {
+                match f {
+                    Family::Sched => Box::new(sched::SchedProbes),
+                    Family::Futex => Box::new(futex::FutexProbes),
+                    Family::Locks => Box::new(locks::LockProbes),
+                    Family::EmptySched => Box::new(EmptySchedProbes),
+                }
+            })
+            .collect();
 
         // Globals must all be set before the single load of the object. Names come from the
         // shared crate; a missing one is set to 0 and the family that needs it degrades.
@@ -221,6 +257,41 @@ impl Probes {
                 (kind.name(), total)
             })
             .collect()
+    }
+}
+
+/// The benchmark floor: empty tp_btf programs on `sched_switch` and `sched_wakeup`.
+struct EmptySchedProbes;
+
+impl ProbeFamily for EmptySchedProbes {
+    fn name(&self) -> &'static str {
+        "empty (benchmark floor)"
+    }
+
+    fn globals(&self, _facts: &KernelFacts) -> Vec<(&'static str, u32)> {
+        Vec::new()
+    }
+
+    fn attach(&self, ebpf: &mut Ebpf, facts: &KernelFacts) -> Vec<ProbeStatus> {
+        use stormwatch_common::programs::{BENCH_EMPTY_SWITCH, BENCH_EMPTY_WAKEUP};
+        [
+            (sched::SWITCH, BENCH_EMPTY_SWITCH),
+            (sched::WAKEUP, BENCH_EMPTY_WAKEUP),
+        ]
+        .into_iter()
+        .map(|(tracepoint, program)| {
+            let (_, event) = tracepoint.split_once(':').expect("category:event");
+            let result = match &facts.aya_btf {
+                Some(btf) => attach_btf(ebpf, program, event, btf),
+                None => Err(anyhow::anyhow!("no kernel BTF")),
+            };
+            ProbeStatus {
+                tracepoint,
+                kind: result.is_ok().then_some(AttachKind::TpBtf),
+                note: result.err().map(|e| format!("{e:#}")),
+            }
+        })
+        .collect()
     }
 }
 

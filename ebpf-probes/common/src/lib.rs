@@ -79,6 +79,8 @@ pub mod programs {
     pub const LOCK_END_BTF: &str = "lock_contention_end_btf";
     pub const LOCK_BEGIN_TP: &str = "lock_contention_begin_tp";
     pub const LOCK_END_TP: &str = "lock_contention_end_tp";
+    pub const BENCH_EMPTY_SWITCH: &str = "bench_empty_switch";
+    pub const BENCH_EMPTY_WAKEUP: &str = "bench_empty_wakeup";
 }
 
 /// Number of log2 buckets in a latency histogram. Bucket `b` counts values `v` (in ns) with

@@ -3,6 +3,7 @@
 #![no_std]
 #![no_main]
 
+mod bench;
 mod futex;
 mod locks;
 mod sched;

@@ -1,0 +1,15 @@
+//! Empty programs on the scheduler tracepoints: the benchmark's floor, i.e. what merely
+//! attaching a tp_btf program to `sched_switch` and `sched_wakeup` costs. Never attached by the
+//! agent in normal use.
+
+use aya_ebpf::{macros::btf_tracepoint, programs::BtfTracePointContext};
+
+#[btf_tracepoint(function = "sched_switch")]
+pub fn bench_empty_switch(_ctx: BtfTracePointContext) -> i32 {
+    0
+}
+
+#[btf_tracepoint(function = "sched_wakeup")]
+pub fn bench_empty_wakeup(_ctx: BtfTracePointContext) -> i32 {
+    0
+}
