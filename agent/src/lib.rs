@@ -5,6 +5,7 @@
 
 pub mod cli;
 pub mod collect;
+pub mod diagnose;
 pub mod identity;
 pub mod pipeline;
 pub mod privileges;

@@ -36,10 +36,13 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             };
         }
-        Command::Trace(args) => runtime().and_then(|rt| rt.block_on(cli::trace::run(args))),
+        Command::Trace(args) => runtime()
+            .and_then(|rt| rt.block_on(cli::trace::run(args)))
+            .map(|()| 0),
+        Command::Diagnose(args) => runtime().and_then(|rt| rt.block_on(cli::diagnose::run(args))),
     };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => ExitCode::from(code),
         Err(err) => {
             eprintln!("stormwatch: error: {err:#}");
             ExitCode::FAILURE

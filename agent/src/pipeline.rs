@@ -53,6 +53,11 @@ impl Pipeline {
         self.previous.taken_at
     }
 
+    /// Paths of the cgroups seen so far (including removed ones not yet forgotten).
+    pub fn paths(&self) -> &HashMap<u64, String> {
+        &self.paths
+    }
+
     /// What a report of windows of this pipeline needs.
     pub fn report_context(&self) -> ReportContext<'_> {
         ReportContext {

@@ -118,9 +118,9 @@ fn diagnose(duration: u32) -> Result<()> {
         .args(["diagnose", "--duration", &duration.to_string()])
         .status()
         .with_context(|| format!("cannot start {}", bin.display()))?;
-    // diagnose exits 1 when it found problems: that is a result, not a failure of the task.
+    // diagnose exits 3 when it found problems: that is a result, not a failure of the task.
     match status.code() {
-        Some(0 | 1) => Ok(()),
+        Some(0 | 3) => Ok(()),
         _ => bail!("stormwatch diagnose failed: {status}"),
     }
 }

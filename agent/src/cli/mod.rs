@@ -1,6 +1,7 @@
 //! The command line: one module per subcommand; `main.rs` only parses and dispatches.
 
 pub mod check;
+pub mod diagnose;
 pub mod trace;
 
 use clap::{Args, Parser, Subcommand};
@@ -25,6 +26,21 @@ pub enum Command {
     Check(CheckArgs),
     /// Trace per-container scheduler figures: a live table, or one JSON document at the end.
     Trace(TraceArgs),
+    /// Watch the host, then report problems (lock storms, throttling, run-queue saturation,
+    /// thread oversubscription) with evidence and what to do. Exit status: 0 no problems,
+    /// 3 problems found, 1 error, 2 bad usage.
+    Diagnose(DiagnoseArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct DiagnoseArgs {
+    /// How long to watch, in seconds.
+    #[arg(long, value_name = "SECS", default_value = "10", value_parser = positive_seconds)]
+    pub duration: f64,
+
+    /// Print one JSON document instead of the report.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

@@ -1,0 +1,195 @@
+//! Diagnosis: rules over per-container windows → findings an SRE can act on.
+//!
+//! Rules are pure functions of [`Facts`] (one container's figures over a window, with its
+//! resource context) and [`Thresholds`]; no I/O, so they are tested on synthetic windows.
+
+pub mod rules;
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use stormwatch_common::{FutexStats, LockStats, SchedStats, lock_kind};
+
+/// One container's figures over one window, with what bounds it.
+#[derive(Clone, Debug)]
+pub struct Facts {
+    pub cgroup_id: u64,
+    /// Path relative to the v2 root.
+    pub cgroup: String,
+    pub window_seconds: f64,
+    /// CPUs on the host (online).
+    pub host_cpus: u32,
+    /// CPUs in the container's effective cpuset, when known.
+    pub cpuset_cpus: Option<u32>,
+    /// CFS quota in cores, when limited.
+    pub quota_cores: Option<f64>,
+    /// Threads in the cgroup at the end of the window, when known.
+    pub threads: Option<u64>,
+    /// Throttling during the window (deltas), when the cgroup has a quota.
+    pub throttled_periods: Option<u64>,
+    pub throttled_seconds: Option<f64>,
+    pub sched: SchedStats,
+    pub futex: FutexStats,
+    pub locks: LockStats,
+}
+
+impl Facts {
+    /// The CPUs the container can really use: the smallest of its cpuset, its quota and the
+    /// host.
+    pub fn allowed_cpus(&self) -> f64 {
+        let mut cpus = f64::from(self.host_cpus.max(1));
+        if let Some(set) = self.cpuset_cpus {
+            cpus = cpus.min(f64::from(set.max(1)));
+        }
+        if let Some(q) = self.quota_cores {
+            cpus = cpus.min(q.max(0.01));
+        }
+        cpus
+    }
+
+    fn per_second(&self, v: f64) -> f64 {
+        v / self.window_seconds.max(1e-9)
+    }
+
+    /// Average number of the container's threads on a CPU or waiting for one (Little's law:
+    /// time running plus time queued, per second of window).
+    pub fn runnable_threads(&self) -> f64 {
+        self.per_second((self.sched.oncpu_ns + self.sched.runq.sum_ns) as f64 / 1e9)
+    }
+
+    /// Average number of threads in a futex wait.
+    pub fn futex_waiting_threads(&self) -> f64 {
+        self.per_second(self.futex.wait.sum_ns as f64 / 1e9)
+    }
+
+    /// Share of the threads' time spent in futex waits.
+    pub fn futex_wait_share(&self) -> Option<f64> {
+        let threads = self.threads? as f64;
+        (threads > 0.0).then(|| (self.futex_waiting_threads() / threads).min(1.0))
+    }
+
+    pub fn voluntary_switches_per_cpu_second(&self) -> f64 {
+        self.per_second(self.sched.voluntary_switches as f64) / self.allowed_cpus()
+    }
+
+    pub fn futex_waits_per_second(&self) -> f64 {
+        self.per_second(self.futex.wait.count as f64)
+    }
+
+    pub fn migrations_per_second(&self) -> f64 {
+        self.per_second(self.sched.migrations as f64)
+    }
+
+    /// Kernel spinlock wait, in seconds per second.
+    pub fn spin_wait_per_second(&self) -> f64 {
+        self.per_second(self.locks.wait_ns[lock_kind::SPIN] as f64 / 1e9)
+    }
+
+    /// Mean run-queue latency in seconds, when there were samples.
+    pub fn runq_mean_seconds(&self) -> Option<f64> {
+        let r = &self.sched.runq;
+        (r.count > 0).then(|| r.sum_ns as f64 / 1e9 / r.count as f64)
+    }
+
+    pub fn oncpu_cores(&self) -> f64 {
+        self.per_second(self.sched.oncpu_ns as f64 / 1e9)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Severity {
+    Info,
+    Warning,
+    Critical,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    LockStorm,
+    CpuThrottling,
+    RunqueueSaturation,
+    ThreadOversubscription,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::LockStorm => "lock_storm",
+            Kind::CpuThrottling => "cpu_throttling",
+            Kind::RunqueueSaturation => "runqueue_saturation",
+            Kind::ThreadOversubscription => "thread_oversubscription",
+        }
+    }
+}
+
+/// A rule's verdict on one container.
+#[derive(Clone, Debug, Serialize)]
+pub struct Finding {
+    pub kind: Kind,
+    pub severity: Severity,
+    pub cgroup_id: u64,
+    pub cgroup: String,
+    pub summary: String,
+    /// The figures the rule used, by name, in base units.
+    pub evidence: BTreeMap<&'static str, f64>,
+    pub recommendations: Vec<String>,
+}
+
+/// Thresholds of the rules. Each default is a named constant with the reason for its value in
+/// [`rules`]; the config file may override any of them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Thresholds {
+    pub storm_min_futex_wait_share: f64,
+    pub storm_min_futex_waits_per_second: f64,
+    pub storm_min_voluntary_switches_per_cpu_second: f64,
+    pub storm_min_threads_per_cpu: f64,
+    pub storm_critical_futex_wait_share: f64,
+    pub storm_high_migrations_per_second: f64,
+    pub storm_significant_spin_wait: f64,
+    pub throttling_min_throttled_share: f64,
+    pub throttling_critical_throttled_share: f64,
+    pub runq_min_mean_seconds: f64,
+    pub runq_min_p99_seconds: f64,
+    pub runq_critical_mean_seconds: f64,
+    pub oversubscription_min_runnable_per_cpu: f64,
+}
+
+impl Default for Thresholds {
+    fn default() -> Self {
+        use rules::defaults::*;
+        Self {
+            storm_min_futex_wait_share: STORM_MIN_FUTEX_WAIT_SHARE,
+            storm_min_futex_waits_per_second: STORM_MIN_FUTEX_WAITS_PER_SECOND,
+            storm_min_voluntary_switches_per_cpu_second: STORM_MIN_VCSW_PER_CPU_SECOND,
+            storm_min_threads_per_cpu: STORM_MIN_THREADS_PER_CPU,
+            storm_critical_futex_wait_share: STORM_CRITICAL_FUTEX_WAIT_SHARE,
+            storm_high_migrations_per_second: STORM_HIGH_MIGRATIONS_PER_SECOND,
+            storm_significant_spin_wait: STORM_SIGNIFICANT_SPIN_WAIT,
+            throttling_min_throttled_share: THROTTLING_MIN_THROTTLED_SHARE,
+            throttling_critical_throttled_share: THROTTLING_CRITICAL_THROTTLED_SHARE,
+            runq_min_mean_seconds: RUNQ_MIN_MEAN_SECONDS,
+            runq_min_p99_seconds: RUNQ_MIN_P99_SECONDS,
+            runq_critical_mean_seconds: RUNQ_CRITICAL_MEAN_SECONDS,
+            oversubscription_min_runnable_per_cpu: OVERSUBSCRIPTION_MIN_RUNNABLE_PER_CPU,
+        }
+    }
+}
+
+/// Runs every rule on every container; findings ranked by severity, then by container.
+/// `all` is the whole host's facts, so that a rule can name a noisy neighbour.
+pub fn diagnose(all: &[Facts], t: &Thresholds) -> Vec<Finding> {
+    let mut findings: Vec<Finding> = all
+        .iter()
+        .flat_map(|f| rules::check_all(f, all, t))
+        .collect();
+    findings.sort_by(|a, b| {
+        b.severity
+            .cmp(&a.severity)
+            .then(a.kind.cmp(&b.kind))
+            .then(a.cgroup.cmp(&b.cgroup))
+    });
+    findings
+}

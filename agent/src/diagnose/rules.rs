@@ -1,0 +1,574 @@
+//! The rules. Each is a pure function of one container's [`Facts`] (and, for naming a noisy
+//! neighbour, the host's), returning a finding or nothing.
+
+use std::collections::BTreeMap;
+
+use super::{Facts, Finding, Kind, Severity, Thresholds};
+use crate::collect::log2_quantile_ns;
+
+/// Default thresholds, with the reason for each value.
+pub mod defaults {
+    /// A quarter of all thread time in futex waits: a service whose threads mostly run or do
+    /// I/O stays far below; parked idle pools can exceed it, which is why the wait *rate*
+    /// below is required too.
+    pub const STORM_MIN_FUTEX_WAIT_SHARE: f64 = 0.25;
+    /// Futex waits per second per allowed CPU. Idle pools park with long timeouts (a few waits
+    /// per second per thread); a contended lock makes thousands of short waits per CPU.
+    pub const STORM_MIN_FUTEX_WAITS_PER_SECOND: f64 = 500.0;
+    /// Voluntary switches per second per allowed CPU. Busy I/O services run at hundreds to a
+    /// couple of thousand; each contended lock hand-off is a block and a wake-up.
+    pub const STORM_MIN_VCSW_PER_CPU_SECOND: f64 = 2000.0;
+    /// "Far more threads than usable CPUs": with fewer than 4 per CPU, a waiting thread's CPU
+    /// is not what the others wait for, and the hand-off cost stays bounded.
+    pub const STORM_MIN_THREADS_PER_CPU: f64 = 4.0;
+    /// Half of all thread time waiting for each other: the service mostly queues on its lock.
+    pub const STORM_CRITICAL_FUTEX_WAIT_SHARE: f64 = 0.5;
+    /// Migrations per second per allowed CPU above which pinning is worth recommending: each
+    /// migration moves the lock's cache lines and the thread's working set.
+    pub const STORM_HIGH_MIGRATIONS_PER_SECOND: f64 = 50.0;
+    /// Kernel spinlock wait, in seconds per second (0.01 = 1% of a CPU spinning): the
+    /// `_raw_spin_unlock_irqrestore` signature of futex hash-bucket and run-queue lock hand-offs.
+    pub const STORM_SIGNIFICANT_SPIN_WAIT: f64 = 0.01;
+    /// Throttled time per second of window: 5% means the container stalls for 5 ms of every
+    /// 100 ms period on average, enough to show in tail latency.
+    pub const THROTTLING_MIN_THROTTLED_SHARE: f64 = 0.05;
+    /// A quarter of the time stalled by its own quota.
+    pub const THROTTLING_CRITICAL_THROTTLED_SHARE: f64 = 0.25;
+    /// Mean run-queue wait of 1 ms: an idle or right-sized host serves wake-ups in tens of
+    /// microseconds; a millisecond on average means threads regularly wait for a CPU.
+    pub const RUNQ_MIN_MEAN_SECONDS: f64 = 0.001;
+    /// p99 of 20 ms: a request served by such a wake-up misses typical latency budgets.
+    pub const RUNQ_MIN_P99_SECONDS: f64 = 0.020;
+    /// Mean of 10 ms: more than a scheduler slice; threads wait longer than they run.
+    pub const RUNQ_CRITICAL_MEAN_SECONDS: f64 = 0.010;
+    /// Twice as many threads runnable on average as CPUs allowed: half of them always wait.
+    pub const OVERSUBSCRIPTION_MIN_RUNNABLE_PER_CPU: f64 = 2.0;
+    /// Run-queue samples a window needs before its latency is judged.
+    pub const RUNQ_MIN_SAMPLES: u64 = 100;
+}
+
+/// Runs every rule on one container.
+pub fn check_all(f: &Facts, all: &[Facts], t: &Thresholds) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let storm = lock_storm(f, t);
+    let is_storm = storm.is_some();
+    out.extend(storm);
+    out.extend(cpu_throttling(f, t));
+    out.extend(runqueue_saturation(f, all, t));
+    // Oversubscription is the early warning; once it is a storm, the storm says it all.
+    if !is_storm {
+        out.extend(thread_oversubscription(f, t));
+    }
+    out
+}
+
+fn finding(
+    f: &Facts,
+    kind: Kind,
+    severity: Severity,
+    summary: String,
+    evidence: BTreeMap<&'static str, f64>,
+    recommendations: Vec<String>,
+) -> Finding {
+    Finding {
+        kind,
+        severity,
+        cgroup_id: f.cgroup_id,
+        cgroup: f.cgroup.clone(),
+        summary,
+        evidence,
+        recommendations,
+    }
+}
+
+fn limits_evidence(f: &Facts, e: &mut BTreeMap<&'static str, f64>) {
+    e.insert("allowed_cpus", f.allowed_cpus());
+    e.insert("host_cpus", f64::from(f.host_cpus));
+    if let Some(c) = f.cpuset_cpus {
+        e.insert("cpuset_cpus", f64::from(c));
+    }
+    if let Some(q) = f.quota_cores {
+        e.insert("cpu_quota_cores", q);
+    }
+    if let Some(n) = f.threads {
+        e.insert("threads", n as f64);
+    }
+}
+
+/// Many threads, few usable CPUs, and the time going to futex waits with a high hand-off rate.
+/// Never one figure alone: each of the four conditions is required.
+pub fn lock_storm(f: &Facts, t: &Thresholds) -> Option<Finding> {
+    let threads = f.threads? as f64;
+    let allowed = f.allowed_cpus();
+    let share = f.futex_wait_share()?;
+    let waits_per_cpu = f.futex_waits_per_second() / allowed;
+    let vcsw = f.voluntary_switches_per_cpu_second();
+    let threads_per_cpu = threads / allowed;
+    if share < t.storm_min_futex_wait_share
+        || waits_per_cpu < t.storm_min_futex_waits_per_second
+        || vcsw < t.storm_min_voluntary_switches_per_cpu_second
+        || threads_per_cpu < t.storm_min_threads_per_cpu
+    {
+        return None;
+    }
+    let spin = f.spin_wait_per_second();
+    let migrations_per_cpu = f.migrations_per_second() / allowed;
+    let severity =
+        if share >= t.storm_critical_futex_wait_share || spin >= t.storm_significant_spin_wait {
+            Severity::Critical
+        } else {
+            Severity::Warning
+        };
+    let mut e = BTreeMap::new();
+    e.insert("futex_wait_share", share);
+    e.insert("futex_waiting_threads", f.futex_waiting_threads());
+    e.insert("futex_waits_per_second", f.futex_waits_per_second());
+    if f.futex.wait.count > 0 {
+        e.insert(
+            "futex_mean_wait_seconds",
+            f.futex.wait.sum_ns as f64 / 1e9 / f.futex.wait.count as f64,
+        );
+    }
+    if let Some(p99) = log2_quantile_ns(&f.futex.wait, 0.99) {
+        e.insert("futex_p99_wait_seconds", p99 as f64 / 1e9);
+    }
+    e.insert("voluntary_switches_per_cpu_second", vcsw);
+    e.insert("runnable_threads", f.runnable_threads());
+    e.insert("kernel_spin_wait_seconds_per_second", spin);
+    e.insert("migrations_per_second", f.migrations_per_second());
+    limits_evidence(f, &mut e);
+
+    let mut recs = Vec::new();
+    if migrations_per_cpu >= t.storm_high_migrations_per_second {
+        recs.push(format!(
+            "Pin the container to fewer, dedicated CPUs: threads move between CPUs {:.0} times \
+             per second, and every lock hand-off then crosses caches. On Kubernetes use the \
+             kubelet's static CPU manager policy (Guaranteed pod, integer CPU request); \
+             elsewhere a cpuset.",
+            f.migrations_per_second()
+        ));
+    }
+    recs.push(format!(
+        "Size thread pools and runtimes to the {allowed:.0} CPU(s) really available instead of \
+         running {threads:.0} threads: JVM -XX:ActiveProcessorCount={n} and explicit pool sizes; \
+         Go GOMAXPROCS={n}; fewer worker threads in thread-per-request servers.",
+        n = allowed.ceil().max(1.0) as u64
+    ));
+    if spin >= t.storm_significant_spin_wait {
+        recs.push(format!(
+            "Kernel spinlock hand-offs cost {:.1}% of a CPU (the `_raw_spin_unlock_irqrestore` \
+             signature in perf top): fewer CPUs contending for the same futex hash buckets and \
+             run queues helps; see kernel_lock_sites in `stormwatch trace --json`.",
+            100.0 * spin
+        ));
+    }
+    recs.push(
+        "Caveat: pinning to fewer CPUs hurts runtimes that size their pools from the host's \
+         CPU count (older JVMs, GOMAXPROCS before Go 1.25, many native thread pools): set the \
+         CPU count explicitly when you pin."
+            .to_owned(),
+    );
+    recs.push(
+        "Find the contended lock: `stormwatch trace --json` lists the hottest futex addresses \
+         per process (hot_futexes); a JVM thread dump or `perf lock contention` names the \
+         monitor."
+            .to_owned(),
+    );
+    Some(finding(
+        f,
+        Kind::LockStorm,
+        severity,
+        format!(
+            "lock storm: {threads:.0} threads on {allowed:.1} usable CPU(s) spend {:.0}% of \
+             their time in futex waits ({:.0} waits/s per CPU, {vcsw:.0} voluntary switches/s \
+             per CPU)",
+            100.0 * share,
+            waits_per_cpu
+        ),
+        e,
+        recs,
+    ))
+}
+
+/// CFS throttling that stalls the container.
+pub fn cpu_throttling(f: &Facts, t: &Thresholds) -> Option<Finding> {
+    let quota = f.quota_cores?;
+    let throttled = f.throttled_seconds?;
+    let share = throttled / f.window_seconds.max(1e-9);
+    if share < t.throttling_min_throttled_share {
+        return None;
+    }
+    let severity = if share >= t.throttling_critical_throttled_share {
+        Severity::Critical
+    } else {
+        Severity::Warning
+    };
+    let mut e = BTreeMap::new();
+    e.insert("throttled_seconds_per_second", share);
+    if let Some(p) = f.throttled_periods {
+        e.insert("throttled_periods", p as f64);
+    }
+    e.insert("oncpu_cores", f.oncpu_cores());
+    e.insert("runnable_threads", f.runnable_threads());
+    limits_evidence(f, &mut e);
+    Some(finding(
+        f,
+        Kind::CpuThrottling,
+        severity,
+        format!(
+            "CPU throttling: stalled {:.0}% of the time by its {quota:.2}-core quota (using \
+             {:.2} cores)",
+            100.0 * share,
+            f.oncpu_cores()
+        ),
+        e,
+        vec![
+            format!(
+                "Raise the CPU limit above {quota:.2} cores, or remove it and rely on requests: \
+                 the quota is spent early in each period and the rest of the period stalls."
+            ),
+            format!(
+                "Size thread pools to the quota ({} CPU(s)): many threads burn a quota in a \
+                 fraction of the period.",
+                quota.ceil().max(1.0) as u64
+            ),
+        ],
+    ))
+}
+
+/// Long run-queue waits: from the container's own oversubscription, or a noisy neighbour.
+pub fn runqueue_saturation(f: &Facts, all: &[Facts], t: &Thresholds) -> Option<Finding> {
+    let runq = &f.sched.runq;
+    if runq.count < defaults::RUNQ_MIN_SAMPLES {
+        return None;
+    }
+    let mean = f.runq_mean_seconds()?;
+    let p99 = log2_quantile_ns(runq, 0.99).map(|ns| ns as f64 / 1e9)?;
+    if mean < t.runq_min_mean_seconds && p99 < t.runq_min_p99_seconds {
+        return None;
+    }
+    let severity = if mean >= t.runq_critical_mean_seconds {
+        Severity::Critical
+    } else {
+        Severity::Warning
+    };
+    let allowed = f.allowed_cpus();
+    let runnable = f.runnable_threads();
+    let mut e = BTreeMap::new();
+    e.insert("runqueue_mean_seconds", mean);
+    e.insert("runqueue_p99_seconds", p99);
+    e.insert("runnable_threads", runnable);
+    e.insert("oncpu_cores", f.oncpu_cores());
+    limits_evidence(f, &mut e);
+
+    let own = runnable > allowed;
+    let neighbour = all
+        .iter()
+        .filter(|o| o.cgroup_id != f.cgroup_id)
+        .max_by(|a, b| a.oncpu_cores().total_cmp(&b.oncpu_cores()));
+    let host_busy: f64 = all.iter().map(Facts::oncpu_cores).sum();
+    let mut recs = Vec::new();
+    let summary = if own {
+        recs.push(format!(
+            "The container keeps {runnable:.1} threads runnable on {allowed:.1} usable CPU(s): \
+             give it more CPUs or run fewer busy threads."
+        ));
+        format!(
+            "run-queue saturation: threads wait {:.2} ms on average (p99 ≤ {:.1} ms) for a CPU; \
+             {runnable:.1} runnable threads on {allowed:.1} usable CPU(s)",
+            mean * 1e3,
+            p99 * 1e3
+        )
+    } else {
+        let mut s = format!(
+            "run-queue saturation: threads wait {:.2} ms on average (p99 ≤ {:.1} ms) for a CPU \
+             although the container keeps only {runnable:.1} runnable",
+            mean * 1e3,
+            p99 * 1e3
+        );
+        if let Some(n) = neighbour.filter(|n| n.oncpu_cores() > 0.25 * f64::from(f.host_cpus)) {
+            e.insert("neighbour_oncpu_cores", n.oncpu_cores());
+            e.insert("host_oncpu_cores", host_busy);
+            s.push_str(&format!(
+                "; noisy neighbour: {} uses {:.2} of the host's {} CPUs",
+                n.cgroup,
+                n.oncpu_cores(),
+                f.host_cpus
+            ));
+            recs.push(format!(
+                "Separate it from {}: give one of them dedicated CPUs (cpuset / static CPU \
+                 manager policy) or limit the neighbour's CPU.",
+                n.cgroup
+            ));
+        }
+        s
+    };
+    recs.push(
+        "Check the host's CPU allocation: requests that sum above the node's CPUs, or \
+         burstable pods without limits, produce exactly this."
+            .to_owned(),
+    );
+    Some(finding(
+        f,
+        Kind::RunqueueSaturation,
+        severity,
+        summary,
+        e,
+        recs,
+    ))
+}
+
+/// Far more threads runnable than CPUs allowed, before it becomes a storm.
+pub fn thread_oversubscription(f: &Facts, t: &Thresholds) -> Option<Finding> {
+    let allowed = f.allowed_cpus();
+    let runnable = f.runnable_threads();
+    if runnable < t.oversubscription_min_runnable_per_cpu * allowed {
+        return None;
+    }
+    let mut e = BTreeMap::new();
+    e.insert("runnable_threads", runnable);
+    e.insert("runnable_per_cpu", runnable / allowed);
+    if let Some(m) = f.runq_mean_seconds() {
+        e.insert("runqueue_mean_seconds", m);
+    }
+    e.insert(
+        "involuntary_switches_per_second",
+        f.sched.involuntary_switches as f64 / f.window_seconds.max(1e-9),
+    );
+    limits_evidence(f, &mut e);
+    Some(finding(
+        f,
+        Kind::ThreadOversubscription,
+        Severity::Warning,
+        format!(
+            "thread oversubscription: {runnable:.1} threads runnable on average on \
+             {allowed:.1} usable CPU(s)"
+        ),
+        e,
+        vec![
+            format!(
+                "Run about {} busy threads: size pools and runtimes to the CPUs really \
+                 available (JVM -XX:ActiveProcessorCount, Go GOMAXPROCS, worker counts).",
+                allowed.ceil().max(1.0) as u64
+            ),
+            "If these threads share a lock, this becomes a lock storm: watch futex wait in \
+             `stormwatch trace`."
+                .to_owned(),
+        ],
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::diagnose::diagnose;
+    use stormwatch_common::{FutexStats, LockStats, SchedStats, lock_kind};
+
+    const S: u64 = 1_000_000_000;
+
+    /// A 10 s window of a container on a 2-CPU host.
+    fn base(cgroup: &str) -> Facts {
+        Facts {
+            cgroup_id: cgroup.len() as u64,
+            cgroup: cgroup.into(),
+            window_seconds: 10.0,
+            host_cpus: 2,
+            cpuset_cpus: None,
+            quota_cores: None,
+            threads: Some(4),
+            throttled_periods: None,
+            throttled_seconds: None,
+            sched: SchedStats::ZERO,
+            futex: FutexStats::ZERO,
+            locks: LockStats::ZERO,
+        }
+    }
+
+    fn runq(f: &mut Facts, samples: u64, each_ns: u64) {
+        for _ in 0..samples {
+            f.sched.runq.record(each_ns);
+        }
+    }
+
+    /// 32 threads on 2 CPUs, mostly waiting on one mutex: what the mutex storm test runs.
+    fn storm() -> Facts {
+        let mut f = base("/storm");
+        f.threads = Some(32);
+        f.sched.oncpu_ns = 19 * S;
+        f.sched.voluntary_switches = 400_000;
+        f.sched.involuntary_switches = 20_000;
+        f.sched.migrations = 30_000;
+        runq(&mut f, 1000, 50_000);
+        for _ in 0..1000 {
+            f.futex.wait.record(240_000_000); // 240 s of waiting in 10 s: 24 threads
+        }
+        f.futex.wait.count = 300_000;
+        f.locks.count[lock_kind::SPIN] = 50_000;
+        f.locks.wait_ns[lock_kind::SPIN] = S / 2;
+        f
+    }
+
+    /// 32 CPU-bound threads on 2 CPUs, no lock.
+    fn cpu_bound() -> Facts {
+        let mut f = base("/spin");
+        f.threads = Some(32);
+        f.sched.oncpu_ns = 20 * S;
+        f.sched.involuntary_switches = 20_000;
+        runq(&mut f, 20_000, 14_000_000); // 280 s queued: ~28 waiting
+        f
+    }
+
+    /// Two threads ping-ponging over a pipe: a very high switch rate, no futex.
+    fn ping_pong() -> Facts {
+        let mut f = base("/pingpong");
+        f.threads = Some(2);
+        f.sched.oncpu_ns = 15 * S;
+        f.sched.voluntary_switches = 3_000_000;
+        runq(&mut f, 3_000_000, 3_000);
+        f
+    }
+
+    fn kinds(fs: &[Finding]) -> Vec<Kind> {
+        fs.iter().map(|f| f.kind).collect()
+    }
+
+    #[test]
+    fn a_mutex_storm_is_a_lock_storm_with_pinning_advice() {
+        let t = Thresholds::default();
+        let f = lock_storm(&storm(), &t).expect("storm");
+        assert_eq!(f.severity, Severity::Critical);
+        assert!(f.evidence["futex_wait_share"] > 0.7);
+        assert_eq!(f.evidence["threads"], 32.0);
+        assert_eq!(f.evidence["allowed_cpus"], 2.0);
+        assert!(f.recommendations[0].contains("Pin"), "migrations are high");
+        assert!(
+            f.recommendations
+                .iter()
+                .any(|r| r.contains("ActiveProcessorCount=2"))
+        );
+        assert!(f.recommendations.iter().any(|r| r.starts_with("Caveat")));
+        assert!(f.summary.contains("32 threads"));
+    }
+
+    #[test]
+    fn each_storm_condition_is_required() {
+        let t = Thresholds::default();
+        let mut few_threads = storm();
+        few_threads.threads = Some(6);
+        assert!(lock_storm(&few_threads, &t).is_none(), "3 threads per CPU");
+        let mut slow = storm();
+        slow.futex.wait.count = 4000; // 200 waits/s per CPU: parked pools
+        assert!(lock_storm(&slow, &t).is_none());
+        let mut calm = storm();
+        calm.sched.voluntary_switches = 10_000;
+        assert!(lock_storm(&calm, &t).is_none());
+        let mut unknown = storm();
+        unknown.threads = None;
+        assert!(
+            lock_storm(&unknown, &t).is_none(),
+            "no thread count, no verdict"
+        );
+        let mut pinned_low = storm();
+        pinned_low.sched.migrations = 0;
+        let f = lock_storm(&pinned_low, &t).unwrap();
+        assert!(!f.recommendations[0].contains("Pin"));
+    }
+
+    #[test]
+    fn cpu_bound_threads_are_not_a_storm_but_saturation() {
+        let all = [cpu_bound()];
+        let found = diagnose(&all, &Thresholds::default());
+        assert_eq!(
+            kinds(&found),
+            [Kind::RunqueueSaturation, Kind::ThreadOversubscription]
+        );
+        assert_eq!(found[0].severity, Severity::Critical);
+        assert!(found[0].summary.contains("runnable threads"));
+    }
+
+    #[test]
+    fn ping_pong_is_not_a_lock_storm() {
+        let found = diagnose(&[ping_pong()], &Thresholds::default());
+        assert!(!kinds(&found).contains(&Kind::LockStorm), "{found:?}");
+    }
+
+    #[test]
+    fn a_storm_is_not_also_reported_as_oversubscription() {
+        let mut f = storm();
+        f.sched.oncpu_ns = 20 * S;
+        runq(&mut f, 10_000, 10_000_000);
+        let found = diagnose(&[f], &Thresholds::default());
+        assert!(kinds(&found).contains(&Kind::LockStorm));
+        assert!(!kinds(&found).contains(&Kind::ThreadOversubscription));
+    }
+
+    #[test]
+    fn throttling_needs_a_quota_and_stalls() {
+        let t = Thresholds::default();
+        let mut f = base("/limited");
+        f.quota_cores = Some(0.5);
+        f.throttled_periods = Some(90);
+        f.throttled_seconds = Some(3.0);
+        f.sched.oncpu_ns = 5 * S;
+        let found = cpu_throttling(&f, &t).unwrap();
+        assert_eq!(found.severity, Severity::Critical);
+        assert_eq!(found.evidence["throttled_seconds_per_second"], 0.3);
+        assert_eq!(found.evidence["allowed_cpus"], 0.5);
+        f.throttled_seconds = Some(0.1);
+        assert!(cpu_throttling(&f, &t).is_none());
+        f.quota_cores = None;
+        f.throttled_seconds = Some(3.0);
+        assert!(cpu_throttling(&f, &t).is_none());
+    }
+
+    #[test]
+    fn saturation_names_the_noisy_neighbour() {
+        let mut victim = base("/victim");
+        victim.threads = Some(1);
+        victim.sched.oncpu_ns = S / 10;
+        runq(&mut victim, 500, 5_000_000);
+        let mut hog = base("/hog");
+        hog.sched.oncpu_ns = 19 * S;
+        let found =
+            runqueue_saturation(&victim, &[victim.clone(), hog], &Thresholds::default()).unwrap();
+        assert!(
+            found.summary.contains("noisy neighbour: /hog"),
+            "{}",
+            found.summary
+        );
+        assert_eq!(found.evidence["neighbour_oncpu_cores"], 1.9);
+    }
+
+    #[test]
+    fn quiet_containers_have_no_findings() {
+        let mut idle = base("/idle");
+        idle.threads = Some(200);
+        idle.sched.oncpu_ns = S / 100;
+        idle.sched.voluntary_switches = 2000;
+        runq(&mut idle, 2000, 20_000);
+        for _ in 0..2000 {
+            idle.futex.wait.record(S); // parked pool: long waits, few of them
+        }
+        assert!(diagnose(&[idle], &Thresholds::default()).is_empty());
+    }
+
+    #[test]
+    fn thresholds_come_from_config_by_name() {
+        let t: Thresholds = serde_json::from_str(r#"{"storm_min_threads_per_cpu": 8.0}"#).unwrap();
+        assert_eq!(t.storm_min_threads_per_cpu, 8.0);
+        assert_eq!(t.runq_min_mean_seconds, defaults::RUNQ_MIN_MEAN_SECONDS);
+        let err = serde_json::from_str::<Thresholds>(r#"{"storm_min_thread": 8.0}"#).unwrap_err();
+        assert!(err.to_string().contains("storm_min_thread"));
+    }
+
+    #[test]
+    fn allowed_cpus_is_the_tightest_bound() {
+        let mut f = base("/x");
+        f.host_cpus = 56;
+        assert_eq!(f.allowed_cpus(), 56.0);
+        f.cpuset_cpus = Some(24);
+        assert_eq!(f.allowed_cpus(), 24.0);
+        f.quota_cores = Some(4.5);
+        assert_eq!(f.allowed_cpus(), 4.5);
+    }
+}
