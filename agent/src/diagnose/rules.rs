@@ -15,9 +15,13 @@ pub mod defaults {
     /// Futex waits per second per allowed CPU. Idle pools park with long timeouts (a few waits
     /// per second per thread); a contended lock makes thousands of short waits per CPU.
     pub const STORM_MIN_FUTEX_WAITS_PER_SECOND: f64 = 500.0;
-    /// Voluntary switches per second per allowed CPU. Busy I/O services run at hundreds to a
-    /// couple of thousand; each contended lock hand-off is a block and a wake-up.
-    pub const STORM_MIN_VCSW_PER_CPU_SECOND: f64 = 2000.0;
+    /// Voluntary switches per second per allowed CPU: each contended hand-off is a block and a
+    /// wake-up, so a storm blocks a thread about every millisecond on every CPU. Busy I/O
+    /// services block too, which is why this is never judged alone.
+    pub const STORM_MIN_VCSW_PER_CPU_SECOND: f64 = 1000.0;
+    /// At most half of the waits may end in a timeout: threads parked with a timeout (idle
+    /// pools polling for work) time out; threads queued on a lock are woken by its release.
+    pub const STORM_MAX_TIMEOUT_SHARE: f64 = 0.5;
     /// "Far more threads than usable CPUs": with fewer than 4 per CPU, a waiting thread's CPU
     /// is not what the others wait for, and the hand-off cost stays bounded.
     pub const STORM_MIN_THREADS_PER_CPU: f64 = 4.0;
@@ -104,10 +108,12 @@ pub fn lock_storm(f: &Facts, t: &Thresholds) -> Option<Finding> {
     let waits_per_cpu = f.futex_waits_per_second() / allowed;
     let vcsw = f.voluntary_switches_per_cpu_second();
     let threads_per_cpu = threads / allowed;
+    let timeout_share = f.futex.timeouts as f64 / f.futex.wait.count.max(1) as f64;
     if share < t.storm_min_futex_wait_share
         || waits_per_cpu < t.storm_min_futex_waits_per_second
         || vcsw < t.storm_min_voluntary_switches_per_cpu_second
         || threads_per_cpu < t.storm_min_threads_per_cpu
+        || timeout_share > t.storm_max_timeout_share
     {
         return None;
     }
@@ -123,6 +129,7 @@ pub fn lock_storm(f: &Facts, t: &Thresholds) -> Option<Finding> {
     e.insert("futex_wait_share", share);
     e.insert("futex_waiting_threads", f.futex_waiting_threads());
     e.insert("futex_waits_per_second", f.futex_waits_per_second());
+    e.insert("futex_timeout_share", timeout_share);
     if f.futex.wait.count > 0 {
         e.insert(
             "futex_mean_wait_seconds",
@@ -462,6 +469,9 @@ mod tests {
         let mut calm = storm();
         calm.sched.voluntary_switches = 10_000;
         assert!(lock_storm(&calm, &t).is_none());
+        let mut polling = storm();
+        polling.futex.timeouts = 200_000; // parked with timeouts, not queued on a lock
+        assert!(lock_storm(&polling, &t).is_none());
         let mut unknown = storm();
         unknown.threads = None;
         assert!(

@@ -6,6 +6,10 @@
 //! The id → path map is a cache: it is re-walked only when an unknown id shows up (at most once
 //! per refresh), and ids whose directory is gone are forgotten.
 
+pub mod container;
+pub mod kubelet;
+pub mod limits;
+
 use std::{
     collections::{HashMap, HashSet},
     os::unix::fs::MetadataExt,
@@ -95,6 +99,11 @@ impl CgroupResolver {
 
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// Every cgroup known since the last walk: (id, path relative to the v2 root).
+    pub fn known(&self) -> impl Iterator<Item = (u64, &str)> {
+        self.paths.iter().map(|(id, p)| (*id, p.as_str()))
     }
 
     /// The path of a cgroup relative to the v2 root, `/` for the root itself.

@@ -1,0 +1,701 @@
+//! Per-container resource context read from cgroupfs: CPU quota, cpuset, thread count,
+//! throttling and CPU pressure.
+//!
+//! Scheduler figures only mean something next to the limits they run under: 200 ms of run-queue
+//! delay is a different story in a container throttled by a 0.5-core quota than in one with
+//! 64 CPUs to itself. These are all plain files in the cgroup's directory.
+//!
+//! On a pure cgroup v2 host everything is in the v2 directory. On a hybrid host the `cpu`,
+//! `cpuacct` and `cpuset` controllers usually stay on their v1 hierarchies (e.g.
+//! `/sys/fs/cgroup/cpu,cpuacct`), while the unified (v2) hierarchy only tracks membership, so
+//! each value is read from the v2 file if it has one and otherwise from the v1 controller's
+//! file at the same relative path (systemd and the kubelet create the same path in every
+//! hierarchy). A controller is attached to at most one hierarchy, so a value never has two
+//! competing sources.
+//!
+//! A missing, unreadable or malformed file gives `None`, never a default number: "no quota"
+//! and "we could not tell" are both `None` for the quota, and the report must not invent
+//! either.
+
+use std::{
+    collections::HashMap,
+    path::{Component, Path, PathBuf},
+};
+
+use serde::Serialize;
+
+use super::{CgroupError, unescape_mountinfo, v2_root_from_mountinfo};
+
+/// Resource context of one cgroup.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct Limits {
+    /// CFS bandwidth quota in cores (quota / period); `None` when unlimited or unknown.
+    pub cpu_quota_cores: Option<f64>,
+    /// The CPUs the cgroup may run on (effective cpuset), ascending.
+    pub cpuset_cpus: Option<Vec<u32>>,
+    /// Threads (tasks) in the cgroup: the whole subtree when the pids controller reports it
+    /// (`pids.current`), otherwise only the threads directly in this cgroup (`cgroup.threads`,
+    /// v1 `tasks`), which is the same for a container's leaf cgroup.
+    pub threads: Option<u64>,
+    /// Periods in which the quota ran out (`nr_throttled`), since the cgroup was created.
+    pub throttled_periods: Option<u64>,
+    /// Total time throttled, since the cgroup was created.
+    pub throttled_seconds: Option<f64>,
+    /// PSI: share of the last 10 s in which some of the cgroup's tasks waited for a CPU (%).
+    pub cpu_pressure_some_avg10: Option<f64>,
+    /// PSI: share of the last 10 s in which all non-idle tasks waited for a CPU (%).
+    pub cpu_pressure_full_avg10: Option<f64>,
+}
+
+/// Where the cgroup hierarchies are mounted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CgroupLayout {
+    /// The unified (v2) hierarchy: `/sys/fs/cgroup`, or `/sys/fs/cgroup/unified` in hybrid mode.
+    pub v2_root: PathBuf,
+    /// v1 controller name → mount point of its hierarchy. Co-mounted controllers share one
+    /// (`cpu` and `cpuacct` → `/sys/fs/cgroup/cpu,cpuacct`). Empty on a pure v2 host.
+    pub v1_roots: HashMap<String, PathBuf>,
+}
+
+/// The v1 controllers, as they appear in a cgroup v1 mount's super options. Other options
+/// (`rw`, `xattr`, `name=systemd`, `release_agent=...`) are not controllers.
+const V1_CONTROLLERS: &[&str] = &[
+    "blkio",
+    "cpu",
+    "cpuacct",
+    "cpuset",
+    "devices",
+    "freezer",
+    "hugetlb",
+    "memory",
+    "misc",
+    "net_cls",
+    "net_prio",
+    "perf_event",
+    "pids",
+    "rdma",
+];
+
+impl CgroupLayout {
+    /// Reads the layout from this process's mount table.
+    pub fn discover() -> Result<Self, CgroupError> {
+        let mountinfo =
+            std::fs::read_to_string("/proc/self/mountinfo").map_err(CgroupError::MountInfo)?;
+        Self::from_mountinfo(&mountinfo)
+    }
+
+    /// Parses a `/proc/<pid>/mountinfo` text. The v2 root is chosen exactly as the cgroup id
+    /// resolver chooses it, so relative paths from the resolver line up. For v1, a mount of the
+    /// hierarchy's root (`/` in the mountinfo root field) is preferred over bind mounts of a
+    /// subtree (as seen inside containers), then the shortest mount point.
+    pub fn from_mountinfo(mountinfo: &str) -> Result<Self, CgroupError> {
+        let v2_root = v2_root_from_mountinfo(mountinfo).ok_or(CgroupError::NoV2Hierarchy)?;
+        // controller → (mounts the hierarchy root, mount point)
+        let mut best: HashMap<String, (bool, PathBuf)> = HashMap::new();
+        for line in mountinfo.lines() {
+            let Some((left, right)) = line.split_once(" - ") else {
+                continue;
+            };
+            let mut right = right.split_whitespace();
+            if right.next() != Some("cgroup") {
+                continue;
+            }
+            let Some(super_options) = right.nth(1) else {
+                continue;
+            };
+            let mut left = left.split_whitespace();
+            let (Some(root), Some(mount_point)) = (left.nth(3), left.next()) else {
+                continue;
+            };
+            let candidate = (root == "/", PathBuf::from(unescape_mountinfo(mount_point)));
+            for controller in super_options
+                .split(',')
+                .filter(|o| V1_CONTROLLERS.contains(o))
+            {
+                let better = best.get(controller).is_none_or(|(is_root, path)| {
+                    (
+                        candidate.0,
+                        std::cmp::Reverse(candidate.1.as_os_str().len()),
+                    ) > (*is_root, std::cmp::Reverse(path.as_os_str().len()))
+                });
+                if better {
+                    best.insert(controller.to_owned(), candidate.clone());
+                }
+            }
+        }
+        Ok(Self {
+            v2_root,
+            v1_roots: best.into_iter().map(|(c, (_, p))| (c, p)).collect(),
+        })
+    }
+
+    fn v1_dir(&self, controller: &str, rel: &Path) -> Option<PathBuf> {
+        self.v1_roots.get(controller).map(|root| root.join(rel))
+    }
+}
+
+/// Reads the resource context of the cgroup at `rel_path` (relative to the hierarchy roots,
+/// as the cgroup id resolver gives it). Best effort; see the module docs for the rules.
+pub fn read_limits(layout: &CgroupLayout, rel_path: &str) -> Limits {
+    let Some(rel) = safe_relative(rel_path) else {
+        return Limits::default();
+    };
+    let v2 = layout.v2_root.join(&rel);
+    let v2_file = |name: &str| read(&v2.join(name));
+    let v1_file = |controller: &str, name: &str| {
+        layout
+            .v1_dir(controller, &rel)
+            .and_then(|dir| read(&dir.join(name)))
+    };
+
+    let cpu_quota_cores = v2_file("cpu.max")
+        .and_then(|t| parse_cpu_max(&t))
+        .or_else(|| {
+            parse_cfs_quota(
+                &v1_file("cpu", "cpu.cfs_quota_us")?,
+                &v1_file("cpu", "cpu.cfs_period_us")?,
+            )
+        });
+
+    let cpuset_cpus = v2_file("cpuset.cpus.effective")
+        .and_then(|t| parse_cpu_list(&t))
+        .or_else(|| parse_cpu_list(&v1_file("cpuset", "cpuset.effective_cpus")?));
+
+    let threads = v2_file("pids.current")
+        .and_then(|t| parse_u64(&t))
+        .or_else(|| parse_u64(&v1_file("pids", "pids.current")?))
+        .or_else(|| count_ids(&v2_file("cgroup.threads")?))
+        .or_else(|| count_ids(&v1_file("cpu", "tasks")?));
+
+    // v2 cpu.stat exists even without the cpu controller, but then has no throttling keys;
+    // hence the per-key fallback.
+    let v2_stat = v2_file("cpu.stat");
+    let v1_stat = v1_file("cpu", "cpu.stat");
+    let v2_key = |key: &str| v2_stat.as_deref().and_then(|t| flat_keyed(t, key));
+    let v1_key = |key: &str| v1_stat.as_deref().and_then(|t| flat_keyed(t, key));
+    let throttled_periods = v2_key("nr_throttled").or_else(|| v1_key("nr_throttled"));
+    let throttled_seconds = v2_key("throttled_usec")
+        .map(|us| us as f64 / 1e6)
+        .or_else(|| v1_key("throttled_time").map(|ns| ns as f64 / 1e9));
+
+    let pressure = v2_file("cpu.pressure")
+        .map(|t| parse_pressure(&t))
+        .unwrap_or_default();
+
+    Limits {
+        cpu_quota_cores,
+        cpuset_cpus,
+        threads,
+        throttled_periods,
+        throttled_seconds,
+        cpu_pressure_some_avg10: pressure.some.map(|l| l.avg10),
+        cpu_pressure_full_avg10: pressure.full.map(|l| l.avg10),
+    }
+}
+
+/// Reads the cgroup's full CPU pressure record (all averages and the stall totals, which a
+/// caller can difference over its own window). v2 only: v1 has no PSI.
+pub fn read_cpu_pressure(layout: &CgroupLayout, rel_path: &str) -> Pressure {
+    safe_relative(rel_path)
+        .and_then(|rel| read(&layout.v2_root.join(rel).join("cpu.pressure")))
+        .map(|t| parse_pressure(&t))
+        .unwrap_or_default()
+}
+
+/// The relative path as a `Path` that cannot leave the hierarchy (no `..`), or `None`.
+fn safe_relative(rel_path: &str) -> Option<PathBuf> {
+    let rel = Path::new(rel_path.trim_start_matches('/'));
+    rel.components()
+        .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
+        .then(|| rel.to_path_buf())
+}
+
+/// Reading a PSI file with PSI disabled fails with EOPNOTSUPP; that, like a missing file, is
+/// just "no value".
+fn read(path: &Path) -> Option<String> {
+    std::fs::read_to_string(path).ok()
+}
+
+/// v2 `cpu.max`: `"<quota> <period>"` in µs, `quota` = `max` when unlimited → cores, or
+/// `None` for unlimited or malformed.
+pub fn parse_cpu_max(text: &str) -> Option<f64> {
+    let mut fields = text.split_whitespace();
+    let (quota, period) = (fields.next()?, fields.next()?);
+    if fields.next().is_some() {
+        return None;
+    }
+    let period: u64 = period.parse().ok().filter(|&p| p > 0)?;
+    let quota: u64 = quota.parse().ok().filter(|&q| q > 0)?;
+    Some(quota as f64 / period as f64)
+}
+
+/// v1 `cpu.cfs_quota_us` and `cpu.cfs_period_us` → cores, `None` for -1 (unlimited) or
+/// malformed.
+pub fn parse_cfs_quota(quota_text: &str, period_text: &str) -> Option<f64> {
+    let quota: i64 = quota_text.trim().parse().ok().filter(|&q| q > 0)?;
+    let period: u64 = period_text.trim().parse().ok().filter(|&p| p > 0)?;
+    Some(quota as f64 / period as f64)
+}
+
+/// Highest CPU number accepted in a CPU list. Linux configures at most 8192 CPUs today; the
+/// margin only exists to reject absurd input (`0-4294967295`) before allocating for it.
+const MAX_CPU: u32 = 65_535;
+
+/// A kernel CPU list (`0-3,8,10-11`) → sorted, de-duplicated CPU numbers. An empty list is
+/// `None`: an effective cpuset is never empty for a cgroup that can hold tasks.
+pub fn parse_cpu_list(text: &str) -> Option<Vec<u32>> {
+    let text = text.trim();
+    if text.is_empty() {
+        return None;
+    }
+    let mut cpus = Vec::new();
+    for part in text.split(',').map(str::trim) {
+        let (low, high) = match part.split_once('-') {
+            Some((low, high)) => (parse_cpu(low)?, parse_cpu(high)?),
+            None => (parse_cpu(part)?, parse_cpu(part)?),
+        };
+        if low > high {
+            return None;
+        }
+        cpus.extend(low..=high);
+        if cpus.len() > 4 * (MAX_CPU as usize + 1) {
+            // Far more entries than distinct CPUs can exist: not a kernel-written list.
+            return None;
+        }
+    }
+    cpus.sort_unstable();
+    cpus.dedup();
+    Some(cpus)
+}
+
+fn parse_cpu(s: &str) -> Option<u32> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok().filter(|&n| n <= MAX_CPU)
+}
+
+/// A single-number file (`pids.current`).
+pub fn parse_u64(text: &str) -> Option<u64> {
+    text.trim().parse().ok()
+}
+
+/// The number of ids in a one-id-per-line file (`cgroup.threads`, `tasks`). Any line that is
+/// not a number makes the whole count unknown.
+pub fn count_ids(text: &str) -> Option<u64> {
+    let mut count = 0u64;
+    for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        line.parse::<u32>().ok()?;
+        count += 1;
+    }
+    Some(count)
+}
+
+/// The value of `key` in a flat-keyed file (`cpu.stat`: `key value` per line).
+pub fn flat_keyed(text: &str, key: &str) -> Option<u64> {
+    text.lines().find_map(|line| {
+        let mut fields = line.split_whitespace();
+        (fields.next()? == key).then(|| fields.next()?.parse().ok())?
+    })
+}
+
+/// One line of a PSI file.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct PressureLine {
+    /// Share of time stalled (%) over the last 10, 60 and 300 seconds.
+    pub avg10: f64,
+    pub avg60: f64,
+    pub avg300: f64,
+    /// Total stall time since the cgroup was created, in microseconds.
+    pub total_usec: u64,
+}
+
+/// A PSI file (`cpu.pressure`): the `some` and `full` lines. `full` is absent for CPU before
+/// Linux 5.13.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
+pub struct Pressure {
+    pub some: Option<PressureLine>,
+    pub full: Option<PressureLine>,
+}
+
+/// Parses `some avg10=0.12 avg60=0.05 avg300=0.01 total=123456` and the `full` line. A line
+/// missing a field or with a bad value is `None`.
+pub fn parse_pressure(text: &str) -> Pressure {
+    let mut pressure = Pressure::default();
+    for line in text.lines() {
+        let mut fields = line.split_whitespace();
+        let slot = match fields.next() {
+            Some("some") => &mut pressure.some,
+            Some("full") => &mut pressure.full,
+            _ => continue,
+        };
+        *slot = parse_pressure_fields(fields);
+    }
+    pressure
+}
+
+fn parse_pressure_fields<'a>(fields: impl Iterator<Item = &'a str>) -> Option<PressureLine> {
+    let (mut avg10, mut avg60, mut avg300, mut total) = (None, None, None, None);
+    for field in fields {
+        let (key, value) = field.split_once('=')?;
+        let share = || {
+            value
+                .parse::<f64>()
+                .ok()
+                .filter(|v| v.is_finite() && (0.0..=100.0).contains(v))
+        };
+        match key {
+            "avg10" => avg10 = Some(share()?),
+            "avg60" => avg60 = Some(share()?),
+            "avg300" => avg300 = Some(share()?),
+            "total" => total = Some(value.parse::<u64>().ok()?),
+            _ => {}
+        }
+    }
+    Some(PressureLine {
+        avg10: avg10?,
+        avg60: avg60?,
+        avg300: avg300?,
+        total_usec: total?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HYBRID: &str = "\
+25 1 0:23 / /sys rw,nosuid,nodev,noexec,relatime shared:7 - sysfs sysfs rw
+30 25 0:27 / /sys/fs/cgroup ro,nosuid,nodev,noexec shared:9 - tmpfs tmpfs ro,mode=755
+31 30 0:28 / /sys/fs/cgroup/unified rw,nosuid,nodev,noexec,relatime shared:10 - cgroup2 cgroup2 rw,nsdelegate
+32 30 0:29 / /sys/fs/cgroup/systemd rw,nosuid,nodev,noexec,relatime shared:11 - cgroup cgroup rw,xattr,name=systemd
+33 30 0:30 / /sys/fs/cgroup/cpuset rw,nosuid,nodev,noexec,relatime shared:13 - cgroup cgroup rw,cpuset
+34 30 0:31 / /sys/fs/cgroup/pids rw,nosuid,nodev,noexec,relatime shared:14 - cgroup cgroup rw,pids
+35 30 0:32 / /sys/fs/cgroup/cpu,cpuacct rw,nosuid,nodev,noexec,relatime shared:15 - cgroup cgroup rw,cpu,cpuacct
+36 30 0:33 / /sys/fs/cgroup/net_cls,net_prio rw,nosuid,nodev,noexec,relatime shared:16 - cgroup cgroup rw,net_cls,net_prio
+37 30 0:34 / /sys/fs/cgroup/memory rw,nosuid,nodev,noexec,relatime shared:17 - cgroup cgroup rw,memory
+";
+    const PURE_V2: &str = "\
+25 1 0:23 / /sys rw,nosuid,nodev,noexec,relatime shared:7 - sysfs sysfs rw
+30 25 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:9 - cgroup2 cgroup2 rw,nsdelegate,memory_recursiveprot
+";
+    /// Inside a privileged container on a hybrid host: subtree bind mounts first, then the
+    /// host's hierarchy mounted under /host.
+    const CONTAINER_HYBRID: &str = "\
+40 30 0:28 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw
+41 30 0:32 /docker/abc /sys/fs/cgroup/cpu,cpuacct ro - cgroup cgroup rw,cpu,cpuacct
+42 30 0:32 / /host/sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct
+";
+
+    fn roots(layout: &CgroupLayout) -> Vec<(&str, &str)> {
+        let mut v: Vec<_> = layout
+            .v1_roots
+            .iter()
+            .filter_map(|(c, p)| Some((c.as_str(), p.to_str()?)))
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn layout_from_hybrid_mountinfo() {
+        let layout = CgroupLayout::from_mountinfo(HYBRID).expect("has v2");
+        assert_eq!(layout.v2_root, PathBuf::from("/sys/fs/cgroup/unified"));
+        assert_eq!(
+            roots(&layout),
+            vec![
+                ("cpu", "/sys/fs/cgroup/cpu,cpuacct"),
+                ("cpuacct", "/sys/fs/cgroup/cpu,cpuacct"),
+                ("cpuset", "/sys/fs/cgroup/cpuset"),
+                ("memory", "/sys/fs/cgroup/memory"),
+                ("net_cls", "/sys/fs/cgroup/net_cls,net_prio"),
+                ("net_prio", "/sys/fs/cgroup/net_cls,net_prio"),
+                ("pids", "/sys/fs/cgroup/pids"),
+            ]
+        );
+    }
+
+    #[test]
+    fn layout_from_pure_v2_mountinfo() {
+        let layout = CgroupLayout::from_mountinfo(PURE_V2).expect("has v2");
+        assert_eq!(layout.v2_root, PathBuf::from("/sys/fs/cgroup"));
+        assert!(layout.v1_roots.is_empty());
+    }
+
+    #[test]
+    fn layout_prefers_hierarchy_root_mounts() {
+        let layout = CgroupLayout::from_mountinfo(CONTAINER_HYBRID).expect("has v2");
+        assert_eq!(
+            layout.v1_roots.get("cpu"),
+            Some(&PathBuf::from("/host/sys/fs/cgroup/cpu,cpuacct"))
+        );
+    }
+
+    #[test]
+    fn layout_needs_v2() {
+        let v1_only = "35 30 0:32 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n";
+        assert!(matches!(
+            CgroupLayout::from_mountinfo(v1_only),
+            Err(CgroupError::NoV2Hierarchy)
+        ));
+        assert!(CgroupLayout::from_mountinfo("").is_err());
+        // Truncated cgroup lines are skipped, not a panic.
+        let odd = format!("{PURE_V2}1 2 - cgroup\n1 - cgroup x rw,cpu\n - cgroup cgroup rw,cpu\n");
+        let layout = CgroupLayout::from_mountinfo(&odd).expect("has v2");
+        assert!(layout.v1_roots.is_empty());
+    }
+
+    #[test]
+    fn cpu_max() {
+        assert_eq!(parse_cpu_max("150000 100000\n"), Some(1.5));
+        assert_eq!(parse_cpu_max("50000 100000"), Some(0.5));
+        assert_eq!(parse_cpu_max("max 100000\n"), None);
+        assert_eq!(parse_cpu_max("100000 0"), None);
+        assert_eq!(parse_cpu_max("100000"), None);
+        assert_eq!(parse_cpu_max("-1 100000"), None);
+        assert_eq!(parse_cpu_max("1 2 3"), None);
+        assert_eq!(parse_cpu_max(""), None);
+    }
+
+    #[test]
+    fn cfs_quota() {
+        assert_eq!(parse_cfs_quota("200000\n", "100000\n"), Some(2.0));
+        assert_eq!(parse_cfs_quota("-1\n", "100000\n"), None);
+        assert_eq!(parse_cfs_quota("50000", "0"), None);
+        assert_eq!(parse_cfs_quota("x", "100000"), None);
+        assert_eq!(parse_cfs_quota("50000", ""), None);
+    }
+
+    #[test]
+    fn cpu_lists() {
+        assert_eq!(
+            parse_cpu_list("0-3,8,10-11\n"),
+            Some(vec![0, 1, 2, 3, 8, 10, 11])
+        );
+        assert_eq!(parse_cpu_list("5"), Some(vec![5]));
+        assert_eq!(parse_cpu_list("3,1-2,2"), Some(vec![1, 2, 3]));
+        for bad in [
+            "",
+            "\n",
+            "3-1",
+            "0-",
+            "-1",
+            "a",
+            "0,,1",
+            "0-3:2",
+            "1-2-3",
+            "0-4294967295",
+            "99999999999",
+            "+1",
+        ] {
+            assert_eq!(parse_cpu_list(bad), None, "{bad:?}");
+        }
+        // Many overlapping full ranges: rejected without building a huge list.
+        let many = ["0-65535"; 10].join(",");
+        assert_eq!(parse_cpu_list(&many), None);
+        assert_eq!(parse_cpu_list("0-65535").map(|v| v.len()), Some(65_536));
+    }
+
+    #[test]
+    fn counts_and_numbers() {
+        assert_eq!(count_ids("1\n2\n3\n"), Some(3));
+        assert_eq!(count_ids(""), Some(0));
+        assert_eq!(count_ids("1\nx\n"), None);
+        assert_eq!(parse_u64("42\n"), Some(42));
+        assert_eq!(parse_u64("max"), None);
+    }
+
+    #[test]
+    fn cpu_stat_keys() {
+        let v2 = "usage_usec 100\nnr_periods 10\nnr_throttled 3\nthrottled_usec 2500000\n";
+        assert_eq!(flat_keyed(v2, "nr_throttled"), Some(3));
+        assert_eq!(flat_keyed(v2, "throttled_usec"), Some(2_500_000));
+        assert_eq!(flat_keyed(v2, "nr_bursts"), None);
+        assert_eq!(flat_keyed("nr_throttled x\n", "nr_throttled"), None);
+        assert_eq!(flat_keyed("nr_throttled\n", "nr_throttled"), None);
+        // Exact key match: nr_throttled is not a prefix match for nr_throttled_x.
+        assert_eq!(flat_keyed("nr_throttled_x 5\n", "nr_throttled"), None);
+    }
+
+    #[test]
+    fn pressure() {
+        let text = "some avg10=1.50 avg60=0.75 avg300=0.10 total=123456\n\
+                    full avg10=0.25 avg60=0.00 avg300=0.00 total=789\n";
+        let p = parse_pressure(text);
+        assert_eq!(
+            p.some,
+            Some(PressureLine {
+                avg10: 1.5,
+                avg60: 0.75,
+                avg300: 0.1,
+                total_usec: 123_456
+            })
+        );
+        assert_eq!(p.full.map(|l| (l.avg10, l.total_usec)), Some((0.25, 789)));
+        // Pre-5.13 kernels: no full line for CPU.
+        let p = parse_pressure("some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n");
+        assert!(p.some.is_some() && p.full.is_none());
+        for bad in [
+            "some avg10=1.0 avg60=1.0 total=5",
+            "some avg10=nan avg60=1.0 avg300=1.0 total=5",
+            "some avg10=1.0 avg60=1.0 avg300=1.0 total=-5",
+            "some avg10=101 avg60=1.0 avg300=1.0 total=5",
+            "some avg10 avg60=1.0 avg300=1.0 total=5",
+        ] {
+            assert_eq!(parse_pressure(bad), Pressure::default(), "{bad}");
+        }
+    }
+
+    struct TempDir(PathBuf);
+    impl TempDir {
+        fn new(tag: &str) -> Self {
+            let dir = std::env::temp_dir().join(format!(
+                "sw-limits-{tag}-{}-{:?}",
+                std::process::id(),
+                std::thread::current().id()
+            ));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).expect("create temp dir");
+            Self(dir)
+        }
+    }
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn write_files(dir: &Path, files: &[(&str, &str)]) {
+        std::fs::create_dir_all(dir).expect("mkdir");
+        for (name, text) in files {
+            std::fs::write(dir.join(name), text).expect("write");
+        }
+    }
+
+    const REL: &str = "/kubepods.slice/kubepods-burstable.slice/cri-containerd-x.scope";
+
+    #[test]
+    fn reads_a_v2_tree() {
+        let tmp = TempDir::new("v2");
+        let layout = CgroupLayout {
+            v2_root: tmp.0.clone(),
+            v1_roots: HashMap::new(),
+        };
+        write_files(
+            &tmp.0.join(REL.trim_start_matches('/')),
+            &[
+                ("cgroup.procs", "1\n"),
+                ("cpu.max", "150000 100000\n"),
+                ("cpuset.cpus.effective", "0-3,8,10-11\n"),
+                ("pids.current", "42\n"),
+                ("cgroup.threads", "1\n2\n"),
+                (
+                    "cpu.stat",
+                    "usage_usec 9\nnr_periods 10\nnr_throttled 3\nthrottled_usec 2500000\n",
+                ),
+                (
+                    "cpu.pressure",
+                    "some avg10=1.50 avg60=0.75 avg300=0.10 total=123456\n\
+                     full avg10=0.25 avg60=0.00 avg300=0.00 total=789\n",
+                ),
+            ],
+        );
+        let want = Limits {
+            cpu_quota_cores: Some(1.5),
+            cpuset_cpus: Some(vec![0, 1, 2, 3, 8, 10, 11]),
+            threads: Some(42),
+            throttled_periods: Some(3),
+            throttled_seconds: Some(2.5),
+            cpu_pressure_some_avg10: Some(1.5),
+            cpu_pressure_full_avg10: Some(0.25),
+        };
+        assert_eq!(read_limits(&layout, REL), want);
+        // Same path without the leading slash.
+        assert_eq!(read_limits(&layout, REL.trim_start_matches('/')), want);
+        assert_eq!(
+            read_cpu_pressure(&layout, REL).some.map(|l| l.total_usec),
+            Some(123_456)
+        );
+
+        // Unlimited quota, malformed cpuset, no pids controller: those are None / fall back.
+        write_files(
+            &tmp.0.join(REL.trim_start_matches('/')),
+            &[
+                ("cpu.max", "max 100000\n"),
+                ("cpuset.cpus.effective", "zz\n"),
+            ],
+        );
+        std::fs::remove_file(tmp.0.join(REL.trim_start_matches('/')).join("pids.current"))
+            .expect("rm");
+        let got = read_limits(&layout, REL);
+        assert_eq!(got.cpu_quota_cores, None);
+        assert_eq!(got.cpuset_cpus, None);
+        assert_eq!(got.threads, Some(2), "falls back to cgroup.threads");
+
+        // A missing cgroup, and a path that tries to leave the hierarchy.
+        assert_eq!(read_limits(&layout, "/gone.scope"), Limits::default());
+        assert_eq!(read_limits(&layout, "/../../etc"), Limits::default());
+    }
+
+    #[test]
+    fn reads_a_hybrid_tree() {
+        let tmp = TempDir::new("v1");
+        let v2_root = tmp.0.join("unified");
+        let cpu_root = tmp.0.join("cpu,cpuacct");
+        let cpuset_root = tmp.0.join("cpuset");
+        let layout = CgroupLayout {
+            v2_root: v2_root.clone(),
+            v1_roots: HashMap::from([
+                ("cpu".to_owned(), cpu_root.clone()),
+                ("cpuacct".to_owned(), cpu_root.clone()),
+                ("cpuset".to_owned(), cpuset_root.clone()),
+            ]),
+        };
+        let rel = REL.trim_start_matches('/');
+        // The unified hierarchy only tracks membership: no cpu controller files there.
+        write_files(
+            &v2_root.join(rel),
+            &[
+                ("cgroup.procs", "7\n"),
+                ("cgroup.threads", "7\n8\n9\n"),
+                ("cpu.stat", "usage_usec 100\nuser_usec 60\nsystem_usec 40\n"),
+            ],
+        );
+        write_files(
+            &cpu_root.join(rel),
+            &[
+                ("cpu.cfs_quota_us", "50000\n"),
+                ("cpu.cfs_period_us", "100000\n"),
+                (
+                    "cpu.stat",
+                    "nr_periods 5\nnr_throttled 2\nthrottled_time 1500000000\n",
+                ),
+                ("tasks", "7\n8\n9\n"),
+            ],
+        );
+        write_files(
+            &cpuset_root.join(rel),
+            &[("cpuset.effective_cpus", "0-1\n")],
+        );
+        assert_eq!(
+            read_limits(&layout, REL),
+            Limits {
+                cpu_quota_cores: Some(0.5),
+                cpuset_cpus: Some(vec![0, 1]),
+                threads: Some(3),
+                throttled_periods: Some(2),
+                throttled_seconds: Some(1.5),
+                cpu_pressure_some_avg10: None,
+                cpu_pressure_full_avg10: None,
+            }
+        );
+
+        // Unlimited v1 quota, and a cgroup present only in v1: threads from `tasks`.
+        write_files(&cpu_root.join(rel), &[("cpu.cfs_quota_us", "-1\n")]);
+        std::fs::remove_dir_all(v2_root.join(rel)).expect("rm");
+        let got = read_limits(&layout, REL);
+        assert_eq!(got.cpu_quota_cores, None);
+        assert_eq!(got.threads, Some(3));
+        assert_eq!(got.throttled_periods, Some(2));
+    }
+}
