@@ -10,7 +10,11 @@ use anyhow::Context as _;
 
 use crate::{
     collect::{Snapshot, Window},
-    identity::CgroupResolver,
+    identity::{
+        CgroupResolver,
+        limits::{CgroupLayout, Limits, read_limits},
+        workload::Identities,
+    },
     probes::{LoadOptions, Probes, locks},
     report::{Availability, ReportContext},
     symbolize::{CallSite, KernelSymbolizer},
@@ -28,10 +32,36 @@ pub struct Pipeline {
     /// Contended call sites by stack id (stack ids are stable while the probes are loaded).
     call_sites: HashMap<u32, CallSite>,
     symbolizer: KernelSymbolizer,
+    identities: Identities,
+    /// Where the cgroup hierarchies are (v2, and v1 controllers on hybrid hosts); `None` when
+    /// it cannot be told, and then no limits are reported.
+    layout: Option<CgroupLayout>,
+    /// Each cgroup's limits when the pipeline started (or when it was first seen), so that
+    /// cumulative cgroupfs counters (throttling) can be reported for the window.
+    baseline: HashMap<u64, Limits>,
 }
 
+/// The resource context of a cgroup over the window since the pipeline started.
+pub type WindowLimits = Limits;
+
 impl Pipeline {
-    pub fn start(options: &LoadOptions, resolver: CgroupResolver) -> anyhow::Result<Self> {
+    pub fn start(options: &LoadOptions, mut resolver: CgroupResolver) -> anyhow::Result<Self> {
+        let layout = match CgroupLayout::discover() {
+            Ok(l) => Some(l),
+            Err(err) => {
+                log::warn!("no resource limits: {err}");
+                None
+            }
+        };
+        // Every cgroup's cumulative counters now, before the probes attach.
+        resolver.walk();
+        let baseline = match &layout {
+            Some(layout) => resolver
+                .known()
+                .map(|(id, path)| (id, read_limits(layout, path)))
+                .collect(),
+            None => HashMap::new(),
+        };
         let probes = Probes::load(options).context("loading the eBPF probes")?;
         let previous = Snapshot::read(&probes).context("reading the probes' maps")?;
         Ok(Self {
@@ -42,7 +72,37 @@ impl Pipeline {
             process_names: HashMap::new(),
             call_sites: HashMap::new(),
             symbolizer: KernelSymbolizer::new(),
+            identities: Identities::default(),
+            layout,
+            baseline,
         })
+    }
+
+    /// The limits of cgroup `id` now, with its throttling counters made relative to the
+    /// pipeline's start (a cgroup created since counts from its creation, i.e. from zero).
+    /// `None` when the cgroup is gone or the hierarchy is unknown.
+    pub fn window_limits(&self, id: u64) -> Option<WindowLimits> {
+        let layout = self.layout.as_ref()?;
+        let path = self.resolver.path(id)?;
+        let mut now = read_limits(layout, path);
+        if let Some(then) = self.baseline.get(&id) {
+            now.throttled_periods = now
+                .throttled_periods
+                .map(|p| p.saturating_sub(then.throttled_periods.unwrap_or(0)));
+            now.throttled_seconds = now
+                .throttled_seconds
+                .map(|s| (s - then.throttled_seconds.unwrap_or(0.0)).max(0.0));
+        }
+        Some(now)
+    }
+
+    /// Limits over the window of each cgroup in `window` that still exists.
+    pub fn limits_of(&self, window: &Window) -> HashMap<u64, WindowLimits> {
+        window
+            .cgroups
+            .keys()
+            .filter_map(|id| Some((*id, self.window_limits(*id)?)))
+            .collect()
     }
 
     pub fn availability(&self) -> Availability {
@@ -58,10 +118,15 @@ impl Pipeline {
         &self.paths
     }
 
-    /// What a report of windows of this pipeline needs.
-    pub fn report_context(&self) -> ReportContext<'_> {
+    /// What a report of windows of this pipeline needs; `limits` from [`Pipeline::limits_of`].
+    pub fn report_context<'a>(
+        &'a self,
+        limits: &'a HashMap<u64, WindowLimits>,
+    ) -> ReportContext<'a> {
         ReportContext {
             paths: &self.paths,
+            identities: self.identities.all(),
+            limits,
             process_names: &self.process_names,
             call_sites: &self.call_sites,
             avail: self.availability(),
@@ -79,6 +144,7 @@ impl Pipeline {
         for id in &ids {
             if let Some(path) = self.resolver.path(*id) {
                 self.paths.entry(*id).or_insert_with(|| path.to_owned());
+                self.identities.resolve(*id, path);
             }
         }
         self.name_processes(&window);
@@ -141,6 +207,9 @@ impl Pipeline {
         let resolver = &self.resolver;
         self.paths
             .retain(|id, _| keep_cgroup(*id) || resolver.path(*id).is_some());
+        let paths = &self.paths;
+        self.identities.retain(|id| paths.contains_key(&id));
+        self.baseline.retain(|id, _| resolver.path(*id).is_some());
         self.process_names.retain(|tgid, _| keep_tgid(*tgid));
     }
 }

@@ -10,6 +10,7 @@ use stormwatch_common::{FutexStats, LockStats, SchedStats, lock_kind};
 
 use crate::{
     collect::{CgroupWindow, Window, log2_quantile_ns},
+    identity::{limits::Limits, workload::Identity},
     probes::{ProbeStatus, futex, locks, sched},
     symbolize::CallSite,
 };
@@ -37,6 +38,15 @@ pub struct ContainerReport {
     /// Path relative to the v2 root; `null` when the cgroup was removed before it was resolved.
     pub cgroup: Option<String>,
     pub cgroup_id: u64,
+    /// Kubernetes names, from the kubelet's log layout; `null` when not a pod or not known.
+    pub namespace: Option<String>,
+    pub pod: Option<String>,
+    pub container: Option<String>,
+    /// containerd, crio, docker, podman, systemd, or none (host, or a path that does not say).
+    pub runtime: crate::identity::container::Runtime,
+    pub container_id: Option<String>,
+    /// Resource context; `null` when the cgroup is gone.
+    pub limits: Option<LimitsReport>,
     pub context_switches: Option<ContextSwitches>,
     pub migrations: Option<u64>,
     pub oncpu_seconds: Option<f64>,
@@ -49,6 +59,35 @@ pub struct ContainerReport {
     pub hot_futexes: Option<Vec<HotFutex>>,
     /// The kernel call sites that waited longest for a lock in this window.
     pub kernel_lock_sites: Option<Vec<LockSite>>,
+}
+
+/// A container's resource context. Each field is `null` where unknown or unlimited.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct LimitsReport {
+    /// CFS quota in cores.
+    pub cpu_quota_cores: Option<f64>,
+    /// The CPUs of the effective cpuset.
+    pub cpuset_cpus: Option<Vec<u32>>,
+    pub threads: Option<u64>,
+    /// Periods throttled during the window.
+    pub throttled_periods: Option<u64>,
+    /// Time throttled during the window.
+    pub throttled_seconds: Option<f64>,
+    /// PSI: % of the last 10 s in which some of the cgroup's tasks waited for a CPU.
+    pub cpu_pressure_some_avg10: Option<f64>,
+}
+
+impl From<&Limits> for LimitsReport {
+    fn from(l: &Limits) -> Self {
+        Self {
+            cpu_quota_cores: l.cpu_quota_cores,
+            cpuset_cpus: l.cpuset_cpus.clone(),
+            threads: l.threads,
+            throttled_periods: l.throttled_periods,
+            throttled_seconds: l.throttled_seconds,
+            cpu_pressure_some_avg10: l.cpu_pressure_some_avg10,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
@@ -148,6 +187,9 @@ impl Availability {
 /// What a report needs besides the window: names and which probes work.
 pub struct ReportContext<'a> {
     pub paths: &'a HashMap<u64, String>,
+    pub identities: &'a HashMap<u64, Identity>,
+    /// Limits over the window, of the cgroups that still exist.
+    pub limits: &'a HashMap<u64, Limits>,
     /// Process names by tgid, as seen while the processes lived.
     pub process_names: &'a HashMap<u32, String>,
     /// Call sites by stack id.
@@ -274,9 +316,16 @@ pub fn container_report(
 ) -> ContainerReport {
     let s: &SchedStats = &w.sched;
     let a = ctx.avail;
+    let identity = ctx.identities.get(&cgroup_id).cloned().unwrap_or_default();
     ContainerReport {
         cgroup: ctx.paths.get(&cgroup_id).cloned(),
         cgroup_id,
+        namespace: identity.namespace,
+        pod: identity.pod,
+        container: identity.container,
+        runtime: identity.runtime,
+        container_id: identity.container_id,
+        limits: ctx.limits.get(&cgroup_id).map(LimitsReport::from),
         context_switches: a.switch.then_some(ContextSwitches {
             voluntary: s.voluntary_switches,
             involuntary: s.involuntary_switches,
@@ -392,8 +441,32 @@ mod tests {
             (1, site("futex_q_lock+0x31")),
             (2, site("futex_q_lock+0x31")),
         ]);
+        let identities = HashMap::from([(
+            10,
+            Identity {
+                runtime: crate::identity::container::Runtime::Containerd,
+                container_id: Some("c".repeat(64)),
+                namespace: Some("shop".into()),
+                pod: Some("checkout-1".into()),
+                container: Some("server".into()),
+                ..Identity::default()
+            },
+        )]);
+        let limits = HashMap::from([(
+            10,
+            Limits {
+                cpu_quota_cores: Some(1.5),
+                cpuset_cpus: Some(vec![0, 1]),
+                threads: Some(32),
+                throttled_periods: Some(3),
+                throttled_seconds: Some(0.25),
+                ..Limits::default()
+            },
+        )]);
         f(&ReportContext {
             paths: &paths,
+            identities: &identities,
+            limits: &limits,
             process_names: &names,
             call_sites: &sites,
             avail,
@@ -423,6 +496,16 @@ mod tests {
         });
         assert_eq!(v["cgroup"], "/a");
         assert_eq!(v["cgroup_id"], 10);
+        assert_eq!(v["namespace"], "shop");
+        assert_eq!(v["pod"], "checkout-1");
+        assert_eq!(v["container"], "server");
+        assert_eq!(v["runtime"], "containerd");
+        assert_eq!(v["container_id"], "c".repeat(64));
+        assert_eq!(v["limits"]["cpu_quota_cores"], 1.5);
+        assert_eq!(v["limits"]["cpuset_cpus"], serde_json::json!([0, 1]));
+        assert_eq!(v["limits"]["threads"], 32);
+        assert_eq!(v["limits"]["throttled_periods"], 3);
+        assert_eq!(v["limits"]["throttled_seconds"], 0.25);
         assert_eq!(v["context_switches"]["voluntary"], 3);
         assert_eq!(v["context_switches"]["involuntary"], 1);
         assert_eq!(v["migrations"], 0);
@@ -472,6 +555,12 @@ mod tests {
         assert!(v["kernel_locks"].is_null());
         assert!(v["hot_futexes"].is_null());
         assert_eq!(v["context_switches"]["voluntary"], 1);
+        let other = with_ctx(partial, |ctx| {
+            serde_json::to_value(container_report(&window(), 20, &cg(1, 1), ctx)).unwrap()
+        });
+        assert!(other["namespace"].is_null(), "no identity: no names");
+        assert_eq!(other["runtime"], "none");
+        assert!(other["limits"].is_null(), "gone cgroups have no limits");
         let none = with_ctx(Availability::default(), |ctx| {
             container_report(&window(), 10, &cg(1, 1), ctx)
         });

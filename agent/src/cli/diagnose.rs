@@ -1,18 +1,18 @@
 //! `stormwatch diagnose`: watch the host for a while, then print what is wrong and what to do,
 //! ranked by severity — or say that nothing was found, and what was checked.
 
-use std::{collections::BTreeMap, io::Write as _, time::Duration};
+use std::{
+    collections::{BTreeMap, HashMap},
+    io::Write as _,
+    time::Duration,
+};
 
-use anyhow::Context as _;
 use serde::Serialize;
 
 use crate::{
     collect::Window,
     diagnose::{Facts, Finding, Thresholds, diagnose},
-    identity::{
-        CgroupResolver,
-        limits::{CgroupLayout, Limits, read_limits},
-    },
+    identity::{CgroupResolver, limits::Limits, workload::Identity},
     pipeline::Pipeline,
     privileges,
     probes::LoadOptions,
@@ -67,12 +67,11 @@ pub fn host_cpus() -> u32 {
     u32::try_from(n).unwrap_or(1).max(1)
 }
 
-/// Builds each active container's facts from a window and its limits at both ends.
+/// Builds each active container's facts from a window and its limits over the window.
 pub fn facts(
     window: &Window,
-    paths: &std::collections::HashMap<u64, String>,
-    before: &std::collections::HashMap<u64, Limits>,
-    layout: &CgroupLayout,
+    paths: &HashMap<u64, String>,
+    limits: &HashMap<u64, Limits>,
     host_cpus: u32,
 ) -> Vec<Facts> {
     window
@@ -80,27 +79,19 @@ pub fn facts(
         .iter()
         .filter_map(|(id, w)| {
             let path = paths.get(id)?;
-            let now = read_limits(layout, path);
-            let then = before.get(id);
-            let delta_u = |a: Option<u64>, b: Option<u64>| Some(a?.saturating_sub(b.unwrap_or(0)));
+            let l = limits.get(id);
             Some(Facts {
                 cgroup_id: *id,
                 cgroup: path.clone(),
                 window_seconds: window.duration.as_secs_f64(),
                 host_cpus,
-                cpuset_cpus: now.cpuset_cpus.as_ref().map(|c| c.len() as u32),
-                quota_cores: now.cpu_quota_cores,
-                threads: now.threads,
-                // Throttling counters since the cgroup's creation: the window's share is the
-                // difference. A cgroup first seen mid-window counts from zero, which is true
-                // for one created during the window.
-                throttled_periods: delta_u(
-                    now.throttled_periods,
-                    then.and_then(|t| t.throttled_periods),
-                ),
-                throttled_seconds: now
-                    .throttled_seconds
-                    .map(|s| (s - then.and_then(|t| t.throttled_seconds).unwrap_or(0.0)).max(0.0)),
+                cpuset_cpus: l
+                    .and_then(|l| l.cpuset_cpus.as_ref())
+                    .map(|c| c.len() as u32),
+                quota_cores: l.and_then(|l| l.cpu_quota_cores),
+                threads: l.and_then(|l| l.threads),
+                throttled_periods: l.and_then(|l| l.throttled_periods),
+                throttled_seconds: l.and_then(|l| l.throttled_seconds),
                 sched: w.sched,
                 futex: w.futex,
                 locks: w.locks,
@@ -112,7 +103,6 @@ pub fn facts(
 pub async fn run(args: DiagnoseArgs) -> anyhow::Result<u8> {
     privileges::require()?;
     let resolver = CgroupResolver::discover()?;
-    let layout = CgroupLayout::discover().context("finding the cgroup hierarchies")?;
     let options = LoadOptions::default();
     let mut pipeline = Pipeline::start(&options, resolver)?;
     let duration = Duration::from_secs_f64(args.duration);
@@ -127,13 +117,6 @@ pub async fn run(args: DiagnoseArgs) -> anyhow::Result<u8> {
             .count(),
         pipeline.probes.status.len()
     );
-    // Limits at the start, for the throttling deltas: of every cgroup there is now.
-    pipeline.resolver.walk();
-    let before: std::collections::HashMap<u64, Limits> = pipeline
-        .resolver
-        .known()
-        .map(|(id, path)| (id, read_limits(&layout, path)))
-        .collect();
     let started = pipeline.started_at();
     let mut total = Window::empty();
     let deadline = tokio::time::Instant::from_std(started + duration);
@@ -153,11 +136,16 @@ pub async fn run(args: DiagnoseArgs) -> anyhow::Result<u8> {
         next += interval;
     }
     let cpus = host_cpus();
-    let all = facts(&total, pipeline.paths(), &before, &layout, cpus);
+    let limits = pipeline.limits_of(&total);
+    let all = facts(&total, pipeline.paths(), &limits, cpus);
     let thresholds = Thresholds::default();
     let findings = diagnose(&all, &thresholds);
+    let ctx = pipeline.report_context(&limits);
     let report = DiagnoseReport {
-        findings: findings.iter().map(finding_report).collect(),
+        findings: findings
+            .iter()
+            .map(|f| finding_report(f, ctx.identities.get(&f.cgroup_id)))
+            .collect(),
         checked: Checked {
             duration_seconds: total.duration.as_secs_f64(),
             containers: all.len(),
@@ -186,14 +174,15 @@ pub async fn run(args: DiagnoseArgs) -> anyhow::Result<u8> {
     })
 }
 
-fn finding_report(f: &Finding) -> FindingReport {
+fn finding_report(f: &Finding, identity: Option<&Identity>) -> FindingReport {
+    let identity = identity.cloned().unwrap_or_default();
     FindingReport {
         kind: f.kind.as_str(),
         severity: f.severity,
         cgroup: f.cgroup.clone(),
-        namespace: None,
-        pod: None,
-        container: None,
+        namespace: identity.namespace,
+        pod: identity.pod,
+        container: identity.container,
         summary: f.summary.clone(),
         evidence: f.evidence.clone(),
         recommendations: f.recommendations.clone(),

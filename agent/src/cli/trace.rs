@@ -79,7 +79,8 @@ pub async fn run(args: TraceArgs) -> anyhow::Result<()> {
         let window = pipeline.tick()?;
         total.extend(&window);
         if !args.json {
-            let rows = containers(&window, &pipeline.report_context(), keep);
+            let limits = pipeline.limits_of(&window);
+            let rows = containers(&window, &pipeline.report_context(&limits), keep);
             print_table(&rows, &window, &pipeline.probes.probe_errors(), is_tty)?;
         }
         let done = interrupted || deadline.is_some_and(|d| tokio::time::Instant::now() >= d);
@@ -102,7 +103,11 @@ pub async fn run(args: TraceArgs) -> anyhow::Result<()> {
     if args.json {
         let report = TraceReport {
             duration_seconds: total.duration.as_secs_f64(),
-            containers: containers(&total, &pipeline.report_context(), keep),
+            containers: containers(
+                &total,
+                &pipeline.report_context(&pipeline.limits_of(&total)),
+                keep,
+            ),
             probes: pipeline.probes.status.clone(),
             lost_events: pipeline
                 .probes
@@ -115,6 +120,18 @@ pub async fn run(args: TraceArgs) -> anyhow::Result<()> {
         writeln!(out)?;
     }
     Ok(())
+}
+
+/// `namespace/pod/container` when the kubelet names it, else the cgroup path.
+pub fn workload_name(r: &ContainerReport) -> String {
+    let path = r
+        .cgroup
+        .clone()
+        .unwrap_or_else(|| format!("(removed cgroup {})", r.cgroup_id));
+    match (&r.namespace, &r.pod, &r.container) {
+        (Some(ns), Some(pod), Some(c)) => format!("{ns}/{pod}/{c}"),
+        _ => path,
+    }
 }
 
 fn fmt_latency(seconds: Option<f64>) -> String {
@@ -197,9 +214,7 @@ fn print_table(
             rate(r.futex.map(|f| f.waits)),
             per_sec(r.futex.map(|f| f.wait_seconds)),
             per_sec(klock),
-            r.cgroup
-                .clone()
-                .unwrap_or_else(|| format!("(removed cgroup {})", r.cgroup_id)),
+            workload_name(r),
         )?;
         if let Some(hot) = r.hot_futexes.as_ref().and_then(|h| h.first()) {
             writeln!(

@@ -12,13 +12,17 @@ pub mod defaults {
     /// I/O stays far below; parked idle pools can exceed it, which is why the wait *rate*
     /// below is required too.
     pub const STORM_MIN_FUTEX_WAIT_SHARE: f64 = 0.25;
-    /// Futex waits per second per allowed CPU. Idle pools park with long timeouts (a few waits
-    /// per second per thread); a contended lock makes thousands of short waits per CPU.
-    pub const STORM_MIN_FUTEX_WAITS_PER_SECOND: f64 = 500.0;
+    /// Futex waits per second per allowed CPU: the lock is handed off constantly, not just held
+    /// by a few slow threads. Measured here: 64 threads queueing on one mutex on 2 CPUs make
+    /// about 1,000 per CPU, each waiting tens of milliseconds.
+    pub const STORM_MIN_FUTEX_WAITS_PER_SECOND: f64 = 200.0;
     /// Voluntary switches per second per allowed CPU: each contended hand-off is a block and a
-    /// wake-up, so a storm blocks a thread about every millisecond on every CPU. Busy I/O
-    /// services block too, which is why this is never judged alone.
-    pub const STORM_MIN_VCSW_PER_CPU_SECOND: f64 = 1000.0;
+    /// wake-up. Busy I/O services block too, which is why this is never judged alone.
+    pub const STORM_MIN_VCSW_PER_CPU_SECOND: f64 = 200.0;
+    /// The CPUs must be busy (on-CPU time at least half of the allowed CPUs): threads queue on a
+    /// lock while work is being done. An idle worker pool waiting on its queue's condition
+    /// variable has the same futex signature with idle CPUs.
+    pub const STORM_MIN_BUSY_SHARE: f64 = 0.5;
     /// At most half of the waits may end in a timeout: threads parked with a timeout (idle
     /// pools polling for work) time out; threads queued on a lock are woken by its release.
     pub const STORM_MAX_TIMEOUT_SHARE: f64 = 0.5;
@@ -109,7 +113,9 @@ pub fn lock_storm(f: &Facts, t: &Thresholds) -> Option<Finding> {
     let vcsw = f.voluntary_switches_per_cpu_second();
     let threads_per_cpu = threads / allowed;
     let timeout_share = f.futex.timeouts as f64 / f.futex.wait.count.max(1) as f64;
+    let busy = f.oncpu_cores() / allowed;
     if share < t.storm_min_futex_wait_share
+        || busy < t.storm_min_busy_share
         || waits_per_cpu < t.storm_min_futex_waits_per_second
         || vcsw < t.storm_min_voluntary_switches_per_cpu_second
         || threads_per_cpu < t.storm_min_threads_per_cpu
@@ -141,6 +147,7 @@ pub fn lock_storm(f: &Facts, t: &Thresholds) -> Option<Finding> {
     }
     e.insert("voluntary_switches_per_cpu_second", vcsw);
     e.insert("runnable_threads", f.runnable_threads());
+    e.insert("oncpu_cores", f.oncpu_cores());
     e.insert("kernel_spin_wait_seconds_per_second", spin);
     e.insert("migrations_per_second", f.migrations_per_second());
     limits_evidence(f, &mut e);
@@ -464,11 +471,14 @@ mod tests {
         few_threads.threads = Some(6);
         assert!(lock_storm(&few_threads, &t).is_none(), "3 threads per CPU");
         let mut slow = storm();
-        slow.futex.wait.count = 4000; // 200 waits/s per CPU: parked pools
+        slow.futex.wait.count = 2000; // 100 waits/s per CPU
         assert!(lock_storm(&slow, &t).is_none());
         let mut calm = storm();
-        calm.sched.voluntary_switches = 10_000;
+        calm.sched.voluntary_switches = 2_000;
         assert!(lock_storm(&calm, &t).is_none());
+        let mut idle_pool = storm();
+        idle_pool.sched.oncpu_ns = 2 * S; // workers waiting for work on idle CPUs
+        assert!(lock_storm(&idle_pool, &t).is_none());
         let mut polling = storm();
         polling.futex.timeouts = 200_000; // parked with timeouts, not queued on a lock
         assert!(lock_storm(&polling, &t).is_none());

@@ -9,6 +9,7 @@
 pub mod container;
 pub mod kubelet;
 pub mod limits;
+pub mod workload;
 
 use std::{
     collections::{HashMap, HashSet},
