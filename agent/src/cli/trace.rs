@@ -143,7 +143,8 @@ fn fmt_latency(seconds: Option<f64>) -> String {
     }
 }
 
-/// A top-style table of one interval: rates per second, busiest first. `FUTEX s/s` and
+/// A top-style table of one interval: rates per second, busiest first. `CPU%` is on-CPU time
+/// per second of wall time (200% = two CPUs busy, as in top). `BLOCKED`, `FUTEX s/s` and
 /// `KLOCK s/s` are seconds spent waiting per second: the average number of threads waiting.
 fn print_table(
     rows: &[ContainerReport],
@@ -165,7 +166,7 @@ fn print_table(
     )?;
     writeln!(
         out,
-        "{:>6} {:>6} {:>8} {:>8} {:>7} {:>8} {:>8} {:>8} {:>7} {:>7}  CGROUP",
+        "{:>6} {:>7} {:>8} {:>8} {:>7} {:>8} {:>8} {:>8} {:>7} {:>7}  WORKLOAD",
         "CPU%",
         "OFF%",
         "VCSW/s",
@@ -179,8 +180,8 @@ fn print_table(
     )?;
     writeln!(
         out,
-        "{:>6} {:>6} {:>8} {:>8} {:>7} {:>8} {:>8} {:>8} {:>7} {:>7}",
-        "", "", "", "", "", "", "", "waits", "s/s", "s/s"
+        "{:>6} {:>7} {:>8} {:>8} {:>7} {:>8} {:>8} {:>8} {:>7} {:>7}",
+        "", "threads", "", "", "", "", "", "waits", "s/s", "s/s"
     )?;
     let limit = if is_tty { 40 } else { usize::MAX };
     let rate = |v: Option<u64>| match v {
@@ -203,9 +204,9 @@ fn print_table(
             .map(|k| k.values().map(|w| w.wait_seconds).sum::<f64>());
         writeln!(
             out,
-            "{:>6} {:>6} {:>8} {:>8} {:>7} {:>8} {:>8} {:>8} {:>7} {:>7}  {}",
+            "{:>6} {:>7} {:>8} {:>8} {:>7} {:>8} {:>8} {:>8} {:>7} {:>7}  {}",
             pct(r.oncpu_seconds),
-            pct(r.offcpu_seconds),
+            per_sec(r.offcpu_seconds),
             rate(r.context_switches.map(|c| c.voluntary)),
             rate(r.context_switches.map(|c| c.involuntary)),
             rate(r.migrations),
