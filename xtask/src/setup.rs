@@ -28,11 +28,22 @@ const PACKAGES: &[(&str, &str)] = &[
     ("stress-ng", "workloads for the tests and the benchmark"),
     ("bpftrace", "an independent measurement for the tests"),
     ("iproute2", "network namespaces for the tests"),
+    ("prometheus", "a real Prometheus server scrapes the daemon in the tests"),
+    ("runc", "runs a real container in the identity tests"),
+    ("busybox-static", "the container's root filesystem"),
 ];
+
+/// PyPI packages: (package, command it provides, what it is for).
+const PIP_PACKAGES: &[(&str, &str, &str)] = &[(
+    "kubernetes-validate",
+    "kubernetes-validate",
+    "validates deploy/ against the Kubernetes schemas",
+)];
 
 pub fn run() -> Result<()> {
     toolchain()?;
     packages()?;
+    pip_packages()?;
     bpf_linker()?;
     tracefs();
     say("setup complete");
@@ -117,6 +128,29 @@ fn packages() -> Result<()> {
             .args(&missing)
             .env("DEBIAN_FRONTEND", "noninteractive"),
     )
+}
+
+fn pip_packages() -> Result<()> {
+    for (package, command, why) in PIP_PACKAGES {
+        let present = Command::new(command)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if present {
+            say(&format!("{package}: installed"));
+            continue;
+        }
+        say(&format!("installing {package} from PyPI ({why})"));
+        run_cmd(Command::new("python3").args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            package,
+        ]))?;
+    }
+    Ok(())
 }
 
 /// bpf-linker is installed with `--features llvm-22`; cargo records the features it was built
