@@ -12,7 +12,7 @@ use crate::{
     collect::{Snapshot, Window},
     identity::{
         CgroupResolver,
-        limits::{CgroupLayout, Limits, read_limits},
+        limits::{CgroupLayout, Limits, read_limits, read_threads},
         workload::Identities,
     },
     probes::{LoadOptions, Probes, locks},
@@ -39,6 +39,15 @@ pub struct Pipeline {
     /// Each cgroup's limits when the pipeline started (or when it was first seen), so that
     /// cumulative cgroupfs counters (throttling) can be reported for the window.
     baseline: HashMap<u64, Limits>,
+    /// Thread counts sampled at every tick while a cgroup was active: a count taken only at
+    /// the end of a window misses workloads that ended in it.
+    thread_samples: HashMap<u64, ThreadSamples>,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct ThreadSamples {
+    sum: u64,
+    n: u64,
 }
 
 /// The resource context of a cgroup over the window since the pipeline started.
@@ -75,6 +84,7 @@ impl Pipeline {
             identities: Identities::default(),
             layout,
             baseline,
+            thread_samples: HashMap::new(),
         })
     }
 
@@ -85,6 +95,11 @@ impl Pipeline {
         let layout = self.layout.as_ref()?;
         let path = self.resolver.path(id)?;
         let mut now = read_limits(layout, path);
+        // The mean of the samples taken while the cgroup was active since the pipeline
+        // started, rounded: what its threads' time is shared between.
+        if let Some(t) = self.thread_samples.get(&id).filter(|t| t.n > 0) {
+            now.threads = Some((t.sum + t.n / 2) / t.n);
+        }
         if let Some(then) = self.baseline.get(&id) {
             now.throttled_periods = now
                 .throttled_periods
@@ -145,6 +160,19 @@ impl Pipeline {
             if let Some(path) = self.resolver.path(*id) {
                 self.paths.entry(*id).or_insert_with(|| path.to_owned());
                 self.identities.resolve(*id, path);
+            }
+        }
+        if let Some(layout) = &self.layout {
+            for id in window.cgroups.keys() {
+                if let Some(n) = self
+                    .resolver
+                    .path(*id)
+                    .and_then(|p| read_threads(layout, p))
+                {
+                    let t = self.thread_samples.entry(*id).or_default();
+                    t.sum += n;
+                    t.n += 1;
+                }
             }
         }
         self.name_processes(&window);
@@ -210,6 +238,8 @@ impl Pipeline {
         let paths = &self.paths;
         self.identities.retain(|id| paths.contains_key(&id));
         self.baseline.retain(|id, _| resolver.path(*id).is_some());
+        self.thread_samples
+            .retain(|id, _| keep_cgroup(*id) || resolver.path(*id).is_some());
         self.process_names.retain(|tgid, _| keep_tgid(*tgid));
     }
 }

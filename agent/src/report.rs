@@ -68,6 +68,8 @@ pub struct LimitsReport {
     pub cpu_quota_cores: Option<f64>,
     /// The CPUs of the effective cpuset.
     pub cpuset_cpus: Option<Vec<u32>>,
+    /// Threads in the cgroup: the mean of the counts sampled every interval while it was
+    /// active in the window (so a workload that ended in the window still counts).
     pub threads: Option<u64>,
     /// Periods throttled during the window.
     pub throttled_periods: Option<u64>,

@@ -193,6 +193,23 @@ pub fn read_limits(layout: &CgroupLayout, rel_path: &str) -> Limits {
     }
 }
 
+/// Reads only the thread count of the cgroup at `rel_path` (as in [`read_limits`]): cheap
+/// enough to sample every interval.
+pub fn read_threads(layout: &CgroupLayout, rel_path: &str) -> Option<u64> {
+    let rel = safe_relative(rel_path)?;
+    let v2 = layout.v2_root.join(&rel);
+    let v1 = |controller: &str, name: &str| {
+        layout
+            .v1_dir(controller, &rel)
+            .and_then(|dir| read(&dir.join(name)))
+    };
+    read(&v2.join("pids.current"))
+        .and_then(|t| parse_u64(&t))
+        .or_else(|| parse_u64(&v1("pids", "pids.current")?))
+        .or_else(|| count_ids(&read(&v2.join("cgroup.threads"))?))
+        .or_else(|| count_ids(&v1("cpu", "tasks")?))
+}
+
 /// Reads the cgroup's full CPU pressure record (all averages and the stall totals, which a
 /// caller can difference over its own window). v2 only: v1 has no PSI.
 pub fn read_cpu_pressure(layout: &CgroupLayout, rel_path: &str) -> Pressure {
