@@ -168,7 +168,7 @@ fn print_table(
         out,
         "{:>6} {:>7} {:>8} {:>8} {:>7} {:>8} {:>8} {:>8} {:>7} {:>7}  WORKLOAD",
         "CPU%",
-        "OFF%",
+        "BLOCKED",
         "VCSW/s",
         "ICSW/s",
         "MIGR/s",
