@@ -12,3 +12,5 @@ pub mod privileges;
 pub mod probes;
 pub mod report;
 pub mod symbolize;
+#[cfg(test)]
+mod test_support;

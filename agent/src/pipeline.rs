@@ -88,8 +88,10 @@ impl Pipeline {
         })
     }
 
-    /// The limits of cgroup `id` now, with its throttling counters made relative to the
-    /// pipeline's start (a cgroup created since counts from its creation, i.e. from zero).
+    /// The limits of cgroup `id` over the window since the pipeline started: quota, cpuset and
+    /// pressure as they are now; throttling counters relative to the start (a cgroup created
+    /// since counts from its creation, i.e. from zero); threads the mean of the counts sampled
+    /// every interval while the cgroup was active (so a workload that ended still counts).
     /// `None` when the cgroup is gone or the hierarchy is unknown.
     pub fn window_limits(&self, id: u64) -> Option<WindowLimits> {
         let layout = self.layout.as_ref()?;

@@ -45,8 +45,9 @@ pub struct ContainerReport {
     /// containerd, crio, docker, podman, systemd, or none (host, or a path that does not say).
     pub runtime: crate::identity::container::Runtime,
     pub container_id: Option<String>,
-    /// Resource context; `null` when the cgroup is gone.
-    pub limits: Option<LimitsReport>,
+    /// Resource context over the window (see [`crate::pipeline::Pipeline::window_limits`]);
+    /// each field `null` where unknown or unlimited, the whole `null` when the cgroup is gone.
+    pub limits: Option<Limits>,
     pub context_switches: Option<ContextSwitches>,
     pub migrations: Option<u64>,
     pub oncpu_seconds: Option<f64>,
@@ -59,37 +60,6 @@ pub struct ContainerReport {
     pub hot_futexes: Option<Vec<HotFutex>>,
     /// The kernel call sites that waited longest for a lock in this window.
     pub kernel_lock_sites: Option<Vec<LockSite>>,
-}
-
-/// A container's resource context. Each field is `null` where unknown or unlimited.
-#[derive(Clone, Debug, Serialize, PartialEq)]
-pub struct LimitsReport {
-    /// CFS quota in cores.
-    pub cpu_quota_cores: Option<f64>,
-    /// The CPUs of the effective cpuset.
-    pub cpuset_cpus: Option<Vec<u32>>,
-    /// Threads in the cgroup: the mean of the counts sampled every interval while it was
-    /// active in the window (so a workload that ended in the window still counts).
-    pub threads: Option<u64>,
-    /// Periods throttled during the window.
-    pub throttled_periods: Option<u64>,
-    /// Time throttled during the window.
-    pub throttled_seconds: Option<f64>,
-    /// PSI: % of the last 10 s in which some of the cgroup's tasks waited for a CPU.
-    pub cpu_pressure_some_avg10: Option<f64>,
-}
-
-impl From<&Limits> for LimitsReport {
-    fn from(l: &Limits) -> Self {
-        Self {
-            cpu_quota_cores: l.cpu_quota_cores,
-            cpuset_cpus: l.cpuset_cpus.clone(),
-            threads: l.threads,
-            throttled_periods: l.throttled_periods,
-            throttled_seconds: l.throttled_seconds,
-            cpu_pressure_some_avg10: l.cpu_pressure_some_avg10,
-        }
-    }
 }
 
 #[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
@@ -327,7 +297,7 @@ pub fn container_report(
         container: identity.container,
         runtime: identity.runtime,
         container_id: identity.container_id,
-        limits: ctx.limits.get(&cgroup_id).map(LimitsReport::from),
+        limits: ctx.limits.get(&cgroup_id).cloned(),
         context_switches: a.switch.then_some(ContextSwitches {
             voluntary: s.voluntary_switches,
             involuntary: s.involuntary_switches,

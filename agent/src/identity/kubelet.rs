@@ -303,24 +303,7 @@ mod tests {
         }
     }
 
-    struct TempDir(PathBuf);
-    impl TempDir {
-        fn new(tag: &str) -> Self {
-            let dir = std::env::temp_dir().join(format!(
-                "sw-kubelet-{tag}-{}-{:?}",
-                std::process::id(),
-                std::thread::current().id()
-            ));
-            let _ = std::fs::remove_dir_all(&dir);
-            std::fs::create_dir_all(&dir).expect("create temp dir");
-            Self(dir)
-        }
-    }
-    impl Drop for TempDir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
+    use crate::test_support::TempDir;
 
     /// Lays out what the kubelet writes for one container.
     fn add_container(root: &Path, ns: &str, pod: &str, uid: &str, container: &str, id: &str) {
@@ -338,7 +321,7 @@ mod tests {
 
     #[test]
     fn scans_and_looks_up_by_uid_and_id() {
-        let tmp = TempDir::new("scan");
+        let tmp = TempDir::new("kubelet-scan");
         let root = &tmp.0;
         std::fs::create_dir_all(root.join("containers")).expect("mkdir");
         add_container(root, "shop", "web-0", UID_1, "app", ID_A);
@@ -387,7 +370,7 @@ mod tests {
 
     #[test]
     fn container_without_a_readable_target_is_still_named() {
-        let tmp = TempDir::new("dangling");
+        let tmp = TempDir::new("kubelet-dangling");
         let root = &tmp.0;
         std::fs::create_dir_all(root.join("containers")).expect("mkdir");
         // Dangling symlink whose target points at a pods dir we cannot see (agent container
@@ -411,7 +394,7 @@ mod tests {
 
     #[test]
     fn missing_dirs_give_nothing() {
-        let tmp = TempDir::new("missing");
+        let tmp = TempDir::new("kubelet-missing");
         let names = KubeletNames::scan(&tmp.0.join("no-pods"), &tmp.0.join("no-containers"));
         assert!(names.is_empty());
         assert_eq!(names.names(Some(UID_1), Some(ID_A)), PodNames::default());

@@ -563,24 +563,7 @@ mod tests {
         }
     }
 
-    struct TempDir(PathBuf);
-    impl TempDir {
-        fn new(tag: &str) -> Self {
-            let dir = std::env::temp_dir().join(format!(
-                "sw-limits-{tag}-{}-{:?}",
-                std::process::id(),
-                std::thread::current().id()
-            ));
-            let _ = std::fs::remove_dir_all(&dir);
-            std::fs::create_dir_all(&dir).expect("create temp dir");
-            Self(dir)
-        }
-    }
-    impl Drop for TempDir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
+    use crate::test_support::TempDir;
 
     fn write_files(dir: &Path, files: &[(&str, &str)]) {
         std::fs::create_dir_all(dir).expect("mkdir");
@@ -593,7 +576,7 @@ mod tests {
 
     #[test]
     fn reads_a_v2_tree() {
-        let tmp = TempDir::new("v2");
+        let tmp = TempDir::new("limits-v2");
         let layout = CgroupLayout {
             v2_root: tmp.0.clone(),
             v1_roots: HashMap::new(),
@@ -656,7 +639,7 @@ mod tests {
 
     #[test]
     fn reads_a_hybrid_tree() {
-        let tmp = TempDir::new("v1");
+        let tmp = TempDir::new("limits-v1");
         let v2_root = tmp.0.join("unified");
         let cpu_root = tmp.0.join("cpu,cpuacct");
         let cpuset_root = tmp.0.join("cpuset");
