@@ -1,1 +1,531 @@
-//! Helpers for the integration tests.
+//! Helpers for the integration tests: the cgroup v2 hierarchy, throw-away test cgroups,
+//! workloads started inside them, and the agent run as a separate process.
+//!
+//! Tests that need root and BPF call [`require_bpf`] first: it panics with the reason when the
+//! agent cannot work here. Nothing is ever skipped silently.
+
+use std::{
+    ffi::CString,
+    io::{BufRead as _, BufReader, Read as _},
+    os::unix::{ffi::OsStrExt as _, fs::MetadataExt as _, process::CommandExt as _},
+    path::{Path, PathBuf},
+    process::{Child, Command, ExitStatus, Output, Stdio},
+    sync::{
+        OnceLock,
+        atomic::{AtomicUsize, Ordering},
+        mpsc,
+    },
+    thread::JoinHandle,
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+
+// ---- the cgroup v2 hierarchy ----------------------------------------------------------------
+
+/// The mount point of the cgroup v2 hierarchy, from a mountinfo text (fstype `cgroup2`). Where
+/// there are several (bind mounts into containers), a mount of the hierarchy's own root (field
+/// 4 is `/`) is preferred, then the shortest mount point.
+pub fn v2_root_from_mountinfo(mountinfo: &str) -> Option<PathBuf> {
+    mountinfo
+        .lines()
+        .filter_map(|line| {
+            let (left, right) = line.split_once(" - ")?;
+            if right.split_whitespace().next()? != "cgroup2" {
+                return None;
+            }
+            let mut fields = left.split_whitespace();
+            let root = fields.nth(3)?;
+            let mount_point = fields.next()?;
+            // mountinfo escapes space, tab, newline and backslash as \NNN (octal).
+            let mut out = Vec::new();
+            let b = mount_point.as_bytes();
+            let mut i = 0;
+            while i < b.len() {
+                let octal = b
+                    .get(i + 1..i + 4)
+                    .and_then(|d| std::str::from_utf8(d).ok())
+                    .and_then(|d| u8::from_str_radix(d, 8).ok());
+                match (b[i], octal) {
+                    (b'\\', Some(v)) => {
+                        out.push(v);
+                        i += 4;
+                    }
+                    (c, _) => {
+                        out.push(c);
+                        i += 1;
+                    }
+                }
+            }
+            let path = PathBuf::from(String::from_utf8_lossy(&out).into_owned());
+            Some((root != "/", path))
+        })
+        .min_by_key(|(not_root, p)| (*not_root, p.as_os_str().len()))
+        .map(|(_, p)| p)
+}
+
+/// The cgroup v2 root of this machine (`/sys/fs/cgroup` on pure-v2 hosts, often
+/// `/sys/fs/cgroup/unified` on hybrid ones), detected from /proc/self/mountinfo.
+pub fn v2_root() -> &'static Path {
+    static ROOT: OnceLock<PathBuf> = OnceLock::new();
+    ROOT.get_or_init(|| {
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")
+            .expect("cannot read /proc/self/mountinfo");
+        v2_root_from_mountinfo(&mountinfo)
+            .expect("no cgroup v2 hierarchy is mounted (no cgroup2 line in /proc/self/mountinfo)")
+    })
+}
+
+/// A uniquely named cgroup directly under the v2 root, removed (with whatever still runs in it)
+/// on drop.
+pub struct TestCgroup {
+    path: PathBuf,
+    rel: String,
+    id: u64,
+    removed: bool,
+}
+
+impl TestCgroup {
+    pub fn new(name: &str) -> Self {
+        static SEQ: AtomicUsize = AtomicUsize::new(0);
+        let dir = format!(
+            "sw-test-{name}-{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        );
+        let path = v2_root().join(&dir);
+        std::fs::create_dir(&path).unwrap_or_else(|e| {
+            panic!(
+                "cannot create cgroup {}: {e} (the integration tests must run as root)",
+                path.display()
+            )
+        });
+        let id = std::fs::metadata(&path)
+            .expect("stat of the new cgroup")
+            .ino();
+        Self {
+            path,
+            rel: format!("/{dir}"),
+            id,
+            removed: false,
+        }
+    }
+
+    /// The full path of the directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The path relative to the v2 root, as the agent reports it (`/sw-test-…`).
+    pub fn rel_path(&self) -> &str {
+        &self.rel
+    }
+
+    /// The cgroup id: the inode number of its directory, which is what
+    /// `bpf_get_current_cgroup_id()` returns for its tasks.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Pids currently in the cgroup.
+    pub fn procs(&self) -> Vec<i32> {
+        std::fs::read_to_string(self.path.join("cgroup.procs"))
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect()
+    }
+
+    /// Kills what is left in the cgroup and removes it. Panics when it cannot be removed.
+    pub fn remove(mut self) {
+        if let Err(e) = self.try_remove() {
+            panic!("{e}");
+        }
+    }
+
+    fn try_remove(&mut self) -> Result<(), String> {
+        if self.removed {
+            return Ok(());
+        }
+        let kill = self.path.join("cgroup.kill");
+        let killed_by_file = kill.exists() && std::fs::write(&kill, "1").is_ok();
+        let mut last_err = None;
+        for _ in 0..200 {
+            if !killed_by_file {
+                for pid in self.procs() {
+                    // SAFETY: kill(2) on a pid read from the cgroup: nothing else is affected.
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                }
+            }
+            match std::fs::remove_dir(&self.path) {
+                Ok(()) => {
+                    self.removed = true;
+                    return Ok(());
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    self.removed = true;
+                    return Ok(());
+                }
+                Err(e) => last_err = Some(e),
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        Err(format!(
+            "cannot remove cgroup {}: {}",
+            self.path.display(),
+            last_err.map(|e| e.to_string()).unwrap_or_default()
+        ))
+    }
+}
+
+impl Drop for TestCgroup {
+    fn drop(&mut self) {
+        if let Err(e) = self.try_remove() {
+            if std::thread::panicking() {
+                eprintln!("{e}");
+            } else {
+                panic!("{e}");
+            }
+        }
+    }
+}
+
+/// Spawns `cmd` so that it joins `cgroup` before exec: the child writes "0" to the cgroup's
+/// `cgroup.procs` between fork and exec, so everything the program does is counted there (only
+/// the few context switches of fork and of the write itself happen in the parent's cgroup).
+/// stdout is piped (the workloads print their JSON line there); stderr is inherited.
+pub fn run_in_cgroup(cmd: &mut Command, cgroup: &TestCgroup) -> Child {
+    let procs = CString::new(cgroup.path().join("cgroup.procs").as_os_str().as_bytes())
+        .expect("no NUL in a cgroup path");
+    // SAFETY: the closure runs in the child between fork and exec; it only calls
+    // async-signal-safe functions (open, write, close) on memory prepared before the fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+            if fd < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let n = libc::write(fd, b"0".as_ptr().cast(), 1);
+            let err = std::io::Error::last_os_error();
+            libc::close(fd);
+            if n != 1 {
+                return Err(err);
+            }
+            Ok(())
+        });
+    }
+    cmd.stdout(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {cmd:?} in {}: {e}", cgroup.rel_path()))
+}
+
+/// Waits for a workload started by [`run_in_cgroup`] and parses the JSON line it printed.
+pub fn workload_result(child: Child) -> Value {
+    let out = child.wait_with_output().expect("waiting for the workload");
+    assert!(
+        out.status.success(),
+        "workload failed ({}), stdout: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().last().unwrap_or("");
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("workload printed {text:?}: {e}"))
+}
+
+/// A number field of a JSON object, with a clear panic when it is missing or not a number.
+pub fn num(v: &Value, key: &str) -> f64 {
+    v[key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("`{key}` is not a number in {v}"))
+}
+
+/// Number of CPUs this process may run on.
+pub fn cpus() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}
+
+// ---- the agent ------------------------------------------------------------------------------
+
+/// The agent binary: `$STORMWATCH_BIN`, else `stormwatch` in the `target/<profile>/` directory
+/// this test binary was built into (`target/<profile>/deps/<test>-<hash>`).
+pub fn agent_bin() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        if let Some(p) = std::env::var_os("STORMWATCH_BIN") {
+            let p = PathBuf::from(p);
+            assert!(
+                p.is_file(),
+                "STORMWATCH_BIN={} does not exist (build the agent with \
+                 `cargo build --release -p stormwatch`)",
+                p.display()
+            );
+            return p;
+        }
+        let exe = std::env::current_exe().expect("current_exe");
+        let mut dir = exe
+            .parent()
+            .expect("test binary has a directory")
+            .to_path_buf();
+        if dir.file_name().is_some_and(|n| n == "deps") {
+            dir.pop();
+        }
+        let bin = dir.join("stormwatch");
+        assert!(
+            bin.is_file(),
+            "the agent binary {} does not exist: build it first with \
+             `cargo build --release -p stormwatch` (and run the tests with `--release`), \
+             or point STORMWATCH_BIN at it",
+            bin.display()
+        );
+        bin
+    })
+}
+
+/// Runs the agent with `args` to completion (stdout and stderr captured).
+pub fn agent_output(args: &[&str]) -> Output {
+    Command::new(agent_bin())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", agent_bin().display()))
+}
+
+/// Panics, with the reason, unless this process is root and `stormwatch check` says the agent
+/// can work here. Tests that need BPF call this first: they fail loudly, never skip.
+pub fn require_bpf() {
+    static CHECKED: OnceLock<Result<(), String>> = OnceLock::new();
+    let verdict = CHECKED.get_or_init(|| {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            return Err("these integration tests need root (cgroups, BPF)".to_owned());
+        }
+        let out = agent_output(&["check"]);
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "`stormwatch check` says the agent cannot work here ({}):\n{}{}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        }
+    });
+    if let Err(why) = verdict {
+        panic!("BPF is not usable here: {why}");
+    }
+}
+
+/// A running `stormwatch trace`.
+pub struct Agent {
+    child: Child,
+    stdout: Option<JoinHandle<String>>,
+    stderr: Option<JoinHandle<Vec<String>>>,
+}
+
+/// What a finished `stormwatch trace --json` left.
+pub struct Finished {
+    pub status: ExitStatus,
+    pub stderr: Vec<String>,
+    pub report: Value,
+}
+
+/// How long the agent may take to load and attach its probes.
+const ATTACH_TIMEOUT: Duration = Duration::from_secs(60);
+
+impl Agent {
+    /// Starts `stormwatch trace <args>` and returns once it says it is tracing (the probes are
+    /// attached and the counters' baseline is taken). Panics if it exits or stays silent.
+    pub fn trace(args: &[&str]) -> Self {
+        let mut child = Command::new(agent_bin())
+            .arg("trace")
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", agent_bin().display()));
+        let mut out = child.stdout.take().expect("piped stdout");
+        let stdout = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = out.read_to_string(&mut s);
+            s
+        });
+        let err = child.stderr.take().expect("piped stderr");
+        let (tx, rx) = mpsc::channel();
+        let stderr = std::thread::spawn(move || {
+            let mut lines = Vec::new();
+            for line in BufReader::new(err).lines() {
+                let Ok(line) = line else { break };
+                if line.contains("tracing with") {
+                    let _ = tx.send(());
+                }
+                lines.push(line);
+            }
+            lines
+        });
+        let mut agent = Self {
+            child,
+            stdout: Some(stdout),
+            stderr: Some(stderr),
+        };
+        let deadline = Instant::now() + ATTACH_TIMEOUT;
+        loop {
+            match rx.recv_timeout(Duration::from_millis(100)) {
+                Ok(()) => return agent,
+                Err(mpsc::RecvTimeoutError::Timeout) if Instant::now() < deadline => {
+                    if let Ok(Some(status)) = agent.child.try_wait() {
+                        let stderr = agent.stderr.take().unwrap().join().unwrap_or_default();
+                        panic!(
+                            "stormwatch trace {args:?} exited ({status}) before tracing; \
+                             stderr:\n{}",
+                            stderr.join("\n")
+                        );
+                    }
+                }
+                Err(_) => {
+                    let _ = agent.child.kill();
+                    let _ = agent.child.wait();
+                    let stderr = agent.stderr.take().unwrap().join().unwrap_or_default();
+                    panic!(
+                        "stormwatch trace {args:?} did not print `tracing with` within {:?}; \
+                         stderr:\n{}",
+                        ATTACH_TIMEOUT,
+                        stderr.join("\n")
+                    );
+                }
+            }
+        }
+    }
+
+    /// Panics unless the trace is still running: called right after a workload exits, it proves
+    /// the trace covered the workload's whole life (it started before the workload did).
+    #[track_caller]
+    pub fn assert_still_tracing(&mut self, what: &str) {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            panic!(
+                "the trace ended ({status}) before {what} did: the test must give the trace a \
+                 longer --duration"
+            );
+        }
+    }
+
+    /// Waits for the trace to end, checks it succeeded, and parses its JSON document.
+    pub fn finish(mut self) -> Finished {
+        let status = self.child.wait().expect("waiting for stormwatch");
+        let stdout = self.stdout.take().unwrap().join().unwrap_or_default();
+        let stderr = self.stderr.take().unwrap().join().unwrap_or_default();
+        assert!(
+            status.success(),
+            "stormwatch trace failed ({status}); stderr:\n{}\nstdout:\n{stdout}",
+            stderr.join("\n")
+        );
+        let report: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+            panic!("stormwatch trace printed no JSON document ({e}):\n{stdout}")
+        });
+        Finished {
+            status,
+            stderr,
+            report,
+        }
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        // Only when a test panicked before finish(): do not leave the agent tracing.
+        if self.stdout.is_some() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+impl Finished {
+    /// The `containers` entries of the report.
+    pub fn containers(&self) -> &[Value] {
+        self.report["containers"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_else(|| panic!("report has no `containers` array: {}", self.report))
+    }
+
+    /// The entry of the cgroup at `rel_path` (relative to the v2 root, e.g. `/sw-test-…`).
+    pub fn container_by_path(&self, rel_path: &str) -> Option<&Value> {
+        self.containers()
+            .iter()
+            .find(|c| c["cgroup"].as_str() == Some(rel_path))
+    }
+
+    /// The entry of the cgroup with this id.
+    pub fn container_by_id(&self, id: u64) -> Option<&Value> {
+        self.containers()
+            .iter()
+            .find(|c| c["cgroup_id"].as_u64() == Some(id))
+    }
+
+    /// The entry of a test cgroup, found by path; panics with the report's cgroups otherwise.
+    pub fn container(&self, cgroup: &TestCgroup) -> &Value {
+        self.container_by_path(cgroup.rel_path())
+            .unwrap_or_else(|| {
+                let seen: Vec<String> = self
+                    .containers()
+                    .iter()
+                    .map(|c| format!("{} (id {})", c["cgroup"], c["cgroup_id"]))
+                    .collect();
+                panic!(
+                    "cgroup {} (id {}) is not in the report; it has: {}",
+                    cgroup.rel_path(),
+                    cgroup.id(),
+                    seen.join(", ")
+                )
+            })
+    }
+}
+
+/// `|got - want| <= tolerance * want`, with both figures in the panic message.
+#[track_caller]
+pub fn assert_within(what: &str, got: f64, want: f64, tolerance: f64) {
+    let diff = (got - want).abs();
+    assert!(
+        diff <= tolerance * want,
+        "{what}: agent reported {got}, ground truth {want}: off by {diff} ({:.2}%), \
+         tolerance {:.1}%",
+        100.0 * diff / want.max(f64::MIN_POSITIVE),
+        100.0 * tolerance
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_v2_root_on_hybrid_and_pure_hosts() {
+        let hybrid = "30 25 0:27 / /sys/fs/cgroup ro - tmpfs tmpfs ro\n\
+                      31 30 0:28 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n\
+                      32 30 0:29 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n";
+        assert_eq!(
+            v2_root_from_mountinfo(hybrid),
+            Some(PathBuf::from("/sys/fs/cgroup/unified"))
+        );
+        let pure = "30 25 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n\
+                    99 30 0:26 /k /x\\040y rw - cgroup2 cgroup2 rw\n";
+        assert_eq!(
+            v2_root_from_mountinfo(pure),
+            Some(PathBuf::from("/sys/fs/cgroup"))
+        );
+        assert_eq!(
+            v2_root_from_mountinfo("1 2 0:3 / /x rw - ext4 /dev/a rw\n"),
+            None
+        );
+        let only_bind = "99 30 0:26 /k /var/lib/x\\040y rw - cgroup2 cgroup2 rw\n";
+        assert_eq!(
+            v2_root_from_mountinfo(only_bind),
+            Some(PathBuf::from("/var/lib/x y"))
+        );
+    }
+}

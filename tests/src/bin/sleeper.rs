@@ -1,0 +1,45 @@
+//! `sleeper --threads N --seconds S [--sleep-ms MS] [--fifo 1]`: N threads that each sleep MS
+//! ms (default 10) in a loop for S seconds, doing next to nothing when awake: an idle-ish
+//! workload whose every wake-up is one run-queue latency sample. With `--fifo 1` all its threads are
+//! SCHED_FIFO (priority 1), as latency-critical threads are: on busy CPUs they preempt the
+//! running thread as soon as they wake instead of waiting for its slice or the next tick. Then
+//! the same JSON line as `spin`, with the number of sleeps as `ops`.
+
+#[path = "../workload_common.rs"]
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::SchedInfo;
+
+fn main() {
+    let args = common::parse_args("sleeper");
+    let deadline = Instant::now() + Duration::from_secs_f64(args.seconds);
+    let nap = Duration::from_millis(args.sleep_ms);
+    if args.fifo {
+        // Before spawning: the workers inherit it, and the main thread is served promptly too.
+        common::set_fifo().unwrap_or_else(|e| {
+            eprintln!("sleeper: cannot make the process SCHED_FIFO: {e}");
+            std::process::exit(1);
+        });
+    }
+    let workers: Vec<_> = (0..args.threads)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let mut wakeups = 0u64;
+                while Instant::now() < deadline {
+                    std::thread::sleep(nap);
+                    wakeups += 1;
+                }
+                (wakeups, SchedInfo::of_this_thread())
+            })
+        })
+        .collect();
+    let (mut wakeups, mut sched) = (0, SchedInfo::default());
+    for w in workers {
+        let (n, s) = w.join().expect("worker panicked");
+        wakeups += n;
+        sched = sched.add(s);
+    }
+    common::report(&[("ops", wakeups.to_string())], sched);
+}

@@ -1,0 +1,228 @@
+//! Bad input and missing privileges: one clear `stormwatch:` line on stderr and a non-zero
+//! exit, never a panic or a usage block; and `check` as root.
+
+use std::process::{Command, Output};
+
+use stormwatch_tests::{agent_bin, agent_output, require_bpf};
+
+/// The one stderr line of a failed run, after checking the failure's shape.
+#[track_caller]
+fn one_error_line(out: &Output, what: &str) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !out.status.success(),
+        "{what}: should fail, exited {}; stderr: {stderr}",
+        out.status
+    );
+    assert!(
+        !stderr.contains("panicked") && !stderr.contains("RUST_BACKTRACE"),
+        "{what}: panicked: {stderr}"
+    );
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(
+        lines.len(),
+        1,
+        "{what}: exactly one line on stderr expected, got {}:\n{stderr}",
+        lines.len()
+    );
+    let line = lines[0].trim();
+    assert!(
+        line.starts_with("stormwatch:") && line.len() > "stormwatch:".len(),
+        "{what}: the line should start `stormwatch:` and say something: {line:?}"
+    );
+    assert!(
+        stdout.trim().is_empty(),
+        "{what}: nothing on stdout expected, got: {stdout}"
+    );
+    line.to_owned()
+}
+
+#[track_caller]
+fn usage_error(args: &[&str]) -> String {
+    let out = agent_output(args);
+    let line = one_error_line(&out, &format!("stormwatch {args:?}"));
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "usage errors exit with 2: stormwatch {args:?} exited {}: {line}",
+        out.status
+    );
+    line
+}
+
+#[test]
+fn unknown_flag_is_a_usage_error() {
+    let line = usage_error(&["trace", "--bogus-flag"]);
+    assert!(line.contains("--bogus-flag"), "names the flag: {line}");
+}
+
+#[test]
+fn zero_duration_is_a_usage_error() {
+    let line = usage_error(&["trace", "--json", "--duration", "0"]);
+    assert!(line.contains("duration") || line.contains('0'), "{line}");
+}
+
+#[test]
+fn negative_interval_is_a_usage_error() {
+    usage_error(&["trace", "--json", "--interval", "-1"]);
+    // With `=`, the value cannot be taken for a flag: the value itself must be refused.
+    let line = usage_error(&["trace", "--json", "--interval=-1"]);
+    assert!(line.contains("interval") || line.contains("-1"), "{line}");
+}
+
+#[test]
+fn nonexistent_cgroup_is_refused_before_tracing() {
+    require_bpf();
+    let out = agent_output(&[
+        "trace",
+        "--json",
+        "--duration",
+        "1",
+        "--cgroup",
+        "/nonexistent-xyz",
+    ]);
+    let line = one_error_line(&out, "trace --cgroup /nonexistent-xyz");
+    assert!(
+        line.contains("/nonexistent-xyz"),
+        "names the cgroup: {line}"
+    );
+}
+
+/// Runs the agent under `setpriv` with the given options (as root).
+fn under_setpriv(setpriv_args: &[&str], args: &[&str]) -> Output {
+    Command::new("setpriv")
+        .args(setpriv_args)
+        .arg("--")
+        .arg(agent_bin())
+        .args(args)
+        .output()
+        .expect("cannot run setpriv (util-linux)")
+}
+
+/// The capabilities named as missing: what follows "missing" in the line.
+fn named_missing(line: &str) -> &str {
+    let at = line
+        .find("missing")
+        .unwrap_or_else(|| panic!("the line should say what is missing: {line}"));
+    &line[at..]
+}
+
+const TRACE: &[&str] = &["trace", "--json", "--duration", "1"];
+
+#[test]
+fn without_any_capability_names_cap_bpf_and_cap_perfmon() {
+    require_bpf();
+    // As root, an empty bounding set and inheritable set leave the exec'd program with no
+    // capabilities at all (CapEff 0), like an unprivileged user.
+    let out = under_setpriv(&["--bounding-set=-all", "--inh-caps=-all"], TRACE);
+    let line = one_error_line(&out, "trace without capabilities");
+    let missing = named_missing(&line);
+    assert!(
+        missing.contains("CAP_BPF") && missing.contains("CAP_PERFMON"),
+        "both capabilities named as missing: {line}"
+    );
+    // The same as an unprivileged user.
+    let out = under_setpriv(
+        &[
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+        ],
+        TRACE,
+    );
+    let line = one_error_line(&out, "trace as nobody");
+    let missing = named_missing(&line);
+    assert!(
+        missing.contains("CAP_BPF") && missing.contains("CAP_PERFMON"),
+        "both capabilities named as missing: {line}"
+    );
+    // `check` fails too (its report is on stdout; the exit status says it cannot work).
+    let out = under_setpriv(&["--bounding-set=-all", "--inh-caps=-all"], &["check"]);
+    assert!(
+        !out.status.success(),
+        "check without capabilities must fail: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+#[test]
+fn without_cap_bpf_names_only_cap_bpf() {
+    require_bpf();
+    // Root also has CAP_SYS_ADMIN, which the kernel accepts in place of CAP_BPF and
+    // CAP_PERFMON; so to lack only CAP_BPF, both CAP_BPF and CAP_SYS_ADMIN are dropped.
+    let out = under_setpriv(
+        &["--bounding-set=-bpf,-sys_admin", "--inh-caps=-all"],
+        TRACE,
+    );
+    let line = one_error_line(&out, "trace without CAP_BPF");
+    let missing = named_missing(&line);
+    assert!(
+        missing.contains("CAP_BPF"),
+        "CAP_BPF named as missing: {line}"
+    );
+    assert!(
+        !missing.contains("CAP_PERFMON"),
+        "CAP_PERFMON is there and must not be named as missing: {line}"
+    );
+}
+
+#[test]
+fn cap_sys_admin_stands_in_for_cap_bpf() {
+    require_bpf();
+    // Only CAP_BPF dropped: root still has CAP_SYS_ADMIN, which the kernel accepts for bpf(),
+    // so the agent can work and must not refuse.
+    let out = under_setpriv(&["--bounding-set=-bpf", "--inh-caps=-all"], &["check"]);
+    assert!(
+        out.status.success(),
+        "check with CAP_SYS_ADMIN but without CAP_BPF should pass ({}):\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn check_lines(args: &[&str], kind: &str) {
+    require_bpf();
+    let out = agent_output(args);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "stormwatch {args:?} as root should exit 0 ({}):\n{stdout}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!stdout.contains("FAIL"), "no FAIL line: {stdout}");
+    // Every probe this agent has attaches on this kernel (the scheduler ones as `kind`; others,
+    // such as syscall tracepoints, may only have one way to attach).
+    for l in stdout.lines().filter(|l| l.contains(" probe ")) {
+        assert!(
+            l.contains("attached as"),
+            "probe not attached: {l}\n{stdout}"
+        );
+    }
+    for tp in [
+        "sched:sched_switch",
+        "sched:sched_wakeup",
+        "sched:sched_wakeup_new",
+    ] {
+        let wanted = format!("attached as {kind}");
+        assert!(
+            stdout
+                .lines()
+                .any(|l| l.contains(&format!("probe {tp} ")) && l.contains(&wanted)),
+            "a line saying probe {tp} {wanted}:\n{stdout}"
+        );
+    }
+}
+
+#[test]
+fn check_as_root_attaches_every_probe_as_tp_btf() {
+    check_lines(&["check"], "tp_btf");
+}
+
+#[test]
+fn check_with_forced_tracepoints_attaches_classic_tracepoints() {
+    check_lines(&["check", "--force-tracepoints"], "tracepoint");
+}

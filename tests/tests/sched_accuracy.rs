@@ -1,0 +1,216 @@
+//! Scheduler figures against the workload's own kernel accounting.
+//!
+//! Ground truth is `getrusage(RUSAGE_SELF)` taken by the workload itself after all its worker
+//! threads are gone: `ru_nvcsw`/`ru_nivcsw` are the kernel's own voluntary/involuntary switch
+//! counters summed over every thread, and `ru_utime + ru_stime` its CPU time.
+//!
+//! Why the agent's figures may differ from that truth, and by how much:
+//! - The workload joins its cgroup between fork and exec (`pre_exec`), so the switches of the
+//!   forked child before it has joined are counted by getrusage but happen in the test's cgroup:
+//!   a handful at most (seen: exactly one voluntary, the write to `cgroup.procs` sleeping).
+//! - An exiting thread can be preempted after the kernel folded its counters into the process
+//!   totals (`release_task` → `proc_invalidate_siblings_dcache` → `cond_resched`, seen with
+//!   bpftrace): a real involuntary switch in the cgroup that getrusage can no longer see. At
+//!   most one or two per thread (seen: 0 to 10 over 32 threads).
+//! - The main thread's few switches after its getrusage call (printing, exiting) are counted by
+//!   the agent only.
+//! - A thread's final switch at exit is counted by neither.
+//!
+//! So a few switches either way out of thousands: 2% tolerance. The workload is designed so
+//! that both counts are in the thousands (32 threads on a few CPUs, CPU work inside and outside
+//! the lock so threads get preempted, and lock holders preempted make the others sleep), and
+//! the test checks they are (at least 500 each) so that 2% means something.
+
+use std::process::Command;
+
+use serde_json::Value;
+use stormwatch_tests::{
+    Agent, TestCgroup, assert_within, cpus, num, require_bpf, run_in_cgroup, workload_result,
+};
+
+const STORM_THREADS: &str = "32";
+const STORM_SECONDS: f64 = 3.0;
+
+/// Starting the workload and joining its threads takes a moment; then 1 s of margin.
+const MARGIN_SECONDS: f64 = 2.0;
+
+/// The three scheduler probes are in the report's `probes`, attached as `kind`.
+fn sched_probes_attached_as(report: &Value, kind: &str) {
+    let probes = report["probes"].as_array().expect("`probes` array");
+    for tp in [
+        "sched:sched_switch",
+        "sched:sched_wakeup",
+        "sched:sched_wakeup_new",
+    ] {
+        let p = probes
+            .iter()
+            .find(|p| p["tracepoint"] == tp)
+            .unwrap_or_else(|| panic!("probe {tp} missing from the report: {probes:?}"));
+        assert_eq!(p["kind"], kind, "probe {tp} attached as {kind}: {p}");
+    }
+}
+
+fn mutex_storm_switches_match_rusage(force_tracepoints: bool) {
+    require_bpf();
+    let cgroup = TestCgroup::new("storm");
+    let duration = format!("{}", STORM_SECONDS + MARGIN_SECONDS);
+    let mut args = vec![
+        "--json",
+        "--duration",
+        &duration,
+        "--cgroup",
+        cgroup.rel_path(),
+    ];
+    if force_tracepoints {
+        args.push("--force-tracepoints");
+    }
+    let mut agent = Agent::trace(&args);
+    let child = run_in_cgroup(
+        Command::new(env!("CARGO_BIN_EXE_mutex_storm")).args([
+            "--threads",
+            STORM_THREADS,
+            "--seconds",
+            &STORM_SECONDS.to_string(),
+        ]),
+        &cgroup,
+    );
+    let truth = workload_result(child);
+    agent.assert_still_tracing("the mutex storm");
+    let done = agent.finish();
+    sched_probes_attached_as(
+        &done.report,
+        if force_tracepoints {
+            "tracepoint"
+        } else {
+            "tp_btf"
+        },
+    );
+    // --cgroup limits the report to that cgroup (and descendants; it has none).
+    for c in done.containers() {
+        assert_eq!(c["cgroup"], cgroup.rel_path(), "filtered report: {c}");
+    }
+    let c = done.container(&cgroup);
+    assert_eq!(
+        c["cgroup_id"],
+        cgroup.id(),
+        "cgroup id is the directory's inode"
+    );
+
+    let (nvcsw, nivcsw) = (num(&truth, "nvcsw"), num(&truth, "nivcsw"));
+    let (vol, invol) = (
+        num(&c["context_switches"], "voluntary"),
+        num(&c["context_switches"], "involuntary"),
+    );
+    eprintln!(
+        "mutex storm ({}): voluntary {vol} vs nvcsw {nvcsw}, involuntary {invol} vs nivcsw \
+         {nivcsw}, oncpu {} vs cpu {} s, migrations {} vs nr_migrations {}, ops {}",
+        if force_tracepoints {
+            "tracepoint"
+        } else {
+            "tp_btf"
+        },
+        num(c, "oncpu_seconds"),
+        num(&truth, "utime_seconds") + num(&truth, "stime_seconds"),
+        c["migrations"],
+        truth["nr_migrations"],
+        truth["ops"],
+    );
+    // The workload's design, not the agent: 2% must be meaningful.
+    assert!(
+        nvcsw >= 500.0 && nivcsw >= 500.0,
+        "the mutex storm should switch thousands of times each way on {} CPUs: {truth}",
+        cpus()
+    );
+    assert_within("voluntary switches", vol, nvcsw, 0.02);
+    assert_within("involuntary switches", invol, nivcsw, 0.02);
+    let cpu = num(&truth, "utime_seconds") + num(&truth, "stime_seconds");
+    assert_within("on-CPU seconds", num(c, "oncpu_seconds"), cpu, 0.05);
+
+    // Migrations against the kernel's se.nr_migrations, summed over the threads (each read
+    // its own from /proc/thread-self/sched as its last act). They are not the same count: the
+    // agent counts a thread resuming on another CPU than it last ran on, the kernel every move
+    // between run queues, so the kernel also counts each new thread's first placement (one per
+    // thread) and a thread moved twice before it runs (A→B→A: two, the agent none). Hence the
+    // agent may be below by the thread count plus 10%; and above by no more than a migration
+    // per thread (a thread moved after its read, just before exiting).
+    if let Some(nr) = truth["nr_migrations"].as_f64() {
+        let threads: f64 = STORM_THREADS.parse().unwrap();
+        let got = num(c, "migrations");
+        assert!(
+            got <= nr + threads && got >= 0.9 * nr - threads,
+            "migrations: agent reported {got}, kernel's nr_migrations {nr} for {threads} threads \
+             (allowed {} ..= {})",
+            0.9 * nr - threads,
+            nr + threads
+        );
+    }
+}
+
+#[test]
+fn mutex_storm_switches_match_rusage_tp_btf() {
+    mutex_storm_switches_match_rusage(false);
+}
+
+#[test]
+fn mutex_storm_switches_match_rusage_classic_tracepoints() {
+    mutex_storm_switches_match_rusage(true);
+}
+
+/// On-CPU time of CPU-bound threads against the process's own CPU time (`ru_utime + ru_stime`,
+/// which the kernel derives from the same per-thread runtime the scheduler keeps), within 5%;
+/// migrations must be a figure. Threads = 2 × CPUs, so they also get preempted: involuntary
+/// switches are checked against `ru_nivcsw` too (2%).
+#[test]
+fn spin_oncpu_matches_cpu_time() {
+    require_bpf();
+    let cgroup = TestCgroup::new("spin");
+    let seconds = 3.0;
+    let threads = (2 * cpus()).to_string();
+    let duration = format!("{}", seconds + MARGIN_SECONDS);
+    let mut agent = Agent::trace(&["--json", "--duration", &duration]);
+    let child = run_in_cgroup(
+        Command::new(env!("CARGO_BIN_EXE_spin")).args([
+            "--threads",
+            &threads,
+            "--seconds",
+            &seconds.to_string(),
+        ]),
+        &cgroup,
+    );
+    let truth = workload_result(child);
+    agent.assert_still_tracing("the spin workload");
+    let done = agent.finish();
+    sched_probes_attached_as(&done.report, "tp_btf");
+    let c = done.container(&cgroup);
+    let cpu = num(&truth, "utime_seconds") + num(&truth, "stime_seconds");
+    let oncpu = num(c, "oncpu_seconds");
+    eprintln!(
+        "spin {threads} threads: oncpu {oncpu} s vs cpu {cpu} s; migrations {} vs nr_migrations \
+         {}; involuntary {} vs nivcsw {}; voluntary {} vs nvcsw {}",
+        c["migrations"],
+        truth["nr_migrations"],
+        c["context_switches"]["involuntary"],
+        truth["nivcsw"],
+        c["context_switches"]["voluntary"],
+        truth["nvcsw"],
+    );
+    assert!(
+        cpu > 0.5 * seconds,
+        "the spin workload should have used CPU: {truth}"
+    );
+    assert_within("on-CPU seconds", oncpu, cpu, 0.05);
+    assert!(
+        c["migrations"].is_u64(),
+        "migrations must be reported as a count: {c}"
+    );
+    assert!(
+        num(c, "offcpu_seconds") >= 0.0,
+        "off-CPU seconds must be a figure: {c}"
+    );
+    assert_within(
+        "involuntary switches",
+        num(&c["context_switches"], "involuntary"),
+        num(&truth, "nivcsw"),
+        0.02,
+    );
+}
