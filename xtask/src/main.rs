@@ -142,6 +142,9 @@ fn test() -> Result<()> {
     // The integration tests load BPF and time real workloads on 2 CPUs: one at a time, so that
     // one test's workload is not another's noisy neighbour. Release build: the agent under test
     // is the one users run.
+    // The integration tests run the release binary, as users do; cargo does not build another
+    // package's binary for a test crate, so build it first.
+    build_release()?;
     say("running integration tests against the kernel (as root, one at a time)");
     run_cmd(cargo().args([
         "test",
