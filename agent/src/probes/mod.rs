@@ -184,6 +184,10 @@ impl Probes {
         for (name, value) in &values {
             loader.override_global(name, value, true);
         }
+        let cpus = aya::util::nr_cpus().map(|n| n.get()).unwrap_or(1);
+        for (map, entries) in per_cpu_map_sizes(cpus) {
+            loader.map_max_entries(map, entries);
+        }
         let mut ebpf = loader
             .load(PROBES_OBJECT)
             .map_err(|e| LoadError::Object(Box::new(e)))?;
@@ -260,6 +264,45 @@ impl Probes {
     }
 }
 
+/// Kernel memory each per-CPU map may take. Per-CPU hash maps are preallocated for every
+/// possible CPU: `CGROUP_SCHED` at its 4096-entry default is 312 B × 4096 × CPUs — 71 MiB on a
+/// 56-CPU host. A node agent must not take that, so capacity shrinks with the CPU count; what
+/// does not fit is counted (`cgroup_map_full`, `hot_futex_update`, `lock_site_full`).
+pub const PER_CPU_MAP_BUDGET_BYTES: u64 = 16 << 20;
+/// No map is made smaller than this many entries, whatever the CPU count.
+const PER_CPU_MAP_MIN_ENTRIES: u32 = 512;
+
+/// `(map, max_entries)` for each per-CPU hash map, given the number of possible CPUs.
+pub fn per_cpu_map_sizes(cpus: u32) -> Vec<(&'static str, u32)> {
+    use std::mem::size_of;
+    use stormwatch_common::{
+        FutexStats, HotFutexKey, HotFutexValue, LockSiteKey, LockSiteValue, LockStats, SchedStats,
+    };
+    // (map, default entries, bytes per entry per CPU: the value; keys are stored once)
+    let maps = [
+        (maps::CGROUP_SCHED, 4096, size_of::<SchedStats>()),
+        (maps::CGROUP_FUTEX, 4096, size_of::<FutexStats>()),
+        (maps::CGROUP_LOCKS, 4096, size_of::<LockStats>()),
+        (
+            maps::HOT_FUTEXES,
+            8192,
+            size_of::<HotFutexValue>() + size_of::<HotFutexKey>() / cpus.max(1) as usize,
+        ),
+        (
+            maps::LOCK_SITES,
+            4096,
+            size_of::<LockSiteValue>() + size_of::<LockSiteKey>() / cpus.max(1) as usize,
+        ),
+    ];
+    maps.into_iter()
+        .map(|(name, default, per_cpu_bytes)| {
+            let fit = PER_CPU_MAP_BUDGET_BYTES / (per_cpu_bytes as u64 * u64::from(cpus.max(1)));
+            let entries = fit.clamp(u64::from(PER_CPU_MAP_MIN_ENTRIES), default);
+            (name, entries as u32)
+        })
+        .collect()
+}
+
 /// The benchmark floor: empty tp_btf programs on `sched_switch` and `sched_wakeup`.
 struct EmptySchedProbes;
 
@@ -329,6 +372,33 @@ fn raise_memlock_rlimit() {
             "could not raise RLIMIT_MEMLOCK ({}); fine on kernels >= 5.11",
             std::io::Error::last_os_error()
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn per_cpu_maps_shrink_with_the_cpu_count() {
+        let small = per_cpu_map_sizes(2);
+        assert!(small.iter().all(|(_, n)| *n >= 4096), "{small:?}");
+        let big = per_cpu_map_sizes(56);
+        let sched = big
+            .iter()
+            .find(|(m, _)| *m == maps::CGROUP_SCHED)
+            .unwrap()
+            .1;
+        assert!(sched < 4096 && sched >= PER_CPU_MAP_MIN_ENTRIES, "{sched}");
+        let bytes = u64::from(sched) * 312 * 56;
+        assert!(bytes <= PER_CPU_MAP_BUDGET_BYTES, "{bytes}");
+        let huge = per_cpu_map_sizes(1024);
+        let sched = huge
+            .iter()
+            .find(|(m, _)| *m == maps::CGROUP_SCHED)
+            .unwrap()
+            .1;
+        assert_eq!(sched, PER_CPU_MAP_MIN_ENTRIES, "never below the floor");
     }
 }
 
