@@ -375,33 +375,6 @@ fn raise_memlock_rlimit() {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn per_cpu_maps_shrink_with_the_cpu_count() {
-        let small = per_cpu_map_sizes(2);
-        assert!(small.iter().all(|(_, n)| *n >= 4096), "{small:?}");
-        let big = per_cpu_map_sizes(56);
-        let sched = big
-            .iter()
-            .find(|(m, _)| *m == maps::CGROUP_SCHED)
-            .unwrap()
-            .1;
-        assert!(sched < 4096 && sched >= PER_CPU_MAP_MIN_ENTRIES, "{sched}");
-        let bytes = u64::from(sched) * 312 * 56;
-        assert!(bytes <= PER_CPU_MAP_BUDGET_BYTES, "{bytes}");
-        let huge = per_cpu_map_sizes(1024);
-        let sched = huge
-            .iter()
-            .find(|(m, _)| *m == maps::CGROUP_SCHED)
-            .unwrap()
-            .1;
-        assert_eq!(sched, PER_CPU_MAP_MIN_ENTRIES, "never below the floor");
-    }
-}
-
 /// Reads a per-CPU hash map into one value per key, folding the CPUs' values with `fold`.
 pub(crate) fn read_per_cpu_hash<K, V>(
     ebpf: &Ebpf,
@@ -547,4 +520,31 @@ pub(crate) fn tracepoint_offsets(
             tracefs::field_offset(category, event, field).map(|off| (*global, off))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn per_cpu_maps_shrink_with_the_cpu_count() {
+        let small = per_cpu_map_sizes(2);
+        assert!(small.iter().all(|(_, n)| *n >= 4096), "{small:?}");
+        let big = per_cpu_map_sizes(56);
+        let sched = big
+            .iter()
+            .find(|(m, _)| *m == maps::CGROUP_SCHED)
+            .unwrap()
+            .1;
+        assert!(sched < 4096 && sched >= PER_CPU_MAP_MIN_ENTRIES, "{sched}");
+        let bytes = u64::from(sched) * 312 * 56;
+        assert!(bytes <= PER_CPU_MAP_BUDGET_BYTES, "{bytes}");
+        let huge = per_cpu_map_sizes(1024);
+        let sched = huge
+            .iter()
+            .find(|(m, _)| *m == maps::CGROUP_SCHED)
+            .unwrap()
+            .1;
+        assert_eq!(sched, PER_CPU_MAP_MIN_ENTRIES, "never below the floor");
+    }
 }
