@@ -28,7 +28,10 @@ const PACKAGES: &[(&str, &str)] = &[
     ("stress-ng", "workloads for the tests and the benchmark"),
     ("bpftrace", "an independent measurement for the tests"),
     ("iproute2", "network namespaces for the tests"),
-    ("prometheus", "a real Prometheus server scrapes the daemon in the tests"),
+    (
+        "prometheus",
+        "a real Prometheus server scrapes the daemon in the tests",
+    ),
     ("runc", "runs a real container in the identity tests"),
     ("busybox-static", "the container's root filesystem"),
 ];

@@ -536,7 +536,7 @@ mod tests {
             .find(|(m, _)| *m == maps::CGROUP_SCHED)
             .unwrap()
             .1;
-        assert!(sched < 4096 && sched >= PER_CPU_MAP_MIN_ENTRIES, "{sched}");
+        assert!((PER_CPU_MAP_MIN_ENTRIES..4096).contains(&sched), "{sched}");
         let bytes = u64::from(sched) * 312 * 56;
         assert!(bytes <= PER_CPU_MAP_BUDGET_BYTES, "{bytes}");
         let huge = per_cpu_map_sizes(1024);
