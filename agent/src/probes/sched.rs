@@ -53,9 +53,14 @@ impl ProbeFamily for SchedProbes {
                 ),
                 (globals::TASK_NVCSW_OFFSET, "task_struct", &["nvcsw"]),
                 (globals::TASK_NIVCSW_OFFSET, "task_struct", &["nivcsw"]),
+                (
+                    globals::TASK_EXIT_STATE_OFFSET,
+                    "task_struct",
+                    &["exit_state"],
+                ),
             ],
         );
-        let have_offsets = values.len() == 4;
+        let have_offsets = values.len() == 5;
         values.push((globals::HAVE_TASK_OFFSETS, u32::from(have_offsets)));
         values.extend(tracepoint_offsets(&[
             (

@@ -6,6 +6,7 @@
 mod bench;
 mod futex;
 mod locks;
+mod net;
 mod sched;
 mod shared;
 

@@ -48,6 +48,8 @@ static TASK_NVCSW_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
 static TASK_NIVCSW_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
+static TASK_EXIT_STATE_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
 static TP_SWITCH_NEXT_PID_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
 static TP_WAKEUP_PID_OFFSET: u32 = 0;
@@ -69,7 +71,9 @@ struct Prev {
     counters: Option<(u64, u64)>,
     /// Whether the task stays runnable (preempted), for when counters cannot decide.
     runnable: bool,
-    /// The task's final switch.
+    /// The task is exiting and the kernel has already folded its counters into its process's
+    /// totals (`exit_state` is set in `exit_notify`, before `release_task`): its switches from
+    /// here on, including the final one, are in no total anyone can read.
     dead: bool,
 }
 
@@ -84,11 +88,12 @@ pub fn sched_switch_btf(ctx: BtfTracePointContext) -> i32 {
     // SAFETY: a helper with no preconditions; `current` is `prev` during sched_switch.
     let task = unsafe { bpf_get_current_task() } as *const u8;
     let state = read_task_u32(task, global_u32(&TASK_STATE_OFFSET));
+    let exit_state = read_task_u32(task, global_u32(&TASK_EXIT_STATE_OFFSET));
     let prev = Prev {
         counters: read_task_counters(task),
         // As `__schedule` decides: voluntary when not preempted and not runnable.
         runnable: preempt & 0xff != 0 || state == 0,
-        dead: state & TASK_DEAD != 0,
+        dead: state & TASK_DEAD != 0 || exit_state != 0,
     };
     on_switch(prev, next_tid);
     0
@@ -118,16 +123,19 @@ pub fn sched_switch_tp(ctx: TracePointContext) -> i32 {
     ) else {
         return 0;
     };
+    let mut dead = state & TP_STATE_EXITING != 0 && state & TP_STATE_PREEMPTED == 0;
     let counters = if global_u32(&HAVE_TASK_OFFSETS) == 1 {
         // SAFETY: a helper with no preconditions; `current` is `prev` during sched_switch.
-        read_task_counters(unsafe { bpf_get_current_task() } as *const u8)
+        let task = unsafe { bpf_get_current_task() } as *const u8;
+        dead |= read_task_u32(task, global_u32(&TASK_EXIT_STATE_OFFSET)) != 0;
+        read_task_counters(task)
     } else {
         None
     };
     let prev = Prev {
         counters,
         runnable: state == 0 || state & TP_STATE_PREEMPTED != 0,
-        dead: state & TP_STATE_EXITING != 0 && state & TP_STATE_PREEMPTED == 0,
+        dead,
     };
     on_switch(prev, next_tid);
     0
@@ -235,8 +243,9 @@ fn switch_out(now: u64, cpu: u32, tid: u32, prev: Prev) {
     // SAFETY: a per-CPU map value of this CPU; sched_switch does not nest on one CPU.
     let stats = unsafe { &mut *stats };
 
-    // A thread's final switch is not counted: the kernel has already folded its counters into
-    // the process totals (getrusage) before it, and nobody can read them afterwards.
+    // An exiting thread's last switches are not counted: the kernel has already folded its
+    // counters into the process totals (getrusage) before them, and nobody can read them
+    // afterwards. Its time on the CPU is still credited.
     if prev.dead {
         if let Some(st) = TASKS.get_ptr_mut(&tid) {
             // SAFETY: a valid map value pointer.

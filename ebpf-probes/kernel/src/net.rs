@@ -1,0 +1,563 @@
+//! Network probes.
+//!
+//! - Per interface (network namespace inode + ifindex), each direction: packets and IP-level
+//!   bytes as the device handles them, IP packet lengths against the device's MTU (a bucket
+//!   just below it, one at it, one above it), GSO/GRO super-packets counted apart, IPv4/IPv6
+//!   fragments and ICMP "fragmentation needed" / ICMPv6 "packet too big" messages.
+//!   Transmit: `net:net_dev_start_xmit` (every packet handed to a driver, after the qdisc).
+//!   Receive: `net:netif_receive_skb` (every packet entering the stack from a device,
+//!   after GRO).
+//! - Drops by reason and interface: `skb:kfree_skb`.
+//! - Per cgroup: what its sockets send and receive, from `cgroup_skb` programs attached to the
+//!   cgroup v2 root (each packet carries its socket's cgroup: `bpf_skb_cgroup_id`), and TCP
+//!   retransmits from `tcp:tcp_retransmit_skb` (the socket's cgroup read from
+//!   `sk->sk_cgrp_data.cgroup->kn->id`, since the timer that retransmits runs in no task of
+//!   the container).
+//!
+//! Struct offsets come from the running kernel's BTF, set by the agent as read-only globals;
+//! without them (`HAVE_NET_OFFSETS` 0) the tracing programs record nothing.
+
+use aya_ebpf::{
+    EbpfContext as _,
+    bindings::__sk_buff,
+    helpers::{bpf_probe_read_kernel, bpf_skb_cgroup_id},
+    macros::{btf_tracepoint, cgroup_skb, map, tracepoint},
+    maps::{PerCpuArray, PerCpuHashMap},
+    programs::{BtfTracePointContext, SkBuffContext, TracePointContext},
+};
+use stormwatch_common::net::{
+    CgroupNetStats, ETH_P_IP_BE, ETH_P_IPV6_BE, NetDirStats, NetDropKey, NetDropStats, NetIfKey,
+    NetIfStats, NetProbeError, classify_ipv4, classify_ipv6, is_ptb, len_bucket, len_bucket_of,
+};
+
+use crate::shared::{BPF_NOEXIST, global_u32};
+
+const MAX_CGROUPS: u32 = 4096;
+/// Interfaces of the host and every container's namespace: two per pod (a veth pair) plus
+/// the host's own; a thousand leaves room for a dense node.
+const MAX_IFACES: u32 = 1024;
+const MAX_DROP_KEYS: u32 = 4096;
+
+#[map(name = "CGROUP_NET")]
+static CGROUP_NET: PerCpuHashMap<u64, CgroupNetStats> =
+    PerCpuHashMap::with_max_entries(MAX_CGROUPS, 0);
+
+#[map(name = "NET_IFACES")]
+static NET_IFACES: PerCpuHashMap<NetIfKey, NetIfStats> =
+    PerCpuHashMap::with_max_entries(MAX_IFACES, 0);
+
+#[map(name = "NET_DROPS")]
+static NET_DROPS: PerCpuHashMap<NetDropKey, NetDropStats> =
+    PerCpuHashMap::with_max_entries(MAX_DROP_KEYS, 0);
+
+#[map(name = "NET_ERRORS")]
+static NET_ERRORS: PerCpuArray<u64> = PerCpuArray::with_max_entries(NetProbeError::COUNT, 0);
+
+#[unsafe(no_mangle)]
+static HAVE_NET_OFFSETS: u32 = 0;
+#[unsafe(no_mangle)]
+static SKB_LEN_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static SKB_HEAD_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static SKB_DATA_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static SKB_END_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static SKB_NETWORK_HEADER_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static SKB_PROTOCOL_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static SKB_DEV_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static SHINFO_GSO_SIZE_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static SHINFO_GSO_SEGS_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static DEV_MTU_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static DEV_IFINDEX_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static DEV_NET_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static NET_INUM_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static SOCK_CGROUP_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static CGROUP_KN_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static KERNFS_NODE_ID_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static TP_XMIT_SKB_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static TP_RECEIVE_SKB_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static TP_KFREE_SKB_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static TP_KFREE_REASON_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static TP_RETRANSMIT_SK_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static RETRANSMIT_HAS_ERR: u32 = 0;
+#[unsafe(no_mangle)]
+static TP_RETRANSMIT_ERR_OFFSET: u32 = 0;
+
+/// `SKB_CONSUMED` and `SKB_NOT_DROPPED_YET`: not drops.
+const FIRST_DROP_REASON: u32 = 2;
+/// `skb->network_header` when it was never set (`(typeof(network_header))~0U`).
+const HEADER_UNSET: u16 = 0xffff;
+const IPPROTO_TCP: u8 = 6;
+const IPPROTO_UDP: u8 = 17;
+
+#[inline(always)]
+fn count_error(kind: NetProbeError) {
+    if let Some(slot) = NET_ERRORS.get_ptr_mut(kind as u32) {
+        // SAFETY: a per-CPU slot; this program cannot be preempted by itself on this CPU.
+        unsafe { *slot += 1 };
+    }
+}
+
+/// The per-CPU slot of `key`, created (from `zero`) on first use; `None` (counted) when full.
+#[inline(always)]
+fn slot<K, V>(map: &PerCpuHashMap<K, V>, key: &K, zero: &V, full: NetProbeError) -> Option<*mut V> {
+    if let Some(v) = map.get_ptr_mut(key) {
+        return Some(v);
+    }
+    let _ = map.insert(key, zero, BPF_NOEXIST);
+    let v = map.get_ptr_mut(key);
+    if v.is_none() {
+        count_error(full);
+    }
+    v
+}
+
+/// Reads a `T` at `base + offset` in kernel memory.
+#[inline(always)]
+fn read<T>(base: u64, offset: u32) -> Option<T> {
+    // SAFETY: bpf_probe_read_kernel tolerates any address; offsets come from BTF.
+    unsafe { bpf_probe_read_kernel((base + offset as u64) as *const T) }.ok()
+}
+
+#[inline(always)]
+fn have_offsets() -> bool {
+    global_u32(&HAVE_NET_OFFSETS) == 1
+}
+
+// ---- per interface --------------------------------------------------------------------------
+
+#[btf_tracepoint(function = "net_dev_start_xmit")]
+pub fn net_dev_xmit_btf(ctx: BtfTracePointContext) -> i32 {
+    // TP_PROTO(const struct sk_buff *skb, const struct net_device *dev)
+    let skb: u64 = ctx.arg(0);
+    let dev: u64 = ctx.arg(1);
+    on_packet(skb, dev, true);
+    0
+}
+
+#[tracepoint]
+pub fn net_dev_xmit_tp(ctx: TracePointContext) -> i32 {
+    if let Some(skb) = tp_read_u64(&ctx, global_u32(&TP_XMIT_SKB_OFFSET)) {
+        on_packet_of(skb, true);
+    }
+    0
+}
+
+#[btf_tracepoint(function = "netif_receive_skb")]
+pub fn net_receive_btf(ctx: BtfTracePointContext) -> i32 {
+    // TP_PROTO(struct sk_buff *skb)
+    let skb: u64 = ctx.arg(0);
+    on_packet_of(skb, false);
+    0
+}
+
+#[tracepoint]
+pub fn net_receive_tp(ctx: TracePointContext) -> i32 {
+    if let Some(skb) = tp_read_u64(&ctx, global_u32(&TP_RECEIVE_SKB_OFFSET)) {
+        on_packet_of(skb, false);
+    }
+    0
+}
+
+#[inline(always)]
+fn tp_read_u64(ctx: &TracePointContext, offset: u32) -> Option<u64> {
+    // 0: the agent found no such field (the fallback is then not attached).
+    if offset == 0 {
+        return None;
+    }
+    // SAFETY: the offset comes from the tracepoint's format file; read_at bounds-checks.
+    match unsafe { ctx.read_at::<u64>(offset as usize) } {
+        Ok(v) => Some(v),
+        Err(_) => {
+            count_error(NetProbeError::KernelRead);
+            None
+        }
+    }
+}
+
+/// A packet whose device is `skb->dev`.
+#[inline(always)]
+fn on_packet_of(skb: u64, tx: bool) {
+    if !have_offsets() {
+        return;
+    }
+    match read::<u64>(skb, global_u32(&SKB_DEV_OFFSET)) {
+        Some(dev) if dev != 0 => on_packet(skb, dev, tx),
+        _ => count_error(NetProbeError::KernelRead),
+    }
+}
+
+/// The key of a device: its namespace's inode and its index.
+#[inline(always)]
+fn iface_key(dev: u64) -> Option<NetIfKey> {
+    let ifindex = read::<u32>(dev, global_u32(&DEV_IFINDEX_OFFSET))?;
+    let net = read::<u64>(dev, global_u32(&DEV_NET_OFFSET))?;
+    let netns = read::<u32>(net, global_u32(&NET_INUM_OFFSET))?;
+    Some(NetIfKey { netns, ifindex })
+}
+
+/// What the IP header says: (fragment, ICMP packet too big).
+#[inline(always)]
+fn inspect_ip(l3: u64, protocol: u16) -> (bool, bool) {
+    if protocol == ETH_P_IP_BE {
+        let Some(h) = read::<[u8; 20]>(l3, 0) else {
+            return (false, false);
+        };
+        if h[0] >> 4 != 4 {
+            return (false, false);
+        }
+        let c = classify_ipv4(&h);
+        let ptb = c.icmp
+            && match read::<[u8; 2]>(l3, c.l4_offset) {
+                Some(icmp) => is_ptb(false, icmp[0], icmp[1]),
+                None => false,
+            };
+        (c.fragment, ptb)
+    } else if protocol == ETH_P_IPV6_BE {
+        let Some(next) = read::<u8>(l3, 6) else {
+            return (false, false);
+        };
+        let c = classify_ipv6(next);
+        let ptb = c.icmp
+            && match read::<u8>(l3, c.l4_offset) {
+                Some(t) => is_ptb(true, t, 0),
+                None => false,
+            };
+        (c.fragment, ptb)
+    } else {
+        (false, false)
+    }
+}
+
+#[inline(always)]
+fn on_packet(skb: u64, dev: u64, tx: bool) {
+    if !have_offsets() {
+        return;
+    }
+    let Some(key) = iface_key(dev) else {
+        count_error(NetProbeError::KernelRead);
+        return;
+    };
+    let (Some(mtu), Some(len), Some(head), Some(data), Some(end), Some(protocol)) = (
+        read::<u32>(dev, global_u32(&DEV_MTU_OFFSET)),
+        read::<u32>(skb, global_u32(&SKB_LEN_OFFSET)),
+        read::<u64>(skb, global_u32(&SKB_HEAD_OFFSET)),
+        read::<u64>(skb, global_u32(&SKB_DATA_OFFSET)),
+        read::<u32>(skb, global_u32(&SKB_END_OFFSET)),
+        read::<u16>(skb, global_u32(&SKB_PROTOCOL_OFFSET)),
+    ) else {
+        count_error(NetProbeError::KernelRead);
+        return;
+    };
+    // skb_shinfo(skb): the shared info sits at head + end.
+    let shinfo = head + end as u64;
+    let gso_size = read::<u16>(shinfo, global_u32(&SHINFO_GSO_SIZE_OFFSET)).unwrap_or(0);
+    let gso_segs = read::<u16>(shinfo, global_u32(&SHINFO_GSO_SEGS_OFFSET)).unwrap_or(0);
+
+    // On receive, the device has pulled its link-layer header: data is the IP header. On
+    // transmit, data is the link-layer header and the IP header is at head + network_header.
+    let mut l3 = data;
+    let mut l3_len = len;
+    if tx {
+        if let Some(nh) = read::<u16>(skb, global_u32(&SKB_NETWORK_HEADER_OFFSET))
+            && nh != HEADER_UNSET
+        {
+            let at = head + nh as u64;
+            if at >= data && at - data <= len as u64 {
+                l3 = at;
+                l3_len = len - (at - data) as u32;
+            }
+        }
+    }
+    let (fragment, ptb) = inspect_ip(l3, protocol);
+
+    let Some(stats) = slot(
+        &NET_IFACES,
+        &key,
+        &NetIfStats::ZERO,
+        NetProbeError::IfaceMapFull,
+    ) else {
+        return;
+    };
+    // SAFETY: this CPU's slot.
+    let stats = unsafe { &mut *stats };
+    stats.mtu = mtu;
+    let d: &mut NetDirStats = if tx { &mut stats.tx } else { &mut stats.rx };
+    d.packets += 1;
+    d.bytes += l3_len as u64;
+    if gso_size != 0 {
+        d.gso_packets += 1;
+        d.gso_segments += if gso_segs == 0 { 1 } else { gso_segs as u64 };
+    } else {
+        let b = len_bucket_of(l3_len, mtu);
+        if b < len_bucket::COUNT {
+            d.len[b] += 1;
+        }
+    }
+    if fragment {
+        d.fragments += 1;
+    }
+    if ptb {
+        d.ptb += 1;
+    }
+}
+
+// ---- drops ----------------------------------------------------------------------------------
+
+#[btf_tracepoint(function = "kfree_skb")]
+pub fn net_kfree_skb_btf(ctx: BtfTracePointContext) -> i32 {
+    // TP_PROTO(struct sk_buff *skb, void *location, enum skb_drop_reason reason, ...)
+    let skb: u64 = ctx.arg(0);
+    let reason: u64 = ctx.arg(2);
+    on_drop(skb, reason as u32);
+    0
+}
+
+#[tracepoint]
+pub fn net_kfree_skb_tp(ctx: TracePointContext) -> i32 {
+    let (skb_at, reason_at) = (
+        global_u32(&TP_KFREE_SKB_OFFSET),
+        global_u32(&TP_KFREE_REASON_OFFSET),
+    );
+    if skb_at == 0 || reason_at == 0 {
+        return 0;
+    }
+    // SAFETY: bounds-checked reads from the tracepoint record.
+    let fields = unsafe {
+        (
+            ctx.read_at::<u64>(skb_at as usize),
+            ctx.read_at::<u32>(reason_at as usize),
+        )
+    };
+    match fields {
+        (Ok(skb), Ok(reason)) => on_drop(skb, reason),
+        _ => count_error(NetProbeError::KernelRead),
+    }
+    0
+}
+
+#[inline(always)]
+fn on_drop(skb: u64, reason: u32) {
+    if reason < FIRST_DROP_REASON || !have_offsets() {
+        return;
+    }
+    // `skb->dev` shares its word with `dev_scratch` once a socket has queued the packet: a
+    // value that is no device pointer fails the reads and the drop counts without interface.
+    let iface = match read::<u64>(skb, global_u32(&SKB_DEV_OFFSET)) {
+        Some(dev) if dev != 0 => iface_key(dev),
+        _ => None,
+    }
+    .unwrap_or(NetIfKey {
+        netns: 0,
+        ifindex: 0,
+    });
+    let key = NetDropKey {
+        netns: iface.netns,
+        ifindex: iface.ifindex,
+        reason,
+        _pad: 0,
+    };
+    if let Some(v) = slot(
+        &NET_DROPS,
+        &key,
+        &NetDropStats { packets: 0 },
+        NetProbeError::DropMapFull,
+    ) {
+        // SAFETY: this CPU's slot.
+        unsafe { (*v).packets += 1 };
+    }
+}
+
+// ---- per cgroup -----------------------------------------------------------------------------
+
+#[btf_tracepoint(function = "tcp_retransmit_skb")]
+pub fn net_tcp_retransmit_btf(ctx: BtfTracePointContext) -> i32 {
+    // TP_PROTO(const struct sock *sk, const struct sk_buff *skb[, int err])
+    let sk: u64 = ctx.arg(0);
+    // The read-only global is known to the verifier: without the argument, the read of it is
+    // dead code and never checked.
+    if global_u32(&RETRANSMIT_HAS_ERR) == 1 {
+        let err: u64 = ctx.arg(2);
+        if err as i32 != 0 {
+            return 0;
+        }
+    }
+    on_retransmit(sk);
+    0
+}
+
+#[tracepoint]
+pub fn net_tcp_retransmit_tp(ctx: TracePointContext) -> i32 {
+    let err_offset = global_u32(&TP_RETRANSMIT_ERR_OFFSET);
+    if err_offset != 0 {
+        // SAFETY: a bounds-checked read from the tracepoint record.
+        match unsafe { ctx.read_at::<i32>(err_offset as usize) } {
+            Ok(0) => {}
+            Ok(_) => return 0,
+            Err(_) => {
+                count_error(NetProbeError::KernelRead);
+                return 0;
+            }
+        }
+    }
+    if let Some(sk) = tp_read_u64(&ctx, global_u32(&TP_RETRANSMIT_SK_OFFSET)) {
+        on_retransmit(sk);
+    }
+    0
+}
+
+#[inline(always)]
+fn on_retransmit(sk: u64) {
+    if !have_offsets() {
+        return;
+    }
+    // sock_cgroup_ptr(&sk->sk_cgrp_data)->kn->id: what bpf_skb_cgroup_id() returns for the
+    // socket's packets.
+    let id = read::<u64>(sk, global_u32(&SOCK_CGROUP_OFFSET))
+        .filter(|c| *c != 0)
+        .and_then(|cgroup| read::<u64>(cgroup, global_u32(&CGROUP_KN_OFFSET)))
+        .filter(|kn| *kn != 0)
+        .and_then(|kn| read::<u64>(kn, global_u32(&KERNFS_NODE_ID_OFFSET)));
+    let Some(id) = id else {
+        count_error(NetProbeError::SocketCgroup);
+        return;
+    };
+    if let Some(s) = slot(
+        &CGROUP_NET,
+        &id,
+        &CgroupNetStats::ZERO,
+        NetProbeError::CgroupMapFull,
+    ) {
+        // SAFETY: this CPU's slot.
+        unsafe { (*s).tcp_retransmits += 1 };
+    }
+}
+
+#[cgroup_skb(egress)]
+pub fn net_cgroup_egress(ctx: SkBuffContext) -> i32 {
+    on_cgroup_skb(&ctx, true);
+    // Always let the packet pass: this program only counts.
+    1
+}
+
+#[cgroup_skb(ingress)]
+pub fn net_cgroup_ingress(ctx: SkBuffContext) -> i32 {
+    on_cgroup_skb(&ctx, false);
+    1
+}
+
+/// The IP + TCP/UDP header length of a packet whose data starts at its IP header.
+#[inline(always)]
+fn header_len(ctx: &SkBuffContext, protocol: u16) -> Option<u32> {
+    let (ip_len, l4) = if protocol == ETH_P_IP_BE {
+        let b0 = ctx.load::<u8>(0).ok()?;
+        let proto = ctx.load::<u8>(9).ok()?;
+        ((b0 & 0x0f) as u32 * 4, proto)
+    } else if protocol == ETH_P_IPV6_BE {
+        (40, ctx.load::<u8>(6).ok()?)
+    } else {
+        return None;
+    };
+    match l4 {
+        IPPROTO_TCP => {
+            let off = ctx.load::<u8>(ip_len as usize + 12).ok()?;
+            Some(ip_len + (off >> 4) as u32 * 4)
+        }
+        IPPROTO_UDP => Some(ip_len + 8),
+        _ => None,
+    }
+}
+
+#[inline(always)]
+fn add_len(hist: &mut [u64; len_bucket::COUNT], len: u32, n: u64) {
+    let b = len_bucket_of(len, 0);
+    if b < len_bucket::COUNT {
+        hist[b] += n;
+    }
+}
+
+#[inline(always)]
+fn on_cgroup_skb(ctx: &SkBuffContext, tx: bool) {
+    let skb = ctx.as_ptr() as *mut __sk_buff;
+    // SAFETY: the context is a valid __sk_buff; these fields are readable by cgroup_skb.
+    let (cgroup, len, protocol, gso_size, gso_segs) = unsafe {
+        (
+            bpf_skb_cgroup_id(skb),
+            (*skb).len,
+            (*skb).protocol as u16,
+            (*skb).gso_size,
+            (*skb).gso_segs,
+        )
+    };
+    // A GSO/GRO super-packet: all its segments but the last carry gso_size bytes of payload
+    // (GRO merges only segments of the first one's size, the last may be shorter).
+    let mut packets: u64 = 1;
+    let mut bytes: u64 = len as u64;
+    let mut full: u64 = 0;
+    let mut full_len: u32 = 0;
+    let mut last_len: u32 = len;
+    let mut histogram = true;
+    if gso_size != 0 {
+        let segs = if gso_segs == 0 { 1 } else { gso_segs };
+        packets = segs as u64;
+        match header_len(ctx, protocol) {
+            Some(h) if len > h && (len - h) > (segs - 1) * gso_size => {
+                full = (segs - 1) as u64;
+                full_len = gso_size + h;
+                last_len = len - (segs - 1) * gso_size;
+                bytes = len as u64 + full * h as u64;
+            }
+            _ => {
+                count_error(NetProbeError::GsoHeaderUnknown);
+                histogram = false;
+            }
+        }
+    }
+    let Some(s) = slot(
+        &CGROUP_NET,
+        &cgroup,
+        &CgroupNetStats::ZERO,
+        NetProbeError::CgroupMapFull,
+    ) else {
+        return;
+    };
+    // SAFETY: this CPU's slot.
+    let s = unsafe { &mut *s };
+    let (hist, gso) = if tx {
+        s.tx_packets += packets;
+        s.tx_bytes += bytes;
+        (&mut s.tx_len, &mut s.tx_gso_packets)
+    } else {
+        s.rx_packets += packets;
+        s.rx_bytes += bytes;
+        (&mut s.rx_len, &mut s.rx_gso_packets)
+    };
+    if gso_size != 0 {
+        *gso += 1;
+    }
+    if histogram {
+        if full != 0 {
+            add_len(hist, full_len, full);
+        }
+        add_len(hist, last_len, 1);
+    }
+}
