@@ -77,6 +77,9 @@ pub struct KernelFacts {
     pub btf: Option<Btf>,
     /// Why BTF is unusable, when it is.
     pub btf_error: Option<String>,
+    /// Whether the `task_struct` offsets the scheduler probes need were found (kept after
+    /// `btf` is dropped).
+    pub task_offsets: bool,
 }
 
 impl KernelFacts {
@@ -86,12 +89,14 @@ impl KernelFacts {
         match (aya_btf, btf) {
             (Ok(a), Ok(b)) => Self {
                 aya_btf: Some(a),
+                task_offsets: b.member_offset("task_struct", "nvcsw").is_ok(),
                 btf: Some(b),
                 btf_error: None,
             },
             (a, b) => Self {
                 aya_btf: None,
                 btf: None,
+                task_offsets: false,
                 btf_error: Some(match (a.err(), b.err()) {
                     (Some(e), _) => format!("{VMLINUX_BTF}: {e}"),
                     (_, Some(e)) => format!("{e}"),
@@ -180,7 +185,14 @@ impl Probes {
         // shared crate; a missing one is set to 0 and the family that needs it degrades.
         let values: Vec<(&'static str, u32)> =
             families.iter().flat_map(|f| f.globals(&facts)).collect();
+        // Our parse of the kernel's BTF is only for offsets: free it before the loader works.
+        // The loader reuses aya's parse (kernel BTF is several MB; three copies at once would
+        // set the agent's peak memory).
+        facts.btf = None;
         let mut loader = EbpfLoader::new();
+        if let Some(btf) = &facts.aya_btf {
+            loader.btf(btf);
+        }
         for (name, value) in &values {
             loader.override_global(name, value, true);
         }
@@ -210,6 +222,15 @@ impl Probes {
         }
         if !status.iter().any(ProbeStatus::attached) {
             return Err(LoadError::NothingAttached);
+        }
+        drop(facts);
+        // Parsing the kernel's BTF (several MB, for the loader and tp_btf) is the agent's
+        // largest allocation and it is over now: give the memory back to the system instead of
+        // keeping it in the allocator for the agent's lifetime.
+        #[cfg(target_env = "gnu")]
+        // SAFETY: malloc_trim has no preconditions.
+        unsafe {
+            libc::malloc_trim(0);
         }
         Ok(Self { ebpf, status })
     }

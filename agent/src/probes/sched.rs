@@ -87,10 +87,7 @@ impl ProbeFamily for SchedProbes {
 
     fn attach(&self, ebpf: &mut Ebpf, facts: &KernelFacts) -> Vec<ProbeStatus> {
         // tp_btf needs the task_struct offsets as well as BTF itself.
-        let have_offsets = facts
-            .btf
-            .as_ref()
-            .is_some_and(|b| b.member_offset("task_struct", "nvcsw").is_ok());
+        let have_offsets = facts.task_offsets;
         PROGRAMS
             .iter()
             .map(|(tracepoint, btf_prog, tp_prog)| {
