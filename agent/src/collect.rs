@@ -11,9 +11,10 @@ use std::{
 use stormwatch_common::{
     FutexStats, HotFutexKey, HotFutexValue, LOG2_BUCKETS, LockSiteKey, LockSiteValue, LockStats,
     Log2Histogram, SchedStats,
+    net::{CgroupNetStats, NetDirStats, NetDropKey, NetDropStats, NetIfKey, NetIfStats},
 };
 
-use crate::probes::{Probes, futex, locks, sched};
+use crate::probes::{Probes, futex, locks, net, sched};
 
 /// Cumulative counters: added across CPUs and windows, subtracted between snapshots.
 pub trait Counters: Copy + PartialEq {
@@ -153,6 +154,103 @@ impl Counters for LockSiteValue {
     }
 }
 
+impl Counters for CgroupNetStats {
+    const ZERO: Self = CgroupNetStats::ZERO;
+    fn add(&mut self, o: &Self) {
+        self.tx_packets += o.tx_packets;
+        self.tx_bytes += o.tx_bytes;
+        self.rx_packets += o.rx_packets;
+        self.rx_bytes += o.rx_bytes;
+        self.tx_gso_packets += o.tx_gso_packets;
+        self.rx_gso_packets += o.rx_gso_packets;
+        self.tcp_retransmits += o.tcp_retransmits;
+        for b in 0..self.tx_len.len() {
+            self.tx_len[b] += o.tx_len[b];
+            self.rx_len[b] += o.rx_len[b];
+        }
+    }
+    fn since(&self, t: &Self) -> Option<Self> {
+        let mut d = CgroupNetStats {
+            tx_packets: self.tx_packets.checked_sub(t.tx_packets)?,
+            tx_bytes: self.tx_bytes.checked_sub(t.tx_bytes)?,
+            rx_packets: self.rx_packets.checked_sub(t.rx_packets)?,
+            rx_bytes: self.rx_bytes.checked_sub(t.rx_bytes)?,
+            tx_gso_packets: self.tx_gso_packets.checked_sub(t.tx_gso_packets)?,
+            rx_gso_packets: self.rx_gso_packets.checked_sub(t.rx_gso_packets)?,
+            tcp_retransmits: self.tcp_retransmits.checked_sub(t.tcp_retransmits)?,
+            ..CgroupNetStats::ZERO
+        };
+        for b in 0..self.tx_len.len() {
+            d.tx_len[b] = self.tx_len[b].checked_sub(t.tx_len[b])?;
+            d.rx_len[b] = self.rx_len[b].checked_sub(t.rx_len[b])?;
+        }
+        Some(d)
+    }
+}
+
+impl Counters for NetDirStats {
+    const ZERO: Self = NetDirStats::ZERO;
+    fn add(&mut self, o: &Self) {
+        self.packets += o.packets;
+        self.bytes += o.bytes;
+        self.gso_packets += o.gso_packets;
+        self.gso_segments += o.gso_segments;
+        self.fragments += o.fragments;
+        self.ptb += o.ptb;
+        for (t, b) in self.len.iter_mut().zip(o.len.iter()) {
+            *t += b;
+        }
+    }
+    fn since(&self, t: &Self) -> Option<Self> {
+        let mut d = NetDirStats {
+            packets: self.packets.checked_sub(t.packets)?,
+            bytes: self.bytes.checked_sub(t.bytes)?,
+            gso_packets: self.gso_packets.checked_sub(t.gso_packets)?,
+            gso_segments: self.gso_segments.checked_sub(t.gso_segments)?,
+            fragments: self.fragments.checked_sub(t.fragments)?,
+            ptb: self.ptb.checked_sub(t.ptb)?,
+            ..NetDirStats::ZERO
+        };
+        for b in 0..self.len.len() {
+            d.len[b] = self.len[b].checked_sub(t.len[b])?;
+        }
+        Some(d)
+    }
+}
+
+/// `mtu` is the MTU at the latest packet, not a counter: a window carries the latest (a
+/// non-zero one: CPUs that never saw the interface hold 0).
+impl Counters for NetIfStats {
+    const ZERO: Self = NetIfStats::ZERO;
+    fn add(&mut self, o: &Self) {
+        self.tx.add(&o.tx);
+        self.rx.add(&o.rx);
+        if o.mtu != 0 {
+            self.mtu = o.mtu;
+        }
+    }
+    fn since(&self, t: &Self) -> Option<Self> {
+        Some(NetIfStats {
+            tx: self.tx.since(&t.tx)?,
+            rx: self.rx.since(&t.rx)?,
+            mtu: self.mtu,
+            _pad: 0,
+        })
+    }
+}
+
+impl Counters for NetDropStats {
+    const ZERO: Self = NetDropStats { packets: 0 };
+    fn add(&mut self, o: &Self) {
+        self.packets += o.packets;
+    }
+    fn since(&self, t: &Self) -> Option<Self> {
+        Some(NetDropStats {
+            packets: self.packets.checked_sub(t.packets)?,
+        })
+    }
+}
+
 /// Cumulative counters at one instant. Counters start at zero when the probes attach, so a
 /// key seen for the first time contributes everything it has.
 #[derive(Clone, Debug)]
@@ -163,6 +261,12 @@ pub struct Snapshot {
     pub locks: HashMap<u64, LockStats>,
     pub hot_futexes: HashMap<HotFutexKey, HotFutexValue>,
     pub lock_sites: HashMap<LockSiteKey, LockSiteValue>,
+    /// Per cgroup: what its sockets sent and received.
+    pub net: HashMap<u64, CgroupNetStats>,
+    /// Per interface (namespace inode, ifindex).
+    pub net_ifaces: HashMap<NetIfKey, NetIfStats>,
+    /// Drops by interface and reason.
+    pub net_drops: HashMap<NetDropKey, NetDropStats>,
 }
 
 impl Snapshot {
@@ -174,6 +278,9 @@ impl Snapshot {
             locks: HashMap::new(),
             hot_futexes: HashMap::new(),
             lock_sites: HashMap::new(),
+            net: HashMap::new(),
+            net_ifaces: HashMap::new(),
+            net_drops: HashMap::new(),
         }
     }
 
@@ -186,6 +293,9 @@ impl Snapshot {
             locks: locks::read(ebpf)?,
             hot_futexes: futex::read_hot(ebpf)?,
             lock_sites: locks::read_sites(ebpf)?,
+            net: net::read(ebpf)?,
+            net_ifaces: net::read_ifaces(ebpf)?,
+            net_drops: net::read_drops(ebpf)?,
         })
     }
 
@@ -195,6 +305,7 @@ impl Snapshot {
             .keys()
             .chain(self.futex.keys())
             .chain(self.locks.keys())
+            .chain(self.net.keys())
     }
 
     /// Drops a removed cgroup, so that the next window does not subtract from it.
@@ -202,6 +313,7 @@ impl Snapshot {
         self.sched.remove(&id);
         self.futex.remove(&id);
         self.locks.remove(&id);
+        self.net.remove(&id);
         self.hot_futexes.retain(|k, _| k.cgroup_id != id);
         self.lock_sites.retain(|k, _| k.cgroup_id != id);
     }
@@ -213,6 +325,7 @@ pub struct CgroupWindow {
     pub sched: SchedStats,
     pub futex: FutexStats,
     pub locks: LockStats,
+    pub net: CgroupNetStats,
 }
 
 impl CgroupWindow {
@@ -220,6 +333,7 @@ impl CgroupWindow {
         sched: SchedStats::ZERO,
         futex: FutexStats::ZERO,
         locks: LockStats::ZERO,
+        net: CgroupNetStats::ZERO,
     };
 }
 
@@ -230,6 +344,9 @@ pub struct Window {
     pub cgroups: HashMap<u64, CgroupWindow>,
     pub hot_futexes: HashMap<HotFutexKey, HotFutexValue>,
     pub lock_sites: HashMap<LockSiteKey, LockSiteValue>,
+    /// Interfaces that handled packets in the window.
+    pub net_ifaces: HashMap<NetIfKey, NetIfStats>,
+    pub net_drops: HashMap<NetDropKey, NetDropStats>,
 }
 
 /// The non-zero changes of each key from `before` to `after`.
@@ -259,6 +376,8 @@ impl Window {
             cgroups: HashMap::new(),
             hot_futexes: HashMap::new(),
             lock_sites: HashMap::new(),
+            net_ifaces: HashMap::new(),
+            net_drops: HashMap::new(),
         }
     }
 
@@ -274,6 +393,9 @@ impl Window {
         for (id, d) in deltas(&before.locks, &after.locks) {
             cgroups.entry(id).or_insert(CgroupWindow::ZERO).locks = d;
         }
+        for (id, d) in deltas(&before.net, &after.net) {
+            cgroups.entry(id).or_insert(CgroupWindow::ZERO).net = d;
+        }
         Self {
             duration: after.taken_at.saturating_duration_since(before.taken_at),
             cgroups,
@@ -283,6 +405,11 @@ impl Window {
             lock_sites: deltas(&before.lock_sites, &after.lock_sites)
                 .filter(|(_, v)| v.count > 0)
                 .collect(),
+            // The MTU alone changes nothing: only interfaces that handled packets.
+            net_ifaces: deltas(&before.net_ifaces, &after.net_ifaces)
+                .filter(|(_, v)| v.tx.packets + v.rx.packets > 0)
+                .collect(),
+            net_drops: deltas(&before.net_drops, &after.net_drops).collect(),
         }
     }
 
@@ -294,9 +421,12 @@ impl Window {
             e.sched.add(&w.sched);
             e.futex.add(&w.futex);
             e.locks.add(&w.locks);
+            e.net.add(&w.net);
         }
         add_all(&mut self.hot_futexes, &later.hot_futexes);
         add_all(&mut self.lock_sites, &later.lock_sites);
+        add_all(&mut self.net_ifaces, &later.net_ifaces);
+        add_all(&mut self.net_drops, &later.net_drops);
     }
 }
 

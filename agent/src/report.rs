@@ -3,6 +3,8 @@
 //! A figure whose probe is not attached is `null`, never zero: a missing probe is better than
 //! a wrong number.
 
+pub mod network;
+
 use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
@@ -26,6 +28,12 @@ fn secs(ns: u64) -> f64 {
 #[derive(Clone, Debug, Serialize)]
 pub struct TraceReport {
     pub duration_seconds: f64,
+    /// Every interface of the host's and the containers' network namespaces, with MTU,
+    /// encapsulation and the window's packet figures; `null` without the network family.
+    pub interfaces: Option<Vec<network::InterfaceReport>>,
+    /// Each network namespace's uplink, route MTUs and kernel counters over the window; `null`
+    /// without the network family.
+    pub network_namespaces: Option<Vec<network::NamespaceReport>>,
     pub containers: Vec<ContainerReport>,
     /// Each probe, and how it is attached (or why not).
     pub probes: Vec<ProbeStatus>,
@@ -60,6 +68,8 @@ pub struct ContainerReport {
     pub hot_futexes: Option<Vec<HotFutex>>,
     /// The kernel call sites that waited longest for a lock in this window.
     pub kernel_lock_sites: Option<Vec<LockSite>>,
+    /// What the container's sockets sent and received.
+    pub network: Option<network::NetworkSummary>,
 }
 
 #[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
@@ -134,6 +144,8 @@ pub struct Availability {
     pub futex: bool,
     /// lock:contention_begin + contention_end.
     pub locks: bool,
+    /// The network probes.
+    pub net: network::NetAvailability,
 }
 
 impl Availability {
@@ -142,6 +154,7 @@ impl Availability {
         wakeup: true,
         futex: true,
         locks: true,
+        net: network::NetAvailability::ALL,
     };
 
     pub fn from_status(status: &[ProbeStatus]) -> Self {
@@ -152,6 +165,7 @@ impl Availability {
             wakeup: switch && attached(sched::WAKEUP) && attached(sched::WAKEUP_NEW),
             futex: attached(futex::ENTER) && attached(futex::EXIT),
             locks: attached(locks::BEGIN) && attached(locks::END),
+            net: network::NetAvailability::from_status(status),
         }
     }
 }
@@ -310,6 +324,7 @@ pub fn container_report(
         kernel_locks: a.locks.then(|| lock_waits(&w.locks)),
         hot_futexes: a.futex.then(|| hot_futexes(window, cgroup_id, ctx)),
         kernel_lock_sites: a.locks.then(|| lock_sites(window, cgroup_id, ctx)),
+        network: network::network_summary(&w.net, a.net),
     }
 }
 

@@ -21,6 +21,8 @@ use std::{
 
 use serde_json::Value;
 
+pub mod netns;
+
 // ---- the cgroup v2 hierarchy ----------------------------------------------------------------
 
 /// The mount point of the cgroup v2 hierarchy, from a mountinfo text (fstype `cgroup2`). Where

@@ -28,6 +28,8 @@ const PACKAGES: &[(&str, &str)] = &[
     ("stress-ng", "workloads for the tests and the benchmark"),
     ("bpftrace", "an independent measurement for the tests"),
     ("iproute2", "network namespaces for the tests"),
+    ("iputils-ping", "sized pings for the network tests"),
+    ("iperf3", "TCP traffic for the network tests and benchmark"),
     (
         "prometheus",
         "a real Prometheus server scrapes the daemon in the tests",

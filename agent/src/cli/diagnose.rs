@@ -11,11 +11,14 @@ use serde::Serialize;
 
 use crate::{
     collect::Window,
-    diagnose::{Facts, Finding, Thresholds, diagnose},
+    diagnose::{
+        Facts, Finding, Thresholds, diagnose,
+        network::{diagnose_network, net_facts},
+    },
     identity::{CgroupResolver, limits::Limits, workload::Identity},
     pipeline::Pipeline,
     privileges,
-    probes::LoadOptions,
+    probes::{Family, LoadOptions, net::inventory::NetWatch},
 };
 
 use super::DiagnoseArgs;
@@ -53,11 +56,12 @@ pub struct Checked {
     pub probes_total: usize,
 }
 
-pub const RULES: [&str; 4] = [
+pub const RULES: [&str; 5] = [
     "lock_storm",
     "cpu_throttling",
     "runqueue_saturation",
     "thread_oversubscription",
+    "mtu_mismatch",
 ];
 
 /// Online CPUs of the host.
@@ -105,6 +109,11 @@ pub async fn run(args: DiagnoseArgs) -> anyhow::Result<u8> {
     let resolver = CgroupResolver::discover()?;
     let options = LoadOptions::default();
     let mut pipeline = Pipeline::start(&options, resolver)?;
+    // The network namespaces' kernel counters at the start, for `mtu_mismatch`.
+    let net_watch = options
+        .families
+        .contains(&Family::Net)
+        .then(NetWatch::start);
     let duration = Duration::from_secs_f64(args.duration);
     eprintln!(
         "stormwatch: watching this host for {:.0}s ({}/{} probes attached)",
@@ -139,7 +148,23 @@ pub async fn run(args: DiagnoseArgs) -> anyhow::Result<u8> {
     let limits = pipeline.limits_of(&total);
     let all = facts(&total, pipeline.paths(), &limits, cpus);
     let thresholds = Thresholds::default();
-    let findings = diagnose(&all, &thresholds);
+    let mut findings = diagnose(&all, &thresholds);
+    if let Some(state) = net_watch.as_ref().map(NetWatch::finish) {
+        let root = pipeline.resolver.root().to_path_buf();
+        let cgroup_id = |path: &str| {
+            std::fs::metadata(root.join(path.trim_start_matches('/')))
+                .ok()
+                .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
+        };
+        let net = net_facts(&state, &total, pipeline.availability().net, cgroup_id);
+        findings.extend(diagnose_network(&net, &thresholds));
+        findings.sort_by(|a, b| {
+            b.severity
+                .cmp(&a.severity)
+                .then(a.kind.cmp(&b.kind))
+                .then(a.cgroup.cmp(&b.cgroup))
+        });
+    }
     let ctx = pipeline.report_context(&limits);
     let report = DiagnoseReport {
         findings: findings

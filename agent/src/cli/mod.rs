@@ -78,7 +78,7 @@ pub struct TraceArgs {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "sched,futex,locks"
+        default_value = "sched,futex,locks,net"
     )]
     pub probes: Vec<Family>,
 }

@@ -13,8 +13,8 @@ use crate::{
     identity::{CgroupResolver, is_within},
     pipeline::Pipeline,
     privileges,
-    probes::LoadOptions,
-    report::{ContainerReport, TraceReport, containers},
+    probes::{Family, LoadOptions, net::inventory::NetWatch},
+    report::{ContainerReport, TraceReport, containers, network},
 };
 
 use super::TraceArgs;
@@ -42,6 +42,9 @@ pub async fn run(args: TraceArgs) -> anyhow::Result<()> {
         families: args.probes.clone(),
     };
     let mut pipeline = Pipeline::start(&options, resolver)?;
+    // The namespaces' kernel counters at the start (the interface inventory is read at the
+    // end): only for the JSON document, and only with the network family.
+    let net_watch = (args.json && args.probes.contains(&Family::Net)).then(NetWatch::start);
     let attached = pipeline
         .probes
         .status
@@ -101,8 +104,16 @@ pub async fn run(args: TraceArgs) -> anyhow::Result<()> {
     }
 
     if args.json {
+        let net = net_watch.as_ref().map(NetWatch::finish);
+        let net_avail = pipeline.availability().net;
         let report = TraceReport {
             duration_seconds: total.duration.as_secs_f64(),
+            interfaces: net
+                .as_ref()
+                .map(|n| network::interfaces(&n.namespaces, &total, net_avail)),
+            network_namespaces: net
+                .as_ref()
+                .map(|n| network::namespaces(&n.namespaces, &n.snmp)),
             containers: containers(
                 &total,
                 &pipeline.report_context(&pipeline.limits_of(&total)),

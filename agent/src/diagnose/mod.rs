@@ -3,6 +3,7 @@
 //! Rules are pure functions of [`Facts`] (one container's figures over a window, with its
 //! resource context) and [`Thresholds`]; no I/O, so they are tested on synthetic windows.
 
+pub mod network;
 pub mod rules;
 
 use std::collections::BTreeMap;
@@ -111,6 +112,7 @@ pub enum Kind {
     CpuThrottling,
     RunqueueSaturation,
     ThreadOversubscription,
+    MtuMismatch,
 }
 
 impl Kind {
@@ -120,6 +122,7 @@ impl Kind {
             Kind::CpuThrottling => "cpu_throttling",
             Kind::RunqueueSaturation => "runqueue_saturation",
             Kind::ThreadOversubscription => "thread_oversubscription",
+            Kind::MtuMismatch => "mtu_mismatch",
         }
     }
 }
@@ -157,6 +160,10 @@ pub struct Thresholds {
     pub runq_min_p99_seconds: f64,
     pub runq_critical_mean_seconds: f64,
     pub oversubscription_min_runnable_per_cpu: f64,
+    pub mtu_min_evidence_events: f64,
+    pub mtu_critical_losses: f64,
+    pub mtu_jumbo_min_underlay: f64,
+    pub mtu_jumbo_max_used_share: f64,
 }
 
 impl Default for Thresholds {
@@ -178,6 +185,10 @@ impl Default for Thresholds {
             runq_min_p99_seconds: RUNQ_MIN_P99_SECONDS,
             runq_critical_mean_seconds: RUNQ_CRITICAL_MEAN_SECONDS,
             oversubscription_min_runnable_per_cpu: OVERSUBSCRIPTION_MIN_RUNNABLE_PER_CPU,
+            mtu_min_evidence_events: network::defaults::MTU_MIN_EVIDENCE_EVENTS,
+            mtu_critical_losses: network::defaults::MTU_CRITICAL_LOSSES,
+            mtu_jumbo_min_underlay: network::defaults::MTU_JUMBO_MIN_UNDERLAY,
+            mtu_jumbo_max_used_share: network::defaults::MTU_JUMBO_MAX_USED_SHARE,
         }
     }
 }

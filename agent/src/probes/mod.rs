@@ -7,6 +7,7 @@
 pub mod btf;
 pub mod futex;
 pub mod locks;
+pub mod net;
 pub mod sched;
 pub mod tracefs;
 
@@ -41,6 +42,8 @@ pub enum AttachKind {
     TpBtf,
     /// Classic tracepoint via tracefs: the fallback.
     Tracepoint,
+    /// A `cgroup_skb` program on the cgroup v2 root (multi-attach).
+    CgroupSkb,
 }
 
 impl fmt::Display for AttachKind {
@@ -48,6 +51,7 @@ impl fmt::Display for AttachKind {
         f.write_str(match self {
             Self::TpBtf => "tp_btf",
             Self::Tracepoint => "tracepoint",
+            Self::CgroupSkb => "cgroup_skb",
         })
     }
 }
@@ -131,6 +135,8 @@ pub enum Family {
     Futex,
     /// Kernel lock contention by kind and call site.
     Locks,
+    /// Packets per interface against the MTU, per-container traffic, drops, TCP retransmits.
+    Net,
     /// Empty programs on sched_switch and sched_wakeup: the overhead benchmark's floor.
     #[value(hide = true)]
     EmptySched,
@@ -138,7 +144,7 @@ pub enum Family {
 
 impl Family {
     /// What the agent runs by default: every real family.
-    pub const DEFAULT: [Family; 3] = [Family::Sched, Family::Futex, Family::Locks];
+    pub const DEFAULT: [Family; 4] = [Family::Sched, Family::Futex, Family::Locks, Family::Net];
 }
 
 /// Options for [`Probes::load`].
@@ -176,6 +182,7 @@ impl Probes {
                     Family::Sched => Box::new(sched::SchedProbes),
                     Family::Futex => Box::new(futex::FutexProbes),
                     Family::Locks => Box::new(locks::LockProbes),
+                    Family::Net => Box::new(net::NetProbes),
                     Family::EmptySched => Box::new(EmptySchedProbes),
                 }
             })
@@ -257,6 +264,7 @@ impl Probes {
         sched::forget(&mut self.ebpf, cgroups);
         locks::forget(&mut self.ebpf, cgroups);
         futex::forget(&mut self.ebpf, |k| cgroups.contains(&k.cgroup_id), cgroups);
+        net::forget(&mut self.ebpf, cgroups);
     }
 
     /// Forgets the hot futexes of processes that have exited.
@@ -281,6 +289,7 @@ impl Probes {
                     .unwrap_or(0);
                 (kind.name(), total)
             })
+            .chain(net::errors(&self.ebpf))
             .collect()
     }
 }
@@ -313,6 +322,23 @@ pub fn per_cpu_map_sizes(cpus: u32) -> Vec<(&'static str, u32)> {
             maps::LOCK_SITES,
             4096,
             size_of::<LockSiteValue>() + size_of::<LockSiteKey>() / cpus.max(1) as usize,
+        ),
+        (
+            stormwatch_common::net::maps::CGROUP_NET,
+            4096,
+            size_of::<stormwatch_common::net::CgroupNetStats>(),
+        ),
+        (
+            stormwatch_common::net::maps::NET_IFACES,
+            4096,
+            size_of::<stormwatch_common::net::NetIfStats>()
+                + size_of::<stormwatch_common::net::NetIfKey>() / cpus.max(1) as usize,
+        ),
+        (
+            stormwatch_common::net::maps::NET_DROPS,
+            4096,
+            size_of::<stormwatch_common::net::NetDropStats>()
+                + size_of::<stormwatch_common::net::NetDropKey>() / cpus.max(1) as usize,
         ),
     ];
     maps.into_iter()

@@ -654,8 +654,9 @@ pub mod net {
         /// Classic `skb:kfree_skb`: `skbaddr` and `reason`.
         pub const TP_KFREE_SKB_OFFSET: &str = "TP_KFREE_SKB_OFFSET";
         pub const TP_KFREE_REASON_OFFSET: &str = "TP_KFREE_REASON_OFFSET";
-        /// Classic `tcp:tcp_retransmit_skb`: `skaddr`.
+        /// Classic `tcp:tcp_retransmit_skb`: `skaddr` and `skbaddr`.
         pub const TP_RETRANSMIT_SK_OFFSET: &str = "TP_RETRANSMIT_SK_OFFSET";
+        pub const TP_RETRANSMIT_SKB_OFFSET: &str = "TP_RETRANSMIT_SKB_OFFSET";
         /// 1 when `tcp_retransmit_skb` passes `err` as its third argument (since 6.14 it also
         /// fires for retransmissions that failed; only successful ones are counted, as the
         /// kernel's `RetransSegs` does).
@@ -821,7 +822,8 @@ pub mod net {
         pub rx_bytes: u64,
         pub tx_gso_packets: u64,
         pub rx_gso_packets: u64,
-        /// `tcp:tcp_retransmit_skb` on the cgroup's sockets.
+        /// Segments retransmitted by the cgroup's TCP sockets (`tcp:tcp_retransmit_skb`, each
+        /// skb counted as the segments it carries, as the kernel's `RetransSegs` does).
         pub tcp_retransmits: u64,
         /// Packet lengths (L3) by [`len_bucket`] (log2 buckets only: no MTU here).
         pub tx_len: [u64; len_bucket::COUNT],

@@ -1,0 +1,456 @@
+//! The network probe family.
+//!
+//! Kernel side (`ebpf-probes/kernel/src/net.rs`): per interface, packet lengths against the MTU
+//! on transmit (`net:net_dev_start_xmit`) and receive (`net:netif_receive_skb`), GSO/GRO
+//! super-packets apart, fragments and ICMP "packet too big"; drops by reason
+//! (`skb:kfree_skb`); per cgroup, what its sockets send and receive (`cgroup_skb` ingress and
+//! egress on the cgroup v2 root) and TCP retransmits (`tcp:tcp_retransmit_skb`).
+//!
+//! User side: the struct offsets those programs need (from the running kernel's BTF), the
+//! drop reason names (`enum skb_drop_reason`), and, in [`inventory`] and [`snmp`], what no probe
+//! needs to measure: every network namespace's interfaces, MTUs and encapsulation, and the
+//! kernel's own fragmentation and ICMP counters.
+
+pub mod btf_types;
+pub mod inventory;
+pub mod snmp;
+
+use std::{collections::HashMap, os::fd::AsFd as _, sync::OnceLock};
+
+use aya::{
+    Ebpf,
+    maps::PerCpuArray,
+    programs::{CgroupAttachMode, CgroupSkb, CgroupSkbAttachType},
+};
+use stormwatch_common::net::{
+    CgroupNetStats, NetDropKey, NetDropStats, NetIfKey, NetIfStats, NetProbeError, globals, maps,
+    programs,
+};
+
+use self::btf_types::BtfTypes;
+use super::{
+    AttachKind, KernelFacts, ProbeFamily, ProbeStatus, attach_btf, attach_preferring_btf,
+    btf::VMLINUX_BTF, read_per_cpu_hash, remove_per_cpu_keys, tracefs, tracepoint_offsets,
+};
+use crate::collect::Counters as _;
+
+pub const XMIT: &str = "net:net_dev_start_xmit";
+pub const RECEIVE: &str = "net:netif_receive_skb";
+pub const KFREE_SKB: &str = "skb:kfree_skb";
+pub const RETRANSMIT: &str = "tcp:tcp_retransmit_skb";
+/// The `cgroup_skb` programs, named like tracepoints in the probe list.
+pub const CGROUP_INGRESS: &str = "cgroup_skb:ingress";
+pub const CGROUP_EGRESS: &str = "cgroup_skb:egress";
+
+/// (global, struct, member path): what the programs read, from BTF. `sk_buff.end` is an offset
+/// from `head` on 64-bit kernels (`NET_SKBUFF_DATA_USES_OFFSET`), the only ones we build for.
+const BTF_OFFSETS: [(&str, &str, &[&str]); 16] = [
+    (globals::SKB_LEN_OFFSET, "sk_buff", &["len"]),
+    (globals::SKB_HEAD_OFFSET, "sk_buff", &["head"]),
+    (globals::SKB_DATA_OFFSET, "sk_buff", &["data"]),
+    (globals::SKB_END_OFFSET, "sk_buff", &["end"]),
+    (
+        globals::SKB_NETWORK_HEADER_OFFSET,
+        "sk_buff",
+        &["network_header"],
+    ),
+    (globals::SKB_PROTOCOL_OFFSET, "sk_buff", &["protocol"]),
+    (globals::SKB_DEV_OFFSET, "sk_buff", &["dev"]),
+    (
+        globals::SHINFO_GSO_SIZE_OFFSET,
+        "skb_shared_info",
+        &["gso_size"],
+    ),
+    (
+        globals::SHINFO_GSO_SEGS_OFFSET,
+        "skb_shared_info",
+        &["gso_segs"],
+    ),
+    (globals::DEV_MTU_OFFSET, "net_device", &["mtu"]),
+    (globals::DEV_IFINDEX_OFFSET, "net_device", &["ifindex"]),
+    (globals::DEV_NET_OFFSET, "net_device", &["nd_net", "net"]),
+    (globals::NET_INUM_OFFSET, "net", &["ns", "inum"]),
+    (
+        globals::SOCK_CGROUP_OFFSET,
+        "sock",
+        &["sk_cgrp_data", "cgroup"],
+    ),
+    (globals::CGROUP_KN_OFFSET, "cgroup", &["kn"]),
+    (globals::KERNFS_NODE_ID_OFFSET, "kernfs_node", &["id"]),
+];
+
+/// A tracepoint, its tp_btf and classic programs, and the record fields (global, field) the
+/// classic one reads.
+type Tracepoint = (
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static [(&'static str, &'static str)],
+);
+
+const TRACEPOINTS: [Tracepoint; 4] = [
+    (
+        XMIT,
+        programs::XMIT_BTF,
+        programs::XMIT_TP,
+        &[(globals::TP_XMIT_SKB_OFFSET, "skbaddr")],
+    ),
+    (
+        RECEIVE,
+        programs::RECEIVE_BTF,
+        programs::RECEIVE_TP,
+        &[(globals::TP_RECEIVE_SKB_OFFSET, "skbaddr")],
+    ),
+    (
+        KFREE_SKB,
+        programs::KFREE_SKB_BTF,
+        programs::KFREE_SKB_TP,
+        &[
+            (globals::TP_KFREE_SKB_OFFSET, "skbaddr"),
+            (globals::TP_KFREE_REASON_OFFSET, "reason"),
+        ],
+    ),
+    (
+        RETRANSMIT,
+        programs::RETRANSMIT_BTF,
+        programs::RETRANSMIT_TP,
+        &[
+            (globals::TP_RETRANSMIT_SK_OFFSET, "skaddr"),
+            (globals::TP_RETRANSMIT_SKB_OFFSET, "skbaddr"),
+        ],
+    ),
+];
+
+/// What the running kernel's BTF says, looked up once.
+struct KernelNet {
+    /// The offsets, or what is missing.
+    offsets: Result<Vec<(&'static str, u32)>, String>,
+    /// `tcp_retransmit_skb` passes `err` (and fires for failed attempts too).
+    retransmit_has_err: bool,
+    /// `enum skb_drop_reason` values → names without the `SKB_DROP_REASON_` prefix.
+    drop_reasons: HashMap<u32, String>,
+}
+
+fn kernel_net() -> &'static KernelNet {
+    static INFO: OnceLock<KernelNet> = OnceLock::new();
+    INFO.get_or_init(|| match BtfTypes::from_file(VMLINUX_BTF) {
+        Ok(btf) => {
+            let mut missing = Vec::new();
+            let mut values = Vec::new();
+            for (global, strukt, path) in BTF_OFFSETS {
+                match btf.offset_of(strukt, path) {
+                    Ok(off) => values.push((global, off)),
+                    Err(e) => missing.push(e),
+                }
+            }
+            KernelNet {
+                offsets: if missing.is_empty() {
+                    Ok(values)
+                } else {
+                    Err(missing.join("; "))
+                },
+                // The prototype's first parameter is the tracing context: (ctx, sk, skb, err).
+                retransmit_has_err: btf
+                    .func_params("btf_trace_tcp_retransmit_skb")
+                    .is_some_and(|n| n >= 4),
+                drop_reasons: drop_reason_names(
+                    btf.enum_values("skb_drop_reason").unwrap_or_default(),
+                ),
+            }
+        }
+        Err(e) => KernelNet {
+            offsets: Err(format!("no kernel BTF for struct offsets: {e}")),
+            retransmit_has_err: false,
+            drop_reasons: HashMap::new(),
+        },
+    })
+}
+
+/// `SKB_DROP_REASON_PKT_TOO_BIG` → `PKT_TOO_BIG`, as the tracepoint prints them.
+fn drop_reason_names(values: Vec<(String, u64)>) -> HashMap<u32, String> {
+    values
+        .into_iter()
+        .filter_map(|(name, v)| {
+            let short = name.strip_prefix("SKB_DROP_REASON_")?;
+            Some((u32::try_from(v).ok()?, short.to_owned()))
+        })
+        .collect()
+}
+
+/// The name of a drop reason: from the kernel's `enum skb_drop_reason`, else `reason_<n>`.
+pub fn drop_reason_name(reason: u32) -> String {
+    kernel_net()
+        .drop_reasons
+        .get(&reason)
+        .cloned()
+        .unwrap_or_else(|| format!("reason_{reason}"))
+}
+
+/// Drop reasons that mean a packet was too big for where it had to go (the rest of the drops
+/// are reported, but are not MTU evidence).
+pub const MTU_DROP_REASONS: [&str; 5] = [
+    "PKT_TOO_BIG",
+    "FRAG_REASM_TIMEOUT",
+    "FRAG_TOO_FAR",
+    "DUP_FRAG",
+    "SKB_GSO_SEG",
+];
+
+pub struct NetProbes;
+
+impl ProbeFamily for NetProbes {
+    fn name(&self) -> &'static str {
+        "network"
+    }
+
+    fn globals(&self, _facts: &KernelFacts) -> Vec<(&'static str, u32)> {
+        let mut values = tracepoint_offsets(&[
+            (
+                globals::TP_XMIT_SKB_OFFSET,
+                "net",
+                "net_dev_start_xmit",
+                "skbaddr",
+            ),
+            (
+                globals::TP_RECEIVE_SKB_OFFSET,
+                "net",
+                "netif_receive_skb",
+                "skbaddr",
+            ),
+            (globals::TP_KFREE_SKB_OFFSET, "skb", "kfree_skb", "skbaddr"),
+            (
+                globals::TP_KFREE_REASON_OFFSET,
+                "skb",
+                "kfree_skb",
+                "reason",
+            ),
+            (
+                globals::TP_RETRANSMIT_SK_OFFSET,
+                "tcp",
+                "tcp_retransmit_skb",
+                "skaddr",
+            ),
+            (
+                globals::TP_RETRANSMIT_SKB_OFFSET,
+                "tcp",
+                "tcp_retransmit_skb",
+                "skbaddr",
+            ),
+            (
+                globals::TP_RETRANSMIT_ERR_OFFSET,
+                "tcp",
+                "tcp_retransmit_skb",
+                "err",
+            ),
+        ]);
+        let k = kernel_net();
+        match &k.offsets {
+            Ok(offsets) => {
+                values.extend(offsets.iter().copied());
+                values.push((globals::HAVE_NET_OFFSETS, 1));
+            }
+            Err(e) => log::warn!("network probes disabled: {e}"),
+        }
+        values.push((globals::RETRANSMIT_HAS_ERR, u32::from(k.retransmit_has_err)));
+        values
+    }
+
+    fn attach(&self, ebpf: &mut Ebpf, facts: &KernelFacts) -> Vec<ProbeStatus> {
+        let mut status = Vec::new();
+        let why_not = kernel_net().offsets.as_ref().err();
+        for (tracepoint, btf_program, classic, fields) in TRACEPOINTS {
+            if let Some(why) = why_not {
+                status.push(not_attached(tracepoint, why.clone()));
+                continue;
+            }
+            let (category, event) = tracepoint.split_once(':').expect("category:event");
+            // The classic fallback reads record fields: without them it would read garbage, so
+            // it is only tried when the record has them.
+            let classic_ok = fields
+                .iter()
+                .all(|(_, f)| tracefs::field_offset(category, event, f).is_some());
+            if classic_ok {
+                status.push(attach_preferring_btf(
+                    ebpf,
+                    facts,
+                    tracepoint,
+                    Some(btf_program),
+                    classic,
+                ));
+                continue;
+            }
+            let result = match &facts.aya_btf {
+                Some(btf) => attach_btf(ebpf, btf_program, event, btf),
+                None => Err(anyhow::anyhow!(
+                    "no tp_btf ({}), and the tracepoint record lacks the fields the fallback reads",
+                    facts.btf_error.as_deref().unwrap_or("no kernel BTF")
+                )),
+            };
+            status.push(match result {
+                Ok(()) => ProbeStatus {
+                    tracepoint,
+                    kind: Some(AttachKind::TpBtf),
+                    note: None,
+                },
+                Err(e) => not_attached(tracepoint, format!("{e:#}")),
+            });
+        }
+        for (name, attach_type, program) in [
+            (
+                CGROUP_EGRESS,
+                CgroupSkbAttachType::Egress,
+                programs::CGROUP_EGRESS,
+            ),
+            (
+                CGROUP_INGRESS,
+                CgroupSkbAttachType::Ingress,
+                programs::CGROUP_INGRESS,
+            ),
+        ] {
+            status.push(match attach_cgroup_skb(ebpf, program, attach_type) {
+                Ok(()) => ProbeStatus {
+                    tracepoint: name,
+                    kind: Some(AttachKind::CgroupSkb),
+                    note: None,
+                },
+                Err(e) => not_attached(name, format!("{e:#}")),
+            });
+        }
+        status
+    }
+}
+
+fn not_attached(tracepoint: &'static str, note: String) -> ProbeStatus {
+    ProbeStatus {
+        tracepoint,
+        kind: None,
+        note: Some(note),
+    }
+}
+
+/// Loads a `cgroup_skb` program and attaches it to the cgroup v2 root with
+/// `BPF_F_ALLOW_MULTI`, so that it sees every socket's packets and coexists with the programs
+/// of container runtimes and CNIs (which attach to their own cgroups).
+fn attach_cgroup_skb(
+    ebpf: &mut Ebpf,
+    program: &str,
+    attach_type: CgroupSkbAttachType,
+) -> anyhow::Result<()> {
+    let root = crate::identity::find_v2_root()?;
+    let dir = std::fs::File::open(&root)
+        .map_err(|e| anyhow::anyhow!("cannot open the cgroup v2 root {}: {e}", root.display()))?;
+    let prog: &mut CgroupSkb = ebpf
+        .program_mut(program)
+        .ok_or_else(|| anyhow::anyhow!("program {program} missing from the object"))?
+        .try_into()?;
+    prog.load()?;
+    // From 5.7 aya attaches with a BPF link, which the kernel always adds as a multi-attach
+    // program and which takes no flags (BPF_F_ALLOW_MULTI there is EINVAL); before, with
+    // BPF_PROG_ATTACH, the flag must be given.
+    use aya::util::KernelVersion;
+    let links = KernelVersion::current().is_ok_and(|v| v >= KernelVersion::new(5, 7, 0));
+    let mode = if links {
+        CgroupAttachMode::Single
+    } else {
+        CgroupAttachMode::AllowMultiple
+    };
+    prog.attach(dir.as_fd(), attach_type, mode)?;
+    Ok(())
+}
+
+pub fn read(ebpf: &Ebpf) -> anyhow::Result<HashMap<u64, CgroupNetStats>> {
+    read_per_cpu_hash(ebpf, maps::CGROUP_NET, CgroupNetStats::ZERO, |t, v| {
+        t.add(v)
+    })
+}
+
+/// Per-interface figures. The per-CPU values' `mtu` is the last one any CPU saw.
+pub fn read_ifaces(ebpf: &Ebpf) -> anyhow::Result<HashMap<NetIfKey, NetIfStats>> {
+    read_per_cpu_hash(ebpf, maps::NET_IFACES, NetIfStats::ZERO, |t, v| t.add(v))
+}
+
+pub fn read_drops(ebpf: &Ebpf) -> anyhow::Result<HashMap<NetDropKey, NetDropStats>> {
+    read_per_cpu_hash(
+        ebpf,
+        maps::NET_DROPS,
+        NetDropStats { packets: 0 },
+        |t, v| t.add(v),
+    )
+}
+
+/// Forgets removed cgroups, and with them (containers come and go with their namespaces) the
+/// interfaces and drops of namespaces that no longer exist.
+pub fn forget(ebpf: &mut Ebpf, cgroups: &[u64]) {
+    for id in cgroups {
+        remove_per_cpu_keys::<u64, CgroupNetStats>(ebpf, maps::CGROUP_NET, |k| k == id);
+    }
+    let live: std::collections::HashSet<u32> = inventory::live_inodes()
+        .into_iter()
+        .map(|i| i as u32)
+        .collect();
+    if !live.is_empty() {
+        forget_netns(ebpf, |netns| !live.contains(&netns));
+    }
+}
+
+/// Forgets the interfaces and drops of network namespaces that no longer exist.
+pub fn forget_netns(ebpf: &mut Ebpf, gone: impl Fn(u32) -> bool) {
+    remove_per_cpu_keys::<NetIfKey, NetIfStats>(ebpf, maps::NET_IFACES, |k| gone(k.netns));
+    remove_per_cpu_keys::<NetDropKey, NetDropStats>(ebpf, maps::NET_DROPS, |k| {
+        k.netns != 0 && gone(k.netns)
+    });
+}
+
+/// Events the network probes could not record, by kind, summed over CPUs.
+pub fn errors(ebpf: &Ebpf) -> Vec<(&'static str, u64)> {
+    let Some(array) = ebpf
+        .map(maps::NET_ERRORS)
+        .and_then(|m| PerCpuArray::<_, u64>::try_from(m).ok())
+    else {
+        return Vec::new();
+    };
+    NetProbeError::ALL
+        .iter()
+        .map(|kind| {
+            let total = array
+                .get(&(*kind as u32), 0)
+                .map(|values| values.iter().sum())
+                .unwrap_or(0);
+            (kind.name(), total)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn drop_reasons_lose_their_prefix_and_skip_non_drops() {
+        let names = drop_reason_names(vec![
+            ("SKB_NOT_DROPPED_YET".into(), 0),
+            ("SKB_CONSUMED".into(), 1),
+            ("SKB_DROP_REASON_NOT_SPECIFIED".into(), 2),
+            ("SKB_DROP_REASON_PKT_TOO_BIG".into(), 93),
+        ]);
+        assert_eq!(names.len(), 2);
+        assert_eq!(names[&93], "PKT_TOO_BIG");
+        assert_eq!(names[&2], "NOT_SPECIFIED");
+    }
+
+    #[test]
+    fn the_running_kernel_gives_every_offset_and_reason_name() {
+        let k = kernel_net();
+        let offsets = k
+            .offsets
+            .as_ref()
+            .expect("every offset from the kernel's BTF");
+        assert_eq!(offsets.len(), BTF_OFFSETS.len());
+        assert_eq!(drop_reason_name(2), "NOT_SPECIFIED");
+        assert!(
+            k.drop_reasons.values().any(|n| n == "PKT_TOO_BIG"),
+            "6.x kernels name PKT_TOO_BIG"
+        );
+        assert_eq!(drop_reason_name(1_000_000), "reason_1000000");
+    }
+}

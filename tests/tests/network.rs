@@ -1,0 +1,715 @@
+//! The network family against the real kernel: namespaces made by the test (two "nodes"
+//! joined by a veth underlay, a VXLAN overlay on top, a "pod" behind the first node), MTUs
+//! set right or deliberately wrong, real traffic from a process in a test cgroup.
+//!
+//! Ground truth, independent of the agent: the kernel's own counters read by the test from
+//! inside each namespace (`/proc/net/snmp`: FragCreates, FragFails, ReasmReqds, ICMP type 3;
+//! TCP OutSegs/RetransSegs/InSegs), the drivers' interface counters
+//! (`/sys/class/net/<dev>/statistics`), and what ping says it sent and received.
+//!
+//! The wrong setup is the classic one: an overlay whose MTU equals its underlay's, so that every
+//! full-size inner packet becomes an outer packet 50 bytes too big. With the outer DF bit unset
+//! the outer packets are fragmented; with it set (or for traffic forwarded from a pod) they are
+//! dropped, with an ICMP "fragmentation needed" that goes nowhere useful: the MTU black hole.
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+use stormwatch_tests::{
+    Agent, TestCgroup,
+    agent_proc::AgentProcess,
+    assert_within,
+    netns::{
+        NODE_B_OVERLAY_IP, OVERLAY_DEV, OuterDf, Overlay, POD_DEV, UNDERLAY_A, delta, ping_counts,
+        require_tools,
+    },
+    num, require_bpf, run_in_cgroup,
+};
+
+/// The agent runs this long: long enough for the traffic below, which starts once it attached.
+const TRACE_SECONDS: &str = "8";
+
+/// The trace and the diagnosis, watching the same traffic.
+struct Watch {
+    trace: Agent,
+    diagnose: AgentProcess,
+}
+
+impl Watch {
+    fn start() -> Self {
+        let trace = Agent::trace(&["--json", "--duration", TRACE_SECONDS, "--probes", "net"]);
+        let diagnose = AgentProcess::start(&["diagnose", "--json", "--duration", TRACE_SECONDS]);
+        Self { trace, diagnose }
+    }
+
+    /// (trace report, diagnose report).
+    fn finish(mut self, what: &str) -> (Value, Value) {
+        self.trace.assert_still_tracing(what);
+        assert!(
+            self.diagnose.is_running(),
+            "the diagnosis ended before {what} did"
+        );
+        let report = self.trace.finish().report;
+        let out = self.diagnose.finish();
+        // 3: findings; 0: none.
+        let code = out.status.code();
+        assert!(
+            matches!(code, Some(0 | 3)),
+            "stormwatch diagnose failed ({}):\n{}",
+            out.status,
+            out.stderr.join("\n")
+        );
+        let text = out.stdout_text();
+        let diag: Value = serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("diagnose printed no JSON ({e}):\n{text}"));
+        (report, diag)
+    }
+}
+
+/// Runs `args` in namespace `ns` from a process in `cgroup`, to completion: (stdout, success).
+fn run_in(ns: &stormwatch_tests::netns::Netns, args: &[&str], cgroup: &TestCgroup) -> String {
+    let child = run_in_cgroup(&mut ns.command(args), cgroup);
+    let out = child.wait_with_output().expect("waiting for the traffic");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn interfaces_of(report: &Value, netns: u64) -> Vec<&Value> {
+    report["interfaces"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no `interfaces` list: {report}"))
+        .iter()
+        .filter(|i| i["netns"].as_u64() == Some(netns))
+        .collect()
+}
+
+fn interface<'a>(report: &'a Value, netns: u64, name: &str) -> &'a Value {
+    interfaces_of(report, netns)
+        .into_iter()
+        .find(|i| i["name"] == name)
+        .unwrap_or_else(|| {
+            panic!(
+                "no interface {name} in netns {netns}: {}",
+                report["interfaces"]
+            )
+        })
+}
+
+fn namespace(report: &Value, netns: u64) -> &Value {
+    report["network_namespaces"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no `network_namespaces` list: {report}"))
+        .iter()
+        .find(|n| n["netns"].as_u64() == Some(netns))
+        .unwrap_or_else(|| panic!("netns {netns} not in {}", report["network_namespaces"]))
+}
+
+/// The sum of `dir.field` over a namespace's interfaces.
+fn sum_over(report: &Value, netns: u64, dir: &str, field: &str) -> f64 {
+    interfaces_of(report, netns)
+        .iter()
+        .map(|i| num(&i[dir], field))
+        .sum()
+}
+
+/// All drops at a namespace's interfaces, every reason.
+fn drops_in(report: &Value, netns: u64) -> f64 {
+    interfaces_of(report, netns)
+        .iter()
+        .flat_map(|i| {
+            i["drops"]
+                .as_object()
+                .unwrap_or_else(|| panic!("no drops object on {i}"))
+                .values()
+                .map(|v| v.as_f64().unwrap())
+        })
+        .sum()
+}
+
+/// The `mtu_mismatch` findings about the given namespaces.
+fn mtu_findings(diag: &Value, inodes: &[u64]) -> Vec<Value> {
+    diag["findings"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no findings list: {diag}"))
+        .iter()
+        .filter(|f| f["kind"] == "mtu_mismatch")
+        .filter(|f| {
+            let ns = f["evidence"]["netns"].as_f64().map(|n| n as u64);
+            ns.is_some_and(|n| inodes.contains(&n))
+        })
+        .cloned()
+        .collect()
+}
+
+fn finding_for(findings: &[Value], netns: u64) -> &Value {
+    findings
+        .iter()
+        .find(|f| f["evidence"]["netns"].as_f64() == Some(netns as f64))
+        .unwrap_or_else(|| panic!("no mtu_mismatch finding for netns {netns}: {findings:#?}"))
+}
+
+#[test]
+fn overlay_as_large_as_its_underlay_fragments_and_is_found() {
+    require_bpf();
+    require_tools();
+    let net = Overlay::new(1500, 1500, OuterDf::Unset, None);
+    let cg = TestCgroup::new("net-frag");
+    let (a_ns, b_ns) = (net.a.inode(), net.b.inode());
+    let watch = Watch::start();
+    let (a0, b0) = (net.a.snmp(), net.b.snmp());
+    // 1472 bytes of ICMP payload: 1500-byte IP packets, the overlay's MTU, 1550 once
+    // encapsulated. Without DF, something has to fragment them.
+    let stdout = run_in(
+        &net.a,
+        &[
+            "ping",
+            "-q",
+            "-M",
+            "dont",
+            "-s",
+            "1472",
+            "-c",
+            "200",
+            "-i",
+            "0.005",
+            NODE_B_OVERLAY_IP,
+        ],
+        &cg,
+    );
+    let (sent, received) = ping_counts(&stdout);
+    let (a1, b1) = (net.a.snmp(), net.b.snmp());
+    let (report, diag) = watch.finish("the ping");
+
+    let frag_a = delta(&a0, &a1, "Ip.FragCreates") as f64;
+    let reasm_a = delta(&a0, &a1, "Ip.ReasmReqds") as f64;
+    let frag_b = delta(&b0, &b1, "Ip.FragCreates") as f64;
+    eprintln!(
+        "ping {sent} sent / {received} received; node A FragCreates {frag_a} ReasmReqds \
+         {reasm_a}; node B FragCreates {frag_b}"
+    );
+    assert_eq!(sent, 200, "{stdout}");
+    assert!(received >= 190, "the fragments get through: {stdout}");
+    assert!(
+        frag_a >= sent as f64,
+        "every 1500-byte packet is fragmented at node A: {frag_a} fragments"
+    );
+
+    // The interface probes see each fragment leave and arrive.
+    let tx_frags = sum_over(&report, a_ns, "tx", "fragments");
+    let rx_frags = sum_over(&report, a_ns, "rx", "fragments");
+    eprintln!("agent: node A fragments sent {tx_frags}, received {rx_frags}");
+    assert_within(
+        "fragments sent by node A's interfaces",
+        tx_frags,
+        frag_a,
+        0.02,
+    );
+    assert_within(
+        "fragments received by node A's interfaces",
+        rx_frags,
+        reasm_a,
+        0.02,
+    );
+    // The namespace's own counters, as the agent read them over its window.
+    let counters = &namespace(&report, a_ns)["counters"];
+    assert_within(
+        "node A's FragCreates as the agent reports it",
+        num(counters, "fragments_created"),
+        frag_a,
+        0.02,
+    );
+
+    // The inventory: the overlay, its overhead and its underlay.
+    let ov = interface(&report, a_ns, OVERLAY_DEV);
+    assert_eq!(ov["kind"], "vxlan", "{ov}");
+    assert_eq!(ov["mtu"], 1500);
+    assert_eq!(ov["encapsulation_overhead"], 50);
+    assert_eq!(ov["underlay"]["name"], UNDERLAY_A, "{ov}");
+    assert_eq!(ov["underlay"]["path_mtu"], 1500);
+    assert!(num(&ov["tx"], "packets") >= sent as f64, "{ov}");
+    let ul = interface(&report, a_ns, UNDERLAY_A);
+    assert_eq!(ul["kind"], "veth");
+    assert_eq!(ul["encapsulation_overhead"], 0);
+    assert_eq!(
+        ul["peer"]["netns"], b_ns,
+        "the veth's peer is node B's: {ul}"
+    );
+
+    // The container: what ping sent and received, whole packets (before fragmentation).
+    let c = &report["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["cgroup"] == cg.rel_path())
+        .unwrap_or_else(|| panic!("{} not in the report", cg.rel_path()))["network"];
+    eprintln!("agent: container network {c}");
+    assert_within(
+        "packets the container sent",
+        num(c, "packets_sent"),
+        sent as f64,
+        0.02,
+    );
+    assert_within(
+        "packets the container received",
+        num(c, "packets_received"),
+        received as f64,
+        0.02,
+    );
+    assert_within(
+        "bytes the container sent",
+        num(c, "bytes_sent"),
+        1500.0 * sent as f64,
+        0.02,
+    );
+
+    // The finding, for both nodes, with the evidence.
+    let findings = mtu_findings(&diag, &[a_ns, b_ns]);
+    eprintln!("findings: {findings:#?}");
+    let f = finding_for(&findings, a_ns);
+    let e = &f["evidence"];
+    assert_eq!(f["severity"], "warning", "fragments, nothing lost: {f}");
+    assert_eq!(num(e, "overlay_mtu"), 1500.0);
+    assert_eq!(num(e, "underlay_mtu"), 1500.0);
+    assert_eq!(num(e, "encapsulation_overhead"), 50.0);
+    assert_eq!(num(e, "allowed_mtu"), 1450.0);
+    assert_within(
+        "fragments in the finding",
+        num(e, "fragments_created"),
+        frag_a,
+        0.02,
+    );
+    let fix = f["recommendations"][0].as_str().unwrap();
+    assert!(fix.contains("mtu 1450"), "{fix}");
+    assert!(fix.contains(OVERLAY_DEV), "{fix}");
+    finding_for(&findings, b_ns);
+    cg.remove();
+}
+
+#[test]
+fn pod_traffic_into_a_too_large_overlay_is_blackholed_and_found() {
+    require_bpf();
+    require_tools();
+    // The outer DF bit set: too-big outer packets cannot be fragmented.
+    let net = Overlay::new(1500, 1500, OuterDf::Set, Some(1500));
+    let (a_ns, pod_ns) = (net.a.inode(), net.pod().inode());
+    let cg = TestCgroup::new("net-blackhole");
+    // Keeps a process of the container in the pod's namespace: that is how the agent ties
+    // the namespace to the container.
+    let mut keep = run_in_cgroup(&mut net.pod().command(&["sleep", "120"]), &cg);
+    let watch = Watch::start();
+    let a0 = net.a.snmp();
+    let stdout = run_in(
+        net.pod(),
+        &[
+            "ping",
+            "-q",
+            "-M",
+            "do",
+            "-s",
+            "1472",
+            "-c",
+            "50",
+            "-i",
+            "0.02",
+            "-W",
+            "1",
+            NODE_B_OVERLAY_IP,
+        ],
+        &cg,
+    );
+    let (sent, received) = ping_counts(&stdout);
+    let a1 = net.a.snmp();
+    let (report, diag) = watch.finish("the ping");
+    let _ = keep.kill();
+    let _ = keep.wait();
+
+    let frag_fails = delta(&a0, &a1, "Ip.FragFails") as f64;
+    let unreach_out = delta(&a0, &a1, "IcmpMsg.OutType3") as f64;
+    let unreach_in = delta(&a0, &a1, "IcmpMsg.InType3") as f64;
+    eprintln!(
+        "ping {sent} sent / {received} received; node A FragFails {frag_fails}, ICMP \
+         unreachable out {unreach_out} in {unreach_in}"
+    );
+    assert_eq!((sent, received), (50, 0), "a black hole: {stdout}");
+    assert!(frag_fails >= 50.0, "node A cannot fragment: {frag_fails}");
+
+    // Every "fragmentation needed" node A sends (to itself: the outer source) is seen leaving
+    // and arriving; here every ICMP unreachable is one.
+    let ptb_tx = sum_over(&report, a_ns, "tx", "packet_too_big");
+    let ptb_rx = sum_over(&report, a_ns, "rx", "packet_too_big");
+    let drops = drops_in(&report, a_ns);
+    let ul_drops: f64 = interface(&report, a_ns, UNDERLAY_A)["drops"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_f64().unwrap())
+        .sum();
+    eprintln!(
+        "agent: node A PTB sent {ptb_tx} received {ptb_rx}; drops {drops} ({ul_drops} at the underlay)"
+    );
+    assert_within("ICMP fragmentation-needed sent", ptb_tx, unreach_out, 0.02);
+    assert_within(
+        "ICMP fragmentation-needed received",
+        ptb_rx,
+        unreach_in,
+        0.02,
+    );
+    assert_within(
+        "packets dropped at the underlay",
+        ul_drops,
+        frag_fails,
+        0.02,
+    );
+    assert!(drops >= ul_drops);
+    let counters = &namespace(&report, a_ns)["counters"];
+    assert_within(
+        "node A's FragFails as the agent reports it",
+        num(counters, "fragmentation_failures"),
+        frag_fails,
+        0.02,
+    );
+    let c = &report["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["cgroup"] == cg.rel_path())
+        .unwrap_or_else(|| panic!("{} not in the report", cg.rel_path()))["network"];
+    assert_within(
+        "packets the pod sent",
+        num(c, "packets_sent"),
+        sent as f64,
+        0.02,
+    );
+    assert_eq!(num(c, "packets_received"), 0.0, "{c}");
+    // The pod's namespace and its path.
+    let eth0 = interface(&report, pod_ns, POD_DEV);
+    assert_eq!(eth0["peer"]["netns"], a_ns, "{eth0}");
+    assert!(
+        namespace(&report, pod_ns)["cgroups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p == cg.rel_path()),
+        "the pod's namespace belongs to the container"
+    );
+
+    // Two findings: the overlay (node A) and the pod, both critical (packets are lost).
+    let findings = mtu_findings(&diag, &[a_ns, pod_ns]);
+    eprintln!("findings: {findings:#?}");
+    let overlay = finding_for(&findings, a_ns);
+    assert_eq!(overlay["severity"], "critical", "{overlay}");
+    assert_within(
+        "FragFails in the overlay finding",
+        num(&overlay["evidence"], "fragmentation_failures"),
+        frag_fails,
+        0.02,
+    );
+    assert_within(
+        "PTB sent in the overlay finding",
+        num(&overlay["evidence"], "packet_too_big_sent"),
+        unreach_out,
+        0.02,
+    );
+    let pod = finding_for(&findings, pod_ns);
+    assert_eq!(pod["severity"], "critical", "{pod}");
+    assert_eq!(
+        pod["cgroup"],
+        cg.rel_path(),
+        "the pod's finding names its container"
+    );
+    assert_eq!(num(&pod["evidence"], "container_mtu"), 1500.0);
+    assert_eq!(num(&pod["evidence"], "allowed_mtu"), 1450.0);
+    assert_eq!(num(&pod["evidence"], "encapsulation_overhead"), 50.0);
+    cg.remove();
+}
+
+/// Counters of an interface, read from its driver.
+fn if_stats(ns: &stormwatch_tests::netns::Netns, dev: &str) -> HashMap<&'static str, u64> {
+    ["tx_packets", "rx_packets", "tx_bytes", "rx_bytes"]
+        .into_iter()
+        .map(|k| (k, ns.if_stat(dev, k)))
+        .collect()
+}
+
+#[test]
+fn right_mtus_give_no_finding_and_counts_match_the_interfaces() {
+    require_bpf();
+    require_tools();
+    // Overlay = underlay - 50, pod = overlay.
+    let net = Overlay::new(1500, 1450, OuterDf::Set, Some(1450));
+    let inodes = net.inodes();
+    let (a_ns, pod_ns) = (net.a.inode(), net.pod().inode());
+    let cg = TestCgroup::new("net-right");
+    let mut keep = run_in_cgroup(&mut net.pod().command(&["sleep", "120"]), &cg);
+    let watch = Watch::start();
+    let (a0, s0) = (net.a.snmp(), if_stats(net.pod(), POD_DEV));
+    // 1422 bytes of payload: 1450-byte packets, exactly the MTU, DF set. They fit.
+    let stdout = run_in(
+        net.pod(),
+        &[
+            "ping",
+            "-q",
+            "-M",
+            "do",
+            "-s",
+            "1422",
+            "-c",
+            "300",
+            "-i",
+            "0.005",
+            NODE_B_OVERLAY_IP,
+        ],
+        &cg,
+    );
+    let (sent, received) = ping_counts(&stdout);
+    let (a1, s1) = (net.a.snmp(), if_stats(net.pod(), POD_DEV));
+    let (report, diag) = watch.finish("the ping");
+    let _ = keep.kill();
+    let _ = keep.wait();
+    let d = |k: &str| (s1[k] - s0[k]) as f64;
+    eprintln!(
+        "ping {sent} sent / {received} received; pod eth0 tx {} packets {} bytes, rx {} \
+         packets {} bytes",
+        d("tx_packets"),
+        d("tx_bytes"),
+        d("rx_packets"),
+        d("rx_bytes")
+    );
+    assert_eq!((sent, received), (300, 300), "{stdout}");
+    assert_eq!(delta(&a0, &a1, "Ip.FragCreates"), 0);
+    assert_eq!(delta(&a0, &a1, "Ip.FragFails"), 0);
+
+    // No finding about these namespaces.
+    let findings = mtu_findings(&diag, &inodes);
+    assert!(findings.is_empty(), "right MTUs, yet: {findings:#?}");
+
+    // The container's traffic is what its namespace's only interface carried (the driver's
+    // counters also count a couple of ARP packets, and link-layer headers in bytes).
+    let c = &report["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["cgroup"] == cg.rel_path())
+        .unwrap_or_else(|| panic!("{} not in the report", cg.rel_path()))["network"];
+    eprintln!("agent: container network {c}");
+    assert_within(
+        "packets sent",
+        num(c, "packets_sent"),
+        d("tx_packets"),
+        0.02,
+    );
+    assert_within(
+        "packets received",
+        num(c, "packets_received"),
+        d("rx_packets"),
+        0.02,
+    );
+    const ETH_HLEN: f64 = 14.0;
+    assert_within(
+        "bytes sent (+ Ethernet headers)",
+        num(c, "bytes_sent") + ETH_HLEN * num(c, "packets_sent"),
+        d("tx_bytes"),
+        0.02,
+    );
+    assert_within(
+        "bytes received (+ Ethernet headers)",
+        num(c, "bytes_received") + ETH_HLEN * num(c, "packets_received"),
+        d("rx_bytes"),
+        0.02,
+    );
+    // The interface probes against the driver's counters, and the MTU bucket.
+    let eth0 = interface(&report, pod_ns, POD_DEV);
+    eprintln!("agent: pod eth0 {eth0}");
+    assert_within(
+        "eth0 packets sent",
+        num(&eth0["tx"], "packets"),
+        d("tx_packets"),
+        0.02,
+    );
+    assert_within(
+        "eth0 packets received",
+        num(&eth0["rx"], "packets"),
+        d("rx_packets"),
+        0.02,
+    );
+    assert_within(
+        "eth0 packets at the MTU",
+        num(&eth0["tx"]["lengths"], "at_mtu"),
+        sent as f64,
+        0.02,
+    );
+    assert_eq!(num(&eth0["tx"]["lengths"], "over_mtu"), 0.0);
+    assert_eq!(num(&eth0["tx"], "fragments"), 0.0);
+    // Forwarded by node A into the overlay: at its MTU too, and nothing fragmented.
+    let ov = interface(&report, a_ns, OVERLAY_DEV);
+    assert_within(
+        "overlay packets at the MTU",
+        num(&ov["tx"]["lengths"], "at_mtu"),
+        sent as f64,
+        0.02,
+    );
+    assert_eq!(sum_over(&report, a_ns, "tx", "fragments"), 0.0);
+    cg.remove();
+}
+
+#[test]
+fn tcp_super_packets_count_as_their_segments() {
+    require_bpf();
+    require_tools();
+    let net = Overlay::new(1500, 1450, OuterDf::Set, Some(1450));
+    let (a_ns, pod_ns) = (net.a.inode(), net.pod().inode());
+    let cg = TestCgroup::new("net-tcp");
+    let mut server = net
+        .b
+        .command(&["iperf3", "-s", "-1", "-B", NODE_B_OVERLAY_IP])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("iperf3 -s");
+    // Until the server listens.
+    for _ in 0..100 {
+        let out = net.b.exec(&["ss", "-ltn"]);
+        if String::from_utf8_lossy(&out.stdout).contains(":5201") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let watch = Watch::start();
+    let p0 = net.pod().snmp();
+    let stdout = run_in(
+        net.pod(),
+        &["iperf3", "-c", NODE_B_OVERLAY_IP, "-t", "2"],
+        &cg,
+    );
+    let p1 = net.pod().snmp();
+    let (report, _diag) = watch.finish("iperf3");
+    let _ = server.kill();
+    let _ = server.wait();
+    assert!(
+        stdout.contains("receiver"),
+        "iperf3 did not finish: {stdout}"
+    );
+
+    // TCP counts every segment it sends (OutSegs, without retransmissions, which
+    // RetransSegs counts) and every skb it receives (InSegs: here ACKs, never coalesced).
+    let out_segs = delta(&p0, &p1, "Tcp.OutSegs") as f64;
+    let retrans = delta(&p0, &p1, "Tcp.RetransSegs") as f64;
+    let in_segs = delta(&p0, &p1, "Tcp.InSegs") as f64;
+    let c = &report["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["cgroup"] == cg.rel_path())
+        .unwrap_or_else(|| panic!("{} not in the report", cg.rel_path()))["network"];
+    eprintln!("pod TCP: OutSegs {out_segs} RetransSegs {retrans} InSegs {in_segs}; agent: {c}");
+    assert!(out_segs > 10_000.0, "iperf3 sent little: {out_segs}");
+    assert!(
+        num(c, "gso_packets_sent") > 0.0,
+        "TCP over veth sends GSO super-packets: {c}"
+    );
+    assert_within(
+        "segments the container sent",
+        num(c, "packets_sent"),
+        out_segs + retrans,
+        0.02,
+    );
+    assert_within(
+        "segments the container received",
+        num(c, "packets_received"),
+        in_segs,
+        0.02,
+    );
+    assert_eq!(
+        num(c, "tcp_retransmits"),
+        retrans,
+        "retransmitted segments: the kernel's RetransSegs"
+    );
+    // Super-packets are counted apart at the interfaces, never as over the MTU.
+    let eth0 = interface(&report, pod_ns, POD_DEV);
+    assert!(num(&eth0["tx"], "gso_packets") > 0.0, "{eth0}");
+    assert!(num(&eth0["tx"], "gso_segments") > num(&eth0["tx"], "gso_packets"));
+    assert_eq!(num(&eth0["tx"]["lengths"], "over_mtu"), 0.0, "{eth0}");
+    let ov = interface(&report, a_ns, OVERLAY_DEV);
+    assert_eq!(num(&ov["tx"]["lengths"], "over_mtu"), 0.0, "{ov}");
+    assert_eq!(sum_over(&report, a_ns, "tx", "fragments"), 0.0);
+    cg.remove();
+}
+
+#[test]
+fn classic_tracepoint_fallback_counts_the_same() {
+    require_bpf();
+    require_tools();
+    let net = Overlay::new(1500, 1450, OuterDf::Set, Some(1450));
+    let pod_ns = net.pod().inode();
+    let cg = TestCgroup::new("net-classic");
+    let mut trace = Agent::trace(&[
+        "--json",
+        "--duration",
+        "5",
+        "--probes",
+        "net",
+        "--force-tracepoints",
+    ]);
+    let s0 = if_stats(net.pod(), POD_DEV);
+    let stdout = run_in(
+        net.pod(),
+        &[
+            "ping",
+            "-q",
+            "-M",
+            "do",
+            "-s",
+            "1422",
+            "-c",
+            "200",
+            "-i",
+            "0.005",
+            NODE_B_OVERLAY_IP,
+        ],
+        &cg,
+    );
+    let (sent, _) = ping_counts(&stdout);
+    let s1 = if_stats(net.pod(), POD_DEV);
+    trace.assert_still_tracing("the ping");
+    let report = trace.finish().report;
+    let kinds: Vec<(&str, &str)> = report["probes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["tracepoint"].as_str().unwrap(),
+                p["kind"].as_str().unwrap_or("not attached"),
+            )
+        })
+        .collect();
+    assert!(
+        kinds.contains(&("net:net_dev_start_xmit", "tracepoint"))
+            && kinds.contains(&("net:netif_receive_skb", "tracepoint")),
+        "{kinds:?}"
+    );
+    let d = |k: &str| (s1[k] - s0[k]) as f64;
+    let eth0 = interface(&report, pod_ns, POD_DEV);
+    eprintln!(
+        "classic: pod eth0 tx {} rx {} (driver); agent {eth0}",
+        d("tx_packets"),
+        d("rx_packets")
+    );
+    assert_within(
+        "eth0 packets sent",
+        num(&eth0["tx"], "packets"),
+        d("tx_packets"),
+        0.02,
+    );
+    assert_within(
+        "eth0 packets received",
+        num(&eth0["rx"], "packets"),
+        d("rx_packets"),
+        0.02,
+    );
+    assert_within(
+        "eth0 packets at the MTU",
+        num(&eth0["tx"]["lengths"], "at_mtu"),
+        sent as f64,
+        0.02,
+    );
+    cg.remove();
+}
