@@ -21,6 +21,9 @@ use std::{
 
 use serde_json::Value;
 
+pub mod agent_proc;
+pub mod bpftrace;
+pub mod cgroupfs;
 pub mod netns;
 
 // ---- the cgroup v2 hierarchy ----------------------------------------------------------------

@@ -1,0 +1,168 @@
+//! The agent as a process whose pid and output lines (with the time each arrived) the test can
+//! see while it runs: for tests that sample its memory, or read its live table interval by
+//! interval. [`crate::Agent`] covers the plain `trace --json` case.
+
+use std::{
+    io::{BufRead as _, BufReader},
+    process::{Child, Command, ExitStatus, Stdio},
+    sync::{Arc, Mutex, mpsc},
+    thread::JoinHandle,
+    time::{Duration, Instant},
+};
+
+use crate::agent_bin;
+
+/// How long the agent may take to load and attach its probes.
+const ATTACH_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// What `trace` and `diagnose` print on stderr once their probes are attached.
+const READY_MARKERS: [&str; 2] = ["tracing with", "watching this host"];
+
+/// A line of output and when the test received it.
+pub type Line = (Instant, String);
+
+/// A running `stormwatch <args>` (`trace` or `diagnose`).
+pub struct AgentProcess {
+    child: Child,
+    args: Vec<String>,
+    stdout: Arc<Mutex<Vec<Line>>>,
+    stdout_thread: Option<JoinHandle<()>>,
+    stderr: Option<JoinHandle<Vec<String>>>,
+}
+
+/// What a finished agent left.
+pub struct AgentOutput {
+    pub status: ExitStatus,
+    pub stdout: Vec<Line>,
+    pub stderr: Vec<String>,
+}
+
+impl AgentOutput {
+    /// stdout as one string.
+    pub fn stdout_text(&self) -> String {
+        let mut s = String::new();
+        for (_, l) in &self.stdout {
+            s.push_str(l);
+            s.push('\n');
+        }
+        s
+    }
+}
+
+impl AgentProcess {
+    /// Starts the agent and returns once it says its probes are attached; panics if it exits
+    /// first or stays silent.
+    pub fn start(args: &[&str]) -> Self {
+        let mut child = Command::new(agent_bin())
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", agent_bin().display()));
+        let out = child.stdout.take().expect("piped stdout");
+        let lines: Arc<Mutex<Vec<Line>>> = Arc::default();
+        let sink = Arc::clone(&lines);
+        let stdout_thread = std::thread::spawn(move || {
+            for line in BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                sink.lock().unwrap().push((Instant::now(), line));
+            }
+        });
+        let err = child.stderr.take().expect("piped stderr");
+        let (tx, rx) = mpsc::channel();
+        let stderr = std::thread::spawn(move || {
+            let mut lines = Vec::new();
+            for line in BufReader::new(err).lines() {
+                let Ok(line) = line else { break };
+                if READY_MARKERS.iter().any(|m| line.contains(m)) {
+                    let _ = tx.send(());
+                }
+                lines.push(line);
+            }
+            lines
+        });
+        let mut agent = Self {
+            child,
+            args: args.iter().map(|s| s.to_string()).collect(),
+            stdout: lines,
+            stdout_thread: Some(stdout_thread),
+            stderr: Some(stderr),
+        };
+        let deadline = Instant::now() + ATTACH_TIMEOUT;
+        loop {
+            match rx.recv_timeout(Duration::from_millis(100)) {
+                Ok(()) => return agent,
+                Err(mpsc::RecvTimeoutError::Timeout) if Instant::now() < deadline => {
+                    if let Ok(Some(status)) = agent.child.try_wait() {
+                        let stderr = agent.stderr.take().unwrap().join().unwrap_or_default();
+                        panic!(
+                            "stormwatch {:?} exited ({status}) before tracing; stderr:\n{}",
+                            agent.args,
+                            stderr.join("\n")
+                        );
+                    }
+                }
+                Err(_) => {
+                    let _ = agent.child.kill();
+                    let _ = agent.child.wait();
+                    let stderr = agent.stderr.take().unwrap().join().unwrap_or_default();
+                    panic!(
+                        "stormwatch {:?} did not say it was attached within {ATTACH_TIMEOUT:?}; \
+                         stderr:\n{}",
+                        agent.args,
+                        stderr.join("\n")
+                    );
+                }
+            }
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Whether it is still running.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Its resident set size (VmRSS) in KiB, `None` once it has exited.
+    pub fn rss_kib(&self) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).ok()?;
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+    }
+
+    /// The stdout lines received so far.
+    pub fn lines_so_far(&self) -> Vec<Line> {
+        self.stdout.lock().unwrap().clone()
+    }
+
+    /// Waits for the agent to exit (it must have a --duration) and returns what it printed.
+    pub fn finish(mut self) -> AgentOutput {
+        let status = self.child.wait().expect("waiting for stormwatch");
+        if let Some(t) = self.stdout_thread.take() {
+            let _ = t.join();
+        }
+        let stderr = self.stderr.take().unwrap().join().unwrap_or_default();
+        let stdout = std::mem::take(&mut *self.stdout.lock().unwrap());
+        AgentOutput {
+            status,
+            stdout,
+            stderr,
+        }
+    }
+}
+
+impl Drop for AgentProcess {
+    fn drop(&mut self) {
+        // Only when a test panicked before finish(): do not leave the agent running.
+        if self.stderr.is_some() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}

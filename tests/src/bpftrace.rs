@@ -1,0 +1,223 @@
+//! An independent tracer for ground truth: a bpftrace script run next to the agent.
+//!
+//! [`Bpftrace::start`] returns once bpftrace says it is attaching its probes (its
+//! `Attaching N probes...` line); [`Bpftrace::stop`] sends SIGINT to *its* pid (never by name),
+//! waits for it, and parses the maps it prints at exit (`@name: value` and `@name[key]: value`,
+//! one per line).
+
+use std::{
+    collections::BTreeMap,
+    io::{BufRead as _, BufReader, Read as _},
+    process::{Child, Command, Stdio},
+    sync::mpsc,
+    thread::JoinHandle,
+    time::{Duration, Instant},
+};
+
+/// How long bpftrace may take to compile and load a script.
+const ATTACH_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A running bpftrace.
+pub struct Bpftrace {
+    child: Child,
+    stdout: Option<JoinHandle<Vec<String>>>,
+    stderr: Option<JoinHandle<String>>,
+    script: String,
+}
+
+/// The maps bpftrace printed at exit: `@name` or `@name[key]` → the printed value.
+#[derive(Debug)]
+pub struct Maps {
+    pub entries: BTreeMap<String, String>,
+    /// Everything bpftrace printed, for panic messages.
+    pub output: String,
+}
+
+impl Maps {
+    /// A numeric map entry (`@sum`, `@count[4]`…), or `None` when bpftrace printed none (maps
+    /// that were never updated are not printed).
+    pub fn get(&self, name: &str) -> Option<i64> {
+        self.entries.get(name).map(|v| {
+            v.trim().parse().unwrap_or_else(|e| {
+                panic!(
+                    "bpftrace map {name} is not an integer ({v:?}: {e}); output:\n{}",
+                    self.output
+                )
+            })
+        })
+    }
+
+    /// A numeric map entry that must be there.
+    #[track_caller]
+    pub fn require(&self, name: &str) -> i64 {
+        self.get(name).unwrap_or_else(|| {
+            panic!(
+                "bpftrace printed no {name}: it saw no event at all; output:\n{}",
+                self.output
+            )
+        })
+    }
+}
+
+impl Bpftrace {
+    /// Starts `bpftrace -e script`; panics with its output if it exits or stays silent.
+    pub fn start(script: &str) -> Self {
+        let mut child = Command::new("bpftrace")
+            .arg("-e")
+            .arg(script)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start bpftrace (is it installed?): {e}"));
+        let out = child.stdout.take().expect("piped stdout");
+        let (tx, rx) = mpsc::channel();
+        let stdout = std::thread::spawn(move || {
+            let mut lines = Vec::new();
+            for line in BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                if line.starts_with("Attaching") {
+                    let _ = tx.send(());
+                }
+                lines.push(line);
+            }
+            lines
+        });
+        let mut err = child.stderr.take().expect("piped stderr");
+        let stderr = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = err.read_to_string(&mut s);
+            s
+        });
+        let mut bt = Self {
+            child,
+            stdout: Some(stdout),
+            stderr: Some(stderr),
+            script: script.to_owned(),
+        };
+        let deadline = Instant::now() + ATTACH_TIMEOUT;
+        loop {
+            match rx.recv_timeout(Duration::from_millis(100)) {
+                Ok(()) => break,
+                Err(mpsc::RecvTimeoutError::Timeout) if Instant::now() < deadline => {
+                    if let Ok(Some(status)) = bt.child.try_wait() {
+                        let (out, err) = bt.collect();
+                        panic!(
+                            "bpftrace exited ({status}) before attaching; script:\n{}\n\
+                             stdout:\n{}\nstderr:\n{err}",
+                            bt.script,
+                            out.join("\n")
+                        );
+                    }
+                }
+                Err(_) => {
+                    bt.kill();
+                    let (out, err) = bt.collect();
+                    panic!(
+                        "bpftrace did not print `Attaching` within {ATTACH_TIMEOUT:?}; \
+                         stdout:\n{}\nstderr:\n{err}",
+                        out.join("\n")
+                    );
+                }
+            }
+        }
+        // "Attaching" is printed just before the probes are attached, one by one: give the
+        // attachment a moment so that nothing the caller starts next is missed.
+        std::thread::sleep(Duration::from_millis(500));
+        bt
+    }
+
+    fn collect(&mut self) -> (Vec<String>, String) {
+        let out = self
+            .stdout
+            .take()
+            .map(|h| h.join().unwrap_or_default())
+            .unwrap_or_default();
+        let err = self
+            .stderr
+            .take()
+            .map(|h| h.join().unwrap_or_default())
+            .unwrap_or_default();
+        (out, err)
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Stops bpftrace with SIGINT (to its own pid) and parses the maps it prints.
+    pub fn stop(mut self) -> Maps {
+        let pid = self.child.id() as libc::pid_t;
+        // SAFETY: kill(2) on our own child's pid, which has not been reaped yet.
+        unsafe { libc::kill(pid, libc::SIGINT) };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Some(status) = self.child.try_wait().expect("waiting for bpftrace") {
+                break status;
+            }
+            if Instant::now() > deadline {
+                self.kill();
+                let (out, err) = self.collect();
+                panic!(
+                    "bpftrace did not exit within 30 s of SIGINT; stdout:\n{}\nstderr:\n{err}",
+                    out.join("\n")
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let (out, err) = self.collect();
+        let output = format!("{}\n(stderr:)\n{err}", out.join("\n"));
+        assert!(
+            status.success(),
+            "bpftrace failed ({status}); output:\n{output}"
+        );
+        let entries = parse_maps(&out);
+        Maps { entries, output }
+    }
+}
+
+impl Drop for Bpftrace {
+    fn drop(&mut self) {
+        // Only when a test panicked before stop(): do not leave bpftrace attached.
+        if self.stdout.is_some() {
+            self.kill();
+        }
+    }
+}
+
+/// `@name: value` and `@name[key]: value` lines (single-line values only).
+pub fn parse_maps(lines: &[String]) -> BTreeMap<String, String> {
+    lines
+        .iter()
+        .filter(|l| l.starts_with('@'))
+        .filter_map(|l| {
+            let (name, value) = l.rsplit_once(": ")?;
+            Some((name.to_owned(), value.trim().to_owned()))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_scalar_and_keyed_maps() {
+        let lines: Vec<String> = [
+            "Attaching 2 probes...",
+            "",
+            "@count: 2532",
+            "@sum: 81971154293",
+            "@by_kind[4]: 17",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let m = parse_maps(&lines);
+        assert_eq!(m["@count"], "2532");
+        assert_eq!(m["@sum"], "81971154293");
+        assert_eq!(m["@by_kind[4]"], "17");
+        assert_eq!(m.len(), 3);
+    }
+}

@@ -1,0 +1,144 @@
+//! Every cgroup hierarchy of the host (v2 and, on hybrid hosts, the v1 controllers), for tests
+//! that create cgroups outside [`crate::TestCgroup`]: a container runtime's nested cgroups, or a
+//! v1 cpuset next to a v2 test cgroup.
+
+use std::path::{Path, PathBuf};
+
+/// One mounted cgroup hierarchy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hierarchy {
+    pub mount_point: PathBuf,
+    /// `None` for cgroup v2; the v1 super options otherwise (`rw,cpuset`, `rw,name=systemd`…).
+    pub v1_options: Option<String>,
+}
+
+impl Hierarchy {
+    /// Whether this is the v1 hierarchy of `controller` (`cpuset`, `cpu`…).
+    pub fn has_v1_controller(&self, controller: &str) -> bool {
+        self.v1_options
+            .as_deref()
+            .is_some_and(|o| o.split(',').any(|opt| opt == controller))
+    }
+}
+
+/// The mounts of the hierarchies' roots (field 4 of mountinfo is `/`), one per hierarchy
+/// (several mounts of one hierarchy: the shortest mount point), from a mountinfo text.
+pub fn hierarchies_from_mountinfo(mountinfo: &str) -> Vec<Hierarchy> {
+    let mut out: Vec<(String, Hierarchy)> = Vec::new();
+    for line in mountinfo.lines() {
+        let Some((left, right)) = line.split_once(" - ") else {
+            continue;
+        };
+        let mut r = right.split_whitespace();
+        let (Some(fstype), Some(_source), Some(options)) = (r.next(), r.next(), r.next()) else {
+            continue;
+        };
+        let v1_options = match fstype {
+            "cgroup2" => None,
+            "cgroup" => Some(options.to_owned()),
+            _ => continue,
+        };
+        let f: Vec<&str> = left.split_whitespace().collect();
+        if f.len() < 5 || f[3] != "/" {
+            continue;
+        }
+        // Mount points with spaces are escaped (\040); cgroup mounts never have them here.
+        let h = Hierarchy {
+            mount_point: PathBuf::from(f[4]),
+            v1_options,
+        };
+        let dev = f[2].to_owned();
+        match out.iter_mut().find(|(d, _)| *d == dev) {
+            Some((_, seen)) => {
+                if h.mount_point.as_os_str().len() < seen.mount_point.as_os_str().len() {
+                    *seen = h;
+                }
+            }
+            None => out.push((dev, h)),
+        }
+    }
+    out.into_iter().map(|(_, h)| h).collect()
+}
+
+/// This host's cgroup hierarchies.
+pub fn hierarchies() -> Vec<Hierarchy> {
+    let mountinfo =
+        std::fs::read_to_string("/proc/self/mountinfo").expect("cannot read /proc/self/mountinfo");
+    hierarchies_from_mountinfo(&mountinfo)
+}
+
+/// The mount point of the v1 hierarchy of `controller`, on a hybrid host; `None` on a pure v2
+/// host (or when that controller is not mounted as v1).
+pub fn v1_root(controller: &str) -> Option<PathBuf> {
+    hierarchies()
+        .into_iter()
+        .find(|h| h.has_v1_controller(controller))
+        .map(|h| h.mount_point)
+}
+
+/// Removes the cgroup directories in `created` (relative to the hierarchy root `root`, as
+/// [`missing_dirs`] lists them), deepest first. Only empty cgroups can be removed (rmdir), so
+/// nothing else's cgroup is ever taken away; errors are returned as text for the caller.
+pub fn remove_created_dirs(root: &Path, created: &[String]) -> Vec<String> {
+    let mut errors = Vec::new();
+    // Deepest first.
+    let mut dirs: Vec<&String> = created.iter().collect();
+    dirs.sort_by_key(|d| std::cmp::Reverse(d.len()));
+    for rel in dirs {
+        let dir = root.join(rel.trim_start_matches('/'));
+        for _ in 0..100 {
+            match std::fs::remove_dir(&dir) {
+                Ok(()) => break,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
+                // EBUSY while the last task of a cgroup is still being released.
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                Err(e) => {
+                    errors.push(format!("rmdir {}: {e}", dir.display()));
+                    break;
+                }
+            }
+        }
+        if dir.exists() {
+            errors.push(format!("{} is still there", dir.display()));
+        }
+    }
+    errors
+}
+
+/// The directories `rel` and each of its parents (`/a`, `/a/b`, `/a/b/c`) that do not exist yet
+/// under `root`: what a runtime creating `rel` will create.
+pub fn missing_dirs(root: &Path, rel: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut path = String::new();
+    for part in rel.split('/').filter(|p| !p.is_empty()) {
+        path.push('/');
+        path.push_str(part);
+        if !root.join(path.trim_start_matches('/')).exists() {
+            out.push(path.clone());
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_hybrid_hierarchies() {
+        let mi = "30 25 0:27 / /sys/fs/cgroup ro - tmpfs tmpfs ro\n\
+                  31 30 0:28 / /sys/fs/cgroup/unified rw shared:9 - cgroup2 cgroup2 rw\n\
+                  33 30 0:30 / /sys/fs/cgroup/cpuset rw shared:13 - cgroup cgroup rw,cpuset\n\
+                  34 30 0:31 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n\
+                  99 30 0:30 /x /mnt/x rw - cgroup cgroup rw,cpuset\n";
+        let h = hierarchies_from_mountinfo(mi);
+        assert_eq!(h.len(), 3);
+        assert_eq!(h[0].mount_point, PathBuf::from("/sys/fs/cgroup/unified"));
+        assert_eq!(h[0].v1_options, None);
+        assert!(h[1].has_v1_controller("cpuset"));
+        assert!(h[2].has_v1_controller("cpu"));
+        assert!(!h[2].has_v1_controller("cpuset"));
+    }
+}

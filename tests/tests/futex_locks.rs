@@ -1,0 +1,364 @@
+//! Futex and kernel-lock figures against an independent tracer and the workloads themselves.
+//!
+//! Ground truth for futex waits is a bpftrace script run at the same time as the agent: it
+//! times `sys_enter_futex` → `sys_exit_futex` of the test cgroup's wait operations (the same
+//! ops the agent counts as waits: WAIT, WAIT_BITSET, LOCK_PI, LOCK_PI2, WAIT_REQUEUE_PI, with
+//! the private and clock flags masked off) with the same clock (`ktime_get_ns`). Both tracers
+//! attach before the workload starts and the workload has exited before either stops, so they
+//! see the very same calls: the figures should agree almost exactly, and 10% leaves room only
+//! for a genuinely different way of counting. The mutex storm's Rust `std::sync::Mutex` waits
+//! with `FUTEX_WAIT_BITSET|FUTEX_PRIVATE_FLAG`, so the ops mask matters.
+//!
+//! Ground truth for the hottest futex is the workload: it prints the address of its mutex
+//! (whose futex word is the mutex's first field) and its pid.
+//!
+//! Kernel locks: a workload whose threads all map and unmap memory in one process contends that
+//! process's `mmap_lock`, an rw_semaphore taken for write by `mmap` and `munmap` (see
+//! `src/bin/mmap_storm.rs`); bpftrace counts and times the write-side contentions on the
+//! `lock:contention_begin`/`contention_end` tracepoints in the same way as the agent.
+
+use std::process::Command;
+
+use serde_json::Value;
+use stormwatch_tests::{
+    Agent, Finished, TestCgroup, assert_within, bpftrace::Bpftrace, cpus, num, require_bpf,
+    run_in_cgroup, workload_result,
+};
+
+const STORM_THREADS: &str = "32";
+const STORM_SECONDS: f64 = 3.0;
+/// Iterations of work inside and outside the lock: a critical section long enough (a couple of
+/// µs) that waiters give up spinning and sleep in futex_wait, many times a second.
+const STORM_WORK: &str = "2000";
+
+/// Starting the workload and joining its threads takes a moment; then margin.
+const MARGIN_SECONDS: f64 = 2.0;
+
+/// The futex ops the agent counts as waits (`op & 0x7f`, i.e. FUTEX_CMD_MASK without the
+/// private and clock-realtime flags): WAIT 0, LOCK_PI 6, WAIT_BITSET 9, WAIT_REQUEUE_PI 11,
+/// LOCK_PI2 13.
+const WAIT_OPS_PREDICATE: &str = "((args->op & 0x7f) == 0 || (args->op & 0x7f) == 9 || \
+     (args->op & 0x7f) == 6 || (args->op & 0x7f) == 13 || (args->op & 0x7f) == 11)";
+
+/// A bpftrace script summing and counting the futex wait calls of one cgroup, entry to exit.
+fn futex_wait_script(cgroup: &TestCgroup) -> String {
+    let path = cgroup.path().display();
+    format!(
+        "tracepoint:syscalls:sys_enter_futex /cgroup == cgroupid(\"{path}\") && \
+         {WAIT_OPS_PREDICATE}/ {{ @start[tid] = nsecs; }}\n\
+         tracepoint:syscalls:sys_exit_futex /@start[tid]/ {{ \
+         @wait_ns = sum(nsecs - @start[tid]); @waits = count(); delete(@start[tid]); }}\n\
+         END {{ clear(@start); }}\n"
+    )
+}
+
+/// Runs the mutex storm in `cgroup` under `agent` and returns its JSON line.
+fn run_storm(cgroup: &TestCgroup, seconds: f64) -> Value {
+    let child = run_in_cgroup(
+        Command::new(env!("CARGO_BIN_EXE_mutex_storm")).args([
+            "--threads",
+            STORM_THREADS,
+            "--seconds",
+            &seconds.to_string(),
+            "--inside",
+            STORM_WORK,
+            "--outside",
+            STORM_WORK,
+        ]),
+        cgroup,
+    );
+    workload_result(child)
+}
+
+/// The agent's futex figures of the cgroup.
+fn futex_of<'a>(done: &'a Finished, cgroup: &TestCgroup) -> &'a Value {
+    let f = &done.container(cgroup)["futex"];
+    assert!(f.is_object(), "futex figures missing or null: {f}");
+    f
+}
+
+#[test]
+fn mutex_storm_futex_waits_match_bpftrace_and_name_the_mutex() {
+    require_bpf();
+    let cgroup = TestCgroup::new("futex-storm");
+    let bt = Bpftrace::start(&futex_wait_script(&cgroup));
+    let duration = format!("{}", STORM_SECONDS + MARGIN_SECONDS);
+    let mut agent = Agent::trace(&[
+        "--json",
+        "--duration",
+        &duration,
+        "--cgroup",
+        cgroup.rel_path(),
+    ]);
+    let truth = run_storm(&cgroup, STORM_SECONDS);
+    agent.assert_still_tracing("the mutex storm");
+    let maps = bt.stop();
+    let done = agent.finish();
+
+    let f = futex_of(&done, &cgroup);
+    let (bt_waits, bt_wait_s) = (
+        maps.require("@waits") as f64,
+        maps.require("@wait_ns") as f64 / 1e9,
+    );
+    let (waits, wait_s) = (num(f, "waits"), num(f, "wait_seconds"));
+    eprintln!(
+        "mutex storm {STORM_THREADS} threads: agent futex waits {waits}, {wait_s} s; \
+         bpftrace {bt_waits}, {bt_wait_s} s; workload {truth}\n  futex {f}\n  hot {}",
+        done.container(&cgroup)["hot_futexes"]
+    );
+    // The workload's design, not the agent: the comparison must be about many real waits.
+    assert!(
+        bt_waits >= 500.0 && bt_wait_s >= 1.0,
+        "the storm should make threads sleep in futex_wait thousands of times on {} CPUs \
+         (bpftrace saw {bt_waits} waits, {bt_wait_s} s): {truth}",
+        cpus()
+    );
+    assert_within("futex wait seconds", wait_s, bt_wait_s, 0.10);
+    assert_within("futex waits", waits, bt_waits, 0.10);
+
+    // The hottest futex is the storm's mutex, in the storm's process.
+    let hot = done.container(&cgroup)["hot_futexes"]
+        .as_array()
+        .and_then(|h| h.first())
+        .unwrap_or_else(|| panic!("no hot_futexes in {}", done.container(&cgroup)));
+    let mutex_addr = truth["mutex_addr"].as_str().expect("workload's mutex_addr");
+    assert_eq!(
+        hot["uaddr"].as_str(),
+        Some(mutex_addr),
+        "hottest futex should be the workload's mutex {mutex_addr}: {hot}"
+    );
+    assert_eq!(
+        hot["tgid"].as_u64(),
+        truth["pid"].as_u64(),
+        "hottest futex's process: {hot}"
+    );
+    assert_eq!(hot["comm"], "mutex_storm", "hottest futex's comm: {hot}");
+    // Nearly every wait of the storm is on its one mutex (the rest: joins at the end).
+    assert!(
+        num(hot, "waits") >= 0.9 * waits,
+        "the mutex should account for nearly all {waits} waits: {hot}"
+    );
+}
+
+/// The figures every report must carry about what the probes could not record: each reason a
+/// count, and futex exits without their entry rare relative to the waits seen.
+#[test]
+fn lost_events_list_every_reason_and_unpaired_futex_exits_are_rare() {
+    require_bpf();
+    let cgroup = TestCgroup::new("futex-lost");
+    let seconds = 2.0;
+    let duration = format!("{}", seconds + MARGIN_SECONDS);
+    let mut agent = Agent::trace(&["--json", "--duration", &duration]);
+    let truth = run_storm(&cgroup, seconds);
+    agent.assert_still_tracing("the mutex storm");
+    let done = agent.finish();
+    let lost = &done.report["lost_events"];
+    eprintln!("lost_events {lost}; storm {truth}");
+    let reasons = [
+        "cgroup_map_full",
+        "futex_inflight_full",
+        "futex_unpaired_exit",
+        "hot_futex_update",
+        "lock_inflight_full",
+        "lock_site_full",
+        "lock_stack_failed",
+        "lock_unpaired_end",
+        "task_map_update",
+        "task_read",
+    ];
+    for r in reasons {
+        assert!(
+            lost[r].is_u64(),
+            "lost_events.{r} should be a count: {lost}"
+        );
+    }
+    // Other probe families add their own reasons; each must be a count too.
+    for (reason, n) in lost.as_object().expect("lost_events is an object") {
+        assert!(n.is_u64(), "lost_events.{reason} should be a count: {lost}");
+    }
+    // Host-wide waits (every cgroup): the unpaired exits are host-wide too. An exit is unpaired
+    // only when its entry's record is unusable, which should essentially never happen; 1% of
+    // the waits is generous.
+    let all_waits: f64 = done
+        .containers()
+        .iter()
+        .filter_map(|c| c["futex"]["waits"].as_f64())
+        .sum();
+    let storm_waits = num(futex_of(&done, &cgroup), "waits");
+    assert!(
+        storm_waits >= 200.0,
+        "premise: the storm should make hundreds of futex waits at least: {storm_waits}"
+    );
+    let unpaired = num(lost, "futex_unpaired_exit");
+    assert!(
+        unpaired <= 0.01 * all_waits,
+        "futex_unpaired_exit {unpaired} is not small relative to {all_waits} waits"
+    );
+}
+
+/// CPU-bound threads that share nothing: next to no futex waiting.
+#[test]
+fn spin_workload_shows_next_to_no_futex_waiting() {
+    require_bpf();
+    let cgroup = TestCgroup::new("futex-spin");
+    let seconds = 3.0;
+    let threads = 4 * cpus();
+    let duration = format!("{}", seconds + MARGIN_SECONDS);
+    let mut agent = Agent::trace(&[
+        "--json",
+        "--duration",
+        &duration,
+        "--cgroup",
+        cgroup.rel_path(),
+    ]);
+    let child = run_in_cgroup(
+        Command::new(env!("CARGO_BIN_EXE_spin")).args([
+            "--threads",
+            &threads.to_string(),
+            "--seconds",
+            &seconds.to_string(),
+        ]),
+        &cgroup,
+    );
+    let truth = workload_result(child);
+    agent.assert_still_tracing("the spin workload");
+    let done = agent.finish();
+    let f = futex_of(&done, &cgroup);
+    let (waits, wait_s) = (num(f, "waits"), num(f, "wait_seconds"));
+    let thread_seconds = threads as f64 * seconds;
+    eprintln!("spin {threads} threads: futex {f}; workload {truth}");
+    assert!(
+        wait_s < 0.01 * thread_seconds,
+        "spin: {wait_s} s of futex wait is not < 1% of its {thread_seconds} thread-seconds"
+    );
+    // The only futex waits of `spin` are in its thread plumbing: the main thread's
+    // pthread_join waits (FUTEX_WAIT on each worker's tid word) for every worker not yet gone,
+    // at most one per thread; and glibc's internal locks when threads start and exit at the
+    // same moment (malloc arena list, stdio): at most about one more per thread. Plus a few for
+    // the runtime's one-time initialisation. Nothing in the loop touches a futex.
+    let bound = (2 * threads + 4) as f64;
+    assert!(
+        waits <= bound,
+        "spin: {waits} futex waits for {threads} threads that share no lock (bound {bound})"
+    );
+}
+
+/// The mmap storm's write-side `mmap_lock` contentions, counted and timed by bpftrace: each
+/// `contention_begin` with exactly `LCB_F_WRITE` (4: an rw_semaphore's writer about to sleep)
+/// of the cgroup, paired with its thread's `contention_end` on the same lock.
+fn rwsem_write_script(cgroup: &TestCgroup) -> String {
+    let path = cgroup.path().display();
+    format!(
+        "tracepoint:lock:contention_begin /cgroup == cgroupid(\"{path}\") && args->flags == 4/ \
+         {{ @start[tid] = nsecs; @lock[tid] = args->lock_addr; }}\n\
+         tracepoint:lock:contention_end /@start[tid] && @lock[tid] == args->lock_addr/ {{ \
+         @wait_ns = sum(nsecs - @start[tid]); @waits = count(); \
+         delete(@start[tid]); delete(@lock[tid]); }}\n\
+         END {{ clear(@start); clear(@lock); }}\n"
+    )
+}
+
+fn mmap_storm_contends_mmap_lock(force_tracepoints: bool) {
+    require_bpf();
+    let cgroup = TestCgroup::new("mmap-storm");
+    let seconds = 2.0;
+    // More threads than CPUs: a writer holding mmap_lock is often preempted, and then the
+    // others cannot spin on it and sleep in rwsem_down_write_slowpath.
+    let threads = 4 * cpus();
+    let bt = Bpftrace::start(&rwsem_write_script(&cgroup));
+    let duration = format!("{}", seconds + MARGIN_SECONDS);
+    let mut args = vec![
+        "--json",
+        "--duration",
+        &duration,
+        "--cgroup",
+        cgroup.rel_path(),
+    ];
+    if force_tracepoints {
+        args.push("--force-tracepoints");
+    }
+    let mut agent = Agent::trace(&args);
+    let child = run_in_cgroup(
+        Command::new(env!("CARGO_BIN_EXE_mmap_storm")).args([
+            "--threads",
+            &threads.to_string(),
+            "--seconds",
+            &seconds.to_string(),
+        ]),
+        &cgroup,
+    );
+    let truth = workload_result(child);
+    agent.assert_still_tracing("the mmap storm");
+    let maps = bt.stop();
+    let done = agent.finish();
+    let how = if force_tracepoints {
+        "tracepoint"
+    } else {
+        "tp_btf"
+    };
+    let probes = done.report["probes"].as_array().expect("`probes` array");
+    for tp in ["lock:contention_begin", "lock:contention_end"] {
+        let p = probes
+            .iter()
+            .find(|p| p["tracepoint"] == tp)
+            .unwrap_or_else(|| panic!("probe {tp} missing from the report: {probes:?}"));
+        assert_eq!(p["kind"], how, "probe {tp} attached as {how}: {p}");
+    }
+    let c = done.container(&cgroup);
+    let w = &c["kernel_locks"]["rwsem_write"];
+    let sites = &c["kernel_lock_sites"];
+    let (bt_waits, bt_wait_s) = (
+        maps.require("@waits") as f64,
+        maps.require("@wait_ns") as f64 / 1e9,
+    );
+    eprintln!(
+        "mmap storm {threads} threads ({how}): agent rwsem_write {w}; bpftrace {bt_waits} \
+         waits, {bt_wait_s} s; workload {truth}\n  kernel_locks {}\n  sites {sites}",
+        c["kernel_locks"]
+    );
+    assert!(
+        bt_waits >= 100.0,
+        "the mmap storm should contend mmap_lock for write hundreds of times on {} CPUs \
+         (bpftrace saw {bt_waits}): {truth}",
+        cpus()
+    );
+    let (count, wait_s) = (num(w, "count"), num(w, "wait_seconds"));
+    assert!(
+        count > 0.0 && wait_s > 0.0,
+        "rwsem_write figures should be non-zero: {w}"
+    );
+    assert_within("rwsem_write contentions", count, bt_waits, 0.10);
+    assert_within("rwsem_write wait seconds", wait_s, bt_wait_s, 0.10);
+
+    // A call site of mmap_lock's write side: a function of the mmap/munmap paths (in this
+    // kernel `vm_mmap_pgoff`, `__vm_munmap`; `do_mprotect_pkey` for thread stack guards) that
+    // called a `down_write*` function. The stable property: kind rwsem_write, locking function
+    // down_write…, and a caller whose name is about mapping memory.
+    let sites = sites
+        .as_array()
+        .unwrap_or_else(|| panic!("kernel_lock_sites should be a list: {c}"));
+    let mm_site = sites.iter().find(|s| {
+        let function = s["function"].as_str().unwrap_or("");
+        let name = function.split('+').next().unwrap_or("");
+        s["kind"] == "rwsem_write"
+            && s["lock_function"]
+                .as_str()
+                .is_some_and(|l| l.starts_with("down_write"))
+            && (name.contains("mmap") || name.contains("munmap") || name.contains("mprotect"))
+    });
+    assert!(
+        mm_site.is_some_and(|s| num(s, "count") > 0.0 && num(s, "wait_seconds") > 0.0),
+        "kernel_lock_sites should name an mmap/munmap caller of down_write* (rwsem_write): \
+         {sites:?}"
+    );
+}
+
+#[test]
+fn mmap_storm_contends_mmap_lock_for_write_tp_btf() {
+    mmap_storm_contends_mmap_lock(false);
+}
+
+#[test]
+fn mmap_storm_contends_mmap_lock_for_write_classic_tracepoints() {
+    mmap_storm_contends_mmap_lock(true);
+}
