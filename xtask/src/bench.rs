@@ -268,7 +268,7 @@ pub fn run(rounds: u32, seconds: u32) -> Result<()> {
             },
             Tracer {
                 name: "stormwatch, all probes",
-                start: Some(stormwatch("sched,futex,locks")),
+                start: Some(stormwatch("sched,futex,locks,net")),
             },
             Tracer {
                 name: "bpftrace: switches + run-queue histogram per cgroup",

@@ -83,14 +83,20 @@ struct Prev {
 pub fn sched_switch_btf(ctx: BtfTracePointContext) -> i32 {
     // TP_PROTO(bool preempt, struct task_struct *prev, struct task_struct *next, ...)
     let preempt: u64 = ctx.arg(0);
+    let prev: *const u8 = ctx.arg(1);
     let next: *const u8 = ctx.arg(2);
-    let next_tid = read_task_u32(next, global_u32(&TASK_PID_OFFSET));
-    // SAFETY: a helper with no preconditions; `current` is `prev` during sched_switch.
-    let task = unsafe { bpf_get_current_task() } as *const u8;
-    let state = read_task_u32(task, global_u32(&TASK_STATE_OFFSET));
-    let exit_state = read_task_u32(task, global_u32(&TASK_EXIT_STATE_OFFSET));
+    // Direct loads from the BTF-typed task pointers: the verifier checks each against
+    // task_struct and makes it a fault-tolerant load, at a fraction of a helper call's cost
+    // (this is the hottest path there is: measured, five bpf_probe_read_kernel calls per switch
+    // cost more than the rest of the program).
+    let next_tid: u32 = typed(next, global_u32(&TASK_PID_OFFSET));
+    let state: u32 = typed(prev, global_u32(&TASK_STATE_OFFSET));
+    let exit_state: u32 = typed(prev, global_u32(&TASK_EXIT_STATE_OFFSET));
     let prev = Prev {
-        counters: read_task_counters(task),
+        counters: Some((
+            typed(prev, global_u32(&TASK_NVCSW_OFFSET)),
+            typed(prev, global_u32(&TASK_NIVCSW_OFFSET)),
+        )),
         // As `__schedule` decides: voluntary when not preempted and not runnable.
         runnable: preempt & 0xff != 0 || state == 0,
         dead: state & TASK_DEAD != 0 || exit_state != 0,
@@ -102,15 +108,24 @@ pub fn sched_switch_btf(ctx: BtfTracePointContext) -> i32 {
 #[btf_tracepoint(function = "sched_wakeup")]
 pub fn sched_wakeup_btf(ctx: BtfTracePointContext) -> i32 {
     let task: *const u8 = ctx.arg(0);
-    on_wakeup(read_task_u32(task, global_u32(&TASK_PID_OFFSET)));
+    on_wakeup(typed(task, global_u32(&TASK_PID_OFFSET)));
     0
 }
 
 #[btf_tracepoint(function = "sched_wakeup_new")]
 pub fn sched_wakeup_new_btf(ctx: BtfTracePointContext) -> i32 {
     let task: *const u8 = ctx.arg(0);
-    on_wakeup(read_task_u32(task, global_u32(&TASK_PID_OFFSET)));
+    on_wakeup(typed(task, global_u32(&TASK_PID_OFFSET)));
     0
+}
+
+/// A field of a BTF-typed kernel pointer (tp_btf arguments), loaded directly.
+#[inline(always)]
+fn typed<T: Copy>(base: *const u8, offset: u32) -> T {
+    // SAFETY: `base` is a BTF-typed task_struct pointer from the tracepoint's arguments and
+    // `offset` a field of task_struct found in the running kernel's BTF; the verifier checks
+    // the access against the type and makes the load fault-tolerant.
+    unsafe { core::ptr::read_volatile(base.wrapping_add(offset as usize) as *const T) }
 }
 
 // ---- entry points: classic tracepoints (kernels without BTF for tp_btf) ---------------------
