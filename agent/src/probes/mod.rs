@@ -274,23 +274,10 @@ impl Probes {
 
     /// Events the probes could not record, by kind, summed over CPUs.
     pub fn probe_errors(&self) -> Vec<(&'static str, u64)> {
-        let Some(map) = self.ebpf.map(maps::PROBE_ERRORS) else {
-            return Vec::new();
-        };
-        let Ok(array) = PerCpuArray::<_, u64>::try_from(map) else {
-            return Vec::new();
-        };
-        KernelProbeError::ALL
-            .iter()
-            .map(|kind| {
-                let total = array
-                    .get(&(*kind as u32), 0)
-                    .map(|values| values.iter().sum())
-                    .unwrap_or(0);
-                (kind.name(), total)
-            })
-            .chain(net::errors(&self.ebpf))
-            .collect()
+        let kinds = KernelProbeError::ALL.iter().map(|k| (*k as u32, k.name()));
+        let mut out = read_counters(&self.ebpf, maps::PROBE_ERRORS, kinds);
+        out.extend(net::errors(&self.ebpf));
+        out
     }
 }
 
@@ -420,6 +407,30 @@ fn raise_memlock_rlimit() {
             std::io::Error::last_os_error()
         );
     }
+}
+
+/// Reads named slots of a per-CPU counter array, each summed over CPUs; nothing when the map
+/// is missing (its family is not in the object).
+pub(crate) fn read_counters(
+    ebpf: &Ebpf,
+    map: &str,
+    slots: impl Iterator<Item = (u32, &'static str)>,
+) -> Vec<(&'static str, u64)> {
+    let Some(array) = ebpf
+        .map(map)
+        .and_then(|m| PerCpuArray::<_, u64>::try_from(m).ok())
+    else {
+        return Vec::new();
+    };
+    slots
+        .map(|(index, name)| {
+            let total = array
+                .get(&index, 0)
+                .map(|values| values.iter().sum())
+                .unwrap_or(0);
+            (name, total)
+        })
+        .collect()
 }
 
 /// Reads a per-CPU hash map into one value per key, folding the CPUs' values with `fold`.

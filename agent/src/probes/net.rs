@@ -19,7 +19,6 @@ use std::{collections::HashMap, os::fd::AsFd as _, sync::OnceLock};
 
 use aya::{
     Ebpf,
-    maps::PerCpuArray,
     programs::{CgroupAttachMode, CgroupSkb, CgroupSkbAttachType},
 };
 use stormwatch_common::net::{
@@ -403,22 +402,8 @@ pub fn forget_netns(ebpf: &mut Ebpf, gone: impl Fn(u32) -> bool) {
 
 /// Events the network probes could not record, by kind, summed over CPUs.
 pub fn errors(ebpf: &Ebpf) -> Vec<(&'static str, u64)> {
-    let Some(array) = ebpf
-        .map(maps::NET_ERRORS)
-        .and_then(|m| PerCpuArray::<_, u64>::try_from(m).ok())
-    else {
-        return Vec::new();
-    };
-    NetProbeError::ALL
-        .iter()
-        .map(|kind| {
-            let total = array
-                .get(&(*kind as u32), 0)
-                .map(|values| values.iter().sum())
-                .unwrap_or(0);
-            (kind.name(), total)
-        })
-        .collect()
+    let kinds = NetProbeError::ALL.iter().map(|k| (*k as u32, k.name()));
+    super::read_counters(ebpf, maps::NET_ERRORS, kinds)
 }
 
 #[cfg(test)]
