@@ -5,7 +5,9 @@
 
 pub mod cli;
 pub mod collect;
+pub mod config;
 pub mod diagnose;
+pub mod export;
 pub mod identity;
 pub mod pipeline;
 pub mod privileges;

@@ -40,6 +40,7 @@ fn main() -> ExitCode {
             .and_then(|rt| rt.block_on(cli::trace::run(args)))
             .map(|()| 0),
         Command::Diagnose(args) => runtime().and_then(|rt| rt.block_on(cli::diagnose::run(args))),
+        Command::Run(args) => cli::run::run(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -2,6 +2,7 @@
 
 pub mod check;
 pub mod diagnose;
+pub mod run;
 pub mod trace;
 
 use clap::{Args, Parser, Subcommand};
@@ -30,6 +31,30 @@ pub enum Command {
     /// thread oversubscription) with evidence and what to do. Exit status: 0 no problems,
     /// 3 problems found, 1 error, 2 bad usage.
     Diagnose(DiagnoseArgs),
+    /// Run as a daemon: keep the probes attached and serve Prometheus metrics on /metrics
+    /// (with /healthz and /readyz). Configuration: flags > environment (STORMWATCH_LISTEN,
+    /// STORMWATCH_INTERVAL) > --config file > defaults.
+    Run(RunArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Address to serve on, IP:PORT [default: 0.0.0.0:9847].
+    #[arg(long, value_name = "ADDR", value_parser = crate::config::parse_listen)]
+    pub listen: Option<std::net::SocketAddr>,
+
+    /// Configuration file (TOML): listen, interval_seconds, max_cgroups,
+    /// removed_grace_seconds, diagnosis_window_seconds, bpf_stats, [thresholds].
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<std::path::PathBuf>,
+
+    /// Collection interval in seconds [default: 5].
+    #[arg(long, value_name = "SECS", value_parser = positive_seconds)]
+    pub interval: Option<f64>,
+
+    /// Validate the configuration, print the effective one, and exit.
+    #[arg(long)]
+    pub check_config: bool,
 }
 
 #[derive(Debug, Args)]

@@ -1,0 +1,363 @@
+//! `stormwatch run`: the daemon. Keeps the probes attached and serves Prometheus metrics.
+//!
+//! Threads: the collection loop runs on the main thread (inside `block_on`), which owns the
+//! pipeline and is the only one to touch BPF maps; one tokio worker thread serves HTTP from
+//! the last rendering, so a slow collection never delays a scrape and a scrape never
+//! triggers a collection.
+//!
+//! Start-up order: configuration (bad input fails before anything else), the listening socket
+//! (a taken port fails before the probes load), the HTTP server (`/readyz` answers 503 while
+//! the probes load), then the probes. SIGTERM or SIGINT: `/readyz` turns 503, the server stops
+//! accepting, the loop ends after the collection in progress, the pipeline is dropped (which
+//! detaches the probes), exit 0; a watchdog makes sure this takes less than 2 s.
+
+use std::{
+    collections::HashMap,
+    os::fd::OwnedFd,
+    sync::{Arc, Mutex, PoisonError},
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+};
+
+use anyhow::Context as _;
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::{
+    cli::diagnose::host_cpus,
+    collect::Window,
+    config::{Config, Flags},
+    export::{
+        diagnosis::SlidingDiagnosis,
+        metrics::Renderer,
+        server::{self, Shared},
+        state::{ActiveFinding, Exporter, ProgramStats, Tick},
+    },
+    identity::{CgroupResolver, limits::Limits},
+    pipeline::Pipeline,
+    privileges,
+    probes::LoadOptions,
+};
+
+use super::RunArgs;
+
+/// How often the limits (quota, cpuset, threads, throttling) of a cgroup with a CPU quota are
+/// read, at most; and of one without.
+const LIMITS_REFRESH_QUOTA: Duration = Duration::from_secs(10);
+const LIMITS_REFRESH: Duration = Duration::from_secs(60);
+
+/// How long, after the signal, requests in flight may take to finish.
+const DRAIN_TIMEOUT: Duration = Duration::from_millis(500);
+/// After a signal, the process exits by itself at the latest after this (plus what the kernel
+/// takes to detach the probes as the process exits: about 0.5 s).
+const EXIT_WATCHDOG: Duration = Duration::from_millis(1200);
+
+pub fn run(args: RunArgs) -> anyhow::Result<u8> {
+    let flags = Flags {
+        listen: args.listen,
+        interval: args.interval,
+        config: args.config.clone(),
+    };
+    let config = Config::load(&flags, |name| std::env::var(name).ok())?;
+    if args.check_config {
+        println!(
+            "# stormwatch run: effective configuration (flags > environment > file > defaults)"
+        );
+        print!("{}", config.to_toml());
+        return Ok(0);
+    }
+    // One worker for HTTP; the collection loop runs on this thread in `block_on`.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("stormwatch-http")
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let result = runtime.block_on(daemon(config));
+    // Do not wait for idle keep-alive connections of scrapers.
+    runtime.shutdown_timeout(Duration::from_millis(100));
+    result
+}
+
+async fn daemon(config: Config) -> anyhow::Result<u8> {
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.listen))?;
+    let addr = listener.local_addr().unwrap_or(config.listen);
+    let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut sigint = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+
+    let interval = Duration::from_secs_f64(config.interval_seconds);
+    let exporter = Arc::new(Mutex::new(Exporter::new(
+        config.max_cgroups,
+        Duration::from_secs_f64(config.removed_grace_seconds),
+    )));
+    let renderer = Renderer::new(Arc::clone(&exporter));
+    let shared = Arc::new(Shared::new(interval, renderer.render()));
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(server::serve(listener, Arc::clone(&shared), async {
+        let _ = stop_rx.await;
+    }));
+
+    // Signals are handled on the HTTP worker, so that they are seen at once even while this
+    // thread is busy (attaching, or a long collection): stop serving, tell the loop, and make
+    // sure the process is gone within 2 s.
+    let (stopping_tx, mut stopping) = tokio::sync::watch::channel(false);
+    let on_signal = Arc::clone(&shared);
+    tokio::spawn(async move {
+        let name = tokio::select! {
+            _ = sigterm.recv() => "SIGTERM",
+            _ = sigint.recv() => "SIGINT",
+        };
+        log::info!("{name}: stopping");
+        on_signal.set_ready(false);
+        let _ = stop_tx.send(());
+        let _ = stopping_tx.send(true);
+        tokio::time::sleep(EXIT_WATCHDOG).await;
+        // The loop is still in a collection, or detaching takes long: exiting closes every
+        // descriptor, which detaches the probes all the same.
+        log::warn!("still stopping {EXIT_WATCHDOG:?} after {name}: exiting now");
+        std::process::exit(0);
+    });
+
+    // Loading and attaching blocks this thread for a moment; the worker keeps serving.
+    let mut daemon = match Daemon::start(&config, Arc::clone(&exporter)) {
+        Ok(d) => d,
+        Err(err) => {
+            server.abort();
+            return Err(err);
+        }
+    };
+    shared.publish(renderer.render());
+    // (Unless a signal came while attaching: then the loop below ends at once.)
+    shared.set_ready(!*stopping.borrow());
+    // The loop starts now: /healthz counts from here, whatever the interval.
+    shared.ran();
+    let (attached, total) = {
+        let status = &daemon.pipeline.probes.status;
+        (status.iter().filter(|s| s.attached()).count(), status.len())
+    };
+    eprintln!(
+        "stormwatch: serving http://{addr}/metrics, collecting every {:.1}s \
+         ({attached}/{total} probes attached)",
+        interval.as_secs_f64()
+    );
+
+    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            biased;
+            _ = stopping.wait_for(|stop| *stop) => break,
+            _ = ticker.tick() => {}
+        }
+        daemon.collect();
+        // A signal that came during the collection: stop now rather than render first.
+        if *stopping.borrow() {
+            break;
+        }
+        shared.publish(renderer.render());
+        shared.ran();
+    }
+    let detaching = Instant::now();
+    // Detaching waits for an RCU grace period per classic tracepoint (serialized in the
+    // kernel): about 50 ms each here, 0.3-0.6 s in all. The server drains meanwhile.
+    drop(daemon);
+    log::debug!("probes detached in {:?}", detaching.elapsed());
+    drain(server).await;
+    Ok(0)
+}
+
+/// Waits (briefly) for the server to finish the requests in flight.
+async fn drain(server: tokio::task::JoinHandle<std::io::Result<()>>) {
+    match tokio::time::timeout(DRAIN_TIMEOUT, server).await {
+        Ok(Ok(Err(err))) => log::warn!("HTTP server: {err}"),
+        Ok(_) => {}
+        Err(_) => log::debug!("requests still in flight after {DRAIN_TIMEOUT:?}: dropped"),
+    }
+}
+
+/// The collection side: the pipeline and what is kept between ticks.
+struct Daemon {
+    pipeline: Pipeline,
+    exporter: Arc<Mutex<Exporter>>,
+    diagnosis: SlidingDiagnosis,
+    thresholds: crate::diagnose::Thresholds,
+    host_cpus: u32,
+    /// Each cgroup's limits when last read, and when that was.
+    latest_limits: HashMap<u64, Limits>,
+    limits_read_at: HashMap<u64, Instant>,
+    /// Keeps the kernel's BPF run-time statistics on while the daemon runs.
+    _bpf_stats: Option<OwnedFd>,
+}
+
+impl Daemon {
+    fn start(config: &Config, exporter: Arc<Mutex<Exporter>>) -> anyhow::Result<Self> {
+        privileges::require()?;
+        let resolver = CgroupResolver::discover()?;
+        let pipeline = Pipeline::start(&LoadOptions::default(), resolver)?;
+        let bpf_stats = if config.bpf_stats {
+            match aya::sys::enable_stats(aya::sys::Stats::RunTime) {
+                Ok(fd) => Some(fd),
+                Err(err) => {
+                    log::warn!(
+                        "BPF run-time statistics not enabled ({err}; BPF_ENABLE_STATS needs \
+                         CAP_SYS_ADMIN): the program run counters move only if the host sets \
+                         kernel.bpf_stats_enabled=1"
+                    );
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        {
+            let mut e = exporter.lock().unwrap_or_else(PoisonError::into_inner);
+            e.avail = pipeline.availability();
+            e.probes = pipeline.probes.status.clone();
+            e.lost_events = pipeline.probes.probe_errors();
+            e.programs = program_stats(&pipeline);
+            e.bpf_stats_enabled = bpf_stats.is_some() || sysctl_bpf_stats();
+        }
+        Ok(Self {
+            pipeline,
+            exporter,
+            diagnosis: SlidingDiagnosis::new(
+                Duration::from_secs_f64(config.diagnosis_window_seconds),
+                Duration::from_secs_f64(config.interval_seconds),
+            ),
+            thresholds: config.thresholds.clone(),
+            host_cpus: host_cpus(),
+            latest_limits: HashMap::new(),
+            limits_read_at: HashMap::new(),
+            _bpf_stats: bpf_stats,
+        })
+    }
+
+    /// One collection. Never fails: a failed map read is counted and logged, and the next
+    /// window covers the gap.
+    fn collect(&mut self) {
+        let started = Instant::now();
+        let window = self.pipeline.tick();
+        let exporter = Arc::clone(&self.exporter);
+        let mut e = exporter.lock().unwrap_or_else(PoisonError::into_inner);
+        match window {
+            Ok(window) => {
+                let limits = self.read_limits(&window, started);
+                let p = &self.pipeline;
+                let alive = |id: u64| p.resolver.path(id).is_some();
+                let ctx = p.report_context(&limits);
+                e.cgroups.apply(
+                    &Tick {
+                        window: &window,
+                        paths: p.paths(),
+                        identities: ctx.identities,
+                        limits: &limits,
+                        now: started,
+                    },
+                    alive,
+                );
+                if self.diagnosis.push(&window, &self.latest_limits) {
+                    let findings = self.diagnosis.judge(
+                        p.paths(),
+                        &self.latest_limits,
+                        self.host_cpus,
+                        &self.thresholds,
+                    );
+                    e.findings = findings
+                        .iter()
+                        .map(|f| ActiveFinding::new(f, ctx.identities.get(&f.cgroup_id)))
+                        .collect();
+                }
+                let diagnosis = &self.diagnosis;
+                self.latest_limits
+                    .retain(|id, _| alive(*id) || diagnosis.contains(*id));
+                let latest = &self.latest_limits;
+                self.limits_read_at.retain(|id, _| latest.contains_key(id));
+                // Names of removed cgroups are needed only while the diagnosis window has them
+                // (the exported series keep their own copy).
+                self.pipeline
+                    .forget_names(|id| diagnosis.contains(id), |_| false);
+            }
+            Err(err) => {
+                e.collection_errors += 1;
+                log::warn!("collection failed: {err:#}");
+            }
+        }
+        e.lost_events = self.pipeline.probes.probe_errors();
+        e.programs = program_stats(&self.pipeline);
+        e.bpf_stats_enabled = self._bpf_stats.is_some() || sysctl_bpf_stats();
+        e.collection_duration.observe(started.elapsed());
+        e.last_collection_unix_seconds = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .ok()
+            .map(|d| d.as_secs_f64());
+    }
+
+    /// The limits of the window's cgroups that are due for a read: a cgroup's are read when
+    /// it is first seen, then every [`LIMITS_REFRESH_QUOTA`] when it has a CPU quota (its
+    /// throttling counters feed the diagnosis) and every [`LIMITS_REFRESH`] otherwise.
+    /// Reading them (five cgroupfs files each; `cpu.stat` flushes the cgroup's statistics
+    /// under a lock that every CPU's updates contend for) is most of a collection's cost with
+    /// many cgroups; quotas, cpusets and thread counts change rarely. Refreshes are spread
+    /// over the period by cgroup id, so that cgroups seen together are not read together.
+    fn read_limits(&mut self, window: &Window, now: Instant) -> HashMap<u64, Limits> {
+        let (read_at, latest) = (&self.limits_read_at, &self.latest_limits);
+        let limits: HashMap<u64, Limits> = window
+            .cgroups
+            .keys()
+            .filter(|id| match (read_at.get(id), latest.get(id)) {
+                (Some(t), Some(l)) => {
+                    now.saturating_duration_since(*t) >= refresh_period(l.cpu_quota_cores.is_some())
+                }
+                _ => true,
+            })
+            .filter_map(|id| Some((*id, self.pipeline.window_limits(*id)?)))
+            .collect();
+        for (id, l) in &limits {
+            let first = !self.limits_read_at.contains_key(id);
+            let period = refresh_period(l.cpu_quota_cores.is_some());
+            // The first refresh comes after a part of the period that depends on the id.
+            let stagger = if first {
+                Duration::from_millis(id % period.as_millis().max(1) as u64)
+            } else {
+                Duration::ZERO
+            };
+            let at = now.checked_sub(stagger).unwrap_or(now);
+            self.limits_read_at.insert(*id, at);
+            self.latest_limits.insert(*id, l.clone());
+        }
+        limits
+    }
+}
+
+fn refresh_period(has_quota: bool) -> Duration {
+    if has_quota {
+        LIMITS_REFRESH_QUOTA
+    } else {
+        LIMITS_REFRESH
+    }
+}
+
+/// Run counts and times of the loaded programs (the kernel counts them while BPF statistics
+/// are on). Programs of the object that were not loaded are left out.
+fn program_stats(pipeline: &Pipeline) -> Vec<ProgramStats> {
+    let mut out: Vec<ProgramStats> = pipeline
+        .probes
+        .ebpf()
+        .programs()
+        .filter_map(|(name, program)| {
+            let info = program.info().ok()?;
+            Some(ProgramStats {
+                program: name.to_owned(),
+                runs: info.run_count(),
+                run_ns: u64::try_from(info.run_time().as_nanos()).unwrap_or(u64::MAX),
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| a.program.cmp(&b.program));
+    out
+}
+
+/// Whether the host turned BPF statistics on for everyone (`kernel.bpf_stats_enabled`).
+fn sysctl_bpf_stats() -> bool {
+    std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled").is_ok_and(|v| v.trim() == "1")
+}

@@ -1,0 +1,381 @@
+//! The daemon's configuration (`stormwatch run`): a TOML file, environment variables and flags,
+//! merged with the precedence flags > environment > file > defaults.
+//!
+//! ```toml
+//! listen = "0.0.0.0:9847"          # IP:PORT of /metrics, /healthz, /readyz
+//! interval_seconds = 5             # how often the probes' maps are read
+//! max_cgroups = 2000               # cgroups exported at most; more are counted, not exported
+//! removed_grace_seconds = 60       # how long a removed cgroup's series stay
+//! diagnosis_window_seconds = 30    # sliding window the diagnosis rules judge
+//! bpf_stats = true                 # turn on the kernel's BPF run-time statistics
+//!
+//! [thresholds]                     # any of the diagnosis thresholds (see diagnose::Thresholds)
+//! runq_min_mean_seconds = 0.002
+//! ```
+//!
+//! Every key is optional; an unknown key is an error that names it. Every error is one line.
+
+use std::{
+    net::SocketAddr,
+    path::{Path, PathBuf},
+};
+
+use anyhow::{Context as _, bail};
+use serde::{Deserialize, Serialize};
+
+use crate::diagnose::Thresholds;
+
+/// Default address: all interfaces, port 9847 (not a port any common exporter uses; 9090 is
+/// Prometheus itself, 9100 the node exporter).
+pub const DEFAULT_LISTEN: &str = "0.0.0.0:9847";
+pub const DEFAULT_INTERVAL_SECONDS: f64 = 5.0;
+pub const DEFAULT_MAX_CGROUPS: usize = 2000;
+pub const DEFAULT_REMOVED_GRACE_SECONDS: f64 = 60.0;
+pub const DEFAULT_DIAGNOSIS_WINDOW_SECONDS: f64 = 30.0;
+
+/// Environment variables, between the flags and the file.
+pub const ENV_LISTEN: &str = "STORMWATCH_LISTEN";
+pub const ENV_INTERVAL: &str = "STORMWATCH_INTERVAL";
+
+/// Bounds of the numeric settings.
+const MAX_INTERVAL_SECONDS: f64 = 3600.0;
+const MAX_GRACE_SECONDS: f64 = 86_400.0;
+const MAX_WINDOW_SECONDS: f64 = 86_400.0;
+const MAX_CGROUPS_LIMIT: u64 = 1_000_000;
+
+/// What a config file may say. Every key is optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    pub listen: Option<String>,
+    pub interval_seconds: Option<f64>,
+    pub max_cgroups: Option<u64>,
+    pub removed_grace_seconds: Option<f64>,
+    pub diagnosis_window_seconds: Option<f64>,
+    pub bpf_stats: Option<bool>,
+    pub thresholds: Option<Thresholds>,
+}
+
+/// The effective configuration.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub interval_seconds: f64,
+    pub max_cgroups: usize,
+    pub removed_grace_seconds: f64,
+    pub diagnosis_window_seconds: f64,
+    /// Turn on the kernel's BPF run-time statistics (`BPF_ENABLE_STATS`, needs CAP_SYS_ADMIN;
+    /// without it the counters only move if `kernel.bpf_stats_enabled` is set on the host).
+    pub bpf_stats: bool,
+    pub thresholds: Thresholds,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            listen: DEFAULT_LISTEN.parse().expect("valid default address"),
+            interval_seconds: DEFAULT_INTERVAL_SECONDS,
+            max_cgroups: DEFAULT_MAX_CGROUPS,
+            removed_grace_seconds: DEFAULT_REMOVED_GRACE_SECONDS,
+            diagnosis_window_seconds: DEFAULT_DIAGNOSIS_WINDOW_SECONDS,
+            bpf_stats: true,
+            thresholds: Thresholds::default(),
+        }
+    }
+}
+
+/// What the command line says (already validated by clap).
+#[derive(Clone, Debug, Default)]
+pub struct Flags {
+    pub listen: Option<SocketAddr>,
+    pub interval: Option<f64>,
+    pub config: Option<PathBuf>,
+}
+
+/// An `IP:PORT` socket address (`0.0.0.0:9847`, `127.0.0.1:9847`, `[::]:9847`).
+pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
+    s.trim().parse().map_err(|_| {
+        format!("`{s}` is not an IP:PORT address (e.g. 0.0.0.0:9847, 127.0.0.1:9847 or [::]:9847)")
+    })
+}
+
+impl Config {
+    /// Merges defaults, the file (when `flags.config` names one), the environment (`env` looks
+    /// a variable up; empty counts as unset) and the flags, then validates the result.
+    pub fn load(flags: &Flags, env: impl Fn(&str) -> Option<String>) -> anyhow::Result<Self> {
+        let mut config = Self::default();
+        if let Some(path) = &flags.config {
+            config.apply_file(path, &read_file(path)?)?;
+        }
+        let env = |name: &str| env(name).filter(|v| !v.trim().is_empty());
+        if let Some(v) = env(ENV_LISTEN) {
+            config.listen = parse_listen(&v).map_err(|e| anyhow::anyhow!("{ENV_LISTEN}: {e}"))?;
+        }
+        if let Some(v) = env(ENV_INTERVAL) {
+            config.interval_seconds = crate::cli::positive_seconds(v.trim())
+                .map_err(|e| anyhow::anyhow!("{ENV_INTERVAL}: {e}"))?;
+        }
+        if let Some(listen) = flags.listen {
+            config.listen = listen;
+        }
+        if let Some(interval) = flags.interval {
+            config.interval_seconds = interval;
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Applies a config file's text; `path` only names it in errors.
+    pub fn apply_file(&mut self, path: &Path, text: &str) -> anyhow::Result<()> {
+        let where_ = path.display();
+        let file: FileConfig = toml::from_str(text).map_err(|e| {
+            let at = e
+                .span()
+                .map(|span| {
+                    let (line, column) = line_column(text, span.start);
+                    format!(" (line {line}, column {column})")
+                })
+                .unwrap_or_default();
+            anyhow::anyhow!("config file {where_}{at}: {}", one_line(e.message()))
+        })?;
+        if let Some(listen) = file.listen {
+            self.listen = parse_listen(&listen)
+                .map_err(|e| anyhow::anyhow!("config file {where_}: listen: {e}"))?;
+        }
+        if let Some(v) = file.interval_seconds {
+            self.interval_seconds = v;
+        }
+        if let Some(v) = file.max_cgroups {
+            if v == 0 || v > MAX_CGROUPS_LIMIT {
+                bail!(
+                    "config file {where_}: max_cgroups must be between 1 and {MAX_CGROUPS_LIMIT} \
+                     (got {v})"
+                );
+            }
+            self.max_cgroups = v as usize;
+        }
+        if let Some(v) = file.removed_grace_seconds {
+            self.removed_grace_seconds = v;
+        }
+        if let Some(v) = file.diagnosis_window_seconds {
+            self.diagnosis_window_seconds = v;
+        }
+        if let Some(v) = file.bpf_stats {
+            self.bpf_stats = v;
+        }
+        if let Some(t) = file.thresholds {
+            self.thresholds = t;
+        }
+        self.validate()
+            .with_context(|| format!("config file {where_}"))
+    }
+
+    /// Checks the ranges of every setting.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        let i = self.interval_seconds;
+        if !i.is_finite() || i <= 0.0 || i > MAX_INTERVAL_SECONDS {
+            bail!(
+                "interval_seconds must be greater than 0 and at most {MAX_INTERVAL_SECONDS} (got {i})"
+            );
+        }
+        let g = self.removed_grace_seconds;
+        if !g.is_finite() || !(0.0..=MAX_GRACE_SECONDS).contains(&g) {
+            bail!("removed_grace_seconds must be between 0 and {MAX_GRACE_SECONDS} (got {g})");
+        }
+        let w = self.diagnosis_window_seconds;
+        if !w.is_finite() || w <= 0.0 || w > MAX_WINDOW_SECONDS {
+            bail!(
+                "diagnosis_window_seconds must be greater than 0 and at most {MAX_WINDOW_SECONDS} \
+                 (got {w})"
+            );
+        }
+        if self.max_cgroups == 0 || self.max_cgroups as u64 > MAX_CGROUPS_LIMIT {
+            bail!(
+                "max_cgroups must be between 1 and {MAX_CGROUPS_LIMIT} (got {})",
+                self.max_cgroups
+            );
+        }
+        // Every numeric threshold is a rate, share, count or duration: finite, not negative.
+        let t = serde_json::to_value(&self.thresholds).context("thresholds")?;
+        for (name, value) in t.as_object().into_iter().flatten() {
+            let bad = match value {
+                serde_json::Value::Number(n) => {
+                    !n.as_f64().is_some_and(|v| v.is_finite() && v >= 0.0)
+                }
+                // serde_json writes non-finite floats as null.
+                serde_json::Value::Null => true,
+                _ => false,
+            };
+            if bad {
+                bail!("thresholds.{name} must be a finite number >= 0 (got {value})");
+            }
+        }
+        Ok(())
+    }
+
+    /// The effective configuration as a config file.
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self)
+            .unwrap_or_else(|e| format!("# cannot render the configuration: {e}\n"))
+    }
+}
+
+fn read_file(path: &Path) -> anyhow::Result<String> {
+    std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read config file {}", path.display()))
+}
+
+/// 1-based line and column of a byte offset.
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, column)
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    fn from_text(text: &str) -> anyhow::Result<Config> {
+        let mut c = Config::default();
+        c.apply_file(Path::new("/etc/sw.toml"), text)?;
+        Ok(c)
+    }
+
+    #[test]
+    fn defaults_without_anything() {
+        let c = Config::load(&Flags::default(), no_env).unwrap();
+        assert_eq!(c, Config::default());
+        assert_eq!(c.listen.to_string(), "0.0.0.0:9847");
+        assert_eq!(c.interval_seconds, 5.0);
+        assert_eq!(c.max_cgroups, 2000);
+        assert_eq!(c.removed_grace_seconds, 60.0);
+    }
+
+    #[test]
+    fn file_keys_and_partial_thresholds() {
+        let c = from_text(
+            "listen = \"127.0.0.1:1234\"\ninterval_seconds = 2\nmax_cgroups = 10\n\
+             removed_grace_seconds = 0\nbpf_stats = false\n\
+             [thresholds]\nrunq_min_mean_seconds = 0.002\n",
+        )
+        .unwrap();
+        assert_eq!(c.listen.to_string(), "127.0.0.1:1234");
+        assert_eq!(c.interval_seconds, 2.0);
+        assert_eq!(c.max_cgroups, 10);
+        assert_eq!(c.removed_grace_seconds, 0.0);
+        assert!(!c.bpf_stats);
+        assert_eq!(c.thresholds.runq_min_mean_seconds, 0.002);
+        assert_eq!(
+            c.thresholds.runq_min_p99_seconds,
+            Thresholds::default().runq_min_p99_seconds
+        );
+    }
+
+    #[test]
+    fn unknown_keys_are_named_on_one_line() {
+        let e = format!(
+            "{:#}",
+            from_text("listen = \"1.2.3.4:5\"\nlisten_port = 3\n").unwrap_err()
+        );
+        assert!(e.contains("listen_port"), "{e}");
+        assert!(e.contains("line 2"), "{e}");
+        assert!(!e.contains('\n'), "{e}");
+        let e = format!("{:#}", from_text("[thresholds]\nbogus = 1\n").unwrap_err());
+        assert!(e.contains("bogus") && !e.contains('\n'), "{e}");
+        let e = format!("{:#}", from_text("interval_seconds = \"x\"").unwrap_err());
+        assert!(e.contains("/etc/sw.toml") && !e.contains('\n'), "{e}");
+    }
+
+    #[test]
+    fn bad_values_are_refused() {
+        for text in [
+            "listen = \"localhost\"",
+            "listen = \"1.2.3.4\"",
+            "interval_seconds = 0",
+            "interval_seconds = -1",
+            "max_cgroups = 0",
+            "max_cgroups = -5",
+            "removed_grace_seconds = -1",
+            "[thresholds]\nrunq_min_mean_seconds = -1",
+            "[thresholds]\nrunq_min_mean_seconds = nan",
+            "interval_seconds = inf",
+        ] {
+            let e = from_text(text).expect_err(text);
+            assert!(!format!("{e:#}").contains('\n'), "{text}: {e:#}");
+        }
+    }
+
+    #[test]
+    fn precedence_is_flags_env_file_defaults() {
+        let dir = std::env::temp_dir().join(format!("sw-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("c.toml");
+        std::fs::write(
+            &file,
+            "listen = \"127.0.0.1:1\"\ninterval_seconds = 7\nmax_cgroups = 3\n",
+        )
+        .unwrap();
+        let flags = Flags {
+            config: Some(file.clone()),
+            ..Flags::default()
+        };
+        let c = Config::load(&flags, no_env).unwrap();
+        assert_eq!(
+            (c.listen.port(), c.interval_seconds, c.max_cgroups),
+            (1, 7.0, 3)
+        );
+        let env = |k: &str| match k {
+            ENV_LISTEN => Some("127.0.0.1:2".to_owned()),
+            ENV_INTERVAL => Some("3".to_owned()),
+            _ => None,
+        };
+        let c = Config::load(&flags, env).unwrap();
+        assert_eq!((c.listen.port(), c.interval_seconds), (2, 3.0));
+        let flags = Flags {
+            listen: Some("127.0.0.1:4".parse().unwrap()),
+            interval: Some(0.5),
+            ..flags
+        };
+        let c = Config::load(&flags, env).unwrap();
+        assert_eq!(
+            (c.listen.port(), c.interval_seconds, c.max_cgroups),
+            (4, 0.5, 3)
+        );
+        let bad_env = |k: &str| (k == ENV_LISTEN).then(|| "nope".to_owned());
+        let e = format!(
+            "{:#}",
+            Config::load(&Flags::default(), bad_env).unwrap_err()
+        );
+        assert!(e.starts_with(ENV_LISTEN), "{e}");
+        let empty_env = |_: &str| Some(String::new());
+        assert!(Config::load(&Flags::default(), empty_env).is_ok());
+        let missing = Flags {
+            config: Some(dir.join("missing.toml")),
+            ..Flags::default()
+        };
+        let e = format!("{:#}", Config::load(&missing, no_env).unwrap_err());
+        assert!(
+            e.contains("cannot read config file") && !e.contains('\n'),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn effective_config_round_trips() {
+        let c = from_text("max_cgroups = 9\n[thresholds]\nrunq_min_mean_seconds = 0.5").unwrap();
+        let text = c.to_toml();
+        let back = from_text(&text).unwrap();
+        assert_eq!(back, c, "{text}");
+    }
+}

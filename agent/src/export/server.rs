@@ -1,0 +1,243 @@
+//! The HTTP side: `/metrics`, `/healthz`, `/readyz`. Handlers only read what the collection
+//! loop published (the last rendering and two flags): a scrape never reads a BPF map, never
+//! waits for a collection, and never fails.
+
+use std::{
+    future::Future,
+    sync::{
+        Arc, RwLock,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use axum::{
+    Router,
+    extract::State,
+    http::{HeaderMap, HeaderValue, StatusCode, header},
+    response::{IntoResponse, Response},
+    routing::get,
+};
+
+use super::Rendered;
+
+pub const OPENMETRICS_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub const CLASSIC_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// How long `/healthz` waits for the first collection (loading and attaching the probes).
+const STARTUP_ALLOWANCE: Duration = Duration::from_secs(120);
+
+/// What the collection loop publishes for the handlers.
+pub struct Shared {
+    rendered: RwLock<Arc<Rendered>>,
+    ready: AtomicBool,
+    started: Instant,
+    /// Milliseconds from `started` to the end of the last collection loop run; `u64::MAX`
+    /// before the first.
+    last_run_ms: AtomicU64,
+    /// `/healthz` fails when the loop has not run for this long.
+    stale_after: Duration,
+}
+
+impl Shared {
+    pub fn new(interval: Duration, first: Rendered) -> Self {
+        Self {
+            rendered: RwLock::new(Arc::new(first)),
+            ready: AtomicBool::new(false),
+            started: Instant::now(),
+            last_run_ms: AtomicU64::new(u64::MAX),
+            stale_after: (interval * 3).max(Duration::from_secs(10)),
+        }
+    }
+
+    pub fn publish(&self, rendered: Rendered) {
+        let rendered = Arc::new(rendered);
+        match self.rendered.write() {
+            Ok(mut r) => *r = rendered,
+            Err(poisoned) => *poisoned.into_inner() = rendered,
+        }
+    }
+
+    pub fn current(&self) -> Arc<Rendered> {
+        match self.rendered.read() {
+            Ok(r) => Arc::clone(&r),
+            Err(poisoned) => Arc::clone(&poisoned.into_inner()),
+        }
+    }
+
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::Release);
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    /// The collection loop ran (whether or not the collection succeeded).
+    pub fn ran(&self) {
+        let ms = self
+            .started
+            .elapsed()
+            .as_millis()
+            .min(u128::from(u64::MAX - 1)) as u64;
+        self.last_run_ms.store(ms, Ordering::Release);
+    }
+
+    /// Whether the loop ran recently (or, before its first run, whether start-up is still
+    /// within its allowance).
+    pub fn is_healthy(&self) -> bool {
+        let now = self.started.elapsed();
+        match self.last_run_ms.load(Ordering::Acquire) {
+            u64::MAX => now < STARTUP_ALLOWANCE,
+            ms => now.saturating_sub(Duration::from_millis(ms)) <= self.stale_after,
+        }
+    }
+}
+
+/// The quality value of a media range's parameters (`;q=0.5`), 1 when absent.
+fn quality(params: &str) -> f64 {
+    params
+        .split(';')
+        .filter_map(|p| p.trim().split_once('='))
+        .find(|(k, _)| k.trim().eq_ignore_ascii_case("q"))
+        .and_then(|(_, v)| v.trim().parse::<f64>().ok())
+        .map_or(1.0, |q| q.clamp(0.0, 1.0))
+}
+
+/// Content negotiation: OpenMetrics when the client accepts it at least as much as the
+/// classic text format (`text/plain`, or what a wildcard covers); else the classic format.
+pub fn wants_openmetrics(accept: &str) -> bool {
+    let (mut openmetrics, mut classic) = (0.0_f64, 0.0_f64);
+    for range in accept.split(',') {
+        let (media, params) = range.split_once(';').unwrap_or((range, ""));
+        let q = quality(params);
+        match media.trim().to_ascii_lowercase().as_str() {
+            "application/openmetrics-text" => openmetrics = openmetrics.max(q),
+            "text/plain" | "text/*" | "*/*" => classic = classic.max(q),
+            _ => {}
+        }
+    }
+    openmetrics > 0.0 && openmetrics >= classic
+}
+
+async fn metrics(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+    let rendered = shared.current();
+    let accept = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect::<Vec<_>>()
+        .join(",");
+    let (content_type, body) = if wants_openmetrics(&accept) {
+        (OPENMETRICS_CONTENT_TYPE, rendered.openmetrics.clone())
+    } else {
+        (CLASSIC_CONTENT_TYPE, rendered.classic.clone())
+    };
+    (
+        [(header::CONTENT_TYPE, HeaderValue::from_static(content_type))],
+        body,
+    )
+        .into_response()
+}
+
+async fn healthz(State(shared): State<Arc<Shared>>) -> (StatusCode, &'static str) {
+    if shared.is_healthy() {
+        (StatusCode::OK, "ok\n")
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the collection loop has not run recently\n",
+        )
+    }
+}
+
+async fn readyz(State(shared): State<Arc<Shared>>) -> (StatusCode, &'static str) {
+    if shared.is_ready() {
+        (StatusCode::OK, "ready\n")
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the probes are not attached (yet, or any more)\n",
+        )
+    }
+}
+
+async fn not_found() -> (StatusCode, &'static str) {
+    (
+        StatusCode::NOT_FOUND,
+        "not found: try /metrics, /healthz or /readyz\n",
+    )
+}
+
+pub fn router(shared: Arc<Shared>) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .fallback(not_found)
+        .with_state(shared)
+}
+
+/// Serves until `stop` completes; then stops accepting and lets requests in flight finish.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    shared: Arc<Shared>,
+    stop: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(shared))
+        .with_graceful_shutdown(stop)
+        .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn negotiates_like_prometheus_expects() {
+        // What Prometheus 2.x sends.
+        assert!(wants_openmetrics(
+            "application/openmetrics-text;version=1.0.0;q=0.5,\
+             application/openmetrics-text;version=0.0.1;q=0.4,\
+             text/plain;version=0.0.4;q=0.3,*/*;q=0.2"
+        ));
+        assert!(wants_openmetrics("application/openmetrics-text"));
+        assert!(wants_openmetrics(
+            "Application/OpenMetrics-Text; version=1.0.0"
+        ));
+        assert!(!wants_openmetrics(""));
+        assert!(!wants_openmetrics("*/*"));
+        assert!(!wants_openmetrics("text/plain;version=0.0.4"));
+        assert!(!wants_openmetrics(
+            "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
+        ));
+        assert!(!wants_openmetrics(
+            "text/plain, application/openmetrics-text;q=0.1"
+        ));
+        assert!(!wants_openmetrics("application/openmetrics-text;q=0"));
+    }
+
+    #[test]
+    fn health_and_readiness() {
+        let shared = Shared::new(
+            Duration::from_secs(1),
+            Rendered {
+                openmetrics: "# EOF\n".into(),
+                classic: "".into(),
+            },
+        );
+        assert!(shared.is_healthy(), "healthy while starting");
+        assert!(!shared.is_ready());
+        shared.ran();
+        shared.set_ready(true);
+        assert!(shared.is_healthy() && shared.is_ready());
+        // A loop that last ran long ago.
+        shared.last_run_ms.store(0, Ordering::Release);
+        let stale = Shared {
+            started: Instant::now() - Duration::from_secs(11),
+            ..shared
+        };
+        assert!(!stale.is_healthy());
+    }
+}

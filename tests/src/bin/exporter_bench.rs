@@ -1,0 +1,320 @@
+//! `exporter_bench [--cgroups N] [--seconds S] [--interval SECS] [--scrape-hz HZ]`: the cost
+//! of `stormwatch run` with many active cgroups (issue 5's benchmark; not a test).
+//!
+//! Creates N cgroups, each with a `sleeper` (one thread waking every 100 ms: every cgroup is
+//! active at every collection), starts `stormwatch run` on loopback, waits until it tracks
+//! them all, then:
+//! 1. measures the daemon's CPU time and RSS for S seconds without scrapes (the collection
+//!    loop alone);
+//! 2. scrapes /metrics at HZ for S seconds, alternating the classic and OpenMetrics formats,
+//!    and reports the latency of whole responses (p50, p99, max) and the CPU with scrapes.
+//!
+//! Needs root (cgroups, BPF). Build with `cargo build --release -p stormwatch -p
+//! stormwatch-tests`; run `target/release/exporter_bench --cgroups 1000`.
+
+use std::{
+    io::{Read as _, Write as _},
+    net::{SocketAddr, TcpListener, TcpStream},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use stormwatch_tests::{TestCgroup, agent_bin, run_in_cgroup};
+
+struct Args {
+    cgroups: usize,
+    seconds: f64,
+    interval: f64,
+    scrape_hz: f64,
+    warmup: f64,
+}
+
+fn parse_args() -> Args {
+    let mut a = Args {
+        cgroups: 500,
+        seconds: 30.0,
+        interval: 5.0,
+        scrape_hz: 5.0,
+        warmup: 0.0,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let value = it
+            .next()
+            .unwrap_or_else(|| usage(&format!("{flag} needs a value")));
+        match flag.as_str() {
+            "--cgroups" => a.cgroups = num(&flag, &value),
+            "--seconds" => a.seconds = num(&flag, &value),
+            "--interval" => a.interval = num(&flag, &value),
+            "--scrape-hz" => a.scrape_hz = num(&flag, &value),
+            "--warmup" => a.warmup = num(&flag, &value),
+            _ => usage(&format!("unknown flag {flag}")),
+        }
+    }
+    a
+}
+
+fn num<T: std::str::FromStr>(flag: &str, value: &str) -> T {
+    value
+        .parse()
+        .unwrap_or_else(|_| usage(&format!("bad value for {flag}: {value}")))
+}
+
+fn usage(why: &str) -> ! {
+    eprintln!(
+        "exporter_bench: {why}\nusage: exporter_bench [--cgroups N] [--seconds S] \
+         [--interval SECS] [--scrape-hz HZ] [--warmup SECS]"
+    );
+    std::process::exit(2)
+}
+
+/// utime + stime of a process, in seconds.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which is in parentheses and may contain spaces).
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = [11, 12]
+        .iter()
+        .filter_map(|i| fields.get(*i)?.parse::<f64>().ok())
+        .sum();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    ticks / hz
+}
+
+/// A `/proc/<pid>/status` field in MiB (VmRSS, VmHWM).
+fn status_mib(pid: u32, field: &str) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(field)?
+                .trim()
+                .strip_suffix("kB")?
+                .trim()
+                .parse::<f64>()
+                .ok()
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// GET over a fresh connection; returns (status, body length).
+fn get(addr: SocketAddr, path: &str, accept: &str) -> std::io::Result<(u16, usize)> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: {accept}\r\nAccept-Encoding: identity\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw)?;
+    let head_end = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| std::io::Error::other("no end of headers"))?;
+    let status = String::from_utf8_lossy(&raw[..head_end])
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    Ok((status, raw.len() - head_end - 4))
+}
+
+/// The value of an unlabelled sample in a classic exposition.
+fn sample(addr: SocketAddr, name: &str) -> Option<f64> {
+    let mut s = TcpStream::connect(addr).ok()?;
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
+fn percentile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
+struct Daemon(Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+        let _ = self.0.wait();
+    }
+}
+
+fn main() {
+    let args = parse_args();
+    let sleeper = std::env::current_exe()
+        .expect("current_exe")
+        .with_file_name("sleeper");
+    assert!(
+        sleeper.is_file(),
+        "{} is missing: build stormwatch-tests",
+        sleeper.display()
+    );
+    let lifetime = format!("{}", 2.0 * args.seconds + 120.0);
+    eprintln!("starting {} cgroups with a sleeper each", args.cgroups);
+    let mut cgroups = Vec::with_capacity(args.cgroups);
+    let mut sleepers = Vec::with_capacity(args.cgroups);
+    for _ in 0..args.cgroups {
+        let cg = TestCgroup::new("bench");
+        let mut cmd = Command::new(&sleeper);
+        cmd.args([
+            "--threads",
+            "1",
+            "--seconds",
+            &lifetime,
+            "--sleep-ms",
+            "100",
+        ]);
+        sleepers.push(run_in_cgroup(&mut cmd, &cg));
+        cgroups.push(cg);
+    }
+
+    let port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let child = Command::new(agent_bin())
+        .args(["run", "--listen", &addr.to_string()])
+        .args(["--interval", &args.interval.to_string()])
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("starting stormwatch run");
+    let pid = child.id();
+    let _daemon = Daemon(child);
+    let started = Instant::now();
+    while !get(addr, "/readyz", "*/*").is_ok_and(|r| r.0 == 200) {
+        assert!(started.elapsed() < Duration::from_secs(60), "not ready");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!(
+        "ready after {:.2?}; waiting until every cgroup is tracked",
+        started.elapsed()
+    );
+    while sample(addr, "stormwatch_cgroups_tracked").unwrap_or(0.0) < args.cgroups as f64 {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "cgroups not tracked"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let tracked = sample(addr, "stormwatch_cgroups_tracked").unwrap_or(0.0);
+    // Past the first reads of every cgroup's limits, which come all at once.
+    std::thread::sleep(Duration::from_secs_f64(args.warmup));
+    let collections = || {
+        (
+            sample(addr, "stormwatch_collection_duration_seconds_count").unwrap_or(0.0),
+            sample(addr, "stormwatch_collection_duration_seconds_sum").unwrap_or(0.0),
+        )
+    };
+    let c0 = collections();
+
+    // 1. The collection loop alone.
+    let (cpu0, t0) = (cpu_seconds(pid), Instant::now());
+    std::thread::sleep(Duration::from_secs_f64(args.seconds));
+    let idle_cpu = (cpu_seconds(pid) - cpu0) / t0.elapsed().as_secs_f64();
+    let idle_rss = status_mib(pid, "VmRSS:");
+    let c1 = collections();
+
+    // 2. With scrapes.
+    let period = Duration::from_secs_f64(1.0 / args.scrape_hz);
+    let (mut classic, mut openmetrics) = (Vec::new(), Vec::new());
+    let (mut classic_bytes, mut om_bytes) = (0, 0);
+    let (cpu1, t1) = (cpu_seconds(pid), Instant::now());
+    let mut next = Instant::now();
+    let mut n = 0u64;
+    while t1.elapsed().as_secs_f64() < args.seconds {
+        let om = n % 2 == 1;
+        let accept = if om {
+            "application/openmetrics-text;version=1.0.0"
+        } else {
+            "text/plain;version=0.0.4"
+        };
+        let s = Instant::now();
+        let (status, len) = get(addr, "/metrics", accept).expect("scrape");
+        let took = s.elapsed().as_secs_f64();
+        assert_eq!(status, 200);
+        if om {
+            openmetrics.push(took);
+            om_bytes = len;
+        } else {
+            classic.push(took);
+            classic_bytes = len;
+        }
+        n += 1;
+        next += period;
+        if let Some(wait) = next.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+    }
+    let scrape_cpu = (cpu_seconds(pid) - cpu1) / t1.elapsed().as_secs_f64();
+    let rss = status_mib(pid, "VmRSS:");
+    let hwm = status_mib(pid, "VmHWM:");
+    let c2 = collections();
+    let render = sample(addr, "stormwatch_render_duration_seconds").unwrap_or(0.0);
+
+    let mut all: Vec<f64> = classic.iter().chain(&openmetrics).copied().collect();
+    for v in [&mut classic, &mut openmetrics, &mut all] {
+        v.sort_by(f64::total_cmp);
+    }
+    let ms = |v: f64| v * 1e3;
+    println!(
+        "cgroups {} (tracked {tracked}), interval {} s, {} s per phase after {} s of warm-up",
+        args.cgroups, args.interval, args.seconds, args.warmup
+    );
+    let mean = |a: (f64, f64), b: (f64, f64)| ms((b.1 - a.1) / (b.0 - a.0).max(1.0));
+    println!(
+        "collection: mean {:.1} ms ({} collections) without scrapes, {:.1} ms ({}) with; \
+         rendering both formats {:.1} ms",
+        mean(c0, c1),
+        c1.0 - c0.0,
+        mean(c1, c2),
+        c2.0 - c1.0,
+        ms(render)
+    );
+    println!(
+        "exposition: classic {:.2} MiB, OpenMetrics {:.2} MiB",
+        classic_bytes as f64 / 1048576.0,
+        om_bytes as f64 / 1048576.0
+    );
+    println!(
+        "/metrics latency over {} scrapes at {} Hz: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms \
+         (classic p50 {:.2} / p99 {:.2}; OpenMetrics p50 {:.2} / p99 {:.2})",
+        all.len(),
+        args.scrape_hz,
+        ms(percentile(&all, 0.5)),
+        ms(percentile(&all, 0.99)),
+        ms(all.last().copied().unwrap_or(f64::NAN)),
+        ms(percentile(&classic, 0.5)),
+        ms(percentile(&classic, 0.99)),
+        ms(percentile(&openmetrics, 0.5)),
+        ms(percentile(&openmetrics, 0.99)),
+    );
+    println!(
+        "daemon CPU: {:.1}% of a CPU without scrapes, {:.1}% with; RSS {idle_rss:.1} MiB \
+         without scrapes, {rss:.1} MiB with (peak {hwm:.1} MiB)",
+        100.0 * idle_cpu,
+        100.0 * scrape_cpu
+    );
+    drop(_daemon);
+    for s in &mut sleepers {
+        let _ = s.kill();
+    }
+    for mut s in sleepers {
+        let _ = s.wait();
+    }
+    drop(cgroups);
+}

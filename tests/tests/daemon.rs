@@ -1,0 +1,917 @@
+//! `stormwatch run`, the exporter daemon, as Prometheus and Kubernetes see it.
+//!
+//! - A real Prometheus server (Debian package `prometheus`) scrapes the daemon on loopback
+//!   every second while a workload runs in a fresh cgroup; its HTTP API must return the
+//!   cgroup's series with the expected labels, and the counters must rise.
+//! - `promtool check metrics` (same package) must find nothing to say about the classic text
+//!   format the daemon serves.
+//! - Removed cgroups leave after the grace period; the cgroup cap counts what it refuses.
+//! - Bad input fails with one `stormwatch:` line on stderr; SIGTERM/SIGINT exit 0 within 2 s.
+//! - deploy/daemonset.yaml validates against the Kubernetes schemas in strict mode
+//!   (`kubernetes-validate`, from PyPI).
+//!
+//! Nothing is skipped: a missing tool fails the test with how to install it.
+
+use std::{
+    io::{BufRead as _, BufReader, Read as _, Write as _},
+    net::{SocketAddr, TcpListener, TcpStream},
+    path::{Path, PathBuf},
+    process::{Child, Command, ExitStatus, Output, Stdio},
+    sync::atomic::{AtomicUsize, Ordering},
+    thread::JoinHandle,
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+use stormwatch_tests::{
+    TestCgroup, agent_bin, agent_output, require_bpf, run_in_cgroup, workload_result,
+};
+
+/// How long the daemon may take to load and attach its probes.
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+/// SIGTERM to exit.
+const EXIT_DEADLINE: Duration = Duration::from_secs(2);
+
+// ---- helpers --------------------------------------------------------------------------------
+
+/// A port nobody listens on right now.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("binding an ephemeral port on 127.0.0.1")
+}
+
+/// A directory removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(what: &str) -> Self {
+        static SEQ: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "sw-{what}-{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
+        Self(dir)
+    }
+
+    fn file(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.0.join(name);
+        std::fs::write(&path, text).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+        path
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+struct HttpResponse {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl HttpResponse {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Decodes a `Transfer-Encoding: chunked` body.
+fn unchunk(mut raw: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let Some(eol) = raw.windows(2).position(|w| w == b"\r\n") else {
+            return out;
+        };
+        let size_text = String::from_utf8_lossy(&raw[..eol]);
+        let size_text = size_text.split(';').next().unwrap_or("").trim();
+        let Ok(size) = usize::from_str_radix(size_text, 16) else {
+            return out;
+        };
+        raw = &raw[eol + 2..];
+        if size == 0 || raw.len() < size {
+            return out;
+        }
+        out.extend_from_slice(&raw[..size]);
+        raw = raw.get(size + 2..).unwrap_or_default();
+    }
+}
+
+/// A tiny HTTP/1.1 GET on loopback.
+fn http_get(addr: SocketAddr, path: &str, accept: Option<&str>) -> std::io::Result<HttpResponse> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    stream.set_write_timeout(Some(Duration::from_secs(2)))?;
+    let accept = accept
+        .map(|a| format!("Accept: {a}\r\n"))
+        .unwrap_or_default();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{accept}Connection: close\r\n\r\n"
+    )?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw)?;
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| std::io::Error::other("no end of headers"))?;
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("bad status line in {head:?}")))?;
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+        .collect();
+    let mut body = raw[split + 4..].to_vec();
+    if headers.iter().any(|(k, v)| {
+        k.eq_ignore_ascii_case("transfer-encoding") && v.eq_ignore_ascii_case("chunked")
+    }) {
+        body = unchunk(&body);
+    }
+    Ok(HttpResponse {
+        status,
+        headers,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    })
+}
+
+/// Percent-encodes a query string value.
+fn url_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// Polls `f` every 200 ms until it returns `Some`, or panics after `timeout` with `what`.
+#[track_caller]
+fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// A command that the project's setup installs; fails with how to install it when missing.
+fn tool(name: &str, install: &str) -> PathBuf {
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| {
+            panic!(
+                "`{name}` is not installed (or not on PATH); install it with `{install}` \
+                 (`cargo xtask setup` does)"
+            )
+        })
+}
+
+// ---- the daemon ----------------------------------------------------------------------------
+
+/// A running `stormwatch run`, killed on drop if still running.
+struct Daemon {
+    child: Child,
+    addr: SocketAddr,
+    stderr: Option<JoinHandle<Vec<String>>>,
+}
+
+impl Daemon {
+    /// Starts `stormwatch run --listen 127.0.0.1:<free port> --interval 1 <extra>` and waits
+    /// for /readyz to answer 200.
+    fn start(extra: &[&str]) -> Self {
+        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let mut child = Command::new(agent_bin())
+            .args(["run", "--listen", &addr.to_string(), "--interval", "1"])
+            .args(extra)
+            .env_remove("STORMWATCH_LISTEN")
+            .env_remove("STORMWATCH_INTERVAL")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", agent_bin().display()));
+        let err = child.stderr.take().expect("piped stderr");
+        let stderr = std::thread::spawn(move || {
+            BufReader::new(err)
+                .lines()
+                .map_while(Result::ok)
+                .inspect(|l| eprintln!("[stormwatch run] {l}"))
+                .collect()
+        });
+        let mut daemon = Self {
+            child,
+            addr,
+            stderr: Some(stderr),
+        };
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            if let Ok(Some(status)) = daemon.child.try_wait() {
+                let lines = daemon.stderr.take().unwrap().join().unwrap_or_default();
+                panic!(
+                    "stormwatch run exited ({status}) before it was ready; stderr:\n{}",
+                    lines.join("\n")
+                );
+            }
+            if daemon.get("/readyz").is_ok_and(|r| r.status == 200) {
+                return daemon;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "stormwatch run on {addr} was not ready within {READY_TIMEOUT:?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn get(&self, path: &str) -> std::io::Result<HttpResponse> {
+        http_get(self.addr, path, None)
+    }
+
+    /// The classic text exposition.
+    fn metrics(&self) -> String {
+        let r = self.get("/metrics").expect("GET /metrics");
+        assert_eq!(r.status, 200, "GET /metrics: {}", r.body);
+        r.body
+    }
+
+    /// Sends `signal`, waits for the exit, and returns the status and how long it took.
+    fn stop(mut self, signal: i32) -> (ExitStatus, Duration) {
+        let pid = self.child.id() as i32;
+        let sent = Instant::now();
+        // SAFETY: kill(2) on our own child's pid.
+        assert_eq!(
+            unsafe { libc::kill(pid, signal) },
+            0,
+            "kill({pid}, {signal})"
+        );
+        let deadline = sent + Duration::from_secs(20);
+        let status = loop {
+            if let Some(status) = self.child.try_wait().expect("waiting for the daemon") {
+                break status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the daemon did not exit after signal {signal}"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        let took = sent.elapsed();
+        if let Some(stderr) = self.stderr.take() {
+            let _ = stderr.join();
+        }
+        (status, took)
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A sample's value in a classic exposition: the first line that starts with `series`.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(series))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+// ---- Prometheus ----------------------------------------------------------------------------
+
+/// A Prometheus server scraping one target every second, storage in a temp dir; killed (and
+/// its directory removed) on drop.
+struct Prometheus {
+    child: Child,
+    addr: SocketAddr,
+    dir: TempDir,
+}
+
+impl Prometheus {
+    fn start(target: SocketAddr) -> Self {
+        let bin = tool("prometheus", "apt-get install -y prometheus");
+        let dir = TempDir::new("prometheus");
+        let config = dir.file(
+            "prometheus.yml",
+            &format!(
+                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
+                 scrape_configs:\n  - job_name: stormwatch\n    static_configs:\n      \
+                 - targets: ['{target}']\n"
+            ),
+        );
+        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let log = std::fs::File::create(dir.0.join("prometheus.log")).expect("prometheus.log");
+        let child = Command::new(bin)
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.0.join("data").display()
+            ))
+            .arg(format!("--web.listen-address={addr}"))
+            .arg("--log.level=warn")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log file"))
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start prometheus: {e}"));
+        let mut prometheus = Self { child, addr, dir };
+        wait_for("Prometheus to be ready", Duration::from_secs(30), || {
+            if let Ok(Some(status)) = prometheus.child.try_wait() {
+                panic!("prometheus exited ({status}):\n{}", prometheus.log());
+            }
+            http_get(prometheus.addr, "/-/ready", None)
+                .ok()
+                .filter(|r| r.status == 200)
+        });
+        prometheus
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.0.join("prometheus.log")).unwrap_or_default()
+    }
+
+    /// The `data.result` of an instant query.
+    fn query(&self, promql: &str) -> Vec<Value> {
+        let path = format!("/api/v1/query?query={}", url_encode(promql));
+        let r = http_get(self.addr, &path, None)
+            .unwrap_or_else(|e| panic!("querying Prometheus for {promql}: {e}"));
+        let v: Value = serde_json::from_str(&r.body)
+            .unwrap_or_else(|e| panic!("Prometheus answered {} {:?}: {e}", r.status, r.body));
+        assert_eq!(v["status"], "success", "query {promql}: {v}");
+        v["data"]["result"].as_array().cloned().unwrap_or_default()
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn value_of(series: &Value) -> f64 {
+    series["value"][1]
+        .as_str()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no value in {series}"))
+}
+
+// ---- the tests -----------------------------------------------------------------------------
+
+#[test]
+fn prometheus_scrapes_a_workloads_series_and_they_rise() {
+    require_bpf();
+    let cgroup = TestCgroup::new("daemon");
+    let rel = cgroup.rel_path().to_owned();
+    let daemon = Daemon::start(&[]);
+    let health = daemon.get("/healthz").expect("GET /healthz");
+    assert_eq!(health.status, 200, "/healthz: {}", health.body);
+    let missing = daemon.get("/nope").expect("GET /nope");
+    assert_eq!(missing.status, 404);
+
+    let prometheus = Prometheus::start(daemon.addr);
+    wait_for(
+        "Prometheus to scrape the daemon (up == 1)",
+        Duration::from_secs(30),
+        || {
+            let up = prometheus.query("up{job=\"stormwatch\"}");
+            up.first().filter(|s| value_of(s) == 1.0).map(|_| ())
+        },
+    );
+
+    let mut storm = run_in_cgroup(
+        Command::new(env!("CARGO_BIN_EXE_mutex_storm")).args(["--threads", "16", "--seconds", "8"]),
+        &cgroup,
+    );
+
+    // The workload's series, scraped by Prometheus; every label as the daemon exported it.
+    // Prometheus stores no empty label: namespace/pod/container="" read back as absent, which
+    // the explicit `=""` matchers select.
+    let query = format!(
+        "stormwatch_context_switches_total{{cgroup=\"{rel}\",namespace=\"\",pod=\"\",container=\"\"}}"
+    );
+    let first = wait_for(
+        "the workload's series in Prometheus",
+        Duration::from_secs(20),
+        || {
+            let r = prometheus.query(&query);
+            (r.len() == 2).then_some(r)
+        },
+    );
+    let mut types: Vec<&str> = Vec::new();
+    for s in &first {
+        let m = &s["metric"];
+        assert_eq!(m["__name__"], "stormwatch_context_switches_total", "{s}");
+        assert_eq!(m["cgroup"], rel.as_str(), "{s}");
+        assert_eq!(m["job"], "stormwatch", "{s}");
+        assert_eq!(m["instance"], daemon.addr.to_string(), "{s}");
+        for empty in ["namespace", "pod", "container"] {
+            assert!(
+                m[empty].is_null() || m[empty] == "",
+                "{empty} should be empty for a bare cgroup: {s}"
+            );
+        }
+        types.push(m["type"].as_str().expect("a `type` label"));
+    }
+    types.sort_unstable();
+    assert_eq!(types, ["involuntary", "voluntary"]);
+    let voluntary = |r: &[Value]| {
+        r.iter()
+            .find(|s| s["metric"]["type"] == "voluntary")
+            .map(value_of)
+            .expect("the voluntary series")
+    };
+    let before = voluntary(&first);
+    // Three scrapes later, the workload still running: the counter has risen.
+    std::thread::sleep(Duration::from_millis(3000));
+    assert!(
+        storm.try_wait().expect("the workload").is_none(),
+        "the workload ended too early for the test: give it more --seconds"
+    );
+    let after = voluntary(&prometheus.query(&query));
+    assert!(
+        after > before,
+        "stormwatch_context_switches_total{{type=\"voluntary\"}} of {rel} did not rise: \
+         {before} then {after}"
+    );
+
+    // The other families of the workload reached Prometheus too.
+    for q in [
+        format!("stormwatch_oncpu_seconds_total{{cgroup=\"{rel}\"}}"),
+        format!("stormwatch_runqueue_latency_seconds_count{{cgroup=\"{rel}\"}}"),
+        format!("stormwatch_runqueue_latency_seconds_bucket{{cgroup=\"{rel}\",le=\"+Inf\"}}"),
+        format!("stormwatch_futex_waits_total{{cgroup=\"{rel}\"}}"),
+        format!("stormwatch_futex_wait_seconds_total{{cgroup=\"{rel}\"}}"),
+        "stormwatch_build_info".to_owned(),
+        "stormwatch_probe_attached{tracepoint=\"sched:sched_switch\"}".to_owned(),
+        "stormwatch_collection_duration_seconds_count".to_owned(),
+    ] {
+        let r = prometheus.query(&q);
+        assert_eq!(r.len(), 1, "{q}: {r:?}");
+        assert!(value_of(&r[0]) > 0.0, "{q} should be positive: {r:?}");
+    }
+    let histogram = prometheus.query(&format!(
+        "stormwatch_runqueue_latency_seconds_bucket{{cgroup=\"{rel}\"}}"
+    ));
+    assert_eq!(histogram.len(), 22, "21 log2 edges and +Inf: {histogram:?}");
+
+    // The classic format as served: labels as exported, and promtool has nothing to say.
+    let classic = daemon.get("/metrics").expect("GET /metrics");
+    assert_eq!(classic.status, 200);
+    assert_eq!(
+        classic.header("content-type"),
+        Some("text/plain; version=0.0.4; charset=utf-8")
+    );
+    let labels = format!("namespace=\"\",pod=\"\",container=\"\",cgroup=\"{rel}\"");
+    for series in [
+        format!("stormwatch_context_switches_total{{{labels},type=\"voluntary\"}}"),
+        format!("stormwatch_context_switches_total{{{labels},type=\"involuntary\"}}"),
+        format!("stormwatch_migrations_total{{{labels}}}"),
+        format!("stormwatch_offcpu_seconds_total{{{labels}}}"),
+        format!("stormwatch_runqueue_latency_seconds_sum{{{labels}}}"),
+        format!("stormwatch_futex_wait_duration_seconds_count{{{labels}}}"),
+        format!("stormwatch_threads{{{labels}}}"),
+    ] {
+        assert!(
+            sample(&classic.body, &series).is_some(),
+            "{series} is not in /metrics:\n{}",
+            classic.body
+        );
+    }
+    assert!(!classic.body.contains("# EOF"));
+    let promtool = tool("promtool", "apt-get install -y prometheus");
+    let mut check = Command::new(promtool)
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting promtool");
+    check
+        .stdin
+        .take()
+        .expect("promtool stdin")
+        .write_all(classic.body.as_bytes())
+        .expect("feeding promtool");
+    let checked = check.wait_with_output().expect("promtool");
+    assert!(
+        checked.status.success() && checked.stdout.is_empty() && checked.stderr.is_empty(),
+        "promtool check metrics ({}):\n{}{}",
+        checked.status,
+        String::from_utf8_lossy(&checked.stdout),
+        String::from_utf8_lossy(&checked.stderr)
+    );
+
+    // OpenMetrics on request.
+    let om = http_get(
+        daemon.addr,
+        "/metrics",
+        Some("application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.3"),
+    )
+    .expect("GET /metrics (OpenMetrics)");
+    assert_eq!(om.status, 200);
+    assert_eq!(
+        om.header("content-type"),
+        Some("application/openmetrics-text; version=1.0.0; charset=utf-8")
+    );
+    assert!(om.body.ends_with("# EOF\n"), "OpenMetrics ends with # EOF");
+    assert!(
+        om.body
+            .contains("# TYPE stormwatch_context_switches counter\n")
+    );
+
+    let truth = workload_result(storm);
+    assert!(truth["ops"].as_f64().unwrap_or(0.0) > 0.0, "{truth}");
+    drop(prometheus);
+    let (status, took) = daemon.stop(libc::SIGTERM);
+    eprintln!("SIGTERM: exited ({status}) after {took:?}");
+    assert_eq!(status.code(), Some(0), "SIGTERM: exit status {status}");
+    assert!(took < EXIT_DEADLINE, "SIGTERM: exited after {took:?}");
+}
+
+#[test]
+fn removed_cgroups_leave_after_the_grace_period() {
+    require_bpf();
+    let dir = TempDir::new("grace");
+    let config = dir.file("config.toml", "removed_grace_seconds = 3\n");
+    let daemon = Daemon::start(&["--config", config.to_str().unwrap()]);
+    let cgroup = TestCgroup::new("grace");
+    let rel = cgroup.rel_path().to_owned();
+    let series = format!(
+        "stormwatch_context_switches_total{{namespace=\"\",pod=\"\",container=\"\",cgroup=\"{rel}\",type=\"voluntary\"}}"
+    );
+    let child = run_in_cgroup(
+        Command::new(env!("CARGO_BIN_EXE_spin")).args(["--threads", "2", "--seconds", "1"]),
+        &cgroup,
+    );
+    workload_result(child);
+    let last = wait_for("the cgroup's series", Duration::from_secs(10), || {
+        sample(&daemon.metrics(), &series)
+    });
+    assert!(last > 0.0);
+    cgroup.remove();
+    let removed_at = Instant::now();
+    // The removal is noticed at the next collection; the series stays 3 s from then.
+    std::thread::sleep(Duration::from_millis(1500));
+    let text = daemon.metrics();
+    assert!(
+        sample(&text, &series).is_some_and(|v| v >= last),
+        "the removed cgroup's series must stay (with its last value) during the grace period"
+    );
+    assert!(
+        sample(&text, "stormwatch_cgroups_removed ").is_some_and(|n| n >= 1.0),
+        "stormwatch_cgroups_removed counts it"
+    );
+    wait_for(
+        "the removed cgroup's series to go",
+        Duration::from_secs(15),
+        || sample(&daemon.metrics(), &series).is_none().then_some(()),
+    );
+    assert!(
+        removed_at.elapsed() >= Duration::from_secs(3),
+        "gone after {:?}, before the grace period",
+        removed_at.elapsed()
+    );
+    let (status, took) = daemon.stop(libc::SIGINT);
+    eprintln!("SIGINT: exited ({status}) after {took:?}");
+    assert_eq!(status.code(), Some(0), "SIGINT: exit status {status}");
+    assert!(took < EXIT_DEADLINE, "SIGINT: exited after {took:?}");
+}
+
+#[test]
+fn the_cgroup_cap_counts_what_it_refuses() {
+    require_bpf();
+    let dir = TempDir::new("cap");
+    let config = dir.file("config.toml", "max_cgroups = 1\n");
+    let daemon = Daemon::start(&["--config", config.to_str().unwrap()]);
+    // Something on the host (this test, the daemon itself) takes the one place.
+    wait_for("one tracked cgroup", Duration::from_secs(10), || {
+        (sample(&daemon.metrics(), "stormwatch_cgroups_tracked ") == Some(1.0)).then_some(())
+    });
+    let cgroup = TestCgroup::new("cap");
+    let child = run_in_cgroup(
+        Command::new(env!("CARGO_BIN_EXE_spin")).args(["--threads", "1", "--seconds", "1.5"]),
+        &cgroup,
+    );
+    workload_result(child);
+    let text = wait_for("a dropped cgroup", Duration::from_secs(10), || {
+        let text = daemon.metrics();
+        sample(&text, "stormwatch_cgroups_dropped_total ")
+            .is_some_and(|n| n >= 1.0)
+            .then_some(text)
+    });
+    assert!(
+        !text.contains(&format!("cgroup=\"{}\"", cgroup.rel_path())),
+        "a refused cgroup is not exported"
+    );
+    assert_eq!(sample(&text, "stormwatch_cgroups_tracked "), Some(1.0));
+    assert_eq!(sample(&text, "stormwatch_cgroups_max "), Some(1.0));
+}
+
+#[test]
+fn a_lock_storm_is_a_finding_while_it_lasts() {
+    require_bpf();
+    let dir = TempDir::new("finding");
+    // A short window (steps of 1 s) so that the finding comes and goes within seconds, and
+    // lenient thresholds: this is about the finding's way to /metrics, not the rule's
+    // calibration (tested in diagnose::rules), which a busy shared host could upset.
+    let config = dir.file(
+        "config.toml",
+        "diagnosis_window_seconds = 3\n[thresholds]\nstorm_min_futex_wait_share = 0.01\n\
+         storm_min_futex_waits_per_second = 1\nstorm_min_voluntary_switches_per_cpu_second = 1\n\
+         storm_min_threads_per_cpu = 1\nstorm_max_timeout_share = 1\nstorm_min_busy_share = 0\n\
+         storm_critical_futex_wait_share = 0.01\n",
+    );
+    let daemon = Daemon::start(&["--config", config.to_str().unwrap()]);
+    let cgroup = TestCgroup::new("finding");
+    let finding = format!(
+        "stormwatch_finding{{kind=\"lock_storm\",severity=\"critical\",namespace=\"\",pod=\"\",\
+         container=\"\",cgroup=\"{}\"}}",
+        cgroup.rel_path()
+    );
+    // Far more threads than CPUs queueing on one mutex: the storm the rule describes.
+    let threads = (8 * stormwatch_tests::cpus()).max(16).to_string();
+    let storm = run_in_cgroup(
+        Command::new(env!("CARGO_BIN_EXE_mutex_storm")).args([
+            "--threads",
+            &threads,
+            "--seconds",
+            "8",
+        ]),
+        &cgroup,
+    );
+    wait_for("the lock storm finding", Duration::from_secs(7), || {
+        (sample(&daemon.metrics(), &finding) == Some(1.0)).then_some(())
+    });
+    let text = daemon.metrics();
+    assert!(
+        sample(&text, "stormwatch_findings{severity=\"critical\"}").is_some_and(|n| n >= 1.0),
+        "stormwatch_findings counts it"
+    );
+    workload_result(storm);
+    wait_for(
+        "the finding to clear once the storm is over",
+        Duration::from_secs(10),
+        || sample(&daemon.metrics(), &finding).is_none().then_some(()),
+    );
+}
+
+/// The one stderr line of a failed run, after checking the failure's shape.
+#[track_caller]
+fn one_error_line(out: &Output, what: &str) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "{what}: should fail, exited {}; stderr: {stderr}",
+        out.status
+    );
+    assert!(!stderr.contains("panicked"), "{what}: panicked: {stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(
+        lines.len(),
+        1,
+        "{what}: one line on stderr expected:\n{stderr}"
+    );
+    assert!(
+        lines[0].starts_with("stormwatch:"),
+        "{what}: the line should start `stormwatch:`: {:?}",
+        lines[0]
+    );
+    assert!(out.stdout.is_empty(), "{what}: nothing on stdout expected");
+    lines[0].to_owned()
+}
+
+/// Runs `stormwatch run <args>` with `env` (and without the daemon's variables otherwise),
+/// giving it at most 20 s: bad input must fail at once, before any probe is loaded.
+fn run_output(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(agent_bin());
+    cmd.arg("run")
+        .args(args)
+        .env_remove("STORMWATCH_LISTEN")
+        .env_remove("STORMWATCH_INTERVAL")
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("starting stormwatch run");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while child.try_wait().expect("waiting").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("stormwatch run {args:?} did not exit: bad input must fail at once");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("output")
+}
+
+#[test]
+fn bad_input_fails_with_one_line() {
+    let dir = TempDir::new("bad-input");
+    let unknown = dir.file(
+        "unknown.toml",
+        "listen = \"127.0.0.1:1\"\nscrape_port = 9\n",
+    );
+    let line = one_error_line(
+        &run_output(&["--config", unknown.to_str().unwrap()], &[]),
+        "unknown config key",
+    );
+    assert!(
+        line.contains("scrape_port") && line.contains("line 2"),
+        "{line}"
+    );
+    let nested = dir.file("nested.toml", "[thresholds]\nrunq_min_mean_secs = 1\n");
+    let line = one_error_line(
+        &run_output(&["--config", nested.to_str().unwrap()], &[]),
+        "unknown threshold",
+    );
+    assert!(line.contains("runq_min_mean_secs"), "{line}");
+
+    // Malformed listen addresses, from each source.
+    let out = run_output(&["--listen", "127.0.0.1"], &[]);
+    let line = one_error_line(&out, "--listen without a port");
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "a bad flag is a usage error: {line}"
+    );
+    assert!(line.contains("127.0.0.1"), "{line}");
+    let line = one_error_line(
+        &run_output(&[], &[("STORMWATCH_LISTEN", "localhost:http")]),
+        "malformed STORMWATCH_LISTEN",
+    );
+    assert!(line.contains("STORMWATCH_LISTEN"), "{line}");
+    let bad_listen = dir.file("listen.toml", "listen = \"0.0.0.0:99999\"\n");
+    let line = one_error_line(
+        &run_output(&["--config", bad_listen.to_str().unwrap()], &[]),
+        "malformed listen in the file",
+    );
+    assert!(line.contains("listen"), "{line}");
+    one_error_line(
+        &run_output(&[], &[("STORMWATCH_INTERVAL", "0")]),
+        "zero STORMWATCH_INTERVAL",
+    );
+
+    // The port is taken.
+    let taken = TcpListener::bind("127.0.0.1:0").expect("binding a port");
+    let addr = taken.local_addr().unwrap().to_string();
+    let line = one_error_line(&run_output(&["--listen", &addr], &[]), "port in use");
+    assert!(line.contains(&addr) && line.contains("in use"), "{line}");
+    drop(taken);
+
+    // Unreadable config files: missing, and a directory.
+    let missing = dir.0.join("missing.toml");
+    let line = one_error_line(
+        &run_output(&["--config", missing.to_str().unwrap()], &[]),
+        "missing config file",
+    );
+    assert!(line.contains("missing.toml"), "{line}");
+    let line = one_error_line(
+        &run_output(&["--config", dir.0.to_str().unwrap()], &[]),
+        "a directory as config file",
+    );
+    assert!(line.contains("cannot read config file"), "{line}");
+
+    // --check-config reports the same errors, the same way.
+    one_error_line(
+        &run_output(
+            &["--check-config", "--config", unknown.to_str().unwrap()],
+            &[],
+        ),
+        "--check-config of a bad file",
+    );
+}
+
+#[test]
+fn check_config_prints_the_effective_config() {
+    let dir = TempDir::new("check-config");
+    let file = dir.file(
+        "config.toml",
+        "listen = \"127.0.0.1:1111\"\ninterval_seconds = 9\nmax_cgroups = 7\n\
+         [thresholds]\nrunq_min_mean_seconds = 0.5\n",
+    );
+    let file = file.to_str().unwrap();
+    let out = run_output(&["--check-config", "--config", file], &[]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    for want in [
+        "listen = \"127.0.0.1:1111\"",
+        "interval_seconds = 9.0",
+        "max_cgroups = 7",
+        "removed_grace_seconds = 60.0",
+        "runq_min_mean_seconds = 0.5",
+    ] {
+        assert!(stdout.contains(want), "{want:?} not in:\n{stdout}");
+    }
+    // Flags > environment > file.
+    let out = run_output(
+        &[
+            "--check-config",
+            "--config",
+            file,
+            "--listen",
+            "127.0.0.1:3333",
+        ],
+        &[
+            ("STORMWATCH_LISTEN", "127.0.0.1:2222"),
+            ("STORMWATCH_INTERVAL", "4"),
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(stdout.contains("listen = \"127.0.0.1:3333\""), "{stdout}");
+    assert!(stdout.contains("interval_seconds = 4.0"), "{stdout}");
+    assert!(stdout.contains("max_cgroups = 7"), "{stdout}");
+    assert!(agent_output(&["run", "--help"]).status.success());
+}
+
+fn deploy_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy")
+}
+
+#[test]
+fn daemonset_validates_against_the_kubernetes_schemas() {
+    let validator = tool("kubernetes-validate", "pip install kubernetes-validate");
+    let manifest = deploy_dir().join("daemonset.yaml");
+    let out = Command::new(validator)
+        .arg("--strict")
+        .arg(&manifest)
+        .output()
+        .expect("running kubernetes-validate");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "kubernetes-validate --strict:\n{text}"
+    );
+    for kind in ["namespace", "serviceaccount", "daemonset"] {
+        assert!(
+            text.contains(&format!("passed for resource {kind}/")),
+            "{kind}:\n{text}"
+        );
+    }
+    assert!(!text.contains("ERROR"), "{text}");
+
+    // What the other files must agree with.
+    let daemonset = std::fs::read_to_string(&manifest).unwrap();
+    let image = daemonset
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("image: "))
+        .expect("an image in the DaemonSet");
+    let containerfile = std::fs::read_to_string(deploy_dir().join("Containerfile")).unwrap();
+    assert!(
+        containerfile.contains(&format!("-t {image} ")),
+        "deploy/Containerfile should say how to build {image}"
+    );
+    let podmonitor = std::fs::read_to_string(deploy_dir().join("podmonitor.yaml")).unwrap();
+    for want in [
+        "kind: PodMonitor",
+        "port: metrics",
+        "app.kubernetes.io/name: stormwatch",
+        "honorLabels: true",
+    ] {
+        assert!(podmonitor.contains(want), "podmonitor.yaml lacks {want:?}");
+    }
+    for want in [
+        "name: metrics",
+        "containerPort: 9847",
+        "prometheus.io/port: \"9847\"",
+        "path: /healthz",
+        "path: /readyz",
+        "readOnlyRootFilesystem: true",
+        "privileged: false",
+    ] {
+        assert!(daemonset.contains(want), "daemonset.yaml lacks {want:?}");
+    }
+}
