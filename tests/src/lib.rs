@@ -200,8 +200,17 @@ impl Drop for TestCgroup {
 /// the few context switches of fork and of the write itself happen in the parent's cgroup).
 /// stdout is piped (the workloads print their JSON line there); stderr is inherited.
 pub fn run_in_cgroup(cmd: &mut Command, cgroup: &TestCgroup) -> Child {
-    let procs = CString::new(cgroup.path().join("cgroup.procs").as_os_str().as_bytes())
-        .expect("no NUL in a cgroup path");
+    join_before_exec(cmd, &cgroup.path().join("cgroup.procs"));
+    cmd.stdout(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {cmd:?} in {}: {e}", cgroup.rel_path()))
+}
+
+/// Makes the child of `cmd` write itself into `procs` (a `cgroup.procs` file, of any hierarchy)
+/// between fork and exec, so that everything it runs is in that cgroup from its first
+/// instruction. May be called for several hierarchies.
+pub fn join_before_exec(cmd: &mut Command, procs: &Path) {
+    let procs = CString::new(procs.as_os_str().as_bytes()).expect("no NUL in a cgroup path");
     // SAFETY: the closure runs in the child between fork and exec; it only calls
     // async-signal-safe functions (open, write, close) on memory prepared before the fork.
     unsafe {
@@ -219,9 +228,6 @@ pub fn run_in_cgroup(cmd: &mut Command, cgroup: &TestCgroup) -> Child {
             Ok(())
         });
     }
-    cmd.stdout(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {cmd:?} in {}: {e}", cgroup.rel_path()))
 }
 
 /// Waits for a workload started by [`run_in_cgroup`] and parses the JSON line it printed.

@@ -9,15 +9,14 @@
 //! them.
 
 use std::{
-    os::unix::process::CommandExt as _,
     path::PathBuf,
     process::{Child, Command},
 };
 
 use serde_json::Value;
 use stormwatch_tests::{
-    Agent, TestCgroup, agent_proc::AgentProcess, cgroupfs, cpus, num, require_bpf, run_in_cgroup,
-    v2_root, workload_result,
+    Agent, TestCgroup, agent_proc::AgentProcess, cgroupfs, cpus, join_before_exec, num,
+    require_bpf, run_in_cgroup, v2_root, workload_result,
 };
 
 const DIAGNOSE_SECONDS: f64 = 10.0;
@@ -158,29 +157,7 @@ fn pin_to_cpu0(cmd: &mut Command, cgroup: &TestCgroup) -> Option<V1Cpuset> {
                 std::fs::write(dir.join(file), value)
                     .unwrap_or_else(|e| panic!("writing {value} to {file} of the cpuset: {e}"));
             }
-            let procs = std::ffi::CString::new(
-                dir.join("cgroup.procs")
-                    .into_os_string()
-                    .into_encoded_bytes(),
-            )
-            .expect("no NUL in a cgroup path");
-            // SAFETY: runs between fork and exec, calling only async-signal-safe functions
-            // (open, write, close) on memory prepared before the fork.
-            unsafe {
-                cmd.pre_exec(move || {
-                    let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-                    if fd < 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    let n = libc::write(fd, b"0".as_ptr().cast(), 1);
-                    let err = std::io::Error::last_os_error();
-                    libc::close(fd);
-                    if n != 1 {
-                        return Err(err);
-                    }
-                    Ok(())
-                });
-            }
+            join_before_exec(cmd, &dir.join("cgroup.procs"));
             Some(guard)
         }
         None => {
