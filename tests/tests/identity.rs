@@ -347,9 +347,12 @@ fn runc_container_in_kubepods_layout_is_named_and_its_switches_attributed() {
     assert_eq!(c["runtime"], "containerd", "runtime: {c}");
     assert_eq!(c["container_id"], id.as_str(), "container_id: {c}");
 
+    // The premise: the container switched measurably inside the trace, so attribution is
+    // checked on real events. How often a busy loop is preempted depends on its rivals' timing
+    // (seen: 25 to several hundred in 3 s on this 2-CPU VM), hence a modest floor.
     assert!(
-        lower >= 50.0,
-        "the busy loop should be preempted often by its rivals ({lower} switches in 3 s): the \
+        lower >= 20.0,
+        "the busy loop should be preempted by its rivals ({lower} switches in 3 s): the \
          test's premise"
     );
     let slack = 2.0 + 0.02 * upper;
