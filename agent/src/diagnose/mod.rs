@@ -5,11 +5,17 @@
 
 pub mod network;
 pub mod rules;
+pub mod session;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 use stormwatch_common::{FutexStats, LockStats, SchedStats, lock_kind};
+
+use crate::{
+    collect::Window,
+    identity::{limits::Limits, workload::Identity},
+};
 
 /// One container's figures over one window, with what bounds it.
 #[derive(Clone, Debug)]
@@ -193,6 +199,15 @@ impl Default for Thresholds {
     }
 }
 
+/// Every rule, by name: what `diagnose` says it checked.
+pub const RULES: [Kind; 5] = [
+    Kind::LockStorm,
+    Kind::CpuThrottling,
+    Kind::RunqueueSaturation,
+    Kind::ThreadOversubscription,
+    Kind::MtuMismatch,
+];
+
 /// Runs every rule on every container; findings ranked by severity, then by container.
 /// `all` is the whole host's facts, so that a rule can name a noisy neighbour.
 pub fn diagnose(all: &[Facts], t: &Thresholds) -> Vec<Finding> {
@@ -200,11 +215,94 @@ pub fn diagnose(all: &[Facts], t: &Thresholds) -> Vec<Finding> {
         .iter()
         .flat_map(|f| rules::check_all(f, all, t))
         .collect();
+    sort_findings(&mut findings);
+    findings
+}
+
+/// The order findings are reported in: most severe first, then by kind and container.
+pub fn sort_findings(findings: &mut [Finding]) {
     findings.sort_by(|a, b| {
         b.severity
             .cmp(&a.severity)
             .then(a.kind.cmp(&b.kind))
             .then(a.cgroup.cmp(&b.cgroup))
     });
-    findings
+}
+
+/// Online CPUs of the host (`/sys/devices/system/cpu/online`; this process's affinity when
+/// that cannot be read — it may be smaller than the host).
+pub fn host_cpus() -> u32 {
+    std::fs::read_to_string("/sys/devices/system/cpu/online")
+        .ok()
+        .and_then(|t| crate::identity::limits::parse_cpu_list(&t))
+        .map(|cpus| cpus.len())
+        .or_else(|| std::thread::available_parallelism().ok().map(|n| n.get()))
+        .map_or(1, |n| u32::try_from(n).unwrap_or(u32::MAX))
+        .max(1)
+}
+
+/// Builds each active container's facts from a window and its resource context over the
+/// window (see [`session::Session::window_limits`]).
+pub fn facts(
+    window: &Window,
+    paths: &HashMap<u64, String>,
+    limits: &HashMap<u64, Limits>,
+    host_cpus: u32,
+) -> Vec<Facts> {
+    window
+        .cgroups
+        .iter()
+        .filter_map(|(id, w)| {
+            let path = paths.get(id)?;
+            let l = limits.get(id);
+            Some(Facts {
+                cgroup_id: *id,
+                cgroup: path.clone(),
+                window_seconds: window.duration.as_secs_f64(),
+                host_cpus,
+                cpuset_cpus: l
+                    .and_then(|l| l.cpuset_cpus.as_ref())
+                    .map(|c| c.len() as u32),
+                quota_cores: l.and_then(|l| l.cpu_quota_cores),
+                threads: l.and_then(|l| l.threads),
+                throttled_periods: l.and_then(|l| l.throttled_periods),
+                throttled_seconds: l.and_then(|l| l.throttled_seconds),
+                sched: w.sched,
+                futex: w.futex,
+                locks: w.locks,
+            })
+        })
+        .collect()
+}
+
+/// A finding as documents show it (`diagnose --json`, `trace --json`): the rule's verdict with
+/// the container's Kubernetes names.
+#[derive(Clone, Debug, Serialize)]
+pub struct FindingReport {
+    pub kind: &'static str,
+    pub severity: Severity,
+    pub cgroup: String,
+    pub namespace: Option<String>,
+    pub pod: Option<String>,
+    pub container: Option<String>,
+    pub summary: String,
+    pub evidence: BTreeMap<&'static str, f64>,
+    pub recommendations: Vec<String>,
+}
+
+impl FindingReport {
+    pub fn new(f: &Finding, identity: Option<&Identity>) -> Self {
+        let identity = identity.cloned().unwrap_or_default();
+        Self {
+            kind: f.kind.as_str(),
+            severity: f.severity,
+            cgroup: f.cgroup.clone(),
+            namespace: identity.namespace,
+            pod: identity.pod,
+            container: identity.container,
+            summary: f.summary.clone(),
+            evidence: f.evidence.clone(),
+            recommendations: f.recommendations.clone(),
+        }
+    }
 }
