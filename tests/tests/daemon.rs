@@ -23,7 +23,6 @@ use std::{
 use serde_json::Value;
 use stormwatch_tests::{
     Agent, TestCgroup, agent_bin, agent_output,
-    agent_proc::AgentProcess,
     daemon::{
         Daemon, EXIT_DEADLINE, TempDir, free_port, http_get, sample, tool, url_encode, wait_for,
     },
@@ -469,7 +468,7 @@ fn a_storm_after_calm_is_flagged_by_run_as_by_diagnose() {
     );
 
     // The CLI watches the same storm, over the same stretch of time.
-    let diagnose = AgentProcess::start(&["diagnose", "--duration", "10", "--json"]);
+    let diagnose = Agent::start(&["diagnose", "--duration", "10", "--json"]);
     let mut trace = Agent::trace(&["--json", "--duration", "10", "--cgroup", &rel]);
     let storm_started = Instant::now();
     let storm = run_in_cgroup(
@@ -511,7 +510,7 @@ fn a_storm_after_calm_is_flagged_by_run_as_by_diagnose() {
          calm process's two)"
     );
 
-    let diagnosis = diagnose.finish();
+    let diagnosis = diagnose.finish_output();
     let report: Value = serde_json::from_str(&diagnosis.stdout_text())
         .unwrap_or_else(|e| panic!("diagnose --json: {e}\n{}", diagnosis.stdout_text()));
     let kinds = |findings: &Value| -> Vec<String> {

@@ -38,7 +38,10 @@ fn counters(text: &str) -> HashMap<String, f64> {
             let counter = ["_total", "_sum", "_count", "_bucket"]
                 .iter()
                 .any(|s| name.ends_with(s));
-            Some((series.to_owned(), value.parse().ok()?)).filter(|_| counter)
+            if !counter {
+                return None;
+            }
+            Some((series.to_owned(), value.parse().ok()?))
         })
         .collect()
 }
