@@ -12,9 +12,10 @@ use serde::Serialize;
 use crate::{
     collect::Window,
     diagnose::{
-        Facts, Finding, Thresholds, diagnose,
+        Facts, Finding, HostFacts, Thresholds, diagnose,
         network::{diagnose_network, net_facts},
     },
+    host::{Host, HostReport, StealMeter},
     identity::{CgroupResolver, limits::Limits, workload::Identity},
     pipeline::Pipeline,
     privileges,
@@ -28,6 +29,8 @@ pub const EXIT_FINDINGS: u8 = 3;
 
 #[derive(Debug, Serialize)]
 pub struct DiagnoseReport {
+    /// The host over the window: CPUs, hypervisor, NUMA nodes, steal, kernel.
+    pub host: HostReport,
     pub findings: Vec<FindingReport>,
     pub checked: Checked,
 }
@@ -42,6 +45,8 @@ pub struct FindingReport {
     pub container: Option<String>,
     pub summary: String,
     pub evidence: BTreeMap<&'static str, f64>,
+    /// What the rule used that is not a figure (e.g. `hypervisor`).
+    pub context: BTreeMap<&'static str, String>,
     pub recommendations: Vec<String>,
 }
 
@@ -99,6 +104,11 @@ pub fn facts(
                 sched: w.sched,
                 futex: w.futex,
                 locks: w.locks,
+                // Wired from the window once the wake-up probes land (issue 14, item 2).
+                remote_wakeup_share: None,
+                cpus_used: None,
+                // Set by the front end that measured the host over the same window.
+                host: None,
             })
         })
         .collect()
@@ -109,6 +119,8 @@ pub async fn run(args: DiagnoseArgs) -> anyhow::Result<u8> {
     let resolver = CgroupResolver::discover()?;
     let options = LoadOptions::default();
     let mut pipeline = Pipeline::start(&options, resolver)?;
+    let host = Host::read();
+    let steal = StealMeter::start();
     // The network namespaces' kernel counters at the start, for `mtu_mismatch`.
     let net_watch = options
         .families
@@ -144,9 +156,15 @@ pub async fn run(args: DiagnoseArgs) -> anyhow::Result<u8> {
         }
         next += interval;
     }
+    // Steal over the same window as the probes' figures: read right after the last tick.
+    let steal = steal.window();
     let cpus = host_cpus();
     let limits = pipeline.limits_of(&total);
-    let all = facts(&total, pipeline.paths(), &limits, cpus);
+    let mut all = facts(&total, pipeline.paths(), &limits, cpus);
+    let host_facts = HostFacts::new(&host, steal);
+    for f in &mut all {
+        f.host = Some(host_facts.clone());
+    }
     let thresholds = Thresholds::default();
     let mut findings = diagnose(&all, &thresholds);
     if let Some(state) = net_watch.as_ref().map(NetWatch::finish) {
@@ -167,6 +185,7 @@ pub async fn run(args: DiagnoseArgs) -> anyhow::Result<u8> {
     }
     let ctx = pipeline.report_context(&limits);
     let report = DiagnoseReport {
+        host: HostReport::new(&host, steal),
         findings: findings
             .iter()
             .map(|f| finding_report(f, ctx.identities.get(&f.cgroup_id)))
@@ -210,6 +229,7 @@ fn finding_report(f: &Finding, identity: Option<&Identity>) -> FindingReport {
         container: identity.container,
         summary: f.summary.clone(),
         evidence: f.evidence.clone(),
+        context: f.context.clone(),
         recommendations: f.recommendations.clone(),
     }
 }
@@ -246,6 +266,9 @@ fn print_human(out: &mut impl std::io::Write, r: &DiagnoseReport) -> std::io::Re
         writeln!(out, "   evidence:")?;
         for (k, v) in &f.evidence {
             writeln!(out, "     {k:<40} {}", fmt_value(*v))?;
+        }
+        for (k, v) in &f.context {
+            writeln!(out, "     {k:<40} {v}")?;
         }
         writeln!(out, "   what to do:")?;
         for rec in &f.recommendations {

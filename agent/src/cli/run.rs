@@ -216,6 +216,8 @@ impl Daemon {
             e.lost_events = pipeline.probes.probe_errors();
             e.programs = program_stats(&pipeline);
             e.bpf_stats_enabled = bpf_stats.is_some() || sysctl_bpf_stats();
+            e.host = Some(crate::host::Host::read());
+            e.host_steal_seconds = crate::host::steal_seconds_since_boot();
         }
         Ok(Self {
             pipeline,
@@ -285,6 +287,7 @@ impl Daemon {
         e.lost_events = self.pipeline.probes.probe_errors();
         e.programs = program_stats(&self.pipeline);
         e.bpf_stats_enabled = self._bpf_stats.is_some() || sysctl_bpf_stats();
+        e.host_steal_seconds = crate::host::steal_seconds_since_boot();
         e.collection_duration.observe(started.elapsed());
         e.last_collection_unix_seconds = SystemTime::now()
             .duration_since(UNIX_EPOCH)

@@ -10,6 +10,7 @@ use anyhow::Context as _;
 
 use crate::{
     collect::Window,
+    host::{Host, HostReport, StealMeter},
     identity::{CgroupResolver, is_within},
     pipeline::Pipeline,
     privileges,
@@ -42,6 +43,8 @@ pub async fn run(args: TraceArgs) -> anyhow::Result<()> {
         families: args.probes.clone(),
     };
     let mut pipeline = Pipeline::start(&options, resolver)?;
+    let host = Host::read();
+    let steal = StealMeter::start();
     // The namespaces' kernel counters at the start (the interface inventory is read at the
     // end): only for the JSON document, and only with the network family.
     let net_watch = (args.json && args.probes.contains(&Family::Net)).then(NetWatch::start);
@@ -103,11 +106,14 @@ pub async fn run(args: TraceArgs) -> anyhow::Result<()> {
         }
     }
 
+    // Steal over the same window as the probes' figures: read right after the last tick.
+    let steal = steal.window();
     if args.json {
         let net = net_watch.as_ref().map(NetWatch::finish);
         let net_avail = pipeline.availability().net;
         let report = TraceReport {
             duration_seconds: total.duration.as_secs_f64(),
+            host: HostReport::new(&host, steal),
             interfaces: net
                 .as_ref()
                 .map(|n| network::interfaces(&n.namespaces, &total, net_avail)),
