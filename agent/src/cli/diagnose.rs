@@ -252,6 +252,7 @@ fn print_human(out: &mut impl std::io::Write, r: &DiagnoseReport) -> std::io::Re
             c.host_cpus
         )?;
     }
+    print_host(out, &r.host)?;
     for (i, f) in r.findings.iter().enumerate() {
         let who = match (&f.namespace, &f.pod, &f.container) {
             (Some(ns), Some(pod), Some(ct)) => format!("{ns}/{pod}/{ct} ({})", f.cgroup),
@@ -283,6 +284,27 @@ fn print_human(out: &mut impl std::io::Write, r: &DiagnoseReport) -> std::io::Re
         c.probes_total
     )?;
     Ok(())
+}
+
+/// One line: what the host is, as the findings' explanations refer to it.
+fn print_host(out: &mut impl std::io::Write, h: &HostReport) -> std::io::Result<()> {
+    let virt = match &h.hypervisor {
+        Some(v) => format!("{v} guest"),
+        None => "no hypervisor detected".to_owned(),
+    };
+    let nodes = h
+        .numa_nodes
+        .map(|n| format!(", {n} NUMA node(s)"))
+        .unwrap_or_default();
+    let steal = h
+        .steal_seconds
+        .map(|s| format!(", {s:.2} s of CPU time stolen"))
+        .unwrap_or_default();
+    writeln!(
+        out,
+        "host: {virt}, {} CPUs{nodes}{steal}, kernel {}",
+        h.cpus, h.kernel
+    )
 }
 
 fn fmt_value(v: f64) -> String {
