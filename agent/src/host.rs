@@ -293,27 +293,6 @@ impl Steal {
     }
 }
 
-/// Measures steal from its start to each [`StealMeter::window`].
-#[derive(Clone, Copy, Debug)]
-pub struct StealMeter {
-    start: Option<CpuTicks>,
-    ticks_per_second: u64,
-}
-
-impl StealMeter {
-    pub fn start() -> Self {
-        Self {
-            start: read_cpu_ticks(),
-            ticks_per_second: ticks_per_second(),
-        }
-    }
-
-    /// Steal from the start until now; `None` when `/proc/stat` could not be read.
-    pub fn window(&self) -> Option<Steal> {
-        Steal::between(self.start?, read_cpu_ticks()?, self.ticks_per_second)
-    }
-}
-
 /// The host context in `trace --json` and `diagnose --json` (top-level `"host"`).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct HostReport {

@@ -37,6 +37,8 @@ pub struct TraceReport {
     /// without the network family.
     pub network_namespaces: Option<Vec<network::NamespaceReport>>,
     pub containers: Vec<ContainerReport>,
+    /// What the diagnosis rules found over the same window, in `diagnose --json`'s shape.
+    pub findings: Vec<crate::diagnose::FindingReport>,
     /// Each probe, and how it is attached (or why not).
     pub probes: Vec<ProbeStatus>,
     /// Events the probes could not record, by reason, since attach.

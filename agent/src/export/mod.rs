@@ -6,7 +6,6 @@
 //! ([`metrics`], [`classic`]). The HTTP handlers ([`server`]) only hand out the last rendering.
 
 pub mod classic;
-pub mod diagnosis;
 pub mod metrics;
 pub mod server;
 pub mod state;
