@@ -10,7 +10,11 @@ use std::{
 };
 
 use serde_json::Value;
-use stormwatch_tests::{agent_proc::AgentProcess, require_bpf};
+use stormwatch_tests::{
+    agent_proc::AgentProcess,
+    daemon::{Daemon, sample, wait_for},
+    require_bpf,
+};
 
 /// The output of a command the project's setup installs; panics with how to install it.
 fn command_output(program: &str, args: &[&str], package: &str) -> (bool, String) {
@@ -193,30 +197,6 @@ fn diagnose_json_has_the_same_host() {
     check_steal(host, lower, upper);
 }
 
-/// `GET /metrics` over HTTP/1.0 (no chunked body to decode); the body, or `None` on any error.
-fn scrape(addr: &str) -> Option<String> {
-    use std::io::{Read as _, Write as _};
-    let mut conn = std::net::TcpStream::connect(addr).ok()?;
-    conn.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    conn.write_all(b"GET /metrics HTTP/1.0\r\nHost: stormwatch\r\n\r\n")
-        .ok()?;
-    let mut raw = String::new();
-    conn.read_to_string(&mut raw).ok()?;
-    let (head, body) = raw.split_once("\r\n\r\n")?;
-    let ok = ["HTTP/1.0 200", "HTTP/1.1 200"]
-        .iter()
-        .any(|status| head.starts_with(status));
-    ok.then(|| body.to_owned())
-}
-
-/// The value of the one sample whose name and labels start with `series`.
-fn sample(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .find(|l| l.starts_with(series))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-}
-
 fn unix_now() -> f64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -227,62 +207,27 @@ fn unix_now() -> f64 {
 #[test]
 fn metrics_carry_the_host_and_its_steal_counter() {
     require_bpf();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("an ephemeral port");
-    let addr = format!("127.0.0.1:{port}");
-    let mut child = Command::new(stormwatch_tests::agent_bin())
-        .args(["run", "--listen", &addr, "--interval", "1"])
-        .env_remove("STORMWATCH_LISTEN")
-        .env_remove("STORMWATCH_INTERVAL")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("starting stormwatch run");
-    // Kills the daemon however the test ends.
-    struct Kill<'a>(&'a mut std::process::Child);
-    impl Drop for Kill<'_> {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let _kill = Kill(&mut child);
-
-    // The steal counter of a collection made after this reading is at least this.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut before = None;
-    let (text, after) = loop {
-        assert!(
-            Instant::now() < deadline,
-            "no collection after the test's first /proc/stat reading within 60 s"
-        );
-        std::thread::sleep(Duration::from_millis(300));
-        let Some(text) = scrape(&addr) else { continue };
-        let Some(collected_at) = sample(&text, "stormwatch_last_collection_timestamp_seconds")
-        else {
-            continue;
-        };
-        let Some((ticks, read_at)) = before else {
-            // The daemon collects: take the test's reading now.
-            before = Some((steal_ticks(), unix_now()));
-            continue;
-        };
-        if collected_at > read_at {
-            break (text, (ticks, steal_ticks()));
-        }
-    };
-    let (low, high) = after;
+    let daemon = Daemon::start(&[]);
+    // The test reads the steal counter, then waits for a collection made after that reading
+    // (`stormwatch_last_collection_timestamp_seconds` is set just after the daemon reads
+    // /proc/stat), then reads it again after the scrape: the daemon's value lies between.
+    let before = (steal_ticks(), unix_now());
+    let (text, after) = wait_for(
+        "a collection after the test's /proc/stat reading",
+        Duration::from_secs(60),
+        || {
+            let text = daemon.metrics();
+            let collected_at = sample(&text, "stormwatch_last_collection_timestamp_seconds")?;
+            (collected_at > before.1).then(|| (text, steal_ticks()))
+        },
+    );
     let hz = clock_ticks_per_second();
+    let (low, high) = (before.0 as f64 / hz, after as f64 / hz);
     let steal = sample(&text, "stormwatch_host_steal_seconds_total ")
         .unwrap_or_else(|| panic!("no stormwatch_host_steal_seconds_total in:\n{text}"));
     assert!(
-        steal >= low as f64 / hz - 1.0 / hz && steal <= high as f64 / hz + 1.0 / hz,
-        "steal counter {steal} s outside [{}, {}] s from /proc/stat around the collection",
-        low as f64 / hz,
-        high as f64 / hz
+        steal >= low - 1.0 / hz && steal <= high + 1.0 / hz,
+        "steal counter {steal} s outside [{low}, {high}] s from /proc/stat around the collection"
     );
 
     let hypervisor = systemd_hypervisor().unwrap_or_else(|| "none".to_owned());
