@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use crate::{
     diagnose::{FindingReport, RULES, Thresholds, host_cpus, session::Session},
+    host::HostReport,
     identity::CgroupResolver,
     pipeline::Pipeline,
     privileges,
@@ -20,6 +21,8 @@ pub const EXIT_FINDINGS: u8 = 3;
 
 #[derive(Debug, Serialize)]
 pub struct DiagnoseReport {
+    /// The host over the window: CPUs, hypervisor, NUMA nodes, steal, kernel.
+    pub host: HostReport,
     pub findings: Vec<FindingReport>,
     pub checked: Checked,
 }
@@ -77,6 +80,7 @@ pub async fn run(args: DiagnoseArgs) -> anyhow::Result<u8> {
     let limits = session.window_limits(&window);
     let ctx = pipeline.report_context(&limits);
     let report = DiagnoseReport {
+        host: HostReport::new(session.host(), session.steal()),
         findings: findings
             .iter()
             .map(|f| FindingReport::new(f, ctx.identities.get(&f.cgroup_id)))
@@ -122,6 +126,7 @@ fn print_human(out: &mut impl std::io::Write, r: &DiagnoseReport) -> std::io::Re
             c.host_cpus
         )?;
     }
+    print_host(out, &r.host)?;
     for (i, f) in r.findings.iter().enumerate() {
         let who = match (&f.namespace, &f.pod, &f.container) {
             (Some(ns), Some(pod), Some(ct)) => format!("{ns}/{pod}/{ct} ({})", f.cgroup),
@@ -137,6 +142,9 @@ fn print_human(out: &mut impl std::io::Write, r: &DiagnoseReport) -> std::io::Re
         for (k, v) in &f.evidence {
             writeln!(out, "     {k:<40} {}", fmt_value(*v))?;
         }
+        for (k, v) in &f.context {
+            writeln!(out, "     {k:<40} {v}")?;
+        }
         writeln!(out, "   what to do:")?;
         for rec in &f.recommendations {
             writeln!(out, "     - {rec}")?;
@@ -150,6 +158,27 @@ fn print_human(out: &mut impl std::io::Write, r: &DiagnoseReport) -> std::io::Re
         c.probes_total
     )?;
     Ok(())
+}
+
+/// One line: what the host is, as the findings' explanations refer to it.
+fn print_host(out: &mut impl std::io::Write, h: &HostReport) -> std::io::Result<()> {
+    let virt = match &h.hypervisor {
+        Some(v) => format!("{v} guest"),
+        None => "no hypervisor detected".to_owned(),
+    };
+    let nodes = h
+        .numa_nodes
+        .map(|n| format!(", {n} NUMA node(s)"))
+        .unwrap_or_default();
+    let steal = h
+        .steal_seconds
+        .map(|s| format!(", {s:.2} s of CPU time stolen"))
+        .unwrap_or_default();
+    writeln!(
+        out,
+        "host: {virt}, {} CPUs{nodes}{steal}, kernel {}",
+        h.cpus, h.kernel
+    )
 }
 
 fn fmt_value(v: f64) -> String {

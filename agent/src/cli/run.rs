@@ -201,6 +201,7 @@ impl Daemon {
             e.lost_events = pipeline.probes.probe_errors();
             e.programs = program_stats(&pipeline);
             e.bpf_stats_enabled = bpf_stats.is_some() || sysctl_bpf_stats();
+            e.host_steal_seconds = crate::host::steal_seconds_since_boot();
         }
         let session = Session::new(
             session_options(
@@ -212,6 +213,8 @@ impl Daemon {
             cgroupfs_reader(),
             pipeline.resolver.known(),
         );
+        // The host as the session read it: /metrics and the rules describe the same host.
+        exporter.lock().unwrap_or_else(PoisonError::into_inner).host = Some(session.host().clone());
         Ok(Self {
             pipeline,
             exporter,
@@ -270,6 +273,7 @@ impl Daemon {
         e.lost_events = self.pipeline.probes.probe_errors();
         e.programs = program_stats(&self.pipeline);
         e.bpf_stats_enabled = self._bpf_stats.is_some() || sysctl_bpf_stats();
+        e.host_steal_seconds = crate::host::steal_seconds_since_boot();
         e.collection_duration.observe(started.elapsed());
         e.last_collection_unix_seconds = SystemTime::now()
             .duration_since(UNIX_EPOCH)

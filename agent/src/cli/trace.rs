@@ -14,6 +14,7 @@ use crate::{
         FindingReport, Thresholds,
         session::{Session, cgroupfs_reader},
     },
+    host::HostReport,
     identity::{CgroupResolver, is_within},
     pipeline::Pipeline,
     privileges,
@@ -120,6 +121,7 @@ pub async fn run(args: TraceArgs) -> anyhow::Result<()> {
         let ctx = pipeline.report_context(&limits);
         let report = TraceReport {
             duration_seconds: total.duration.as_secs_f64(),
+            host: HostReport::new(session.host(), session.steal()),
             interfaces: net
                 .as_ref()
                 .map(|n| network::interfaces(&n.namespaces, &total, net_avail)),

@@ -14,6 +14,7 @@ use stormwatch_common::{FutexStats, LockStats, SchedStats, lock_kind};
 
 use crate::{
     collect::Window,
+    host::{Host, Steal},
     identity::{limits::Limits, workload::Identity},
 };
 
@@ -38,6 +39,32 @@ pub struct Facts {
     pub sched: SchedStats,
     pub futex: FutexStats,
     pub locks: LockStats,
+    /// Of the wake-ups of the container's threads, the share sent from another CPU than the
+    /// one the thread was queued on (each an inter-processor interrupt), when measured.
+    pub remote_wakeup_share: Option<f64>,
+    /// Distinct CPUs the container's threads ran on in the window, when measured.
+    pub cpus_used: Option<u32>,
+    /// The host over the window, when known.
+    pub host: Option<HostFacts>,
+}
+
+/// What the rules know of the host over a window.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct HostFacts {
+    /// `kvm`, `xen`, … or `unknown`; `None` on bare metal (see [`crate::host::Host`]).
+    pub hypervisor: Option<String>,
+    /// Of all the host's CPU time in the window, the part the hypervisor stole; `None` when
+    /// `/proc/stat` could not be read or the window was empty.
+    pub steal_share: Option<f64>,
+}
+
+impl HostFacts {
+    pub fn new(host: &Host, steal: Option<Steal>) -> Self {
+        Self {
+            hypervisor: host.hypervisor.clone(),
+            steal_share: steal.and_then(|s| s.share),
+        }
+    }
 }
 
 impl Facts {
@@ -143,6 +170,9 @@ pub struct Finding {
     pub summary: String,
     /// The figures the rule used, by name, in base units.
     pub evidence: BTreeMap<&'static str, f64>,
+    /// What the rule used that is not a figure, by name (e.g. `hypervisor`: `kvm`, or `none`
+    /// on bare metal); a name is absent when it was not known.
+    pub context: BTreeMap<&'static str, String>,
     pub recommendations: Vec<String>,
 }
 
@@ -160,6 +190,9 @@ pub struct Thresholds {
     pub storm_critical_futex_wait_share: f64,
     pub storm_high_migrations_per_second: f64,
     pub storm_significant_spin_wait: f64,
+    pub storm_high_remote_wakeup_share: f64,
+    pub storm_significant_steal_share: f64,
+    pub storm_node_sized_min_host_per_allowed_cpu: f64,
     pub throttling_min_throttled_share: f64,
     pub throttling_critical_throttled_share: f64,
     pub runq_min_mean_seconds: f64,
@@ -185,6 +218,9 @@ impl Default for Thresholds {
             storm_critical_futex_wait_share: STORM_CRITICAL_FUTEX_WAIT_SHARE,
             storm_high_migrations_per_second: STORM_HIGH_MIGRATIONS_PER_SECOND,
             storm_significant_spin_wait: STORM_SIGNIFICANT_SPIN_WAIT,
+            storm_high_remote_wakeup_share: STORM_HIGH_REMOTE_WAKEUP_SHARE,
+            storm_significant_steal_share: STORM_SIGNIFICANT_STEAL_SHARE,
+            storm_node_sized_min_host_per_allowed_cpu: STORM_NODE_SIZED_MIN_HOST_PER_ALLOWED_CPU,
             throttling_min_throttled_share: THROTTLING_MIN_THROTTLED_SHARE,
             throttling_critical_throttled_share: THROTTLING_CRITICAL_THROTTLED_SHARE,
             runq_min_mean_seconds: RUNQ_MIN_MEAN_SECONDS,
@@ -229,16 +265,9 @@ pub fn sort_findings(findings: &mut [Finding]) {
     });
 }
 
-/// Online CPUs of the host (`/sys/devices/system/cpu/online`; this process's affinity when
-/// that cannot be read — it may be smaller than the host).
+/// Online CPUs of the host (see [`crate::host::online_cpus`]).
 pub fn host_cpus() -> u32 {
-    std::fs::read_to_string("/sys/devices/system/cpu/online")
-        .ok()
-        .and_then(|t| crate::identity::limits::parse_cpu_list(&t))
-        .map(|cpus| cpus.len())
-        .or_else(|| std::thread::available_parallelism().ok().map(|n| n.get()))
-        .map_or(1, |n| u32::try_from(n).unwrap_or(u32::MAX))
-        .max(1)
+    crate::host::online_cpus()
 }
 
 /// Builds each active container's facts from a window and its resource context over the
@@ -270,6 +299,11 @@ pub fn facts(
                 sched: w.sched,
                 futex: w.futex,
                 locks: w.locks,
+                // Wired from the window once the wake-up probes land (issue 14, item 2).
+                remote_wakeup_share: None,
+                cpus_used: None,
+                // The session adds the host over the same window.
+                host: None,
             })
         })
         .collect()
@@ -287,6 +321,8 @@ pub struct FindingReport {
     pub container: Option<String>,
     pub summary: String,
     pub evidence: BTreeMap<&'static str, f64>,
+    /// What the rule used that is not a figure (e.g. `hypervisor`).
+    pub context: BTreeMap<&'static str, String>,
     pub recommendations: Vec<String>,
 }
 
@@ -302,6 +338,7 @@ impl FindingReport {
             container: identity.container,
             summary: f.summary.clone(),
             evidence: f.evidence.clone(),
+            context: f.context.clone(),
             recommendations: f.recommendations.clone(),
         }
     }

@@ -28,13 +28,14 @@ use std::path::PathBuf;
 
 use crate::{
     collect::{CgroupWindow, Window},
+    host::{CpuTicks, Host, Steal, read_cpu_ticks, ticks_per_second},
     identity::limits::{CgroupLayout, Limits, read_limits, read_threads},
     probes::net::inventory::{NetState, NetWatch},
     report::network::NetAvailability,
 };
 
 use super::{
-    Facts, Finding, Thresholds, diagnose,
+    Facts, Finding, HostFacts, Thresholds, diagnose,
     network::{diagnose_network, net_facts},
     sort_findings,
 };
@@ -139,6 +140,8 @@ struct Step {
     throttling_at_start: HashMap<u64, Throttling>,
     /// The network namespaces' kernel counters when the step began (network rules only).
     net: Option<NetWatch>,
+    /// The host's CPU time counters when the step began: steal over the window.
+    cpu_ticks: Option<CpuTicks>,
 }
 
 impl Step {
@@ -148,6 +151,7 @@ impl Step {
             threads: HashMap::new(),
             throttling_at_start: throttling.clone(),
             net: network.then(NetWatch::start),
+            cpu_ticks: read_cpu_ticks(),
         }
     }
 }
@@ -172,6 +176,11 @@ pub struct Session {
     /// Throttling when the session started, for the counters "since the agent started".
     baseline: HashMap<u64, Throttling>,
     ticks: u64,
+    /// The host, read once when the session starts.
+    host: Host,
+    /// The host's CPU time counters at the last tick, and their unit.
+    latest_cpu_ticks: Option<CpuTicks>,
+    ticks_per_second: u64,
     /// Limits reads and thread counts done, for the self-metrics and the tests.
     pub limits_reads: u64,
     pub thread_reads: u64,
@@ -208,6 +217,9 @@ impl Session {
             throttling: baseline.clone(),
             baseline,
             ticks: 0,
+            host: Host::read(),
+            latest_cpu_ticks: None,
+            ticks_per_second: ticks_per_second(),
             limits_reads: 0,
             thread_reads: 0,
             options,
@@ -227,6 +239,8 @@ impl Session {
         now: Instant,
     ) -> bool {
         self.ticks += 1;
+        // Read with the tick: the end of this tick's steal, the start of the next step's.
+        self.latest_cpu_ticks = read_cpu_ticks();
         let secs = tick.duration.as_secs_f64();
         for (id, w) in &tick.cgroups {
             let Some(p) = path(*id) else { continue };
@@ -247,7 +261,9 @@ impl Session {
             return false;
         }
         let network = self.options.network.is_some();
-        let done = std::mem::replace(&mut self.current, Step::new(&self.throttling, network));
+        let mut next = Step::new(&self.throttling, network);
+        next.cpu_ticks = self.latest_cpu_ticks;
+        let done = std::mem::replace(&mut self.current, next);
         self.steps.push_back(done);
         if let Some(span) = self.options.span {
             while self.steps.len() > 1 {
@@ -411,7 +427,28 @@ impl Session {
     /// The facts of every cgroup in the window, with their context over the window.
     pub fn facts(&self, window: &Window, paths: &HashMap<u64, String>) -> Vec<Facts> {
         let limits = self.window_limits(window);
-        super::facts(window, paths, &limits, self.options.host_cpus)
+        let mut all = super::facts(window, paths, &limits, self.options.host_cpus);
+        let host = HostFacts::new(&self.host, self.steal());
+        for f in &mut all {
+            f.host = Some(host.clone());
+        }
+        all
+    }
+
+    /// The host, as read when the session started.
+    pub fn host(&self) -> &Host {
+        &self.host
+    }
+
+    /// Steal over the window (from the start of its first step to the last tick); `None`
+    /// before the first tick or when `/proc/stat` could not be read.
+    pub fn steal(&self) -> Option<Steal> {
+        let front = self.steps.front().unwrap_or(&self.current);
+        Steal::between(
+            front.cpu_ticks?,
+            self.latest_cpu_ticks?,
+            self.ticks_per_second,
+        )
     }
 
     /// The network over the window: the inventory now, and each namespace's kernel counters
@@ -548,6 +585,25 @@ mod tests {
             2 => Some("b"),
             _ => None,
         }
+    }
+
+    #[test]
+    fn the_facts_carry_the_host_over_the_window() {
+        let fake = Arc::new(Fake::default());
+        fake.set("a", threads(2));
+        let mut s = Session::new(options(None, 1), Some(Box::new(fake)), []);
+        assert_eq!(
+            s.steal(),
+            None,
+            "no tick yet: no window to measure steal over"
+        );
+        s.observe(&tick(1, &[(1, 10)]), path, Instant::now());
+        let steal = s.steal().expect("steal between the start and the tick");
+        assert!(steal.seconds >= 0.0 && steal.share.is_none_or(|x| (0.0..=1.0).contains(&x)));
+        let paths = HashMap::from([(1, "a".to_owned())]);
+        let facts = s.facts(&s.window(), &paths);
+        let host = facts[0].host.as_ref().expect("the host context");
+        assert_eq!(host.hypervisor, s.host().hypervisor);
     }
 
     #[test]
