@@ -156,14 +156,18 @@ fn lost_events_list_every_reason_and_unpaired_futex_exits_are_rare() {
     eprintln!("lost_events {lost}; storm {truth}");
     let reasons = [
         "cgroup_map_full",
-        "futex_inflight_full",
+        "counter_regression",
+        "futex_storage_busy",
         "futex_unpaired_exit",
-        "hot_futex_update",
-        "lock_inflight_full",
+        "hot_futex_full",
+        "hot_futex_idle_evicted",
+        "lock_storage_busy",
         "lock_site_full",
+        "lock_site_idle_evicted",
         "lock_stack_failed",
         "lock_unpaired_end",
-        "task_map_update",
+        "pending_wakeup_full",
+        "task_storage_busy",
         "task_read",
     ];
     for r in reasons {

@@ -40,6 +40,7 @@ pub async fn run(args: TraceArgs) -> anyhow::Result<()> {
     let options = LoadOptions {
         force_tracepoints: args.force_tracepoints,
         families: args.probes.clone(),
+        ..LoadOptions::default()
     };
     let mut pipeline = Pipeline::start(&options, resolver)?;
     // The namespaces' kernel counters at the start (the interface inventory is read at the
