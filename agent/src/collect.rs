@@ -490,7 +490,10 @@ mod tests {
         let before = UserLoss::CounterRegression.total();
         let w = Window::between(&a, &b);
         assert_eq!(w.counter_regressions, 1);
-        assert!(!w.cgroups.contains_key(&1), "no figure for the regressed key");
+        assert!(
+            !w.cgroups.contains_key(&1),
+            "no figure for the regressed key"
+        );
         assert_eq!(w.cgroups[&2].sched.voluntary_switches, 3);
         // Process-wide (other tests may add theirs meanwhile).
         assert!(UserLoss::CounterRegression.total() > before);

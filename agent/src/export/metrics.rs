@@ -193,6 +193,26 @@ fn encode_cgroups(enc: &mut DescriptorEncoder, e: &Exporter) -> fmt::Result {
             log2_histogram(&mut m, &cgroup_labels(path, s), &s.totals.sched.runq)?;
         }
     }
+    if a.wake_kinds {
+        let mut m = enc.encode_descriptor(
+            "stormwatch_wakeups",
+            "Wake-ups of the cgroup's tasks, by kind: local (the waker ran on the CPU the task \
+             was queued on) or remote (another CPU: an inter-processor interrupt, a VM exit on \
+             most hypervisors).",
+            None,
+            Counter,
+        )?;
+        for (path, s) in series {
+            let base = cgroup_labels(path, s);
+            let sched = &s.totals.sched;
+            for (kind, v) in [
+                ("local", sched.wake_local.count),
+                ("remote", sched.wake_remote.count),
+            ] {
+                counter(&mut m, &(base, [("kind", kind)]), Int(v))?;
+            }
+        }
+    }
     if a.futex {
         per_cgroup(
             enc,
@@ -758,6 +778,7 @@ mod tests {
         let text = Renderer::new(e).openmetrics();
         assert!(text.contains("stormwatch_context_switches_total"));
         assert!(!text.contains("stormwatch_runqueue_latency_seconds"));
+        assert!(!text.contains("stormwatch_wakeups"));
         assert!(!text.contains("stormwatch_futex"));
         assert!(!text.contains("stormwatch_kernel_lock"));
     }
