@@ -32,13 +32,13 @@ pub trait Counters: Copy + PartialEq {
 unsafe trait AllU64: Copy {}
 
 fn words<T: AllU64>(v: &T) -> &[u64] {
-    const { assert!(size_of::<T>() % 8 == 0 && align_of::<T>() == 8) };
+    const { assert!(size_of::<T>().is_multiple_of(8) && align_of::<T>() == 8) };
     // SAFETY: `AllU64` guarantees the value is a run of initialised u64s, aligned.
     unsafe { std::slice::from_raw_parts((v as *const T).cast::<u64>(), size_of::<T>() / 8) }
 }
 
 fn words_mut<T: AllU64>(v: &mut T) -> &mut [u64] {
-    const { assert!(size_of::<T>() % 8 == 0 && align_of::<T>() == 8) };
+    const { assert!(size_of::<T>().is_multiple_of(8) && align_of::<T>() == 8) };
     // SAFETY: as in `words`; every bit pattern is a valid u64.
     unsafe { std::slice::from_raw_parts_mut((v as *mut T).cast::<u64>(), size_of::<T>() / 8) }
 }

@@ -379,12 +379,15 @@ const PER_CPU_MAP_MIN_ENTRIES: u32 = 512;
 pub const CGROUP_MAP_MIN_ENTRIES: u32 = 4096;
 
 /// `(map, max_entries)` for each per-CPU hash map, given the number of possible CPUs and the
-/// most cgroups the agent is asked to follow. The per-cgroup maps (`CGROUP_SCHED`,
-/// `CGROUP_FUTEX`, `CGROUP_LOCKS`) are not preallocated — their memory follows the cgroups that
-/// exist — so they hold `max(max_cgroups, 4096)` on any number of CPUs.
+/// most cgroups the agent is asked to follow. The per-cgroup maps always hold at least
+/// `max_cgroups`, whatever the CPU count: `CGROUP_FUTEX` is not preallocated (its memory follows
+/// the cgroups that exist) and holds `max(max_cgroups, 4096)`; `CGROUP_SCHED` and
+/// `CGROUP_LOCKS` must be preallocated (their programs run where the kernel's allocator cannot
+/// refill), so they take the budget's fit but never fewer than `max_cgroups`: on a many-CPU
+/// host a large `max_cgroups` costs kernel memory (`CGROUP_SCHED`: 856 B per cgroup per CPU).
 pub fn per_cpu_map_sizes(cpus: u32, max_cgroups: usize) -> Vec<(&'static str, u32)> {
     use std::mem::size_of;
-    use stormwatch_common::net;
+    use stormwatch_common::{LockStats, SchedStats, net};
     let cgroups = u32::try_from(max_cgroups)
         .unwrap_or(u32::MAX)
         .max(CGROUP_MAP_MIN_ENTRIES);
@@ -417,20 +420,29 @@ pub fn per_cpu_map_sizes(cpus: u32, max_cgroups: usize) -> Vec<(&'static str, u3
             per_cpu(size_of::<net::NetDropStats>(), size_of::<net::NetDropKey>()),
         ),
     ];
-    [maps::CGROUP_SCHED, maps::CGROUP_FUTEX, maps::CGROUP_LOCKS]
-        .into_iter()
-        .map(|name| (name, cgroups))
-        .chain(
-            preallocated
-                .into_iter()
-                .map(|(name, default, per_cpu_bytes)| {
-                    let fit =
-                        PER_CPU_MAP_BUDGET_BYTES / (per_cpu_bytes as u64 * u64::from(cpus.max(1)));
-                    let entries = fit.clamp(u64::from(PER_CPU_MAP_MIN_ENTRIES), default);
-                    (name, entries as u32)
-                }),
-        )
-        .collect()
+    let fit = |default: u32, per_cpu_bytes: usize| {
+        let fit = PER_CPU_MAP_BUDGET_BYTES / (per_cpu_bytes as u64 * u64::from(cpus.max(1)));
+        fit.clamp(u64::from(PER_CPU_MAP_MIN_ENTRIES), u64::from(default)) as u32
+    };
+    let max_cgroups = u32::try_from(max_cgroups).unwrap_or(u32::MAX);
+    [
+        (maps::CGROUP_FUTEX, cgroups),
+        (
+            maps::CGROUP_SCHED,
+            fit(4096, size_of::<SchedStats>()).max(max_cgroups),
+        ),
+        (
+            maps::CGROUP_LOCKS,
+            fit(4096, size_of::<LockStats>()).max(max_cgroups),
+        ),
+    ]
+    .into_iter()
+    .chain(
+        preallocated
+            .into_iter()
+            .map(|(name, default, per_cpu_bytes)| (name, fit(default, per_cpu_bytes))),
+    )
+    .collect()
 }
 
 /// The benchmark floor: empty tp_btf programs on `sched_switch` and `sched_wakeup`.
@@ -728,8 +740,10 @@ mod tests {
                 for map in [maps::CGROUP_SCHED, maps::CGROUP_FUTEX, maps::CGROUP_LOCKS] {
                     let n = entries(&sizes, map);
                     assert!(n as usize >= max_cgroups, "{map} {n} on {cpus} CPUs");
-                    assert!(n >= CGROUP_MAP_MIN_ENTRIES, "{map} {n}");
+                    assert!(n >= PER_CPU_MAP_MIN_ENTRIES, "{map} {n}");
                 }
+                let futex = entries(&sizes, maps::CGROUP_FUTEX);
+                assert!(futex >= CGROUP_MAP_MIN_ENTRIES, "not preallocated: {futex}");
             }
         }
     }

@@ -22,19 +22,17 @@ use stormwatch_common::{
     LockInflight, LockSiteKey, LockSiteValue, LockStats, ProbeError, lcb, lock_kind, lock_kind_of,
 };
 
-use crate::shared::{
-    BPF_F_NO_PREALLOC, TaskStorage, count_error, current_task, global_u32, per_cpu_slot,
-};
+use crate::shared::{TaskStorage, count_error, current_task, global_u32, per_cpu_slot};
 
 const MAX_CGROUPS: u32 = 4096;
 const MAX_SITES: u32 = 4096;
 const MAX_STACKS: u32 = 4096;
 
-/// Not preallocated: kernel memory follows the cgroups that exist, so the capacity can be at
-/// least `max_cgroups` on any number of CPUs.
+/// Preallocated, as `CGROUP_SCHED` (contentions happen in scheduler paths too); the agent sizes
+/// it to at least `max_cgroups`.
 #[map(name = "CGROUP_LOCKS")]
 static CGROUP_LOCKS: PerCpuHashMap<u64, LockStats> =
-    PerCpuHashMap::with_max_entries(MAX_CGROUPS, BPF_F_NO_PREALLOC);
+    PerCpuHashMap::with_max_entries(MAX_CGROUPS, 0);
 
 /// Spinning waiters, one per CPU.
 #[map(name = "LOCK_SPINNING")]
