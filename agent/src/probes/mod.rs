@@ -596,10 +596,7 @@ where
     K: Pod,
     V: Pod,
 {
-    let Some(map) = ebpf.map_mut(name) else {
-        return 0;
-    };
-    let Ok(mut map) = PerCpuHashMap::<_, K, V>::try_from(map) else {
+    let Some(mut map) = per_cpu_hash_mut::<K, V>(ebpf, name) else {
         return 0;
     };
     let doomed: Vec<K> = map
@@ -610,6 +607,14 @@ where
     doomed.iter().filter(|key| map.remove(key).is_ok()).count()
 }
 
+/// A per-CPU hash map of the object, to modify; `None` when its family is not in the object.
+fn per_cpu_hash_mut<'a, K: Pod, V: Pod>(
+    ebpf: &'a mut Ebpf,
+    name: &str,
+) -> Option<PerCpuHashMap<&'a mut aya::maps::MapData, K, V>> {
+    PerCpuHashMap::try_from(ebpf.map_mut(name)?).ok()
+}
+
 /// Removes the given keys from a per-CPU hash map, each by key (no walk); returns how many were
 /// there.
 pub(crate) fn remove_per_cpu_keys<K, V>(ebpf: &mut Ebpf, name: &str, keys: &[K]) -> usize
@@ -617,10 +622,7 @@ where
     K: Pod,
     V: Pod,
 {
-    let Some(map) = ebpf.map_mut(name) else {
-        return 0;
-    };
-    let Ok(mut map) = PerCpuHashMap::<_, K, V>::try_from(map) else {
+    let Some(mut map) = per_cpu_hash_mut::<K, V>(ebpf, name) else {
         return 0;
     };
     keys.iter().filter(|key| map.remove(key).is_ok()).count()
