@@ -9,6 +9,7 @@ pub mod config;
 pub mod diagnose;
 pub mod export;
 pub mod identity;
+pub mod netinfo;
 pub mod pipeline;
 pub mod privileges;
 pub mod probes;

@@ -181,6 +181,7 @@ impl Pipeline {
         self.resolve_call_sites(&window);
         self.previous = snapshot;
         self.probes.forget_cgroups(&gone);
+        self.probes.track_network_namespaces();
         for id in &gone {
             self.previous.forget_cgroup(*id);
         }

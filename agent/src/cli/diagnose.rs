@@ -18,7 +18,8 @@ use crate::{
     identity::{CgroupResolver, limits::Limits, workload::Identity},
     pipeline::Pipeline,
     privileges,
-    probes::{Family, LoadOptions, net::inventory::NetWatch},
+    netinfo::NetWatch,
+    probes::{Family, LoadOptions},
 };
 
 use super::DiagnoseArgs;

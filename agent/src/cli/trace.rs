@@ -13,7 +13,8 @@ use crate::{
     identity::{CgroupResolver, is_within},
     pipeline::Pipeline,
     privileges,
-    probes::{Family, LoadOptions, net::inventory::NetWatch},
+    netinfo::NetWatch,
+    probes::{Family, LoadOptions},
     report::{ContainerReport, TraceReport, containers, network},
 };
 

@@ -1,7 +1,7 @@
 //! Loading and attaching the eBPF probes, with per-probe degradation: a probe whose tracepoint
 //! or program type is missing is reported and left out; the rest of the agent carries on.
 //!
-//! Each probe family (scheduler today; futex, locks and network later) is a [`ProbeFamily`]:
+//! Each probe family (scheduler, futex, locks, network) is a [`ProbeFamily`]:
 //! a name, what it needs from the kernel, how to attach, and how its maps turn into figures.
 
 pub mod btf;
@@ -42,8 +42,7 @@ pub enum AttachKind {
     TpBtf,
     /// Classic tracepoint via tracefs: the fallback.
     Tracepoint,
-    /// A `cgroup_skb` program on the cgroup v2 root (multi-attach).
-    CgroupSkb,
+
 }
 
 impl fmt::Display for AttachKind {
@@ -51,7 +50,6 @@ impl fmt::Display for AttachKind {
         f.write_str(match self {
             Self::TpBtf => "tp_btf",
             Self::Tracepoint => "tracepoint",
-            Self::CgroupSkb => "cgroup_skb",
         })
     }
 }
@@ -87,26 +85,26 @@ pub struct KernelFacts {
 }
 
 impl KernelFacts {
+    /// Reads the kernel's BTF once: our lookups index the bytes, aya's loader parses them.
     pub fn probe() -> Self {
-        let aya_btf = aya::Btf::from_sys_fs();
-        let btf = Btf::from_file(VMLINUX_BTF);
-        match (aya_btf, btf) {
-            (Ok(a), Ok(b)) => Self {
-                aya_btf: Some(a),
-                task_offsets: b.member_offset("task_struct", "nvcsw").is_ok(),
-                btf: Some(b),
+        let unusable = |why: String| Self {
+            aya_btf: None,
+            btf: None,
+            task_offsets: false,
+            btf_error: Some(why),
+        };
+        let btf = match Btf::from_file(VMLINUX_BTF) {
+            Ok(btf) => btf,
+            Err(e) => return unusable(format!("{e}")),
+        };
+        match aya::Btf::parse(btf.bytes(), aya::Endianness::default()) {
+            Ok(aya_btf) => Self {
+                aya_btf: Some(aya_btf),
+                task_offsets: btf.member_offset("task_struct", "nvcsw").is_ok(),
+                btf: Some(btf),
                 btf_error: None,
             },
-            (a, b) => Self {
-                aya_btf: None,
-                btf: None,
-                task_offsets: false,
-                btf_error: Some(match (a.err(), b.err()) {
-                    (Some(e), _) => format!("{VMLINUX_BTF}: {e}"),
-                    (_, Some(e)) => format!("{e}"),
-                    _ => "unusable".to_owned(),
-                }),
-            },
+            Err(e) => unusable(format!("{VMLINUX_BTF}: {e}")),
         }
     }
 }
@@ -239,7 +237,9 @@ impl Probes {
         unsafe {
             libc::malloc_trim(0);
         }
-        Ok(Self { ebpf, status })
+        let mut probes = Self { ebpf, status };
+        probes.track_network_namespaces();
+        Ok(probes)
     }
 
     pub fn is_attached(&self, tracepoint: &str) -> bool {
@@ -265,6 +265,14 @@ impl Probes {
         locks::forget(&mut self.ebpf, cgroups);
         futex::forget(&mut self.ebpf, |k| cgroups.contains(&k.cgroup_id), cgroups);
         net::forget(&mut self.ebpf, cgroups);
+    }
+
+    /// Tells the network receive probe which container each network namespace belongs to (from
+    /// the processes in it now); call every collection.
+    pub fn track_network_namespaces(&mut self) {
+        if self.is_attached(net::RECEIVE) {
+            net::track_netns_owners(&mut self.ebpf);
+        }
     }
 
     /// Forgets the hot futexes of processes that have exited.

@@ -618,6 +618,9 @@ pub mod net {
         pub const NET_IFACES: &str = "NET_IFACES";
         /// Per-CPU hash: [`super::NetDropKey`] → [`super::NetDropStats`].
         pub const NET_DROPS: &str = "NET_DROPS";
+        /// Hash: network namespace inode (u32) → cgroup id (u64) its received traffic is
+        /// counted for; written by the agent.
+        pub const NETNS_CGROUP: &str = "NETNS_CGROUP";
         /// Per-CPU array: [`super::NetProbeError`] index → events the probes could not record.
         pub const NET_ERRORS: &str = "NET_ERRORS";
     }
@@ -644,6 +647,11 @@ pub mod net {
         pub const DEV_NET_OFFSET: &str = "DEV_NET_OFFSET";
         /// `net.ns.inum`: the network namespace's inode number.
         pub const NET_INUM_OFFSET: &str = "NET_INUM_OFFSET";
+        /// `sk_buff.sk`: the socket that sends the packet.
+        pub const SKB_SK_OFFSET: &str = "SKB_SK_OFFSET";
+        /// `sock.__sk_common.skc_family` and `.skc_state`: only full IPv4/IPv6 sockets count.
+        pub const SOCK_FAMILY_OFFSET: &str = "SOCK_FAMILY_OFFSET";
+        pub const SOCK_STATE_OFFSET: &str = "SOCK_STATE_OFFSET";
         /// `sock.sk_cgrp_data.cgroup`, `cgroup.kn`, `kernfs_node.id`: a socket's cgroup v2 id.
         pub const SOCK_CGROUP_OFFSET: &str = "SOCK_CGROUP_OFFSET";
         pub const CGROUP_KN_OFFSET: &str = "CGROUP_KN_OFFSET";
@@ -675,8 +683,7 @@ pub mod net {
         pub const KFREE_SKB_TP: &str = "net_kfree_skb_tp";
         pub const RETRANSMIT_BTF: &str = "net_tcp_retransmit_btf";
         pub const RETRANSMIT_TP: &str = "net_tcp_retransmit_tp";
-        pub const CGROUP_INGRESS: &str = "net_cgroup_ingress";
-        pub const CGROUP_EGRESS: &str = "net_cgroup_egress";
+
     }
 
     /// Buckets of a packet-length histogram. Lengths are of the IP packet (L3: what the MTU
