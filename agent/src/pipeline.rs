@@ -181,7 +181,9 @@ impl Pipeline {
         self.resolve_call_sites(&window);
         self.previous = snapshot;
         self.probes.forget_cgroups(&gone);
-        self.probes.track_network_namespaces();
+        let resolver = &self.resolver;
+        self.probes
+            .track_network_namespaces(|id| resolver.path(id).map(str::to_owned));
         for id in &gone {
             self.previous.forget_cgroup(*id);
         }

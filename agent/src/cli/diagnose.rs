@@ -16,9 +16,9 @@ use crate::{
         network::{diagnose_network, net_facts},
     },
     identity::{CgroupResolver, limits::Limits, workload::Identity},
+    netinfo::NetWatch,
     pipeline::Pipeline,
     privileges,
-    netinfo::NetWatch,
     probes::{Family, LoadOptions},
 };
 

@@ -11,9 +11,9 @@ use anyhow::Context as _;
 use crate::{
     collect::Window,
     identity::{CgroupResolver, is_within},
+    netinfo::NetWatch,
     pipeline::Pipeline,
     privileges,
-    netinfo::NetWatch,
     probes::{Family, LoadOptions},
     report::{ContainerReport, TraceReport, containers, network},
 };

@@ -694,7 +694,10 @@ impl NetWatch {
 
 #[cfg(test)]
 mod tests {
+    use std::{collections::BTreeSet, path::PathBuf};
+
     use super::*;
+    use crate::netinfo::namespaces::v2_cgroup_of;
     use serde_json::json;
 
     const LINKS: &str = r#"[

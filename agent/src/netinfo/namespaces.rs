@@ -215,18 +215,15 @@ pub fn common_cgroup(paths: &[String]) -> Option<String> {
     (common > 0).then(|| format!("/{}", first[..common].join("/")))
 }
 
-/// Which cgroup each namespace other than the host's belongs to: namespace inode → the id of
-/// the cgroup its processes share (the inode of its directory under `cgroup_root`). A
-/// namespace whose processes share no cgroup but the root belongs to no one.
-pub fn owners(namespaces: &[NetnsRef], cgroup_root: &Path) -> HashMap<u64, u64> {
-    namespaces
-        .iter()
-        .filter(|ns| !ns.host)
-        .filter_map(|ns| {
-            let paths: Vec<String> = ns.cgroups.iter().cloned().collect();
-            let path = common_cgroup(&paths)?;
-            let dir = cgroup_root.join(path.trim_start_matches('/'));
-            Some((ns.inode, std::fs::metadata(dir).ok()?.ino()))
-        })
-        .collect()
+/// The id of the cgroup `paths` share (the inode of its directory under `cgroup_root`), when
+/// they share one below the root.
+pub fn cgroup_id(cgroup_root: &Path, paths: &[String]) -> Option<u64> {
+    let path = common_cgroup(paths)?;
+    let dir = cgroup_root.join(path.trim_start_matches('/'));
+    Some(std::fs::metadata(dir).ok()?.ino())
+}
+
+/// The inode of this process's network namespace (its own is always readable).
+pub fn own_inode() -> Option<u64> {
+    std::fs::metadata("/proc/self/ns/net").ok().map(|m| m.ino())
 }

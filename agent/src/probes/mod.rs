@@ -42,7 +42,6 @@ pub enum AttachKind {
     TpBtf,
     /// Classic tracepoint via tracefs: the fallback.
     Tracepoint,
-
 }
 
 impl fmt::Display for AttachKind {
@@ -238,7 +237,8 @@ impl Probes {
             libc::malloc_trim(0);
         }
         let mut probes = Self { ebpf, status };
-        probes.track_network_namespaces();
+        // Nothing has been seen sending yet: the processes in each namespace say whose it is.
+        probes.track_network_namespaces(|_| None);
         Ok(probes)
     }
 
@@ -268,10 +268,11 @@ impl Probes {
     }
 
     /// Tells the network receive probe which container each network namespace belongs to (from
-    /// the processes in it now); call every collection.
-    pub fn track_network_namespaces(&mut self) {
+    /// the processes in it and the cgroups seen sending from it); call every collection.
+    /// `path_of` names cgroup ids.
+    pub fn track_network_namespaces(&mut self, path_of: impl Fn(u64) -> Option<String>) {
         if self.is_attached(net::RECEIVE) {
-            net::track_netns_owners(&mut self.ebpf);
+            net::track_netns_owners(&mut self.ebpf, path_of);
         }
     }
 

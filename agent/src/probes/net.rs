@@ -12,13 +12,15 @@
 //! belongs to, for the receive hook. What no probe needs to measure (interfaces, MTUs,
 //! encapsulation, the kernel's own counters) is read in [`crate::netinfo`].
 
-
-use std::{collections::HashMap, sync::OnceLock};
+use std::{
+    collections::{BTreeSet, HashMap},
+    sync::OnceLock,
+};
 
 use aya::Ebpf;
 use stormwatch_common::net::{
-    CgroupNetStats, NetDropKey, NetDropStats, NetIfKey, NetIfStats, NetProbeError, globals, maps,
-    programs,
+    CgroupNetStats, NetDropKey, NetDropStats, NetIfKey, NetIfStats, NetProbeError, NetSenderKey,
+    globals, maps, programs,
 };
 
 use super::{
@@ -38,7 +40,7 @@ pub const CONTAINER_PROBES: [&str; 2] = [XMIT, RECEIVE];
 
 /// (global, struct, member path): what the programs read, from BTF. `sk_buff.end` is an offset
 /// from `head` on 64-bit kernels (`NET_SKBUFF_DATA_USES_OFFSET`), the only ones we build for.
-const BTF_OFFSETS: [(&str, &str, &[&str]); 19] = [
+const BTF_OFFSETS: [(&str, &str, &[&str]); 21] = [
     (globals::SKB_LEN_OFFSET, "sk_buff", &["len"]),
     (globals::SKB_HEAD_OFFSET, "sk_buff", &["head"]),
     (globals::SKB_DATA_OFFSET, "sk_buff", &["data"]),
@@ -75,6 +77,8 @@ const BTF_OFFSETS: [(&str, &str, &[&str]); 19] = [
     (globals::DEV_IFINDEX_OFFSET, "net_device", &["ifindex"]),
     (globals::DEV_NET_OFFSET, "net_device", &["nd_net", "net"]),
     (globals::NET_INUM_OFFSET, "net", &["ns", "inum"]),
+    (globals::SOCK_SOCKET_OFFSET, "sock", &["sk_socket"]),
+    (globals::SOCKET_FILE_OFFSET, "socket", &["file"]),
     (
         globals::SOCK_CGROUP_OFFSET,
         "sock",
@@ -329,51 +333,67 @@ fn not_attached(tracepoint: &'static str, note: String) -> ProbeStatus {
     }
 }
 
-/// Tells the receive hook which container each network namespace belongs to, from the
-/// processes in it now (a namespace without a process stays with its last owner until it goes).
-pub fn track_netns_owners(ebpf: &mut Ebpf) {
+/// Decides which container each network namespace belongs to, for the receive hook: the
+/// cgroup shared by everything that is known to live in it — the processes in it (when this
+/// process may inspect them: `/proc/<pid>/ns/net` needs ptrace access) and the cgroups whose
+/// sockets the transmit hook saw sending from it. The host's namespace (this process's) belongs
+/// to no one. `path_of` names cgroup ids.
+pub fn track_netns_owners(ebpf: &mut Ebpf, path_of: impl Fn(u64) -> Option<String>) {
     let Ok(root) = crate::identity::find_v2_root() else {
         return;
     };
-    let namespaces = crate::netinfo::namespaces::discover();
-    let live: std::collections::HashSet<u64> = namespaces.iter().map(|n| n.inode).collect();
-    let mut owners: HashMap<u32, u64> = crate::netinfo::namespaces::owners(&namespaces, &root)
-        .into_iter()
-        .map(|(netns, cgroup)| (netns as u32, cgroup))
-        .collect();
-    // Keep the owners of namespaces that still exist but have no process right now (a pod
-    // between two containers' lives keeps its namespace through its pause process; a named
-    // namespace may be empty for a moment).
-    if let Some(map) = ebpf.map(maps::NETNS_CGROUP)
-        && let Ok(map) = aya::maps::HashMap::<_, u32, u64>::try_from(map)
-    {
-        for (netns, cgroup) in map.iter().filter_map(Result::ok) {
-            if live.contains(&u64::from(netns)) {
-                owners.entry(netns).or_insert(cgroup);
-            }
+    let mut members: HashMap<u64, BTreeSet<String>> = HashMap::new();
+    for ns in crate::netinfo::namespaces::discover() {
+        // A namespace known only by name (no process seen in it) says nothing yet.
+        if !ns.host && !ns.cgroups.is_empty() {
+            members.entry(ns.inode).or_default().extend(ns.cgroups);
         }
+    }
+    let senders = read_senders(ebpf);
+    for key in &senders {
+        if let Some(path) = path_of(key.cgroup) {
+            members
+                .entry(u64::from(key.netns))
+                .or_default()
+                .insert(path);
+        }
+    }
+    let mut owners: HashMap<u32, u64> = members
+        .into_iter()
+        .filter_map(|(netns, paths)| {
+            let paths: Vec<String> = paths.into_iter().collect();
+            let owner = crate::netinfo::namespaces::cgroup_id(&root, &paths);
+            Some((u32::try_from(netns).ok()?, owner.unwrap_or(0)))
+        })
+        .collect();
+    // 0: nobody's (the kernel never claims a namespace that has an entry).
+    if let Some(own) = crate::netinfo::namespaces::own_inode() {
+        owners.insert(own as u32, 0);
     }
     if let Err(e) = set_netns_owners(ebpf, &owners) {
         log::warn!("cannot tell the receive probe the namespaces' owners: {e:#}");
     }
 }
 
+/// The (namespace, cgroup) pairs the transmit hook saw sending.
+fn read_senders(ebpf: &Ebpf) -> Vec<NetSenderKey> {
+    let Some(map) = ebpf.map(maps::NET_SENDERS) else {
+        return Vec::new();
+    };
+    let Ok(map) = aya::maps::HashMap::<_, NetSenderKey, u8>::try_from(map) else {
+        return Vec::new();
+    };
+    map.keys().filter_map(Result::ok).collect()
+}
+
 /// Tells the receive hook which container each network namespace's traffic belongs to:
-/// `owners` maps namespace inodes to cgroup ids; namespaces not in it are forgotten.
+/// `owners` maps namespace inodes to cgroup ids (0: no one's); namespaces not in it are left
+/// as they are.
 pub fn set_netns_owners(ebpf: &mut Ebpf, owners: &HashMap<u32, u64>) -> anyhow::Result<()> {
     let map = ebpf
         .map_mut(maps::NETNS_CGROUP)
         .ok_or_else(|| anyhow::anyhow!("map {} missing from the object", maps::NETNS_CGROUP))?;
     let mut map = aya::maps::HashMap::<_, u32, u64>::try_from(map)?;
-    let stale: Vec<u32> = map
-        .iter()
-        .filter_map(Result::ok)
-        .filter(|(netns, cgroup)| owners.get(netns) != Some(cgroup))
-        .map(|(netns, _)| netns)
-        .collect();
-    for netns in stale {
-        let _ = map.remove(&netns);
-    }
     for (netns, cgroup) in owners {
         map.insert(netns, cgroup, 0)?;
     }
@@ -405,6 +425,32 @@ pub fn read_drops(ebpf: &Ebpf) -> anyhow::Result<HashMap<NetDropKey, NetDropStat
 pub fn forget(ebpf: &mut Ebpf, cgroups: &[u64]) {
     for id in cgroups {
         remove_per_cpu_keys::<u64, CgroupNetStats>(ebpf, maps::CGROUP_NET, |k| k == id);
+    }
+    // A removed container's namespaces: who sends from them and whom they belong to.
+    if let Some(map) = ebpf.map_mut(maps::NET_SENDERS)
+        && let Ok(mut map) = aya::maps::HashMap::<_, NetSenderKey, u8>::try_from(map)
+    {
+        let doomed: Vec<NetSenderKey> = map
+            .keys()
+            .filter_map(Result::ok)
+            .filter(|k| cgroups.contains(&k.cgroup))
+            .collect();
+        for k in doomed {
+            let _ = map.remove(&k);
+        }
+    }
+    if let Some(map) = ebpf.map_mut(maps::NETNS_CGROUP)
+        && let Ok(mut map) = aya::maps::HashMap::<_, u32, u64>::try_from(map)
+    {
+        let doomed: Vec<u32> = map
+            .iter()
+            .filter_map(Result::ok)
+            .filter(|(_, cgroup)| cgroups.contains(cgroup))
+            .map(|(netns, _)| netns)
+            .collect();
+        for netns in doomed {
+            let _ = map.remove(&netns);
+        }
     }
     let live: std::collections::HashSet<u32> = crate::netinfo::namespaces::live_inodes()
         .into_iter()

@@ -25,7 +25,8 @@ use aya_ebpf::{
 };
 use stormwatch_common::net::{
     CgroupNetStats, ETH_P_IP_BE, ETH_P_IPV6_BE, NetDirStats, NetDropKey, NetDropStats, NetIfKey,
-    NetIfStats, NetProbeError, classify_ipv4, classify_ipv6, is_ptb, len_bucket, len_bucket_of,
+    NetIfStats, NetProbeError, NetSenderKey, classify_ipv4, classify_ipv6, is_ptb, len_bucket,
+    len_bucket_of,
 };
 
 use crate::shared::{BPF_NOEXIST, global_u32};
@@ -37,6 +38,8 @@ const MAX_IFACES: u32 = 4096;
 const MAX_DROP_KEYS: u32 = 4096;
 /// One per pod, and then some.
 const MAX_NETNS: u32 = 4096;
+/// A few containers per pod.
+const MAX_SENDERS: u32 = 16384;
 
 #[map(name = "CGROUP_NET")]
 static CGROUP_NET: PerCpuHashMap<u64, CgroupNetStats> =
@@ -54,6 +57,10 @@ static NET_DROPS: PerCpuHashMap<NetDropKey, NetDropStats> =
 /// namespaces whose processes all belong to one container or pod).
 #[map(name = "NETNS_CGROUP")]
 static NETNS_CGROUP: HashMap<u32, u64> = HashMap::with_max_entries(MAX_NETNS, 0);
+
+/// (namespace, cgroup) pairs seen sending: what the agent decides owners from.
+#[map(name = "NET_SENDERS")]
+static NET_SENDERS: HashMap<NetSenderKey, u8> = HashMap::with_max_entries(MAX_SENDERS, 0);
 
 #[map(name = "NET_ERRORS")]
 static NET_ERRORS: PerCpuArray<u64> = PerCpuArray::with_max_entries(NetProbeError::COUNT, 0);
@@ -92,6 +99,10 @@ static SKB_SK_OFFSET: u32 = 0;
 static SOCK_FAMILY_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
 static SOCK_STATE_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static SOCK_SOCKET_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static SOCKET_FILE_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
 static SOCK_CGROUP_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
@@ -386,7 +397,10 @@ fn on_packet<F: Fields>(skb: u64, dev: u64, tx: bool) {
     }
 
     let owner = if tx {
-        sender_cgroup::<F>(skb)
+        sender::<F>(skb).map(|(sk, cgroup)| {
+            learn_sender::<F>(key.netns, sk, cgroup);
+            cgroup
+        })
     } else {
         // SAFETY: a map lookup; the value is a plain u64.
         unsafe { NETNS_CGROUP.get(&key.netns) }.copied()
@@ -702,10 +716,10 @@ fn sock_cgroup_id<F: Fields>(sk: u64) -> Option<u64> {
     F::get::<u64>(kn, global_u32(&KERNFS_NODE_ID_OFFSET))
 }
 
-/// The cgroup of the socket that sends `skb`, when it is a full IPv4/IPv6 socket (request and
+/// The socket that sends `skb` and its cgroup, when it is a full IPv4/IPv6 socket (request and
 /// time-wait sockets are smaller structs without `sk_cgrp_data`).
 #[inline(always)]
-fn sender_cgroup<F: Fields>(skb: u64) -> Option<u64> {
+fn sender<F: Fields>(skb: u64) -> Option<(u64, u64)> {
     let sk = F::get::<u64>(skb, global_u32(&SKB_SK_OFFSET)).filter(|sk| *sk != 0)?;
     let family = F::get::<u16>(sk, global_u32(&SOCK_FAMILY_OFFSET))?;
     let state = F::get::<u8>(sk, global_u32(&SOCK_STATE_OFFSET))?;
@@ -715,11 +729,50 @@ fn sender_cgroup<F: Fields>(skb: u64) -> Option<u64> {
     {
         return None;
     }
-    let id = sock_cgroup_id::<F>(sk);
-    if id.is_none() {
-        count_error(NetProbeError::SocketCgroup);
+    match sock_cgroup_id::<F>(sk) {
+        Some(id) => Some((sk, id)),
+        None => {
+            count_error(NetProbeError::SocketCgroup);
+            None
+        }
     }
-    id
+}
+
+/// The last (namespace, cgroup) this CPU learned, so that a stream of packets costs one
+/// comparison, not a map update each.
+#[map(name = "NET_LAST_SENDER")]
+static NET_LAST_SENDER: PerCpuArray<NetSenderKey> = PerCpuArray::with_max_entries(1, 0);
+
+/// Notes that a process of `cgroup` sends from namespace `netns` — a socket with a file, that
+/// is, not one of the kernel's own (ICMP replies, TCP resets and neighbour discovery go out on
+/// kernel sockets that carry the cgroup of whoever created the namespace) — and, when nobody
+/// owns the namespace yet, makes its traffic this cgroup's at once; the agent settles the owner
+/// (the cgroup all its senders share) at its next collection.
+#[inline(always)]
+fn learn_sender<F: Fields>(netns: u32, sk: u64, cgroup: u64) {
+    let key = NetSenderKey {
+        netns,
+        _pad: 0,
+        cgroup,
+    };
+    let Some(last) = NET_LAST_SENDER.get_ptr_mut(0) else {
+        return;
+    };
+    // SAFETY: this CPU's slot.
+    if unsafe { *last == key } {
+        return;
+    }
+    let is_user_socket = F::get::<u64>(sk, global_u32(&SOCK_SOCKET_OFFSET))
+        .filter(|socket| *socket != 0)
+        .and_then(|socket| Probed::get::<u64>(socket, global_u32(&SOCKET_FILE_OFFSET)))
+        .is_some_and(|file| file != 0);
+    if !is_user_socket {
+        return;
+    }
+    // SAFETY: this CPU's slot.
+    unsafe { *last = key };
+    let _ = NET_SENDERS.insert(&key, &0, BPF_NOEXIST);
+    let _ = NETNS_CGROUP.insert(&netns, &cgroup, BPF_NOEXIST);
 }
 
 /// What one packet at an interface adds to a container's figures.
