@@ -319,9 +319,6 @@ impl ProbeError {
     }
 }
 
-/// `TASK_DEAD` in `task_struct::__state`: the thread's final switch.
-pub const TASK_DEAD: u32 = 0x0080;
-
 // ---- futex ------------------------------------------------------------------------------
 
 /// `futex(2)` commands, after masking `FUTEX_PRIVATE_FLAG` and `FUTEX_CLOCK_REALTIME`.
