@@ -9,6 +9,7 @@ pub mod config;
 pub mod counters;
 pub mod diagnose;
 pub mod export;
+pub mod host;
 pub mod identity;
 pub mod pipeline;
 pub mod privileges;
