@@ -24,6 +24,7 @@ use serde_json::Value;
 pub mod agent_proc;
 pub mod bpftrace;
 pub mod cgroupfs;
+pub mod deploy;
 pub mod netns;
 
 // ---- the cgroup v2 hierarchy ----------------------------------------------------------------

@@ -45,26 +45,20 @@ use std::{
 
 use serde_json::Value as Json;
 use serde_yaml_ng::Value;
-use stormwatch_tests::{TestCgroup, agent_bin, num, run_in_cgroup, workload_result};
+use stormwatch_tests::{
+    TestCgroup, agent_bin,
+    deploy::{documents, repo_file, tool},
+    num, run_in_cgroup, workload_result,
+};
 
 /// Start-up: loading and attaching the probes (the manifest's readiness has 120 s).
 const READY_TIMEOUT: Duration = Duration::from_secs(90);
 
 fn repo(file: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(file)
+    repo_file(file)
 }
 
 // ---- the manifest ---------------------------------------------------------------------------
-
-fn documents(path: &Path) -> Vec<Value> {
-    use serde::Deserialize as _;
-    let text =
-        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-    serde_yaml_ng::Deserializer::from_str(&text)
-        .map(|d| Value::deserialize(d).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
-        .filter(|v| !v.is_null())
-        .collect()
-}
 
 fn str_of<'a>(v: &'a Value, what: &str) -> &'a str {
     v.as_str()
@@ -300,18 +294,7 @@ impl Pod {
 // ---- podman ---------------------------------------------------------------------------------
 
 fn podman() -> Command {
-    let bin = std::env::var_os("PATH")
-        .iter()
-        .flat_map(std::env::split_paths)
-        .map(|dir| dir.join("podman"))
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| {
-            panic!(
-                "`podman` is not installed; install it with `apt-get install -y podman` \
-                 (`cargo xtask setup` does)"
-            )
-        });
-    let mut cmd = Command::new(bin);
+    let mut cmd = Command::new(tool("podman", "apt-get install -y podman"));
     cmd.stdin(Stdio::null());
     cmd
 }

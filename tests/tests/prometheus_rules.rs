@@ -15,46 +15,14 @@ use std::{
     process::Command,
 };
 
-use serde_yaml_ng::Value;
+use stormwatch_tests::deploy::{manifest, repo_file, tool};
 
 fn deploy(file: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../deploy")
-        .join(file)
-}
-
-fn yaml_documents(path: &Path) -> Vec<Value> {
-    use serde::Deserialize as _;
-    let text =
-        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-    serde_yaml_ng::Deserializer::from_str(&text)
-        .map(|d| Value::deserialize(d).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
-        .filter(|v| !v.is_null())
-        .collect()
-}
-
-/// The one document of `kind` in a manifest file.
-fn manifest(file: &str, kind: &str) -> Value {
-    let mut found: Vec<Value> = yaml_documents(&deploy(file))
-        .into_iter()
-        .filter(|d| d["kind"].as_str() == Some(kind))
-        .collect();
-    assert_eq!(found.len(), 1, "one {kind} in deploy/{file}");
-    found.remove(0)
+    repo_file(&format!("deploy/{file}"))
 }
 
 fn promtool() -> PathBuf {
-    std::env::var_os("PATH")
-        .iter()
-        .flat_map(std::env::split_paths)
-        .map(|dir| dir.join("promtool"))
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| {
-            panic!(
-                "`promtool` is not installed; install it with `apt-get install prometheus` \
-                 (`cargo xtask setup` does)"
-            )
-        })
+    tool("promtool", "apt-get install -y prometheus")
 }
 
 /// The CR's rule groups written as a plain rule file, with a copy of the test file beside it
