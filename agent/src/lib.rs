@@ -8,6 +8,7 @@ pub mod collect;
 pub mod config;
 pub mod diagnose;
 pub mod export;
+pub mod host;
 pub mod identity;
 pub mod pipeline;
 pub mod privileges;

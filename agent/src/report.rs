@@ -28,6 +28,8 @@ fn secs(ns: u64) -> f64 {
 #[derive(Clone, Debug, Serialize)]
 pub struct TraceReport {
     pub duration_seconds: f64,
+    /// The host over the window: CPUs, hypervisor, NUMA nodes, steal, kernel.
+    pub host: crate::host::HostReport,
     /// Every interface of the host's and the containers' network namespaces, with MTU,
     /// encapsulation and the window's packet figures; `null` without the network family.
     pub interfaces: Option<Vec<network::InterfaceReport>>,
@@ -35,6 +37,8 @@ pub struct TraceReport {
     /// without the network family.
     pub network_namespaces: Option<Vec<network::NamespaceReport>>,
     pub containers: Vec<ContainerReport>,
+    /// What the diagnosis rules found over the same window, in `diagnose --json`'s shape.
+    pub findings: Vec<crate::diagnose::FindingReport>,
     /// Each probe, and how it is attached (or why not).
     pub probes: Vec<ProbeStatus>,
     /// Events the probes could not record, by reason, since attach.

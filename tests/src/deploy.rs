@@ -29,19 +29,3 @@ pub fn manifest(file: &str, kind: &str) -> Value {
     assert_eq!(found.len(), 1, "one {kind} in deploy/{file}");
     found.remove(0)
 }
-
-/// A command the project's setup installs (promtool, podman…), found on PATH; panics with how
-/// to install it when missing: the tests never skip.
-pub fn tool(name: &str, install: &str) -> PathBuf {
-    std::env::var_os("PATH")
-        .iter()
-        .flat_map(std::env::split_paths)
-        .map(|dir| dir.join(name))
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| {
-            panic!(
-                "`{name}` is not installed; install it with `{install}` \
-                 (`cargo xtask setup` does)"
-            )
-        })
-}

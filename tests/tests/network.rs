@@ -16,9 +16,7 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 use stormwatch_tests::{
-    Agent, TestCgroup,
-    agent_proc::AgentProcess,
-    assert_within,
+    Agent, TestCgroup, assert_within,
     netns::{
         NODE_B_OVERLAY_IP, OVERLAY_DEV, OuterDf, Overlay, POD_DEV, UNDERLAY_A, delta, ping_counts,
         require_tools,
@@ -32,13 +30,13 @@ const TRACE_SECONDS: &str = "8";
 /// The trace and the diagnosis, watching the same traffic.
 struct Watch {
     trace: Agent,
-    diagnose: AgentProcess,
+    diagnose: Agent,
 }
 
 impl Watch {
     fn start() -> Self {
         let trace = Agent::trace(&["--json", "--duration", TRACE_SECONDS, "--probes", "net"]);
-        let diagnose = AgentProcess::start(&["diagnose", "--json", "--duration", TRACE_SECONDS]);
+        let diagnose = Agent::start(&["diagnose", "--json", "--duration", TRACE_SECONDS]);
         Self { trace, diagnose }
     }
 
@@ -50,7 +48,7 @@ impl Watch {
             "the diagnosis ended before {what} did"
         );
         let report = self.trace.finish().report;
-        let out = self.diagnose.finish();
+        let out = self.diagnose.finish_output();
         // 3: findings; 0: none.
         let code = out.status.code();
         assert!(

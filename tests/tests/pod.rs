@@ -35,8 +35,7 @@
 
 use std::{
     collections::BTreeSet,
-    io::{Read as _, Write as _},
-    net::{SocketAddr, TcpListener, TcpStream},
+    net::SocketAddr,
     path::{Path, PathBuf},
     process::{Command, Output, Stdio},
     sync::atomic::{AtomicUsize, Ordering},
@@ -47,7 +46,8 @@ use serde_json::Value as Json;
 use serde_yaml_ng::Value;
 use stormwatch_tests::{
     TestCgroup, agent_bin,
-    deploy::{documents, repo_file, tool},
+    daemon::{TempDir, free_port, http_get, sample, tool},
+    deploy::{documents, repo_file},
     num, run_in_cgroup, workload_result,
 };
 
@@ -78,7 +78,6 @@ struct Mount {
 }
 
 /// What the runtime is told, from deploy/daemonset.yaml.
-#[derive(Debug)]
 struct Pod {
     args: Vec<String>,
     env: Vec<(String, String)>,
@@ -96,7 +95,7 @@ struct Pod {
     /// The seccomp profile file the runtime applies.
     seccomp: PathBuf,
     /// The config files (ConfigMap data), written under this directory.
-    _config_dir: tempfile::TempDir,
+    _config_dir: TempDir,
 }
 
 /// Kubernetes quantities: "256Mi", "64M", "1Gi", "500m" (CPU), "2".
@@ -156,10 +155,7 @@ impl Pod {
         };
 
         // Volumes: hostPath, or a ConfigMap written to files.
-        let config_dir = tempfile::Builder::new()
-            .prefix("sw-pod-config-")
-            .tempdir()
-            .expect("a temporary directory");
+        let config_dir = TempDir::new("pod-config");
         let volumes = seq(&pod["volumes"]);
         let mounts = seq(&c["volumeMounts"])
             .iter()
@@ -179,7 +175,7 @@ impl Pod {
                                 && d["metadata"]["name"].as_str() == Some(cm)
                         })
                         .unwrap_or_else(|| panic!("no ConfigMap {cm} in the manifest"));
-                    let dir = config_dir.path().join(name);
+                    let dir = config_dir.0.join(name);
                     std::fs::create_dir(&dir).expect("a ConfigMap directory");
                     let data = map["data"].as_mapping().expect("ConfigMap data");
                     for (file, text) in data {
@@ -349,10 +345,7 @@ struct Image(String);
 impl Image {
     fn build() -> Self {
         let bin = agent_bin();
-        let root = tempfile::Builder::new()
-            .prefix("sw-pod-image-")
-            .tempdir()
-            .expect("a temporary directory");
+        let root = TempDir::new("pod-image");
         let mut files = vec![(bin.to_path_buf(), PathBuf::from("usr/local/bin/stormwatch"))];
         for lib in shared_libraries(bin) {
             let inside = lib.strip_prefix("/").expect("absolute").to_path_buf();
@@ -360,17 +353,17 @@ impl Image {
         }
         assert!(files.len() > 1, "the agent is dynamically linked (glibc)");
         for (from, to) in &files {
-            let to = root.path().join(to);
+            let to = root.0.join(to);
             std::fs::create_dir_all(to.parent().expect("a parent")).expect("image directories");
             // Dereferenced: the image has no symlink farm.
             std::fs::copy(from, &to)
                 .unwrap_or_else(|e| panic!("copying {} into the image: {e}", from.display()));
         }
-        let tar = root.path().with_extension("tar");
+        let tar = root.0.with_extension("tar");
         succeed(
             Command::new("tar")
                 .arg("-C")
-                .arg(root.path())
+                .arg(&root.0)
                 .arg("-cf")
                 .arg(&tar)
                 .arg("."),
@@ -448,41 +441,6 @@ impl Drop for HostDirs {
             let _ = std::fs::remove_dir(d);
         }
     }
-}
-
-// ---- HTTP -----------------------------------------------------------------------------------
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("an ephemeral port on 127.0.0.1")
-}
-
-/// GET over HTTP/1.0 (no chunked body): the status and the body.
-fn get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
-    let mut raw = String::new();
-    s.read_to_string(&mut raw)?;
-    let (head, body) = raw
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| std::io::Error::other("no end of headers"))?;
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| std::io::Error::other(format!("status line of {head:?}")))?;
-    Ok((status, body.to_owned()))
-}
-
-/// The value of the sample whose name and labels start with `series` (classic text format).
-fn sample(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .find(|l| l.starts_with(series))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
 }
 
 // ---- the tests ------------------------------------------------------------------------------
@@ -627,7 +585,7 @@ impl RunningPod {
         // Ready: the probes are attached.
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
-            if matches!(get(addr, "/readyz"), Ok((200, _))) {
+            if http_get(addr, "/readyz", None).is_ok_and(|r| r.status == 200) {
                 break;
             }
             assert!(
@@ -651,9 +609,9 @@ impl RunningPod {
     }
 
     fn metrics(&self) -> String {
-        let (status, body) = get(self.addr, "/metrics").expect("scraping /metrics");
-        assert_eq!(status, 200, "{body}");
-        body
+        let r = http_get(self.addr, "/metrics", None).expect("scraping /metrics");
+        assert_eq!(r.status, 200, "{}", r.body);
+        r.body
     }
 
     /// Scrapes until a collection that began at least one interval after `ended` has

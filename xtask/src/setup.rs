@@ -41,6 +41,10 @@ const PACKAGES: &[(&str, &str)] = &[
         "runs the DaemonSet's pod as the manifest says (tests/tests/pod.rs); its \
          containers-common default seccomp profile is the base of deploy/seccomp/",
     ),
+    (
+        "systemd",
+        "systemd-detect-virt: an independent hypervisor detection for the host tests",
+    ),
 ];
 
 /// PyPI packages: (package, command it provides, what it is for).

@@ -374,6 +374,50 @@ fn encode_findings(enc: &mut DescriptorEncoder, e: &Exporter) -> fmt::Result {
     Ok(())
 }
 
+/// The host's context: what it is (info), its CPUs, and the steal counter.
+fn encode_host(enc: &mut DescriptorEncoder, e: &Exporter) -> fmt::Result {
+    if let Some(h) = &e.host {
+        let mut m = enc.encode_descriptor(
+            "stormwatch_host",
+            "The host: hypervisor (kvm, xen, hyperv, vmware, ...; unknown when a hypervisor does \
+             not say which; none on bare metal) and kernel release.",
+            None,
+            MetricType::Info,
+        )?;
+        m.encode_info(&[
+            ("hypervisor", h.hypervisor.as_deref().unwrap_or("none")),
+            ("kernel", h.kernel.as_str()),
+        ])?;
+        let mut m = enc.encode_descriptor(
+            "stormwatch_host_cpus",
+            "Online CPUs of the host.",
+            None,
+            MetricType::Gauge,
+        )?;
+        m.encode_gauge(&u64::from(h.cpus))?;
+        if let Some(nodes) = h.numa_nodes {
+            let mut m = enc.encode_descriptor(
+                "stormwatch_host_numa_nodes",
+                "Online NUMA nodes of the host.",
+                None,
+                MetricType::Gauge,
+            )?;
+            m.encode_gauge(&u64::from(nodes))?;
+        }
+    }
+    if let Some(steal) = e.host_steal_seconds {
+        let mut m = enc.encode_descriptor(
+            "stormwatch_host_steal_seconds",
+            "CPU time the hypervisor gave to others while the host's vCPUs had work (steal, \
+             from /proc/stat), summed over CPUs, since the host booted.",
+            None,
+            MetricType::Counter,
+        )?;
+        m.encode_counter::<NoLabelSet, _, f64>(&steal, None)?;
+    }
+    Ok(())
+}
+
 fn encode_self(enc: &mut DescriptorEncoder, e: &Exporter) -> fmt::Result {
     use MetricType::{Counter, Gauge};
     use Value::{Float, Int};
@@ -529,6 +573,7 @@ impl Collector for StateCollector {
         let e = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         encode_cgroups(&mut enc, &e)?;
         encode_findings(&mut enc, &e)?;
+        encode_host(&mut enc, &e)?;
         encode_self(&mut enc, &e)
     }
 }
@@ -746,6 +791,48 @@ mod tests {
         for l in text.lines().filter(|l| l.starts_with("# HELP ")) {
             assert!(l.split(' ').count() > 3, "help text: {l}");
         }
+    }
+
+    #[test]
+    fn the_host_series() {
+        let e = exporter();
+        let text = Renderer::new(Arc::clone(&e)).openmetrics();
+        assert!(
+            !text.contains("stormwatch_host"),
+            "nothing before the host is read"
+        );
+        {
+            let mut e = e.lock().unwrap();
+            e.host = Some(crate::host::Host {
+                cpus: 56,
+                hypervisor: Some("kvm".into()),
+                numa_nodes: Some(2),
+                kernel: "6.18.0-1-amd64".into(),
+            });
+            e.host_steal_seconds = Some(12.34);
+        }
+        let text = Renderer::new(Arc::clone(&e)).openmetrics();
+        for want in [
+            "# TYPE stormwatch_host info",
+            "stormwatch_host_info{hypervisor=\"kvm\",kernel=\"6.18.0-1-amd64\"} 1",
+            "stormwatch_host_cpus 56",
+            "stormwatch_host_numa_nodes 2",
+            "# TYPE stormwatch_host_steal_seconds counter",
+            "stormwatch_host_steal_seconds_total 12.34",
+        ] {
+            assert!(text.contains(want), "missing {want:?} in:\n{text}");
+        }
+        let classic = classic::from_openmetrics(&text);
+        assert!(classic.contains("# TYPE stormwatch_host_info gauge"));
+        assert!(classic.contains("# TYPE stormwatch_host_steal_seconds_total counter"));
+        {
+            let mut e = e.lock().unwrap();
+            e.host.as_mut().unwrap().hypervisor = None;
+            e.host.as_mut().unwrap().numa_nodes = None;
+        }
+        let text = Renderer::new(e).openmetrics();
+        assert!(text.contains("stormwatch_host_info{hypervisor=\"none\","));
+        assert!(!text.contains("stormwatch_host_numa_nodes"));
     }
 
     #[test]

@@ -12,6 +12,7 @@ use stormwatch_common::FutexStats;
 use crate::{
     collect::{CgroupWindow, Window},
     diagnose::{Finding, Severity},
+    host::Host,
     identity::{limits::Limits, workload::Identity},
     probes::ProbeStatus,
     report::Availability,
@@ -325,6 +326,11 @@ pub struct Exporter {
     /// The previous rendering: how long it took and how large it was.
     pub render_seconds: f64,
     pub exposition_bytes: usize,
+    /// The host, read once at start; `None` before.
+    pub host: Option<Host>,
+    /// CPU time the hypervisor stole from the host since boot (`/proc/stat`), at the last
+    /// collection; `None` when it could not be read.
+    pub host_steal_seconds: Option<f64>,
 }
 
 impl Exporter {
@@ -342,6 +348,8 @@ impl Exporter {
             last_collection_unix_seconds: None,
             render_seconds: 0.0,
             exposition_bytes: 0,
+            host: None,
+            host_steal_seconds: None,
         }
     }
 }

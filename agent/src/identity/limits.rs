@@ -24,7 +24,7 @@ use std::{
 
 use serde::Serialize;
 
-use super::{CgroupError, unescape_mountinfo, v2_root_from_mountinfo};
+use super::{CgroupError, mountinfo};
 
 /// Resource context of one cgroup.
 #[derive(Debug, Clone, PartialEq, Default, Serialize)]
@@ -88,29 +88,17 @@ impl CgroupLayout {
     /// resolver chooses it, so relative paths from the resolver line up. For v1, a mount of the
     /// hierarchy's root (`/` in the mountinfo root field) is preferred over bind mounts of a
     /// subtree (as seen inside containers), then the shortest mount point.
-    pub fn from_mountinfo(mountinfo: &str) -> Result<Self, CgroupError> {
-        let v2_root = v2_root_from_mountinfo(mountinfo).ok_or(CgroupError::NoV2Hierarchy)?;
+    pub fn from_mountinfo(text: &str) -> Result<Self, CgroupError> {
+        let mounts = mountinfo::parse(text);
+        let v2_root = mountinfo::v2_root(&mounts).ok_or(CgroupError::NoV2Hierarchy)?;
         // controller → (mounts the hierarchy root, mount point)
         let mut best: HashMap<String, (bool, PathBuf)> = HashMap::new();
-        for line in mountinfo.lines() {
-            let Some((left, right)) = line.split_once(" - ") else {
-                continue;
-            };
-            let mut right = right.split_whitespace();
-            if right.next() != Some("cgroup") {
-                continue;
-            }
-            let Some(super_options) = right.nth(1) else {
-                continue;
-            };
-            let mut left = left.split_whitespace();
-            let (Some(root), Some(mount_point)) = (left.nth(3), left.next()) else {
-                continue;
-            };
-            let candidate = (root == "/", PathBuf::from(unescape_mountinfo(mount_point)));
-            for controller in super_options
-                .split(',')
-                .filter(|o| V1_CONTROLLERS.contains(o))
+        for m in mounts.iter().filter(|m| m.fs_type == "cgroup") {
+            let candidate = (m.is_root(), m.mount_point.clone());
+            for controller in m
+                .super_options
+                .iter()
+                .filter(|o| V1_CONTROLLERS.contains(&o.as_str()))
             {
                 let better = best.get(controller).is_none_or(|(is_root, path)| {
                     (
@@ -119,7 +107,7 @@ impl CgroupLayout {
                     ) > (*is_root, std::cmp::Reverse(path.as_os_str().len()))
                 });
                 if better {
-                    best.insert(controller.to_owned(), candidate.clone());
+                    best.insert(controller.clone(), candidate.clone());
                 }
             }
         }
