@@ -11,7 +11,7 @@ use std::{
 
 use serde_json::Value;
 use stormwatch_tests::{
-    agent_proc::AgentProcess,
+    Agent,
     daemon::{Daemon, sample, wait_for},
     require_bpf,
 };
@@ -99,7 +99,7 @@ fn run_bracketed(command: &str, duration: Duration) -> (Value, f64, f64) {
     require_bpf();
     let before = steal_ticks();
     let d = format!("{}", duration.as_secs_f64());
-    let agent = AgentProcess::start(&[command, "--json", "--duration", &d]);
+    let agent = Agent::start(&[command, "--json", "--duration", &d]);
     let inside_from = steal_ticks();
     let attached_at = Instant::now();
     std::thread::sleep(duration / 2);
@@ -109,7 +109,7 @@ fn run_bracketed(command: &str, duration: Duration) -> (Value, f64, f64) {
         attached_at.elapsed() < duration,
         "the test was too slow to take its inner reading inside the agent's window"
     );
-    let out = agent.finish();
+    let out = agent.finish_output();
     let after = steal_ticks();
     assert!(
         out.status.code() == Some(0) || (command == "diagnose" && out.status.code() == Some(3)),
