@@ -8,7 +8,8 @@
 //! file, the resource limits, and the seccomp profile: `RuntimeDefault` is run as
 //! deploy/seccomp/stormwatch.json, the equivalent of containerd ≥ 1.7's default (bpf for
 //! CAP_BPF holders, perf_event_open for CAP_PERFMON holders); a `Localhost` profile is run as
-//! the file of that name in deploy/seccomp/.
+//! the file of that name in deploy/seccomp/. AppArmor `RuntimeDefault` is podman's default;
+//! AppArmor is not enabled on the test machines, so no AppArmor profile applies there.
 //!
 //! The image holds only the agent (target/release/stormwatch) and the shared libraries `ldd`
 //! names — what the Containerfile's runtime stage holds (its distroless base cannot be pulled
@@ -715,6 +716,10 @@ fn the_pod_runs_as_the_manifest_says() {
         sample(&text, &runq).is_some_and(|n| n > 0.0),
         "{runq} in:\n{text}"
     );
+
+    // The liveness probe's path, after all this.
+    let health = http_get(running.addr, "/healthz", None).expect("GET /healthz");
+    assert_eq!(health.status, 200, "/healthz: {}", health.body);
 
     assert!(
         detached.is_empty(),
