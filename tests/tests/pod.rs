@@ -867,4 +867,20 @@ fn check_names_seccomp_under_the_older_default_profile() {
         stdout.contains("ok    privileges"),
         "the capabilities are not the cause:\n{stdout}"
     );
+
+    // The DaemonSet's own command says the same, in one line, instead of an EPERM from the
+    // loader (its liveness would otherwise only show a crash loop).
+    let out = output(
+        podman()
+            .args(["run", "--rm"])
+            .args(pod.podman_args(None))
+            .arg(&image.0)
+            .args(&pod.args),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "run must fail under this profile");
+    assert!(
+        stderr.contains("stormwatch: ") && stderr.contains("seccomp filter refuses bpf"),
+        "run names seccomp: {stderr}"
+    );
 }
