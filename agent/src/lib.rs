@@ -6,6 +6,7 @@
 pub mod cli;
 pub mod collect;
 pub mod config;
+pub mod counters;
 pub mod diagnose;
 pub mod export;
 pub mod host;
