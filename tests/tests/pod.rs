@@ -626,10 +626,23 @@ impl RunningPod {
             if sample(&t, series).is_some() && stamp.is_some_and(|s| s > ended + 5.0) {
                 return t;
             }
+            let logs = self.container.logs();
+            // The ConfigMap's max_cgroups is a premise: on a shared machine other tests' cgroups
+            // may fill it first; say so rather than leave a bare "missing".
+            let rel = series
+                .split_once("cgroup=\"")
+                .and_then(|(_, r)| r.split_once('"'))
+                .map_or("", |(rel, _)| rel);
+            let refused = logs
+                .lines()
+                .find(|l| l.contains(&format!("not exporting cgroup {rel}:")));
             assert!(
                 Instant::now() < deadline,
-                "no {series} from the pod:\n{t}\nlogs:\n{}",
-                self.container.logs()
+                "no {series} from the pod{}:\n{t}\nlogs:\n{logs}",
+                refused.map_or(String::new(), |l| format!(
+                    " — refused by max_cgroups: the host has more cgroups than the ConfigMap \
+                     allows (other tests running?): {l}"
+                ))
             );
             std::thread::sleep(Duration::from_millis(500));
         }
