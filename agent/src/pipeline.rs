@@ -95,6 +95,9 @@ impl Pipeline {
         self.resolve_call_sites(&window);
         self.previous = snapshot;
         self.previous.forget(&mut self.probes, &gone);
+        let resolver = &self.resolver;
+        self.probes
+            .track_network_namespaces(|id| resolver.path(id).map(str::to_owned));
         Ok(window)
     }
 

@@ -45,8 +45,6 @@ pub enum AttachKind {
     TpBtf,
     /// Classic tracepoint via tracefs: the fallback.
     Tracepoint,
-    /// A `cgroup_skb` program on the cgroup v2 root (multi-attach).
-    CgroupSkb,
 }
 
 impl fmt::Display for AttachKind {
@@ -54,7 +52,6 @@ impl fmt::Display for AttachKind {
         f.write_str(match self {
             Self::TpBtf => "tp_btf",
             Self::Tracepoint => "tracepoint",
-            Self::CgroupSkb => "cgroup_skb",
         })
     }
 }
@@ -90,26 +87,26 @@ pub struct KernelFacts {
 }
 
 impl KernelFacts {
+    /// Reads the kernel's BTF once: our lookups index the bytes, aya's loader parses them.
     pub fn probe() -> Self {
-        let aya_btf = aya::Btf::from_sys_fs();
-        let btf = Btf::from_file(VMLINUX_BTF);
-        match (aya_btf, btf) {
-            (Ok(a), Ok(b)) => Self {
-                aya_btf: Some(a),
-                task_offsets: b.member_offset("task_struct", "nvcsw").is_ok(),
-                btf: Some(b),
+        let unusable = |why: String| Self {
+            aya_btf: None,
+            btf: None,
+            task_offsets: false,
+            btf_error: Some(why),
+        };
+        let btf = match Btf::from_file(VMLINUX_BTF) {
+            Ok(btf) => btf,
+            Err(e) => return unusable(format!("{e}")),
+        };
+        match aya::Btf::parse(btf.bytes(), aya::Endianness::default()) {
+            Ok(aya_btf) => Self {
+                aya_btf: Some(aya_btf),
+                task_offsets: btf.member_offset("task_struct", "nvcsw").is_ok(),
+                btf: Some(btf),
                 btf_error: None,
             },
-            (a, b) => Self {
-                aya_btf: None,
-                btf: None,
-                task_offsets: false,
-                btf_error: Some(match (a.err(), b.err()) {
-                    (Some(e), _) => format!("{VMLINUX_BTF}: {e}"),
-                    (_, Some(e)) => format!("{e}"),
-                    _ => "unusable".to_owned(),
-                }),
-            },
+            Err(e) => unusable(format!("{VMLINUX_BTF}: {e}")),
         }
     }
 }
@@ -289,12 +286,15 @@ impl Probes {
         unsafe {
             libc::malloc_trim(0);
         }
-        Ok(Self {
+        let mut probes = Self {
             ebpf,
             status,
             idle_hot_futexes: IdleKeys::new(IDLE_READS_BEFORE_EVICTION),
             idle_lock_sites: IdleKeys::new(IDLE_READS_BEFORE_EVICTION),
-        })
+        };
+        // Nothing has been seen sending yet: the processes in each namespace say whose it is.
+        probes.track_network_namespaces(|_| None);
+        Ok(probes)
     }
 
     pub fn is_attached(&self, tracepoint: &str) -> bool {
@@ -322,6 +322,15 @@ impl Probes {
         locks::forget(&mut self.ebpf, cgroups);
         futex::forget(&mut self.ebpf, cgroups);
         net::forget(&mut self.ebpf, cgroups);
+    }
+
+    /// Tells the network receive probe which container each network namespace belongs to (from
+    /// the processes in it and the cgroups seen sending from it); call every collection.
+    /// `path_of` names cgroup ids.
+    pub fn track_network_namespaces(&mut self, path_of: impl Fn(u64) -> Option<String>) {
+        if self.is_attached(net::RECEIVE) {
+            net::track_netns_owners(&mut self.ebpf, path_of);
+        }
     }
 
     /// Deletes hot-futex entries (of exited processes, of removed cgroups), by key.

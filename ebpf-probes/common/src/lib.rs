@@ -319,9 +319,6 @@ impl ProbeError {
     }
 }
 
-/// `TASK_DEAD` in `task_struct::__state`: the thread's final switch.
-pub const TASK_DEAD: u32 = 0x0080;
-
 // ---- futex ------------------------------------------------------------------------------
 
 /// `futex(2)` commands, after masking `FUTEX_PRIVATE_FLAG` and `FUTEX_CLOCK_REALTIME`.
@@ -550,6 +547,7 @@ mod user {
     unsafe impl aya::Pod for net::NetDropKey {}
     unsafe impl aya::Pod for net::NetDropStats {}
     unsafe impl aya::Pod for net::CgroupNetStats {}
+    unsafe impl aya::Pod for net::NetSenderKey {}
 }
 
 #[cfg(test)]
@@ -589,6 +587,7 @@ mod tests {
         assert_eq!(size_of::<NetDropKey>(), 4 * 4);
         assert_eq!(size_of::<NetDropStats>(), 8);
         assert_eq!(size_of::<CgroupNetStats>(), 8 * 7 + 2 * buckets);
+        assert_eq!(size_of::<NetSenderKey>(), 16);
     }
 
     #[test]
@@ -679,6 +678,12 @@ pub mod net {
         pub const NET_IFACES: &str = "NET_IFACES";
         /// Per-CPU hash: [`super::NetDropKey`] → [`super::NetDropStats`].
         pub const NET_DROPS: &str = "NET_DROPS";
+        /// Hash: network namespace inode (u32) → cgroup id (u64) its received traffic is
+        /// counted for; written by the agent.
+        pub const NETNS_CGROUP: &str = "NETNS_CGROUP";
+        /// Hash: [`super::NetSenderKey`] → 0: which cgroups' processes send from which
+        /// namespaces (the transmit hook notes them; the agent decides owners from them).
+        pub const NET_SENDERS: &str = "NET_SENDERS";
         /// Per-CPU array: [`super::NetProbeError`] index → events the probes could not record.
         pub const NET_ERRORS: &str = "NET_ERRORS";
     }
@@ -705,6 +710,15 @@ pub mod net {
         pub const DEV_NET_OFFSET: &str = "DEV_NET_OFFSET";
         /// `net.ns.inum`: the network namespace's inode number.
         pub const NET_INUM_OFFSET: &str = "NET_INUM_OFFSET";
+        /// `sk_buff.sk`: the socket that sends the packet.
+        pub const SKB_SK_OFFSET: &str = "SKB_SK_OFFSET";
+        /// `sock.__sk_common.skc_family` and `.skc_state`: only full IPv4/IPv6 sockets count.
+        pub const SOCK_FAMILY_OFFSET: &str = "SOCK_FAMILY_OFFSET";
+        pub const SOCK_STATE_OFFSET: &str = "SOCK_STATE_OFFSET";
+        /// `sock.sk_socket` and `socket.file`: a socket of a process has a file; the kernel's own
+        /// sockets (ICMP, TCP control, neighbour discovery) do not.
+        pub const SOCK_SOCKET_OFFSET: &str = "SOCK_SOCKET_OFFSET";
+        pub const SOCKET_FILE_OFFSET: &str = "SOCKET_FILE_OFFSET";
         /// `sock.sk_cgrp_data.cgroup`, `cgroup.kn`, `kernfs_node.id`: a socket's cgroup v2 id.
         pub const SOCK_CGROUP_OFFSET: &str = "SOCK_CGROUP_OFFSET";
         pub const CGROUP_KN_OFFSET: &str = "CGROUP_KN_OFFSET";
@@ -736,8 +750,6 @@ pub mod net {
         pub const KFREE_SKB_TP: &str = "net_kfree_skb_tp";
         pub const RETRANSMIT_BTF: &str = "net_tcp_retransmit_btf";
         pub const RETRANSMIT_TP: &str = "net_tcp_retransmit_tp";
-        pub const CGROUP_INGRESS: &str = "net_cgroup_ingress";
-        pub const CGROUP_EGRESS: &str = "net_cgroup_egress";
     }
 
     /// Buckets of a packet-length histogram. Lengths are of the IP packet (L3: what the MTU
@@ -903,6 +915,15 @@ pub mod net {
             tx_len: [0; len_bucket::COUNT],
             rx_len: [0; len_bucket::COUNT],
         };
+    }
+
+    /// A cgroup whose processes send from a network namespace.
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    pub struct NetSenderKey {
+        pub netns: u32,
+        pub _pad: u32,
+        pub cgroup: u64,
     }
 
     /// What the network probes could not record, as indices into `NET_ERRORS`.

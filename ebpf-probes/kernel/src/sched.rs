@@ -23,8 +23,8 @@ use aya_ebpf::{
     programs::{BtfTracePointContext, TracePointContext},
 };
 use stormwatch_common::{
-    OnCpu, ProbeError, SchedStats, TASK_DEAD, TASK_HAS_LAST_CPU, TASK_HAS_SWITCH_BASELINE,
-    TASK_HAS_WAKER, TASK_SEEN, TASK_WAKE_KNOWN, TASK_WAKE_REMOTE, TASK_WOKEN, TaskState,
+    OnCpu, ProbeError, SchedStats, TASK_HAS_LAST_CPU, TASK_HAS_SWITCH_BASELINE, TASK_HAS_WAKER,
+    TASK_SEEN, TASK_WAKE_KNOWN, TASK_WAKE_REMOTE, TASK_WOKEN, TaskState,
 };
 
 use crate::shared::{
@@ -79,7 +79,9 @@ static HAVE_TASK_OFFSETS: u32 = 0;
 /// 4.14) when the task was preempted, and `EXIT_ZOMBIE`/`EXIT_DEAD` (0x20/0x10) on its final
 /// switch.
 const TP_STATE_PREEMPTED: u32 = 0x100;
-const TP_STATE_EXITING: u32 = 0x10 | 0x20;
+/// `exit_state` (and the classic record's `prev_state`) of a thread reaped at once: its
+/// counters were folded into its process's totals before its final switch.
+const EXIT_DEAD: u32 = 0x10;
 
 /// What the switch-out of `prev` needs to know about it.
 struct Prev {
@@ -88,8 +90,12 @@ struct Prev {
     /// Whether the task stays runnable (preempted), for when counters cannot decide.
     runnable: bool,
     /// The task is exiting and the kernel has already folded its counters into its process's
-    /// totals (`exit_state` is set in `exit_notify`, before `release_task`): its switches from
-    /// here on, including the final one, are in no total anyone can read.
+    /// totals: `exit_state` is `EXIT_DEAD`, set in `exit_notify` for a thread that is reaped at
+    /// once (`release_task` → `__exit_signal`), before its final switch. Its switches from here
+    /// on, the final one included, are in no total anyone can read. A zombie (`EXIT_ZOMBIE`: a
+    /// process's leader, waited for by its parent) is not dead in this sense: its counters are
+    /// read when it is reaped (`wait_task_zombie` adds the leader's own `nvcsw`, final switch
+    /// included, to the parent's children totals), so its switches are counted as any other.
     dead: bool,
     /// Classic tracepoints: the thread's wake-up time kept in `PENDING_WAKEUPS`, looked up
     /// here because the classic `sched_wakeup` cannot reach the thread's task storage.
@@ -118,7 +124,7 @@ pub fn sched_switch_btf(ctx: BtfTracePointContext) -> i32 {
         )),
         // As `__schedule` decides: voluntary when not preempted and not runnable.
         runnable: preempt & 0xff != 0 || state == 0,
-        dead: state & TASK_DEAD != 0 || exit_state != 0,
+        dead: exit_state & EXIT_DEAD != 0,
         classic: false,
     };
     on_switch(prev, next_tid);
@@ -229,11 +235,11 @@ pub fn sched_switch_tp(ctx: TracePointContext) -> i32 {
     ) else {
         return 0;
     };
-    let mut dead = state & TP_STATE_EXITING != 0 && state & TP_STATE_PREEMPTED == 0;
+    let mut dead = state & EXIT_DEAD != 0 && state & TP_STATE_PREEMPTED == 0;
     let counters = if global_u32(&HAVE_TASK_OFFSETS) == 1 {
         // SAFETY: a helper with no preconditions; `current` is `prev` during sched_switch.
         let task = unsafe { bpf_get_current_task() } as *const u8;
-        dead |= read_task_u32(task, global_u32(&TASK_EXIT_STATE_OFFSET)) != 0;
+        dead |= read_task_u32(task, global_u32(&TASK_EXIT_STATE_OFFSET)) & EXIT_DEAD != 0;
         read_task_counters(task)
     } else {
         None
