@@ -8,6 +8,7 @@
 //! removed_grace_seconds = 60       # how long a removed cgroup's series stay
 //! diagnosis_window_seconds = 30    # sliding window the diagnosis rules judge
 //! bpf_stats = true                 # turn on the kernel's BPF run-time statistics
+//! histograms = true                # per-cgroup latency histograms (8 buckets each); false: sum and count only
 //!
 //! [thresholds]                     # any of the diagnosis thresholds (see diagnose::Thresholds)
 //! runq_min_mean_seconds = 0.002
@@ -68,6 +69,7 @@ pub struct FileConfig {
     pub removed_grace_seconds: Option<f64>,
     pub diagnosis_window_seconds: Option<f64>,
     pub bpf_stats: Option<bool>,
+    pub histograms: Option<bool>,
     pub thresholds: Option<Thresholds>,
 }
 
@@ -82,6 +84,10 @@ pub struct Config {
     /// Turn on the kernel's BPF run-time statistics (`BPF_ENABLE_STATS`, needs CAP_SYS_ADMIN;
     /// without it the counters only move if `kernel.bpf_stats_enabled` is set on the host).
     pub bpf_stats: bool,
+    /// Export the per-cgroup run-queue latency and futex wait histograms (8 buckets each);
+    /// `false` keeps their `_sum`/`_count` figures as counters and drops the buckets: 16 fewer
+    /// series per cgroup.
+    pub histograms: bool,
     pub thresholds: Thresholds,
 }
 
@@ -94,6 +100,7 @@ impl Default for Config {
             removed_grace_seconds: DEFAULT_REMOVED_GRACE_SECONDS,
             diagnosis_window_seconds: DEFAULT_DIAGNOSIS_WINDOW_SECONDS,
             bpf_stats: true,
+            histograms: true,
             thresholds: Thresholds::default(),
         }
     }
@@ -177,6 +184,9 @@ impl Config {
         }
         if let Some(v) = file.bpf_stats {
             self.bpf_stats = v;
+        }
+        if let Some(v) = file.histograms {
+            self.histograms = v;
         }
         if let Some(t) = file.thresholds {
             self.thresholds = t;
@@ -290,7 +300,7 @@ mod tests {
     fn file_keys_and_partial_thresholds() {
         let c = from_text(
             "listen = \"127.0.0.1:1234\"\ninterval_seconds = 2\nmax_cgroups = 10\n\
-             removed_grace_seconds = 0\nbpf_stats = false\n\
+             removed_grace_seconds = 0\nbpf_stats = false\nhistograms = false\n\
              [thresholds]\nrunq_min_mean_seconds = 0.002\n",
         )
         .unwrap();
@@ -299,6 +309,8 @@ mod tests {
         assert_eq!(c.max_cgroups, 10);
         assert_eq!(c.removed_grace_seconds, 0.0);
         assert!(!c.bpf_stats);
+        assert!(!c.histograms);
+        assert!(Config::default().histograms, "histograms are on by default");
         assert_eq!(c.thresholds.runq_min_mean_seconds, 0.002);
         assert_eq!(
             c.thresholds.runq_min_p99_seconds,

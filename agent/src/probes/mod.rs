@@ -4,6 +4,7 @@
 //! Each probe family (scheduler today; futex, locks and network later) is a [`ProbeFamily`]:
 //! a name, what it needs from the kernel, how to attach, and how its maps turn into figures.
 
+pub mod batch;
 pub mod btf;
 pub mod futex;
 pub mod locks;
@@ -448,6 +449,11 @@ where
         .map(name)
         .ok_or_else(|| anyhow::anyhow!("map {name} missing from the object"))?;
     let map = PerCpuHashMap::<_, K, V>::try_from(map)?;
+    // A few syscalls per map instead of two per key; key by key where the kernel cannot.
+    match batch::read_per_cpu_hash(aya::maps::IterableMap::map(&map), zero, &fold) {
+        Err(batch::BatchError::Unsupported) => {}
+        read => return Ok(read?),
+    }
     let mut out = HashMap::new();
     for entry in map.iter() {
         let (key, per_cpu) = entry?;
