@@ -6,10 +6,12 @@
 pub mod cli;
 pub mod collect;
 pub mod config;
+pub mod counters;
 pub mod diagnose;
 pub mod export;
 pub mod host;
 pub mod identity;
+pub mod netinfo;
 pub mod pipeline;
 pub mod privileges;
 pub mod probes;

@@ -94,23 +94,10 @@ impl Pipeline {
         self.name_processes(&window);
         self.resolve_call_sites(&window);
         self.previous = snapshot;
-        self.probes.forget_cgroups(&gone);
-        for id in &gone {
-            self.previous.forget_cgroup(*id);
-        }
-        let dead: HashSet<u32> = self
-            .previous
-            .hot_futexes
-            .keys()
-            .map(|k| k.tgid)
-            .filter(|tgid| !std::path::Path::new(&format!("/proc/{tgid}")).exists())
-            .collect();
-        if !dead.is_empty() {
-            self.probes.forget_processes(|tgid| dead.contains(&tgid));
-            self.previous
-                .hot_futexes
-                .retain(|k, _| !dead.contains(&k.tgid));
-        }
+        self.previous.forget(&mut self.probes, &gone);
+        let resolver = &self.resolver;
+        self.probes
+            .track_network_namespaces(|id| resolver.path(id).map(str::to_owned));
         Ok(window)
     }
 

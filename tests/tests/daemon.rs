@@ -26,6 +26,7 @@ use stormwatch_tests::{
     daemon::{
         Daemon, EXIT_DEADLINE, TempDir, free_port, http_get, sample, tool, url_encode, wait_for,
     },
+    netns::{self, OuterDf, Overlay},
     require_bpf, run_in_cgroup, workload_result,
 };
 
@@ -541,6 +542,70 @@ fn a_storm_after_calm_is_flagged_by_run_as_by_diagnose() {
     // The calm process has done its part.
     let _ = calm.kill();
     let _ = calm.wait();
+}
+
+/// `stormwatch_finding` covers every rule of `diagnose`, the network's included: an overlay
+/// as large as its underlay (every full-size inner packet 50 bytes too big once encapsulated),
+/// with traffic that fragments, is an `mtu_mismatch` of the daemon within two windows.
+#[test]
+fn an_mtu_mismatch_is_a_finding_of_run() {
+    require_bpf();
+    netns::require_tools();
+    const WINDOW_SECONDS: u64 = 6;
+    let dir = TempDir::new("mtu");
+    let config = dir.file(
+        "config.toml",
+        &format!("diagnosis_window_seconds = {WINDOW_SECONDS}\n"),
+    );
+    let net = Overlay::new(1500, 1500, OuterDf::Unset, None);
+    let cgroup = TestCgroup::new("mtu-daemon");
+    // A process of the container in node A's namespace, so that the namespace is the
+    // container's.
+    let mut keep = run_in_cgroup(&mut net.a.command(&["sleep", "120"]), &cgroup);
+    let daemon = Daemon::start(&["--config", config.to_str().unwrap()]);
+    let mut ping = run_in_cgroup(
+        &mut net.a.command(&[
+            "ping",
+            "-q",
+            "-M",
+            "dont",
+            "-s",
+            "1472",
+            "-c",
+            "1000",
+            "-i",
+            "0.02",
+            netns::NODE_B_OVERLAY_IP,
+        ]),
+        &cgroup,
+    );
+    let started = Instant::now();
+    let deadline = Duration::from_secs(2 * WINDOW_SECONDS + 1);
+    let finding = loop {
+        let text = daemon.metrics();
+        // About this container: the namespace is its (its process is in it).
+        let ours = format!("cgroup=\"{}\"", cgroup.rel_path());
+        if let Some(line) = text.lines().find(|l| {
+            l.starts_with("stormwatch_finding{kind=\"mtu_mismatch\"") && l.contains(&ours)
+        }) {
+            break line.to_owned();
+        }
+        assert!(
+            started.elapsed() < deadline,
+            "no mtu_mismatch finding from run within {deadline:?}; findings:\n{}",
+            text.lines()
+                .filter(|l| l.starts_with("stormwatch_finding{"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    eprintln!("after {:?}: {finding}", started.elapsed());
+    assert!(finding.ends_with(" 1"), "an active finding is 1: {finding}");
+    for child in [&mut ping, &mut keep] {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
 }
 
 /// The one stderr line of a failed run, after checking the failure's shape.

@@ -152,6 +152,9 @@ fn overlay_as_large_as_its_underlay_fragments_and_is_found() {
     let net = Overlay::new(1500, 1500, OuterDf::Unset, None);
     let cg = TestCgroup::new("net-frag");
     let (a_ns, b_ns) = (net.a.inode(), net.b.inode());
+    // A process of the container in node A's namespace: what the namespace receives is the
+    // container's (the agent learns whose a namespace is from the processes in it).
+    let mut keep = run_in_cgroup(&mut net.a.command(&["sleep", "120"]), &cg);
     let watch = Watch::start();
     let (a0, b0) = (net.a.snmp(), net.b.snmp());
     // 1472 bytes of ICMP payload: 1500-byte IP packets, the overlay's MTU, 1550 once
@@ -176,6 +179,8 @@ fn overlay_as_large_as_its_underlay_fragments_and_is_found() {
     let (sent, received) = ping_counts(&stdout);
     let (a1, b1) = (net.a.snmp(), net.b.snmp());
     let (report, diag) = watch.finish("the ping");
+    let _ = keep.kill();
+    let _ = keep.wait();
 
     let frag_a = delta(&a0, &a1, "Ip.FragCreates") as f64;
     let reasm_a = delta(&a0, &a1, "Ip.ReasmReqds") as f64;
@@ -570,6 +575,7 @@ fn tcp_super_packets_count_as_their_segments() {
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
+    let mut keep = run_in_cgroup(&mut net.pod().command(&["sleep", "120"]), &cg);
     let watch = Watch::start();
     let p0 = net.pod().snmp();
     let stdout = run_in(
@@ -581,6 +587,8 @@ fn tcp_super_packets_count_as_their_segments() {
     let (report, _diag) = watch.finish("iperf3");
     let _ = server.kill();
     let _ = server.wait();
+    let _ = keep.kill();
+    let _ = keep.wait();
     assert!(
         stdout.contains("receiver"),
         "iperf3 did not finish: {stdout}"

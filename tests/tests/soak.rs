@@ -70,7 +70,7 @@ fn run_stays_right_under_thread_and_cgroup_churn() {
     let churn_cgroup = TestCgroup::new("soak-churn");
     let rel = churn_cgroup.rel_path().to_owned();
     let churn = run_in_cgroup(
-        Command::new(env!("CARGO_BIN_EXE_thread_churn")).args([
+        Command::new(env!("CARGO_BIN_EXE_churn_exec")).args([
             "--seconds",
             &SOAK.as_secs().to_string(),
             "--threads",

@@ -180,7 +180,11 @@ impl Daemon {
     fn start(config: &Config, exporter: Arc<Mutex<Exporter>>) -> anyhow::Result<Self> {
         privileges::require()?;
         let resolver = CgroupResolver::discover()?;
-        let pipeline = Pipeline::start(&LoadOptions::default(), resolver)?;
+        let options = LoadOptions {
+            max_cgroups: config.max_cgroups,
+            ..LoadOptions::default()
+        };
+        let pipeline = Pipeline::start(&options, resolver)?;
         let bpf_stats = if config.bpf_stats {
             match aya::sys::enable_stats(aya::sys::Stats::RunTime) {
                 Ok(fd) => Some(fd),

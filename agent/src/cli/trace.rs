@@ -45,6 +45,7 @@ pub async fn run(args: TraceArgs) -> anyhow::Result<()> {
     let options = LoadOptions {
         force_tracepoints: args.force_tracepoints,
         families: args.probes.clone(),
+        ..LoadOptions::default()
     };
     let mut pipeline = Pipeline::start(&options, resolver)?;
     // The diagnosis session over the whole trace: the JSON document's limits and findings

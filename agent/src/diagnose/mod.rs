@@ -299,9 +299,10 @@ pub fn facts(
                 sched: w.sched,
                 futex: w.futex,
                 locks: w.locks,
-                // Wired from the window once the wake-up probes land (issue 14, item 2).
-                remote_wakeup_share: None,
-                cpus_used: None,
+                remote_wakeup_share: w.remote_wakeup_share(),
+                // A container that ran in the window ran on at least one CPU: none means the
+                // switch probe did not see it, not "no CPU".
+                cpus_used: Some(w.cpus_used()).filter(|n| *n > 0),
                 // The session adds the host over the same window.
                 host: None,
             })

@@ -13,10 +13,11 @@ use stormwatch_common::net::len_bucket;
 use super::{Finding, Kind, Severity, Thresholds};
 use crate::{
     collect::Window,
-    probes::net::{
-        MTU_DROP_REASONS, drop_reason_name,
+    netinfo::{
         inventory::{Namespace, NetState},
+        namespaces::common_cgroup,
     },
+    probes::net::{MTU_DROP_REASONS, drop_reason_name},
     report::network::{NetAvailability, iface_key},
 };
 
@@ -134,25 +135,6 @@ impl NetnsFacts {
 pub struct NetFacts {
     pub window_seconds: f64,
     pub namespaces: Vec<NetnsFacts>,
-}
-
-/// The cgroup all of a namespace's processes share (a pod's cgroup for its containers), by
-/// path components; `None` when it is the root or there are none.
-pub fn common_cgroup(paths: &[String]) -> Option<String> {
-    let mut iter = paths.iter();
-    let first: Vec<&str> = iter.next()?.split('/').filter(|c| !c.is_empty()).collect();
-    let mut common = first.len();
-    for p in iter {
-        let comps: Vec<&str> = p.split('/').filter(|c| !c.is_empty()).collect();
-        common = common.min(
-            first
-                .iter()
-                .zip(comps.iter())
-                .take_while(|(a, b)| a == b)
-                .count(),
-        );
-    }
-    (common > 0).then(|| format!("/{}", first[..common].join("/")))
 }
 
 /// Builds the facts from the inventory at the end of the window, the namespaces' counters

@@ -30,7 +30,7 @@ use crate::{
     collect::{CgroupWindow, Window},
     host::{CpuTicks, Host, Steal, read_cpu_ticks, ticks_per_second},
     identity::limits::{CgroupLayout, Limits, read_limits, read_threads},
-    probes::net::inventory::{NetState, NetWatch},
+    netinfo::{NetState, NetWatch},
     report::network::NetAvailability,
 };
 

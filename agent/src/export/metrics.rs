@@ -154,6 +154,25 @@ fn per_cgroup(
     Ok(())
 }
 
+/// Encodes one per-cgroup counter family with one series per value of the label `by`.
+fn per_cgroup_by<const N: usize>(
+    enc: &mut DescriptorEncoder,
+    e: &Exporter,
+    name: &str,
+    help: &str,
+    by: &str,
+    values: impl Fn(&Series) -> [(&'static str, u64); N],
+) -> fmt::Result {
+    let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+    for (path, s) in e.cgroups.series() {
+        let base = cgroup_labels(path, s);
+        for (value, n) in values(s) {
+            counter(&mut m, &(base, [(by, value)]), Value::Int(n))?;
+        }
+    }
+    Ok(())
+}
+
 fn encode_cgroups(enc: &mut DescriptorEncoder, e: &Exporter) -> fmt::Result {
     use MetricType::{Counter, Gauge, Histogram};
     use Value::{Float, Int};
@@ -161,23 +180,21 @@ fn encode_cgroups(enc: &mut DescriptorEncoder, e: &Exporter) -> fmt::Result {
     let series = e.cgroups.series();
 
     if a.switch {
-        let mut m = enc.encode_descriptor(
+        per_cgroup_by(
+            enc,
+            e,
             "stormwatch_context_switches",
             "Context switches of the cgroup's tasks, by type: voluntary (the task blocked) or \
              involuntary (it was preempted).",
-            None,
-            Counter,
+            "type",
+            |s| {
+                let sched = &s.totals.sched;
+                [
+                    ("voluntary", sched.voluntary_switches),
+                    ("involuntary", sched.involuntary_switches),
+                ]
+            },
         )?;
-        for (path, s) in series {
-            let base = cgroup_labels(path, s);
-            let sched = &s.totals.sched;
-            for (kind, v) in [
-                ("voluntary", sched.voluntary_switches),
-                ("involuntary", sched.involuntary_switches),
-            ] {
-                counter(&mut m, &(base, [("type", kind)]), Int(v))?;
-            }
-        }
         per_cgroup(
             enc,
             e,
@@ -218,6 +235,24 @@ fn encode_cgroups(enc: &mut DescriptorEncoder, e: &Exporter) -> fmt::Result {
                 e.histograms,
             )?;
         }
+    }
+    if a.wake_kinds {
+        per_cgroup_by(
+            enc,
+            e,
+            "stormwatch_wakeups",
+            "Wake-ups of the cgroup's tasks, by kind: local (the waker ran on the CPU the task \
+             was queued on) or remote (another CPU: an inter-processor interrupt, a VM exit on \
+             most hypervisors).",
+            "kind",
+            |s| {
+                let sched = &s.totals.sched;
+                [
+                    ("local", sched.wake_local.count),
+                    ("remote", sched.wake_remote.count),
+                ]
+            },
+        )?;
     }
     if a.futex {
         per_cgroup(
@@ -933,6 +968,7 @@ mod tests {
         let text = Renderer::new(e).openmetrics();
         assert!(text.contains("stormwatch_context_switches_total"));
         assert!(!text.contains("stormwatch_runqueue_latency_seconds"));
+        assert!(!text.contains("stormwatch_wakeups"));
         assert!(!text.contains("stormwatch_futex"));
         assert!(!text.contains("stormwatch_kernel_lock"));
     }

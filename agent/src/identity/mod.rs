@@ -183,18 +183,7 @@ pub fn is_within(path: &str, ancestor: &str) -> bool {
 mod tests {
     use super::*;
 
-    const HYBRID: &str = "\
-25 1 0:23 / /sys rw,nosuid,nodev,noexec,relatime shared:7 - sysfs sysfs rw
-30 25 0:27 / /sys/fs/cgroup ro,nosuid,nodev,noexec shared:9 - tmpfs tmpfs ro,mode=755
-31 30 0:28 / /sys/fs/cgroup/unified rw,nosuid,nodev,noexec,relatime shared:10 - cgroup2 cgroup2 rw,nsdelegate
-32 30 0:29 / /sys/fs/cgroup/systemd rw,nosuid,nodev,noexec,relatime shared:11 - cgroup cgroup rw,xattr,name=systemd
-35 30 0:32 / /sys/fs/cgroup/cpu,cpuacct rw,nosuid,nodev,noexec,relatime shared:15 - cgroup cgroup rw,cpu,cpuacct
-";
-    const PURE_V2: &str = "\
-25 1 0:23 / /sys rw,nosuid,nodev,noexec,relatime shared:7 - sysfs sysfs rw
-30 25 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:9 - cgroup2 cgroup2 rw,nsdelegate,memory_recursiveprot
-99 30 0:26 /kubepods /var/lib/x\\040y/cg rw - cgroup2 cgroup2 rw
-";
+    use mountinfo::fixtures::{HYBRID, PURE_V2};
 
     #[test]
     fn finds_the_v2_root_on_hybrid_and_pure_hosts() {

@@ -3,47 +3,44 @@
 //! Kernel side (`ebpf-probes/kernel/src/net.rs`): per interface, packet lengths against the MTU
 //! on transmit (`net:net_dev_start_xmit`) and receive (`net:netif_receive_skb`), GSO/GRO
 //! super-packets apart, fragments and ICMP "packet too big"; drops by reason
-//! (`skb:kfree_skb`); per cgroup, what its sockets send and receive (`cgroup_skb` ingress and
-//! egress on the cgroup v2 root) and TCP retransmits (`tcp:tcp_retransmit_skb`).
+//! (`skb:kfree_skb`); per cgroup, what its sockets send (the transmit hook's `skb->sk`), what
+//! the interfaces of its network namespace receive ([`set_netns_owners`]), and TCP
+//! retransmits (`tcp:tcp_retransmit_skb`).
 //!
 //! User side: the struct offsets those programs need (from the running kernel's BTF), the
-//! drop reason names (`enum skb_drop_reason`), and, in [`inventory`] and [`snmp`], what no probe
-//! needs to measure: every network namespace's interfaces, MTUs and encapsulation, and the
-//! kernel's own fragmentation and ICMP counters.
+//! drop reason names (`enum skb_drop_reason`), and which container each network namespace
+//! belongs to, for the receive hook. What no probe needs to measure (interfaces, MTUs,
+//! encapsulation, the kernel's own counters) is read in [`crate::netinfo`].
 
-pub mod btf_types;
-pub mod inventory;
-pub mod snmp;
-
-use std::{collections::HashMap, os::fd::AsFd as _, sync::OnceLock};
-
-use aya::{
-    Ebpf,
-    programs::{CgroupAttachMode, CgroupSkb, CgroupSkbAttachType},
+use std::{
+    collections::{BTreeSet, HashMap},
+    sync::OnceLock,
 };
+
+use aya::Ebpf;
 use stormwatch_common::net::{
-    CgroupNetStats, NetDropKey, NetDropStats, NetIfKey, NetIfStats, NetProbeError, globals, maps,
-    programs,
+    CgroupNetStats, NetDropKey, NetDropStats, NetIfKey, NetIfStats, NetProbeError, NetSenderKey,
+    globals, maps, programs,
 };
 
-use self::btf_types::BtfTypes;
 use super::{
     AttachKind, KernelFacts, ProbeFamily, ProbeStatus, attach_btf, attach_preferring_btf,
-    btf::VMLINUX_BTF, read_per_cpu_hash, remove_per_cpu_keys, tracefs, tracepoint_offsets,
+    btf::{Btf, VMLINUX_BTF},
+    read_per_cpu_hash, remove_per_cpu_keys, remove_per_cpu_matching, tracefs, tracepoint_offsets,
 };
-use crate::collect::Counters as _;
+use crate::counters::Counters as _;
 
 pub const XMIT: &str = "net:net_dev_start_xmit";
 pub const RECEIVE: &str = "net:netif_receive_skb";
 pub const KFREE_SKB: &str = "skb:kfree_skb";
 pub const RETRANSMIT: &str = "tcp:tcp_retransmit_skb";
-/// The `cgroup_skb` programs, named like tracepoints in the probe list.
-pub const CGROUP_INGRESS: &str = "cgroup_skb:ingress";
-pub const CGROUP_EGRESS: &str = "cgroup_skb:egress";
+/// What per-container traffic needs: the transmit hook (the sending socket's cgroup) and the
+/// receive hook (the receiving namespace's container).
+pub const CONTAINER_PROBES: [&str; 2] = [XMIT, RECEIVE];
 
 /// (global, struct, member path): what the programs read, from BTF. `sk_buff.end` is an offset
 /// from `head` on 64-bit kernels (`NET_SKBUFF_DATA_USES_OFFSET`), the only ones we build for.
-const BTF_OFFSETS: [(&str, &str, &[&str]); 16] = [
+const BTF_OFFSETS: [(&str, &str, &[&str]); 21] = [
     (globals::SKB_LEN_OFFSET, "sk_buff", &["len"]),
     (globals::SKB_HEAD_OFFSET, "sk_buff", &["head"]),
     (globals::SKB_DATA_OFFSET, "sk_buff", &["data"]),
@@ -55,6 +52,17 @@ const BTF_OFFSETS: [(&str, &str, &[&str]); 16] = [
     ),
     (globals::SKB_PROTOCOL_OFFSET, "sk_buff", &["protocol"]),
     (globals::SKB_DEV_OFFSET, "sk_buff", &["dev"]),
+    (globals::SKB_SK_OFFSET, "sk_buff", &["sk"]),
+    (
+        globals::SOCK_FAMILY_OFFSET,
+        "sock",
+        &["__sk_common", "skc_family"],
+    ),
+    (
+        globals::SOCK_STATE_OFFSET,
+        "sock",
+        &["__sk_common", "skc_state"],
+    ),
     (
         globals::SHINFO_GSO_SIZE_OFFSET,
         "skb_shared_info",
@@ -69,6 +77,8 @@ const BTF_OFFSETS: [(&str, &str, &[&str]); 16] = [
     (globals::DEV_IFINDEX_OFFSET, "net_device", &["ifindex"]),
     (globals::DEV_NET_OFFSET, "net_device", &["nd_net", "net"]),
     (globals::NET_INUM_OFFSET, "net", &["ns", "inum"]),
+    (globals::SOCK_SOCKET_OFFSET, "sock", &["sk_socket"]),
+    (globals::SOCKET_FILE_OFFSET, "socket", &["file"]),
     (
         globals::SOCK_CGROUP_OFFSET,
         "sock",
@@ -130,38 +140,55 @@ struct KernelNet {
     drop_reasons: HashMap<u32, String>,
 }
 
-fn kernel_net() -> &'static KernelNet {
-    static INFO: OnceLock<KernelNet> = OnceLock::new();
-    INFO.get_or_init(|| match BtfTypes::from_file(VMLINUX_BTF) {
-        Ok(btf) => {
-            let mut missing = Vec::new();
-            let mut values = Vec::new();
-            for (global, strukt, path) in BTF_OFFSETS {
-                match btf.offset_of(strukt, path) {
-                    Ok(off) => values.push((global, off)),
-                    Err(e) => missing.push(e),
-                }
-            }
-            KernelNet {
-                offsets: if missing.is_empty() {
-                    Ok(values)
-                } else {
-                    Err(missing.join("; "))
-                },
-                // The prototype's first parameter is the tracing context: (ctx, sk, skb, err).
-                retransmit_has_err: btf
-                    .func_params("btf_trace_tcp_retransmit_skb")
-                    .is_some_and(|n| n >= 4),
-                drop_reasons: drop_reason_names(
-                    btf.enum_values("skb_drop_reason").unwrap_or_default(),
-                ),
+impl KernelNet {
+    fn read(btf: &Btf) -> Self {
+        let mut missing = Vec::new();
+        let mut values = Vec::new();
+        for (global, strukt, path) in BTF_OFFSETS {
+            match btf.offset_of(strukt, path) {
+                Ok(off) => values.push((global, off)),
+                Err(e) => missing.push(e.to_string()),
             }
         }
-        Err(e) => KernelNet {
-            offsets: Err(format!("no kernel BTF for struct offsets: {e}")),
+        Self {
+            offsets: if missing.is_empty() {
+                Ok(values)
+            } else {
+                Err(missing.join("; "))
+            },
+            // The prototype's first parameter is the tracing context: (ctx, sk, skb, err).
+            retransmit_has_err: btf
+                .func_params("btf_trace_tcp_retransmit_skb")
+                .is_some_and(|n| n >= 4),
+            drop_reasons: drop_reason_names(btf.enum_values("skb_drop_reason").unwrap_or_default()),
+        }
+    }
+
+    fn without_btf(why: &str) -> Self {
+        Self {
+            offsets: Err(format!("no kernel BTF for struct offsets: {why}")),
             retransmit_has_err: false,
             drop_reasons: HashMap::new(),
-        },
+        }
+    }
+}
+
+static KERNEL_NET: OnceLock<KernelNet> = OnceLock::new();
+
+/// What the kernel's BTF says, from the load's one read of it.
+fn kernel_net_of(facts: &KernelFacts) -> &'static KernelNet {
+    KERNEL_NET.get_or_init(|| match &facts.btf {
+        Some(btf) => KernelNet::read(btf),
+        None => KernelNet::without_btf(facts.btf_error.as_deref().unwrap_or("unusable")),
+    })
+}
+
+/// The same, read now when no probes were loaded in this process (drop reasons named in a
+/// test, or before the load).
+fn kernel_net() -> &'static KernelNet {
+    KERNEL_NET.get_or_init(|| match Btf::from_file(VMLINUX_BTF) {
+        Ok(btf) => KernelNet::read(&btf),
+        Err(e) => KernelNet::without_btf(&e.to_string()),
     })
 }
 
@@ -202,7 +229,7 @@ impl ProbeFamily for NetProbes {
         "network"
     }
 
-    fn globals(&self, _facts: &KernelFacts) -> Vec<(&'static str, u32)> {
+    fn globals(&self, facts: &KernelFacts) -> Vec<(&'static str, u32)> {
         let mut values = tracepoint_offsets(&[
             (
                 globals::TP_XMIT_SKB_OFFSET,
@@ -242,7 +269,7 @@ impl ProbeFamily for NetProbes {
                 "err",
             ),
         ]);
-        let k = kernel_net();
+        let k = kernel_net_of(facts);
         match &k.offsets {
             Ok(offsets) => {
                 values.extend(offsets.iter().copied());
@@ -256,7 +283,7 @@ impl ProbeFamily for NetProbes {
 
     fn attach(&self, ebpf: &mut Ebpf, facts: &KernelFacts) -> Vec<ProbeStatus> {
         let mut status = Vec::new();
-        let why_not = kernel_net().offsets.as_ref().err();
+        let why_not = kernel_net_of(facts).offsets.as_ref().err();
         for (tracepoint, btf_program, classic, fields) in TRACEPOINTS {
             if let Some(why) = why_not {
                 status.push(not_attached(tracepoint, why.clone()));
@@ -294,27 +321,6 @@ impl ProbeFamily for NetProbes {
                 Err(e) => not_attached(tracepoint, format!("{e:#}")),
             });
         }
-        for (name, attach_type, program) in [
-            (
-                CGROUP_EGRESS,
-                CgroupSkbAttachType::Egress,
-                programs::CGROUP_EGRESS,
-            ),
-            (
-                CGROUP_INGRESS,
-                CgroupSkbAttachType::Ingress,
-                programs::CGROUP_INGRESS,
-            ),
-        ] {
-            status.push(match attach_cgroup_skb(ebpf, program, attach_type) {
-                Ok(()) => ProbeStatus {
-                    tracepoint: name,
-                    kind: Some(AttachKind::CgroupSkb),
-                    note: None,
-                },
-                Err(e) => not_attached(name, format!("{e:#}")),
-            });
-        }
         status
     }
 }
@@ -327,33 +333,70 @@ fn not_attached(tracepoint: &'static str, note: String) -> ProbeStatus {
     }
 }
 
-/// Loads a `cgroup_skb` program and attaches it to the cgroup v2 root with
-/// `BPF_F_ALLOW_MULTI`, so that it sees every socket's packets and coexists with the programs
-/// of container runtimes and CNIs (which attach to their own cgroups).
-fn attach_cgroup_skb(
-    ebpf: &mut Ebpf,
-    program: &str,
-    attach_type: CgroupSkbAttachType,
-) -> anyhow::Result<()> {
-    let root = crate::identity::find_v2_root()?;
-    let dir = std::fs::File::open(&root)
-        .map_err(|e| anyhow::anyhow!("cannot open the cgroup v2 root {}: {e}", root.display()))?;
-    let prog: &mut CgroupSkb = ebpf
-        .program_mut(program)
-        .ok_or_else(|| anyhow::anyhow!("program {program} missing from the object"))?
-        .try_into()?;
-    prog.load()?;
-    // From 5.7 aya attaches with a BPF link, which the kernel always adds as a multi-attach
-    // program and which takes no flags (BPF_F_ALLOW_MULTI there is EINVAL); before, with
-    // BPF_PROG_ATTACH, the flag must be given.
-    use aya::util::KernelVersion;
-    let links = KernelVersion::current().is_ok_and(|v| v >= KernelVersion::new(5, 7, 0));
-    let mode = if links {
-        CgroupAttachMode::Single
-    } else {
-        CgroupAttachMode::AllowMultiple
+/// Decides which container each network namespace belongs to, for the receive hook: the
+/// cgroup shared by everything that is known to live in it — the processes in it (when this
+/// process may inspect them: `/proc/<pid>/ns/net` needs ptrace access) and the cgroups whose
+/// sockets the transmit hook saw sending from it. The host's namespace (this process's) belongs
+/// to no one. `path_of` names cgroup ids.
+pub fn track_netns_owners(ebpf: &mut Ebpf, path_of: impl Fn(u64) -> Option<String>) {
+    let Ok(root) = crate::identity::find_v2_root() else {
+        return;
     };
-    prog.attach(dir.as_fd(), attach_type, mode)?;
+    let mut members: HashMap<u64, BTreeSet<String>> = HashMap::new();
+    for ns in crate::netinfo::namespaces::discover() {
+        // A namespace known only by name (no process seen in it) says nothing yet.
+        if !ns.host && !ns.cgroups.is_empty() {
+            members.entry(ns.inode).or_default().extend(ns.cgroups);
+        }
+    }
+    let senders = read_senders(ebpf);
+    for key in &senders {
+        if let Some(path) = path_of(key.cgroup) {
+            members
+                .entry(u64::from(key.netns))
+                .or_default()
+                .insert(path);
+        }
+    }
+    let mut owners: HashMap<u32, u64> = members
+        .into_iter()
+        .filter_map(|(netns, paths)| {
+            let paths: Vec<String> = paths.into_iter().collect();
+            let owner = crate::netinfo::namespaces::cgroup_id(&root, &paths);
+            Some((u32::try_from(netns).ok()?, owner.unwrap_or(0)))
+        })
+        .collect();
+    // 0: nobody's (the kernel never claims a namespace that has an entry).
+    if let Some(own) = crate::netinfo::namespaces::own_inode() {
+        owners.insert(own as u32, 0);
+    }
+    if let Err(e) = set_netns_owners(ebpf, &owners) {
+        log::warn!("cannot tell the receive probe the namespaces' owners: {e:#}");
+    }
+}
+
+/// The (namespace, cgroup) pairs the transmit hook saw sending.
+fn read_senders(ebpf: &Ebpf) -> Vec<NetSenderKey> {
+    let Some(map) = ebpf.map(maps::NET_SENDERS) else {
+        return Vec::new();
+    };
+    let Ok(map) = aya::maps::HashMap::<_, NetSenderKey, u8>::try_from(map) else {
+        return Vec::new();
+    };
+    map.keys().filter_map(Result::ok).collect()
+}
+
+/// Tells the receive hook which container each network namespace's traffic belongs to:
+/// `owners` maps namespace inodes to cgroup ids (0: no one's); namespaces not in it are left
+/// as they are.
+pub fn set_netns_owners(ebpf: &mut Ebpf, owners: &HashMap<u32, u64>) -> anyhow::Result<()> {
+    let map = ebpf
+        .map_mut(maps::NETNS_CGROUP)
+        .ok_or_else(|| anyhow::anyhow!("map {} missing from the object", maps::NETNS_CGROUP))?;
+    let mut map = aya::maps::HashMap::<_, u32, u64>::try_from(map)?;
+    for (netns, cgroup) in owners {
+        map.insert(netns, cgroup, 0)?;
+    }
     Ok(())
 }
 
@@ -381,9 +424,35 @@ pub fn read_drops(ebpf: &Ebpf) -> anyhow::Result<HashMap<NetDropKey, NetDropStat
 /// interfaces and drops of namespaces that no longer exist.
 pub fn forget(ebpf: &mut Ebpf, cgroups: &[u64]) {
     for id in cgroups {
-        remove_per_cpu_keys::<u64, CgroupNetStats>(ebpf, maps::CGROUP_NET, |k| k == id);
+        remove_per_cpu_keys::<u64, CgroupNetStats>(ebpf, maps::CGROUP_NET, &[*id]);
     }
-    let live: std::collections::HashSet<u32> = inventory::live_inodes()
+    // A removed container's namespaces: who sends from them and whom they belong to.
+    if let Some(map) = ebpf.map_mut(maps::NET_SENDERS)
+        && let Ok(mut map) = aya::maps::HashMap::<_, NetSenderKey, u8>::try_from(map)
+    {
+        let doomed: Vec<NetSenderKey> = map
+            .keys()
+            .filter_map(Result::ok)
+            .filter(|k| cgroups.contains(&k.cgroup))
+            .collect();
+        for k in doomed {
+            let _ = map.remove(&k);
+        }
+    }
+    if let Some(map) = ebpf.map_mut(maps::NETNS_CGROUP)
+        && let Ok(mut map) = aya::maps::HashMap::<_, u32, u64>::try_from(map)
+    {
+        let doomed: Vec<u32> = map
+            .iter()
+            .filter_map(Result::ok)
+            .filter(|(_, cgroup)| cgroups.contains(cgroup))
+            .map(|(netns, _)| netns)
+            .collect();
+        for netns in doomed {
+            let _ = map.remove(&netns);
+        }
+    }
+    let live: std::collections::HashSet<u32> = crate::netinfo::namespaces::live_inodes()
         .into_iter()
         .map(|i| i as u32)
         .collect();
@@ -394,8 +463,8 @@ pub fn forget(ebpf: &mut Ebpf, cgroups: &[u64]) {
 
 /// Forgets the interfaces and drops of network namespaces that no longer exist.
 pub fn forget_netns(ebpf: &mut Ebpf, gone: impl Fn(u32) -> bool) {
-    remove_per_cpu_keys::<NetIfKey, NetIfStats>(ebpf, maps::NET_IFACES, |k| gone(k.netns));
-    remove_per_cpu_keys::<NetDropKey, NetDropStats>(ebpf, maps::NET_DROPS, |k| {
+    remove_per_cpu_matching::<NetIfKey, NetIfStats>(ebpf, maps::NET_IFACES, |k| gone(k.netns));
+    remove_per_cpu_matching::<NetDropKey, NetDropStats>(ebpf, maps::NET_DROPS, |k| {
         k.netns != 0 && gone(k.netns)
     });
 }

@@ -12,17 +12,17 @@ use stormwatch_common::net::{
 
 use crate::{
     collect::Window,
-    probes::{
-        ProbeStatus, net,
-        net::inventory::{Encapsulation, Namespace, Peer, RouteMtu, Underlay},
-        net::snmp::Snmp,
+    netinfo::{
+        inventory::{Encapsulation, Namespace, Peer, RouteMtu, Underlay},
+        snmp::Snmp,
     },
+    probes::{ProbeStatus, net},
 };
 
 /// Which network figures can be trusted, from which probes are attached.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct NetAvailability {
-    /// Both `cgroup_skb` programs: per-container packets and bytes.
+    /// The transmit and receive hooks: per-container packets and bytes.
     pub cgroup: bool,
     pub tcp_retransmits: bool,
     /// `net_dev_start_xmit`: interface transmit figures.
@@ -45,7 +45,7 @@ impl NetAvailability {
     pub fn from_status(status: &[ProbeStatus]) -> Self {
         let attached = |tp: &str| status.iter().any(|s| s.tracepoint == tp && s.attached());
         Self {
-            cgroup: attached(net::CGROUP_INGRESS) && attached(net::CGROUP_EGRESS),
+            cgroup: net::CONTAINER_PROBES.iter().all(|p| attached(p)),
             tcp_retransmits: attached(net::RETRANSMIT),
             tx: attached(net::XMIT),
             rx: attached(net::RECEIVE),
@@ -179,7 +179,7 @@ pub fn length_histogram(counts: &[u64; len_bucket::COUNT], mtu: u32) -> LengthHi
     }
 }
 
-/// A container's `network` object, or `null` when the `cgroup_skb` programs are not attached.
+/// A container's `network` object, or `null` when the transmit and receive hooks are not both attached.
 pub fn network_summary(n: &CgroupNetStats, avail: NetAvailability) -> Option<NetworkSummary> {
     avail.cgroup.then(|| NetworkSummary {
         packets_sent: n.tx_packets,
@@ -363,7 +363,7 @@ pub fn namespaces(namespaces: &[Namespace], snmp: &HashMap<u64, Snmp>) -> Vec<Na
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::probes::net::inventory::Interface;
+    use crate::netinfo::inventory::Interface;
     use stormwatch_common::net::len_bucket_of;
 
     fn hist(lengths: &[u32], mtu: u32) -> [u64; len_bucket::COUNT] {

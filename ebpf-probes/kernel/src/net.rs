@@ -8,35 +8,38 @@
 //!   Receive: `net:netif_receive_skb` (every packet entering the stack from a device,
 //!   after GRO).
 //! - Drops by reason and interface: `skb:kfree_skb`.
-//! - Per cgroup: what its sockets send and receive, from `cgroup_skb` programs attached to the
-//!   cgroup v2 root (each packet carries its socket's cgroup: `bpf_skb_cgroup_id`), and TCP
-//!   retransmits from `tcp:tcp_retransmit_skb` (the socket's cgroup read from
-//!   `sk->sk_cgrp_data.cgroup->kn->id`, since the timer that retransmits runs in no task of
-//!   the container).
+//! - Per cgroup, from the same two hooks: what its sockets send (`skb->sk`'s cgroup,
+//!   `sk->sk_cgrp_data.cgroup->kn->id`) and what the interfaces of its network namespace
+//!   receive; and TCP retransmits from `tcp:tcp_retransmit_skb` (the socket's cgroup too: the
+//!   timer that retransmits runs in no task of the container). Tracepoints only: CAP_BPF and
+//!   CAP_PERFMON, where cgroup_skb programs need CAP_NET_ADMIN.
 //!
 //! Struct offsets come from the running kernel's BTF, set by the agent as read-only globals;
 //! without them (`HAVE_NET_OFFSETS` 0) the tracing programs record nothing.
 
 use aya_ebpf::{
-    EbpfContext as _,
-    bindings::__sk_buff,
-    helpers::{bpf_probe_read_kernel, bpf_skb_cgroup_id},
-    macros::{btf_tracepoint, cgroup_skb, map, tracepoint},
-    maps::{PerCpuArray, PerCpuHashMap},
-    programs::{BtfTracePointContext, SkBuffContext, TracePointContext},
+    helpers::bpf_probe_read_kernel,
+    macros::{btf_tracepoint, map, tracepoint},
+    maps::{HashMap, PerCpuArray, PerCpuHashMap},
+    programs::{BtfTracePointContext, TracePointContext},
 };
 use stormwatch_common::net::{
     CgroupNetStats, ETH_P_IP_BE, ETH_P_IPV6_BE, NetDirStats, NetDropKey, NetDropStats, NetIfKey,
-    NetIfStats, NetProbeError, classify_ipv4, classify_ipv6, is_ptb, len_bucket, len_bucket_of,
+    NetIfStats, NetProbeError, NetSenderKey, classify_ipv4, classify_ipv6, is_ptb, len_bucket,
+    len_bucket_of,
 };
 
-use crate::shared::{BPF_NOEXIST, global_u32};
+use crate::shared::{BPF_NOEXIST, count_in, global_u32, per_cpu_slot_or};
 
 const MAX_CGROUPS: u32 = 4096;
 /// Interfaces of the host and every container's namespace: two per pod (a veth pair) plus
 /// the host's own. The agent shrinks it on hosts with many CPUs (a per-CPU memory budget).
 const MAX_IFACES: u32 = 4096;
 const MAX_DROP_KEYS: u32 = 4096;
+/// One per pod, and then some.
+const MAX_NETNS: u32 = 4096;
+/// A few containers per pod.
+const MAX_SENDERS: u32 = 16384;
 
 #[map(name = "CGROUP_NET")]
 static CGROUP_NET: PerCpuHashMap<u64, CgroupNetStats> =
@@ -49,6 +52,15 @@ static NET_IFACES: PerCpuHashMap<NetIfKey, NetIfStats> =
 #[map(name = "NET_DROPS")]
 static NET_DROPS: PerCpuHashMap<NetDropKey, NetDropStats> =
     PerCpuHashMap::with_max_entries(MAX_DROP_KEYS, 0);
+
+/// Network namespace inode → the cgroup its received traffic belongs to (written by the agent:
+/// namespaces whose processes all belong to one container or pod).
+#[map(name = "NETNS_CGROUP")]
+static NETNS_CGROUP: HashMap<u32, u64> = HashMap::with_max_entries(MAX_NETNS, 0);
+
+/// (namespace, cgroup) pairs seen sending: what the agent decides owners from.
+#[map(name = "NET_SENDERS")]
+static NET_SENDERS: HashMap<NetSenderKey, u8> = HashMap::with_max_entries(MAX_SENDERS, 0);
 
 #[map(name = "NET_ERRORS")]
 static NET_ERRORS: PerCpuArray<u64> = PerCpuArray::with_max_entries(NetProbeError::COUNT, 0);
@@ -82,6 +94,16 @@ static DEV_NET_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
 static NET_INUM_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
+static SKB_SK_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static SOCK_FAMILY_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static SOCK_STATE_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static SOCK_SOCKET_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static SOCKET_FILE_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
 static SOCK_CGROUP_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
 static CGROUP_KN_OFFSET: u32 = 0;
@@ -110,27 +132,21 @@ const FIRST_DROP_REASON: u32 = 2;
 const HEADER_UNSET: u16 = 0xffff;
 const IPPROTO_TCP: u8 = 6;
 const IPPROTO_UDP: u8 = 17;
+const AF_INET: u16 = 2;
+const AF_INET6: u16 = 10;
+/// `sk_state` of the mini sockets that are not full `struct sock`s.
+const TCP_TIME_WAIT: u8 = 6;
+const TCP_NEW_SYN_RECV: u8 = 12;
 
 #[inline(always)]
 fn count_error(kind: NetProbeError) {
-    if let Some(slot) = NET_ERRORS.get_ptr_mut(kind as u32) {
-        // SAFETY: a per-CPU slot; this program cannot be preempted by itself on this CPU.
-        unsafe { *slot += 1 };
-    }
+    count_in(&NET_ERRORS, kind as u32);
 }
 
 /// The per-CPU slot of `key`, created (from `zero`) on first use; `None` (counted) when full.
 #[inline(always)]
 fn slot<K, V>(map: &PerCpuHashMap<K, V>, key: &K, zero: &V, full: NetProbeError) -> Option<*mut V> {
-    if let Some(v) = map.get_ptr_mut(key) {
-        return Some(v);
-    }
-    let _ = map.insert(key, zero, BPF_NOEXIST);
-    let v = map.get_ptr_mut(key);
-    if v.is_none() {
-        count_error(full);
-    }
-    v
+    per_cpu_slot_or(map, key, zero, || count_error(full))
 }
 
 /// Reads a `T` at `base + offset` in kernel memory.
@@ -368,6 +384,27 @@ fn on_packet<F: Fields>(skb: u64, dev: u64, tx: bool) {
     if ptb {
         d.ptb += 1;
     }
+
+    let owner = if tx {
+        sender::<F>(skb).map(|(sk, cgroup)| {
+            learn_sender::<F>(key.netns, sk, cgroup);
+            cgroup
+        })
+    } else {
+        // SAFETY: a map lookup; the value is a plain u64.
+        unsafe { NETNS_CGROUP.get(&key.netns) }.copied()
+    };
+    if let Some(cgroup) = owner {
+        on_container_packet(
+            cgroup,
+            l3,
+            l3_len,
+            protocol,
+            gso_size as u32,
+            gso_segs as u32,
+            tx,
+        );
+    }
 }
 
 // ---- drops ----------------------------------------------------------------------------------
@@ -494,13 +531,7 @@ fn on_retransmit(sk: u64, skb: u64) {
         _ => 1,
     };
     let segs = if segs == 0 { 1 } else { segs as u64 };
-    // sock_cgroup_ptr(&sk->sk_cgrp_data)->kn->id: what bpf_skb_cgroup_id() returns for the
-    // socket's packets.
-    let id = read::<u64>(sk, global_u32(&SOCK_CGROUP_OFFSET))
-        .filter(|c| *c != 0)
-        .and_then(|cgroup| read::<u64>(cgroup, global_u32(&CGROUP_KN_OFFSET)))
-        .filter(|kn| *kn != 0)
-        .and_then(|kn| read::<u64>(kn, global_u32(&KERNFS_NODE_ID_OFFSET)));
+    let id = sock_cgroup_id::<Probed>(sk);
     let Some(id) = id else {
         count_error(NetProbeError::SocketCgroup);
         return;
@@ -516,37 +547,143 @@ fn on_retransmit(sk: u64, skb: u64) {
     }
 }
 
-#[cgroup_skb(egress)]
-pub fn net_cgroup_egress(ctx: SkBuffContext) -> i32 {
-    on_cgroup_skb(&ctx, true);
-    // Always let the packet pass: this program only counts.
-    1
+// ---- per container --------------------------------------------------------------------------
+//
+// Traffic is the container's when its sockets send it (`skb->sk` at the transmit hook names the
+// socket; its cgroup is the container's), and when it arrives at the interfaces of a network
+// namespace that belongs to the container (the agent writes `NETNS_CGROUP`): on receive the
+// socket is not known yet at any tracepoint. Both need only CAP_BPF and CAP_PERFMON, where the
+// cgroup_skb programs that used to count this need CAP_NET_ADMIN.
+//
+// An IP packet counts once, as its sender made it: not again as the outer packet of a tunnel
+// (IP-in-IP, GRE, ESP, and UDP to the VXLAN, Geneve and WireGuard ports), and a fragmented one
+// once, by its first fragment, with the bytes of all its fragments' payloads.
+
+/// UDP destination ports of encapsulations: VXLAN (IANA and Linux's historical default), Geneve,
+/// WireGuard.
+const TUNNEL_UDP_PORTS: [u16; 4] = [4789, 8472, 6081, 51820];
+/// IP protocols that carry another IP packet (or an encrypted one).
+const IPPROTO_IPIP: u8 = 4;
+const IPPROTO_IPV6: u8 = 41;
+const IPPROTO_GRE: u8 = 47;
+const IPPROTO_ESP: u8 = 50;
+
+/// What the container-level figures need from an IP header.
+struct IpPacket {
+    /// IP header length: where the transport header starts.
+    ip_len: u32,
+    l4_protocol: u8,
+    fragment: Fragment,
 }
 
-#[cgroup_skb(ingress)]
-pub fn net_cgroup_ingress(ctx: SkBuffContext) -> i32 {
-    on_cgroup_skb(&ctx, false);
-    1
+/// Where a packet stands in fragmentation.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Fragment {
+    Whole,
+    /// The first fragment, and the packet's identity (IP id and a word of the source address).
+    First(FragId),
+    Later(FragId),
 }
 
-/// The IP + TCP/UDP header length of a packet whose data starts at its IP header.
+#[repr(C)]
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct FragId {
+    id: u32,
+    source: u32,
+}
+
+/// The last first fragment seen on this CPU, per direction, and whether it was counted: the
+/// fragments of a packet leave one after the other on the CPU that fragments it, and arrive
+/// in a row on the CPU that receives them, so the later ones follow the first one's verdict
+/// (a tunnel's outer packet is only recognizable by its first fragment's UDP header).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct FragState {
+    id: FragId,
+    counted: u32,
+    _pad: u32,
+}
+
+#[map(name = "NET_FRAG_STATE")]
+static NET_FRAG_STATE: PerCpuArray<FragState> = PerCpuArray::with_max_entries(2, 0);
+
+/// Parses the IP header at `l3`: `None` for what is not IP.
 #[inline(always)]
-fn header_len(ctx: &SkBuffContext, protocol: u16) -> Option<u32> {
-    let (ip_len, l4) = if protocol == ETH_P_IP_BE {
-        let b0 = ctx.load::<u8>(0).ok()?;
-        let proto = ctx.load::<u8>(9).ok()?;
-        ((b0 & 0x0f) as u32 * 4, proto)
-    } else if protocol == ETH_P_IPV6_BE {
-        (40, ctx.load::<u8>(6).ok()?)
-    } else {
-        return None;
-    };
-    match l4 {
-        IPPROTO_TCP => {
-            let off = ctx.load::<u8>(ip_len as usize + 12).ok()?;
-            Some(ip_len + (off >> 4) as u32 * 4)
+fn ip_packet(l3: u64, protocol: u16) -> Option<IpPacket> {
+    if protocol == ETH_P_IP_BE {
+        let h = read::<[u8; 20]>(l3, 0)?;
+        if h[0] >> 4 != 4 {
+            return None;
         }
-        IPPROTO_UDP => Some(ip_len + 8),
+        let c = classify_ipv4(&h);
+        let offset = ((h[6] as u16 & 0x1f) << 8) | h[7] as u16;
+        let id = FragId {
+            id: ((h[4] as u32) << 8) | h[5] as u32,
+            source: u32::from_ne_bytes([h[12], h[13], h[14], h[15]]),
+        };
+        Some(IpPacket {
+            ip_len: c.l4_offset,
+            l4_protocol: c.protocol,
+            fragment: match (c.fragment, offset) {
+                (false, _) => Fragment::Whole,
+                (true, 0) => Fragment::First(id),
+                (true, _) => Fragment::Later(id),
+            },
+        })
+    } else if protocol == ETH_P_IPV6_BE {
+        let next = read::<u8>(l3, 6)?;
+        if next != 44 {
+            return Some(IpPacket {
+                ip_len: 40,
+                l4_protocol: next,
+                fragment: Fragment::Whole,
+            });
+        }
+        // The fragment header right after the fixed header: next header, reserved, offset and
+        // flags, identification.
+        let frag = read::<[u8; 8]>(l3, 40)?;
+        let source = read::<u32>(l3, 20)?;
+        let offset = ((frag[2] as u16) << 5) | (frag[3] as u16 >> 3);
+        let id = FragId {
+            id: u32::from_ne_bytes([frag[4], frag[5], frag[6], frag[7]]),
+            source,
+        };
+        Some(IpPacket {
+            ip_len: 48,
+            l4_protocol: frag[0],
+            fragment: if offset == 0 {
+                Fragment::First(id)
+            } else {
+                Fragment::Later(id)
+            },
+        })
+    } else {
+        None
+    }
+}
+
+/// Whether a packet (whole or first fragment) is a tunnel's outer packet.
+#[inline(always)]
+fn is_tunnel_outer(l3: u64, p: &IpPacket) -> bool {
+    match p.l4_protocol {
+        IPPROTO_IPIP | IPPROTO_IPV6 | IPPROTO_GRE | IPPROTO_ESP => true,
+        IPPROTO_UDP => match read::<[u8; 2]>(l3, p.ip_len + 2) {
+            Some(port) => TUNNEL_UDP_PORTS.contains(&(((port[0] as u16) << 8) | port[1] as u16)),
+            None => false,
+        },
+        _ => false,
+    }
+}
+
+/// The IP + TCP/UDP header length of a packet, for the segments of a GSO/GRO super-packet.
+#[inline(always)]
+fn header_len(l3: u64, p: &IpPacket) -> Option<u32> {
+    match p.l4_protocol {
+        IPPROTO_TCP => {
+            let off = read::<u8>(l3, p.ip_len + 12)?;
+            Some(p.ip_len + (off >> 4) as u32 * 4)
+        }
+        IPPROTO_UDP => Some(p.ip_len + 8),
         _ => None,
     }
 }
@@ -559,19 +696,137 @@ fn add_len(hist: &mut [u64; len_bucket::COUNT], len: u32, n: u64) {
     }
 }
 
+/// `sock_cgroup_ptr(&sk->sk_cgrp_data)->kn->id`: the cgroup v2 id of the socket (that of the
+/// process that created it), what `bpf_skb_cgroup_id()` returns for its packets.
 #[inline(always)]
-fn on_cgroup_skb(ctx: &SkBuffContext, tx: bool) {
-    let skb = ctx.as_ptr() as *mut __sk_buff;
-    // SAFETY: the context is a valid __sk_buff; these fields are readable by cgroup_skb.
-    let (cgroup, len, protocol, gso_size, gso_segs) = unsafe {
-        (
-            bpf_skb_cgroup_id(skb),
-            (*skb).len,
-            (*skb).protocol as u16,
-            (*skb).gso_size,
-            (*skb).gso_segs,
-        )
+fn sock_cgroup_id<F: Fields>(sk: u64) -> Option<u64> {
+    let cgroup = F::get::<u64>(sk, global_u32(&SOCK_CGROUP_OFFSET)).filter(|c| *c != 0)?;
+    let kn = F::get::<u64>(cgroup, global_u32(&CGROUP_KN_OFFSET)).filter(|kn| *kn != 0)?;
+    F::get::<u64>(kn, global_u32(&KERNFS_NODE_ID_OFFSET))
+}
+
+/// The socket that sends `skb` and its cgroup, when it is a full IPv4/IPv6 socket (request and
+/// time-wait sockets are smaller structs without `sk_cgrp_data`).
+#[inline(always)]
+fn sender<F: Fields>(skb: u64) -> Option<(u64, u64)> {
+    let sk = F::get::<u64>(skb, global_u32(&SKB_SK_OFFSET)).filter(|sk| *sk != 0)?;
+    let family = F::get::<u16>(sk, global_u32(&SOCK_FAMILY_OFFSET))?;
+    let state = F::get::<u8>(sk, global_u32(&SOCK_STATE_OFFSET))?;
+    if (family != AF_INET && family != AF_INET6)
+        || state == TCP_TIME_WAIT
+        || state == TCP_NEW_SYN_RECV
+    {
+        return None;
+    }
+    match sock_cgroup_id::<F>(sk) {
+        Some(id) => Some((sk, id)),
+        None => {
+            count_error(NetProbeError::SocketCgroup);
+            None
+        }
+    }
+}
+
+/// The last (namespace, cgroup) this CPU learned, so that a stream of packets costs one
+/// comparison, not a map update each.
+#[map(name = "NET_LAST_SENDER")]
+static NET_LAST_SENDER: PerCpuArray<NetSenderKey> = PerCpuArray::with_max_entries(1, 0);
+
+/// Notes that a process of `cgroup` sends from namespace `netns` — a socket with a file, that
+/// is, not one of the kernel's own (ICMP replies, TCP resets and neighbour discovery go out on
+/// kernel sockets that carry the cgroup of whoever created the namespace) — and, when nobody
+/// owns the namespace yet, makes its traffic this cgroup's at once; the agent settles the owner
+/// (the cgroup all its senders share) at its next collection.
+#[inline(always)]
+fn learn_sender<F: Fields>(netns: u32, sk: u64, cgroup: u64) {
+    let key = NetSenderKey {
+        netns,
+        _pad: 0,
+        cgroup,
     };
+    let Some(last) = NET_LAST_SENDER.get_ptr_mut(0) else {
+        return;
+    };
+    // SAFETY: this CPU's slot.
+    if unsafe { *last == key } {
+        return;
+    }
+    let is_user_socket = F::get::<u64>(sk, global_u32(&SOCK_SOCKET_OFFSET))
+        .filter(|socket| *socket != 0)
+        .and_then(|socket| Probed::get::<u64>(socket, global_u32(&SOCKET_FILE_OFFSET)))
+        .is_some_and(|file| file != 0);
+    if !is_user_socket {
+        return;
+    }
+    // SAFETY: this CPU's slot.
+    unsafe { *last = key };
+    let _ = NET_SENDERS.insert(&key, &0, BPF_NOEXIST);
+    let _ = NETNS_CGROUP.insert(&netns, &cgroup, BPF_NOEXIST);
+}
+
+/// What one packet at an interface adds to a container's figures.
+#[inline(always)]
+fn on_container_packet(
+    cgroup: u64,
+    l3: u64,
+    len: u32,
+    protocol: u16,
+    gso_size: u32,
+    gso_segs: u32,
+    tx: bool,
+) {
+    let Some(p) = ip_packet(l3, protocol) else {
+        return;
+    };
+    let state = NET_FRAG_STATE.get_ptr_mut(if tx { 0 } else { 1 });
+    match p.fragment {
+        Fragment::Whole => {
+            if is_tunnel_outer(l3, &p) {
+                return;
+            }
+        }
+        Fragment::First(id) => {
+            let outer = is_tunnel_outer(l3, &p);
+            if let Some(state) = state {
+                // SAFETY: this CPU's slot.
+                unsafe {
+                    *state = FragState {
+                        id,
+                        counted: u32::from(!outer),
+                        _pad: 0,
+                    }
+                };
+            }
+            if outer {
+                return;
+            }
+        }
+        Fragment::Later(id) => {
+            // The rest of a packet whose first fragment was counted: its payload, so that the
+            // bytes are the packet's as its sender made it.
+            // SAFETY: this CPU's slot.
+            let counted = state.is_some_and(|s| unsafe { (*s).id == id && (*s).counted == 1 });
+            if counted
+                && len > p.ip_len
+                && let Some(s) = slot(
+                    &CGROUP_NET,
+                    &cgroup,
+                    &CgroupNetStats::ZERO,
+                    NetProbeError::CgroupMapFull,
+                )
+            {
+                // SAFETY: this CPU's slot.
+                let s = unsafe { &mut *s };
+                let payload = (len - p.ip_len) as u64;
+                if tx {
+                    s.tx_bytes += payload;
+                } else {
+                    s.rx_bytes += payload;
+                }
+            }
+            return;
+        }
+    }
     // A GSO/GRO super-packet: all its segments but the last carry gso_size bytes of payload
     // (GRO merges only segments of the first one's size, the last may be shorter).
     let mut packets: u64 = 1;
@@ -583,7 +838,7 @@ fn on_cgroup_skb(ctx: &SkBuffContext, tx: bool) {
     if gso_size != 0 {
         let segs = if gso_segs == 0 { 1 } else { gso_segs };
         packets = segs as u64;
-        match header_len(ctx, protocol) {
+        match header_len(l3, &p) {
             Some(h) if len > h && (len - h) > (segs - 1) * gso_size => {
                 full = (segs - 1) as u64;
                 full_len = gso_size + h;

@@ -1,0 +1,229 @@
+//! The network namespaces of the host: the host's own, each process's (that is, each
+//! container's), and the named ones under `/run/netns`; which container each belongs to.
+
+use std::{
+    collections::{BTreeSet, HashMap, HashSet},
+    os::{fd::AsRawFd as _, unix::fs::MetadataExt as _},
+    path::{Path, PathBuf},
+};
+
+/// Named namespaces (`ip netns add`), and Docker's.
+const NAMED_NETNS_DIRS: [&str; 3] = ["/run/netns", "/var/run/netns", "/var/run/docker/netns"];
+/// Namespaces read at the same time.
+const PARALLEL_READS: usize = 8;
+
+/// A network namespace and how to enter it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NetnsRef {
+    /// The namespace's inode (`stat -L /proc/<pid>/ns/net`), as the probes key it.
+    pub inode: u64,
+    /// A file that `setns` can open: `/proc/<pid>/ns/net` or a bind mount under `/run/netns`.
+    pub path: PathBuf,
+    /// The `ip netns` (or Docker) name, when it has one.
+    pub name: Option<String>,
+    /// The host's namespace (that of pid 1, or this process's when pid 1's cannot be read).
+    pub host: bool,
+    /// A process in it, when there is one.
+    pub pid: Option<u32>,
+    /// Cgroup v2 paths (relative to the root) of the processes in it; empty for the host's,
+    /// where every service runs.
+    pub cgroups: BTreeSet<String>,
+}
+
+/// The cgroup v2 path of a process, from `/proc/<pid>/cgroup` (`0::/path`).
+pub fn v2_cgroup_of(proc_cgroup: &str) -> Option<String> {
+    proc_cgroup
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .map(|p| p.trim_end().to_owned())
+        .filter(|p| !p.is_empty())
+}
+
+/// Every network namespace reachable from `/proc` and the named-namespace directories,
+/// grouped by inode.
+pub fn discover() -> Vec<NetnsRef> {
+    // The host's namespace is pid 1's; where pid 1 cannot be inspected (a sandbox's init),
+    // this process's own, which for a node agent (hostNetwork) is the host's.
+    let host = std::fs::metadata("/proc/1/ns/net")
+        .or_else(|_| std::fs::metadata("/proc/self/ns/net"))
+        .map(|m| m.ino())
+        .ok();
+    let mut by_inode: HashMap<u64, NetnsRef> = HashMap::new();
+    if let Ok(dir) = std::fs::read_dir("/proc") {
+        for entry in dir.flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|s| s.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            let path = entry.path().join("ns/net");
+            let Ok(meta) = std::fs::metadata(&path) else {
+                continue;
+            };
+            let inode = meta.ino();
+            let is_host = Some(inode) == host;
+            let ns = by_inode.entry(inode).or_insert_with(|| NetnsRef {
+                inode,
+                path: path.clone(),
+                name: None,
+                host: is_host,
+                pid: Some(pid),
+                cgroups: BTreeSet::new(),
+            });
+            if !is_host
+                && let Some(cg) = std::fs::read_to_string(entry.path().join("cgroup"))
+                    .ok()
+                    .as_deref()
+                    .and_then(v2_cgroup_of)
+            {
+                ns.cgroups.insert(cg);
+            }
+        }
+    }
+    for dir in NAMED_NETNS_DIRS {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let Ok(meta) = std::fs::metadata(&path) else {
+                continue;
+            };
+            // A bind-mounted nsfs file; anything else in the directory is not a namespace.
+            if meta.dev() == std::fs::metadata(dir).map(|m| m.dev()).unwrap_or(0) {
+                continue;
+            }
+            let inode = meta.ino();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            by_inode
+                .entry(inode)
+                .and_modify(|ns| {
+                    ns.name.get_or_insert_with(|| name.clone());
+                })
+                .or_insert_with(|| NetnsRef {
+                    inode,
+                    path: path.clone(),
+                    name: Some(name.clone()),
+                    host: Some(inode) == host,
+                    pid: None,
+                    cgroups: BTreeSet::new(),
+                });
+        }
+    }
+    let mut all: Vec<NetnsRef> = by_inode.into_values().collect();
+    all.sort_by_key(|n| (!n.host, n.inode));
+    all
+}
+
+/// Runs `f` in a thread that has joined the namespace at `path` (without `setns` when it is
+/// this process's own).
+fn in_netns<T: Send>(path: &Path, f: impl FnOnce() -> T + Send) -> Result<T, String> {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let own = std::fs::metadata("/proc/thread-self/ns/net").map(|m| m.ino());
+            if file.metadata().map(|m| m.ino()).ok() == own.ok() {
+                return Ok(f());
+            }
+            // SAFETY: setns on an open namespace file; it changes only this thread, which
+            // ends with this closure.
+            if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                return Err(format!(
+                    "setns({}): {}",
+                    path.display(),
+                    std::io::Error::last_os_error()
+                ));
+            }
+            Ok(f())
+        })
+        .join()
+        .unwrap_or_else(|_| Err("the namespace reader panicked".to_owned()))
+    })
+}
+
+/// Runs `f` on every namespace, a few at a time, in order.
+pub(crate) fn each_netns<T: Send>(
+    namespaces: &[NetnsRef],
+    f: impl Fn(&NetnsRef) -> T + Sync,
+) -> Vec<Result<T, String>> {
+    let mut out = Vec::with_capacity(namespaces.len());
+    for chunk in namespaces.chunks(PARALLEL_READS) {
+        let results: Vec<Result<T, String>> = std::thread::scope(|s| {
+            let handles: Vec<_> = chunk
+                .iter()
+                .map(|ns| {
+                    let f = &f;
+                    s.spawn(move || in_netns(&ns.path, || f(ns)))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err("the namespace reader panicked".to_owned()))
+                })
+                .collect()
+        });
+        out.extend(results);
+    }
+    out
+}
+
+/// The inodes of the network namespaces that exist now (with a process in them or a name).
+pub fn live_inodes() -> HashSet<u64> {
+    let mut out = HashSet::new();
+    let procs = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .map(|e| e.path().join("ns/net"));
+    let named = NAMED_NETNS_DIRS
+        .iter()
+        .flat_map(|d| std::fs::read_dir(d).into_iter().flatten().flatten())
+        .map(|e| e.path());
+    for path in procs.chain(named) {
+        if let Ok(m) = std::fs::metadata(&path) {
+            out.insert(m.ino());
+        }
+    }
+    out
+}
+
+/// The cgroup all of a namespace's processes share (a pod's cgroup for its containers), by
+/// path components; `None` when it is the root or there are none.
+pub fn common_cgroup(paths: &[String]) -> Option<String> {
+    let mut iter = paths.iter();
+    let first: Vec<&str> = iter.next()?.split('/').filter(|c| !c.is_empty()).collect();
+    let mut common = first.len();
+    for p in iter {
+        let comps: Vec<&str> = p.split('/').filter(|c| !c.is_empty()).collect();
+        common = common.min(
+            first
+                .iter()
+                .zip(comps.iter())
+                .take_while(|(a, b)| a == b)
+                .count(),
+        );
+    }
+    (common > 0).then(|| format!("/{}", first[..common].join("/")))
+}
+
+/// The id of the cgroup `paths` share (the inode of its directory under `cgroup_root`), when
+/// they share one below the root.
+pub fn cgroup_id(cgroup_root: &Path, paths: &[String]) -> Option<u64> {
+    let path = common_cgroup(paths)?;
+    let dir = cgroup_root.join(path.trim_start_matches('/'));
+    Some(std::fs::metadata(dir).ok()?.ino())
+}
+
+/// The inode of this process's network namespace (its own is always readable).
+pub fn own_inode() -> Option<u64> {
+    std::fs::metadata("/proc/self/ns/net").ok().map(|m| m.ino())
+}
