@@ -16,7 +16,10 @@ use std::{
     os::fd::{AsFd as _, AsRawFd as _},
 };
 
-use aya::{Pod, maps::MapData};
+use aya::{
+    Pod,
+    maps::{MapData, PerCpuValues},
+};
 
 /// `BPF_MAP_LOOKUP_BATCH` from `enum bpf_cmd` (include/uapi/linux/bpf.h).
 const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
@@ -68,30 +71,31 @@ pub enum BatchError {
     },
     #[error("BPF_MAP_LOOKUP_BATCH")]
     Syscall(#[source] std::io::Error),
+    #[error("per-CPU values")]
+    Values(#[source] std::io::Error),
 }
 
-/// Reads every key of a per-CPU hash map, folding each key's per-CPU values into `zero` with
-/// `fold`: the same result as iterating with aya's `PerCpuHashMap`, in fewer syscalls.
-pub fn read_per_cpu_hash<K, V>(
+/// Reads every key of a per-CPU hash map into one value per key, made by `value` from the
+/// key's per-CPU values: the same result as iterating with aya's `PerCpuHashMap`, in fewer
+/// syscalls.
+pub fn read_per_cpu_hash_with<K, V, T>(
     map: &MapData,
-    zero: V,
-    fold: impl Fn(&mut V, &V),
-) -> Result<HashMap<K, V>, BatchError>
+    value: impl FnMut(&K, &PerCpuValues<V>) -> T,
+) -> Result<HashMap<K, T>, BatchError>
 where
     K: Pod + Eq + Hash,
     V: Pod,
 {
-    read_in_batches(map, zero, fold, None)
+    read_in_batches(map, value, None)
 }
 
-/// [`read_per_cpu_hash`] with `first_batch` entries per syscall to begin with (tests), or as
-/// many as fit [`BATCH_BYTES`].
-fn read_in_batches<K, V>(
+/// [`read_per_cpu_hash_with`] with `first_batch` entries per syscall to begin with (tests), or
+/// as many as fit [`BATCH_BYTES`].
+fn read_in_batches<K, V, T>(
     map: &MapData,
-    zero: V,
-    fold: impl Fn(&mut V, &V),
+    mut value: impl FnMut(&K, &PerCpuValues<V>) -> T,
     first_batch: Option<usize>,
-) -> Result<HashMap<K, V>, BatchError>
+) -> Result<HashMap<K, T>, BatchError>
 where
     K: Pod + Eq + Hash,
     V: Pod,
@@ -170,14 +174,14 @@ where
             // SAFETY: `K: Pod` is valid for any bytes; the slice has `key_size` bytes.
             let key: K =
                 unsafe { std::ptr::read_unaligned(keys[i * key_size..].as_ptr().cast::<K>()) };
-            let mut total = zero;
-            let per_cpu = &values[i * stride * cpus..(i + 1) * stride * cpus];
-            for cpu in per_cpu.chunks_exact(stride) {
+            let per_cpu: Vec<V> = values[i * stride * cpus..(i + 1) * stride * cpus]
+                .chunks_exact(stride)
                 // SAFETY: as above, `V: Pod` and `stride >= value_size`.
-                let v: V = unsafe { std::ptr::read_unaligned(cpu.as_ptr().cast::<V>()) };
-                fold(&mut total, &v);
-            }
-            out.insert(key, total);
+                .map(|cpu| unsafe { std::ptr::read_unaligned(cpu.as_ptr().cast::<V>()) })
+                .collect();
+            let per_cpu = PerCpuValues::try_from(per_cpu).map_err(BatchError::Values)?;
+            let v = value(&key, &per_cpu);
+            out.insert(key, v);
         }
         if done {
             return Ok(out);
@@ -189,7 +193,7 @@ where
 
 #[cfg(test)]
 mod tests {
-    use aya::maps::{IterableMap as _, PerCpuHashMap, PerCpuValues};
+    use aya::maps::{IterableMap as _, PerCpuHashMap};
 
     use super::*;
 
@@ -253,13 +257,18 @@ mod tests {
                 per_key.insert(k, t);
             }
             assert_eq!(per_key.len(), n);
-            let batched: HashMap<u64, Odd> =
-                read_per_cpu_hash(map.map(), zero, fold).expect("batched read");
+            let total = |_: &u64, vs: &PerCpuValues<Odd>| {
+                let mut t = zero;
+                for v in vs.iter() {
+                    fold(&mut t, v);
+                }
+                t
+            };
+            let batched = read_per_cpu_hash_with(map.map(), total).expect("batched read");
             assert_eq!(batched, per_key, "{n} keys");
             // Many batches, and batches smaller than a bucket (which must grow, not fail).
             for first in [1, 7, 64] {
-                let batched: HashMap<u64, Odd> =
-                    read_in_batches(map.map(), zero, fold, Some(first)).expect("batched read");
+                let batched = read_in_batches(map.map(), total, Some(first)).expect("batched read");
                 assert_eq!(batched, per_key, "{n} keys, batches of {first}");
             }
         }
@@ -269,7 +278,7 @@ mod tests {
     fn wrong_sizes_are_refused() {
         assert!(is_root(), "this test creates a BPF map: run it as root");
         let map = PerCpuHashMap::<MapData, u64, u64>::create(8, 0).unwrap();
-        let r = read_per_cpu_hash::<u32, u64>(map.map(), 0, |t, v| *t += v);
+        let r = read_per_cpu_hash_with(map.map(), |_: &u32, _: &PerCpuValues<u64>| 0u64);
         assert!(matches!(r, Err(BatchError::Sizes { .. })), "{r:?}");
     }
 }

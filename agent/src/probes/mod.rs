@@ -587,7 +587,7 @@ where
         .ok_or_else(|| anyhow::anyhow!("map {name} missing from the object"))?;
     let map = PerCpuHashMap::<_, K, V>::try_from(map)?;
     // A few syscalls per map instead of two per key; key by key where the kernel cannot.
-    match batch::read_per_cpu_hash(aya::maps::IterableMap::map(&map), zero, &fold) {
+    match batch::read_per_cpu_hash_with(aya::maps::IterableMap::map(&map), &mut value) {
         Err(batch::BatchError::Unsupported) => {}
         read => return Ok(read?),
     }
