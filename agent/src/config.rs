@@ -8,6 +8,7 @@
 //! removed_grace_seconds = 60       # how long a removed cgroup's series stay
 //! diagnosis_window_seconds = 30    # sliding window the diagnosis rules judge
 //! bpf_stats = false                # turn on the kernel's BPF run-time statistics (host-wide)
+//! histograms = true                # per-cgroup latency histograms (8 buckets each); false: sum and count only
 //!
 //! [thresholds]                     # any of the diagnosis thresholds (see diagnose::Thresholds)
 //! runq_min_mean_seconds = 0.002
@@ -68,6 +69,7 @@ pub struct FileConfig {
     pub removed_grace_seconds: Option<f64>,
     pub diagnosis_window_seconds: Option<f64>,
     pub bpf_stats: Option<bool>,
+    pub histograms: Option<bool>,
     pub thresholds: Option<Thresholds>,
 }
 
@@ -85,6 +87,10 @@ pub struct Config {
     /// ours, pays for two clock reads per run while they are on), and an agent must not change
     /// the host unasked.
     pub bpf_stats: bool,
+    /// Export the per-cgroup run-queue latency and futex wait histograms (8 buckets each);
+    /// `false` keeps their `_sum`/`_count` figures as counters and drops the buckets: 16 fewer
+    /// series per cgroup.
+    pub histograms: bool,
     pub thresholds: Thresholds,
 }
 
@@ -97,6 +103,7 @@ impl Default for Config {
             removed_grace_seconds: DEFAULT_REMOVED_GRACE_SECONDS,
             diagnosis_window_seconds: DEFAULT_DIAGNOSIS_WINDOW_SECONDS,
             bpf_stats: false,
+            histograms: true,
             thresholds: Thresholds::default(),
         }
     }
@@ -180,6 +187,9 @@ impl Config {
         }
         if let Some(v) = file.bpf_stats {
             self.bpf_stats = v;
+        }
+        if let Some(v) = file.histograms {
+            self.histograms = v;
         }
         if let Some(t) = file.thresholds {
             self.thresholds = t;
@@ -297,7 +307,7 @@ mod tests {
     fn file_keys_and_partial_thresholds() {
         let c = from_text(
             "listen = \"127.0.0.1:1234\"\ninterval_seconds = 2\nmax_cgroups = 10\n\
-             removed_grace_seconds = 0\nbpf_stats = true\n\
+             removed_grace_seconds = 0\nbpf_stats = true\nhistograms = false\n\
              [thresholds]\nrunq_min_mean_seconds = 0.002\n",
         )
         .unwrap();
@@ -306,6 +316,8 @@ mod tests {
         assert_eq!(c.max_cgroups, 10);
         assert_eq!(c.removed_grace_seconds, 0.0);
         assert!(c.bpf_stats);
+        assert!(!c.histograms);
+        assert!(Config::default().histograms, "histograms are on by default");
         assert_eq!(c.thresholds.runq_min_mean_seconds, 0.002);
         assert_eq!(
             c.thresholds.runq_min_p99_seconds,

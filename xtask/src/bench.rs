@@ -316,5 +316,6 @@ pub fn run(rounds: u32, seconds: u32) -> Result<()> {
         seconds,
     )?;
     println!("{sched}{futex}");
+    println!("{}", crate::bench_daemon::run()?);
     Ok(())
 }

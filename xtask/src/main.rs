@@ -7,6 +7,7 @@
 //! started with `+stable`.
 
 mod bench;
+mod bench_daemon;
 mod setup;
 
 use std::{
@@ -44,6 +45,9 @@ enum Task {
         /// Seconds per measurement.
         #[arg(long, default_value = "10")]
         seconds: u32,
+        /// Only the daemon's cost at 200 / 1,000 / 2,000 live cgroups (no probe benchmarks).
+        #[arg(long)]
+        daemon_only: bool,
     },
 }
 
@@ -53,7 +57,17 @@ fn main() -> ExitCode {
         Task::Setup => setup::run(),
         Task::Diagnose { duration } => setup::run().and_then(|()| diagnose(duration)),
         Task::Test => setup::run().and_then(|()| test()),
-        Task::Bench { rounds, seconds } => setup::run().and_then(|()| bench::run(rounds, seconds)),
+        Task::Bench {
+            rounds,
+            seconds,
+            daemon_only,
+        } => setup::run().and_then(|()| {
+            if daemon_only {
+                bench_daemon::run().map(|table| println!("{table}"))
+            } else {
+                bench::run(rounds, seconds)
+            }
+        }),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

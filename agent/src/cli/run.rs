@@ -78,10 +78,12 @@ async fn daemon(config: Config) -> anyhow::Result<u8> {
     let mut sigint = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
 
     let interval = Duration::from_secs_f64(config.interval_seconds);
-    let exporter = Arc::new(Mutex::new(Exporter::new(
+    let mut exporter = Exporter::new(
         config.max_cgroups,
         Duration::from_secs_f64(config.removed_grace_seconds),
-    )));
+    );
+    exporter.histograms = config.histograms;
+    let exporter = Arc::new(Mutex::new(exporter));
     let renderer = Renderer::new(Arc::clone(&exporter));
     let shared = Arc::new(Shared::new(interval, renderer.render()));
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();

@@ -18,34 +18,48 @@ use prometheus_client::{
     metrics::MetricType,
     registry::Registry,
 };
-use stormwatch_common::{LOG2_BUCKETS, Log2Histogram, lock_kind};
+use stormwatch_common::{Log2Histogram, lock_kind};
 
 use super::{
-    Rendered, classic,
+    Rendered,
     state::{DurationHistogram, Exporter, SEVERITIES, Series},
 };
 use crate::collect::bucket_upper_ns;
 
-/// The log2 bucket whose upper edge is the first `le` of a latency histogram: 2^10 - 1 ns,
-/// about 1 µs. Smaller buckets are folded into it (their values are all below that edge).
-pub const FIRST_EXPORTED_BUCKET: usize = 10;
-/// The last finite edge: bucket 30's upper edge, 2^30 - 1 ns (about 1.07 s). Bucket 31 is
-/// open-ended and goes to `+Inf`.
-pub const LAST_EXPORTED_BUCKET: usize = LOG2_BUCKETS - 2;
+/// The log2 buckets whose upper edges (2^b - 1 ns) are the `le` edges of the exported
+/// latency histograms (run-queue latency and futex wait), chosen for what each range means:
+///
+/// - 16.4 µs (2^14 - 1 ns): run-queue, the task ran at once (the wake-up's own cost); futex,
+///   a hand-over while the waker was still spinning;
+/// - 131 µs (2^17): a short wait behind a running task; a brief critical section;
+/// - 1.05 ms (2^20): the mean the diagnosis starts to flag; a lock held for long;
+/// - 4.19 ms (2^22): about one scheduler slice (EEVDF: 0.75 ms × (1 + log2 CPUs), 3 ms at
+///   8 CPUs and more): waiting behind others;
+/// - 16.8 ms (2^24): several slices, an overloaded CPU; a frame or request budget;
+/// - 134 ms (2^27): over a CFS period (100 ms), the mark of quota throttling; a blocked
+///   request;
+/// - 1.07 s (2^30): a stall; beyond it (`+Inf`) idle waits such as condition variables.
+///
+/// Eight series per histogram instead of the 22 of every log2 edge from 1 µs: 16 fewer per
+/// cgroup and both histograms. Each edge is still the upper edge of a log2 bucket, so the
+/// cumulative counts stay exact (values are integer nanoseconds and bucket `b` holds
+/// `2^(b-1) ..= 2^b - 1`); the diagnosis keeps the full resolution.
+pub const EXPORTED_BUCKETS: [usize; 7] = [14, 17, 20, 22, 24, 27, 30];
 
 /// `le` edges and per-bucket (not cumulative) counts of a log2 histogram, for
-/// [`MetricEncoder::encode_histogram`], which accumulates them. Each edge is the upper edge of a
-/// log2 bucket, so the cumulative counts are exact: values are integer nanoseconds and bucket
-/// `b` holds `2^(b-1) ..= 2^b - 1`.
+/// [`MetricEncoder::encode_histogram`], which accumulates them: each exported edge gathers
+/// the log2 buckets from the previous edge up to itself, `+Inf` the rest.
 pub fn histogram_buckets(h: &Log2Histogram) -> Vec<(f64, u64)> {
-    let mut out = Vec::with_capacity(LAST_EXPORTED_BUCKET - FIRST_EXPORTED_BUCKET + 2);
-    let below: u64 = h.buckets[..FIRST_EXPORTED_BUCKET].iter().sum();
-    for b in FIRST_EXPORTED_BUCKET..=LAST_EXPORTED_BUCKET {
-        let extra = if b == FIRST_EXPORTED_BUCKET { below } else { 0 };
-        out.push((bucket_upper_ns(b) as f64 / 1e9, h.buckets[b] + extra));
+    let mut out = Vec::with_capacity(EXPORTED_BUCKETS.len() + 1);
+    let mut from = 0;
+    for b in EXPORTED_BUCKETS {
+        out.push((
+            bucket_upper_ns(b) as f64 / 1e9,
+            h.buckets[from..=b].iter().sum(),
+        ));
+        from = b + 1;
     }
-    let overflow: u64 = h.buckets[LAST_EXPORTED_BUCKET + 1..].iter().sum();
-    out.push((f64::INFINITY, overflow));
+    out.push((f64::INFINITY, h.buckets[from..].iter().sum()));
     out
 }
 
@@ -87,12 +101,19 @@ fn gauge(m: &mut MetricEncoder, labels: &impl EncodeLabelSet, v: Value) -> fmt::
     }
 }
 
+/// A latency histogram; with `buckets` false, only its `+Inf` bucket, `_sum` and `_count` (the
+/// mean stays computable, at three series).
 fn log2_histogram(
     m: &mut MetricEncoder,
     labels: &impl EncodeLabelSet,
     h: &Log2Histogram,
+    with_buckets: bool,
 ) -> fmt::Result {
-    let buckets = histogram_buckets(h);
+    let mut buckets = histogram_buckets(h);
+    if !with_buckets {
+        let total = buckets.iter().map(|(_, n)| n).sum();
+        buckets = vec![(f64::INFINITY, total)];
+    }
     // The count is the buckets' sum: the `+Inf` bucket and `_count` always agree, even when a
     // map read caught a probe between its count and bucket updates.
     let count = buckets.iter().map(|(_, n)| n).sum();
@@ -207,7 +228,12 @@ fn encode_cgroups(enc: &mut DescriptorEncoder, e: &Exporter) -> fmt::Result {
             Histogram,
         )?;
         for (path, s) in series {
-            log2_histogram(&mut m, &cgroup_labels(path, s), &s.totals.sched.runq)?;
+            log2_histogram(
+                &mut m,
+                &cgroup_labels(path, s),
+                &s.totals.sched.runq,
+                e.histograms,
+            )?;
         }
     }
     if a.wake_kinds {
@@ -271,14 +297,17 @@ fn encode_cgroups(enc: &mut DescriptorEncoder, e: &Exporter) -> fmt::Result {
             },
         )?;
         // Not `stormwatch_futex_wait_seconds`: that name's `_total` is the counter above.
-        let mut m = enc.encode_descriptor(
-            "stormwatch_futex_wait_duration_seconds",
-            "Duration of single futex waits.",
-            None,
-            Histogram,
-        )?;
-        for (path, s) in series.iter().filter(|(_, s)| s.has_futex_figures()) {
-            log2_histogram(&mut m, &cgroup_labels(path, s), &s.totals.futex.wait)?;
+        // Without buckets its sum and count would repeat the two counters above: left out.
+        if e.histograms {
+            let mut m = enc.encode_descriptor(
+                "stormwatch_futex_wait_duration_seconds",
+                "Duration of single futex waits.",
+                None,
+                Histogram,
+            )?;
+            for (path, s) in series.iter().filter(|(_, s)| s.has_futex_figures()) {
+                log2_histogram(&mut m, &cgroup_labels(path, s), &s.totals.futex.wait, true)?;
+            }
         }
     }
     if a.locks {
@@ -613,7 +642,8 @@ impl Collector for StateCollector {
     }
 }
 
-/// Renders the exposition in both formats, once per collection; scrapes serve the result.
+/// Renders the exposition once per collection, in OpenMetrics; scrapes serve the result (in
+/// the format and encoding each asks for, see [`Rendered`]).
 pub struct Renderer {
     registry: Registry,
     exporter: Arc<Mutex<Exporter>>,
@@ -633,7 +663,8 @@ impl Renderer {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .exposition_bytes;
-        let mut text = String::with_capacity(hint + hint / 8 + 4096);
+        // Sized from the previous rendering, so that the text is not copied as it grows.
+        let mut text = String::with_capacity(hint + hint / 32 + 4096);
         if let Err(err) = prometheus_client::encoding::text::encode(&mut text, &self.registry) {
             // Only our own encoding can fail (a String never does): keep what was written
             // whole, so that the scrape still gets an exposition.
@@ -648,14 +679,10 @@ impl Renderer {
     pub fn render(&self) -> Rendered {
         let started = Instant::now();
         let openmetrics = self.openmetrics();
-        let classic = classic::from_openmetrics(&openmetrics);
         let mut e = self.exporter.lock().unwrap_or_else(PoisonError::into_inner);
         e.render_seconds = started.elapsed().as_secs_f64();
         e.exposition_bytes = openmetrics.len();
-        Rendered {
-            openmetrics: openmetrics.into(),
-            classic: classic.into(),
-        }
+        Rendered::new(openmetrics)
     }
 }
 
@@ -664,6 +691,7 @@ mod tests {
     use std::{collections::HashMap, time::Duration};
 
     use super::*;
+    use crate::export::classic;
     use crate::{
         collect::{CgroupWindow, Window},
         export::state::{ActiveFinding, Labels, ProgramStats, Tick},
@@ -752,19 +780,79 @@ mod tests {
     }
 
     #[test]
-    fn buckets_are_exact_at_the_log2_edges() {
+    fn buckets_are_exact_at_the_chosen_log2_edges() {
         let mut h = Log2Histogram::ZERO;
-        for v in [0, 5, 1023, 1024, 2047, 1 << 29, 1 << 30, 1 << 40] {
+        for v in [
+            0,
+            5,
+            16_383,
+            16_384,
+            131_071,
+            131_072,
+            (1 << 20) - 1,
+            (1 << 22) - 1,
+            1 << 22,
+            (1 << 27) - 1,
+            (1 << 30) - 1,
+            1 << 30,
+            1 << 40,
+        ] {
             h.record(v);
         }
         let b = histogram_buckets(&h);
-        assert_eq!(b.len(), 22);
-        assert_eq!(b[0], (1023e-9, 3), "0, 5 and 1023 ns are <= 1023 ns");
-        assert_eq!(b[1], (2047e-9, 2));
-        assert_eq!(b[20].0, ((1u64 << 30) - 1) as f64 / 1e9);
-        assert_eq!(b[20].1, 1, "2^29 ns is in bucket 30");
-        assert_eq!(b[21], (f64::INFINITY, 2), "2^30 ns and more overflow");
-        assert_eq!(b.iter().map(|(_, n)| n).sum::<u64>(), h.count);
+        let edges: Vec<f64> = b.iter().map(|(le, _)| *le).collect();
+        assert_eq!(
+            edges,
+            [
+                16_383e-9,
+                131_071e-9,
+                1_048_575e-9,
+                4_194_303e-9,
+                16_777_215e-9,
+                134_217_727e-9,
+                1_073_741_823e-9,
+                f64::INFINITY
+            ]
+        );
+        let counts: Vec<u64> = b.iter().map(|(_, n)| *n).collect();
+        // 0, 5, 16383 | 16384, 131071 | 131072, 2^20-1 | 2^22-1 | 2^22 | 2^27-1 | 2^30-1 | 2^30, 2^40
+        assert_eq!(counts, [3, 2, 2, 1, 1, 1, 1, 2]);
+        assert_eq!(counts.iter().sum::<u64>(), h.count);
+    }
+
+    #[test]
+    fn the_histograms_switch() {
+        let e = exporter();
+        let on = Renderer::new(Arc::clone(&e)).openmetrics();
+        let runq = "stormwatch_runqueue_latency_seconds_bucket{le=";
+        let futex = "stormwatch_futex_wait_duration_seconds";
+        // Two cgroups with run-queue figures, eight buckets each; one with futex figures.
+        assert_eq!(on.matches(runq).count(), 16, "{on}");
+        assert_eq!(on.matches(&format!("{futex}_bucket{{")).count(), 8);
+        assert!(on.contains("stormwatch_runqueue_latency_seconds_bucket{le=\"0.016777215\""));
+
+        e.lock().unwrap().histograms = false;
+        let off = Renderer::new(Arc::clone(&e)).openmetrics();
+        assert!(!off.contains(futex), "{off}");
+        let buckets: Vec<&str> = off.lines().filter(|l| l.starts_with(runq)).collect();
+        assert_eq!(buckets.len(), 2, "only +Inf per cgroup: {buckets:?}");
+        assert!(
+            buckets
+                .iter()
+                .all(|l| l.starts_with(&format!("{runq}\"+Inf\"")))
+        );
+        // The mean stays computable, and the counters of futex waits stay.
+        for kept in [
+            "stormwatch_runqueue_latency_seconds_sum{",
+            "stormwatch_runqueue_latency_seconds_count{namespace=\"shop\",pod=\"web-1\",\
+             container=\"app\",cgroup=\"/kubepods/pod\\\"x\\\\y\"} 3",
+            "stormwatch_futex_waits_total{namespace=\"shop\"",
+            "stormwatch_futex_wait_seconds_total{namespace=\"shop\"",
+        ] {
+            assert!(off.contains(kept), "missing {kept:?} in:\n{off}");
+        }
+        let series = |t: &str| t.lines().filter(|l| !l.starts_with('#')).count();
+        assert_eq!(series(&on) - series(&off), 2 * 7 + 8 + 2, "{off}");
     }
 
     #[test]
@@ -787,7 +875,7 @@ mod tests {
              container=\"app\",cgroup=\"/kubepods/pod\\\"x\\\\y\"} 3.0000015",
             "stormwatch_runqueue_latency_seconds_bucket{le=\"+Inf\",namespace=\"shop\"",
             "stormwatch_futex_waits_total{namespace=\"shop\"",
-            "stormwatch_futex_wait_duration_seconds_bucket{le=\"0.000002047\",namespace=\"shop\"",
+            "stormwatch_futex_wait_duration_seconds_bucket{le=\"0.000016383\",namespace=\"shop\"",
             "stormwatch_kernel_lock_wait_seconds_total{namespace=\"shop\",pod=\"web-1\",\
              container=\"app\",cgroup=\"/kubepods/pod\\\"x\\\\y\",lock=\"mutex\"} 0.000008",
             "stormwatch_kernel_lock_waits_total{namespace=\"shop\",pod=\"web-1\",\

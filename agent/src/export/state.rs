@@ -319,6 +319,8 @@ pub struct Exporter {
     pub lost_events: Vec<(&'static str, u64)>,
     pub programs: Vec<ProgramStats>,
     pub bpf_stats_enabled: bool,
+    /// Export the latency histograms' buckets (the config's `histograms`).
+    pub histograms: bool,
     pub findings: Vec<ActiveFinding>,
     pub collection_errors: u64,
     pub collection_duration: DurationHistogram,
@@ -342,6 +344,7 @@ impl Exporter {
             lost_events: Vec::new(),
             programs: Vec::new(),
             bpf_stats_enabled: false,
+            histograms: true,
             findings: Vec::new(),
             collection_errors: 0,
             collection_duration: DurationHistogram::new(COLLECTION_BUCKETS),

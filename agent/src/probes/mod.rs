@@ -4,6 +4,7 @@
 //! Each probe family (scheduler, futex, kernel locks, network) is a [`ProbeFamily`]: a name,
 //! what it needs from the kernel, how to attach, and how its maps turn into figures.
 
+pub mod batch;
 pub mod btf;
 pub mod futex;
 pub mod locks;
@@ -582,6 +583,11 @@ where
         .map(name)
         .ok_or_else(|| anyhow::anyhow!("map {name} missing from the object"))?;
     let map = PerCpuHashMap::<_, K, V>::try_from(map)?;
+    // A few syscalls per map instead of two per key; key by key where the kernel cannot.
+    match batch::read_per_cpu_hash_with(aya::maps::IterableMap::map(&map), &mut value) {
+        Err(batch::BatchError::Unsupported) => {}
+        read => return Ok(read?),
+    }
     let mut out = HashMap::new();
     for entry in map.iter() {
         let (key, per_cpu) = entry?;

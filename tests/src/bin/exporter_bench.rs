@@ -1,13 +1,19 @@
-//! `exporter_bench [--cgroups N] [--seconds S] [--interval SECS] [--scrape-hz HZ]`: the cost
-//! of `stormwatch run` with many active cgroups (issue 5's benchmark; not a test).
+//! `exporter_bench [--cgroups N] [--seconds S] [--interval SECS] [--scrape-every SECS]
+//! [--warmup SECS] [--config FILE]`: the cost of `stormwatch run` with many live cgroups
+//! (issue 5's and issue 12's benchmark; not a test).
 //!
 //! Creates N cgroups, each with a `sleeper` (one thread waking every 100 ms: every cgroup is
 //! active at every collection), starts `stormwatch run` on loopback, waits until it tracks
 //! them all, then:
 //! 1. measures the daemon's CPU time and RSS for S seconds without scrapes (the collection
 //!    loop alone);
-//! 2. scrapes /metrics at HZ for S seconds, alternating the classic and OpenMetrics formats,
-//!    and reports the latency of whole responses (p50, p99, max) and the CPU with scrapes.
+//! 2. scrapes /metrics every SECS (15 by default, Prometheus' usual interval) for S seconds
+//!    with the headers Prometheus sends (OpenMetrics preferred, gzip accepted), and reports
+//!    the latency of whole responses and the CPU and RSS with scrapes;
+//! 3. then (outside the measured phases) fetches both formats uncompressed, for their sizes
+//!    and the series per cgroup.
+//!
+//! The last line of output is `result key=value ...` for `cargo xtask bench`.
 //!
 //! Needs root (cgroups, BPF). Build with `cargo build --release -p stormwatch -p
 //! stormwatch-tests`; run `target/release/exporter_bench --cgroups 1000`.
@@ -25,8 +31,9 @@ struct Args {
     cgroups: usize,
     seconds: f64,
     interval: f64,
-    scrape_hz: f64,
+    scrape_every: f64,
     warmup: f64,
+    config: Option<String>,
 }
 
 fn parse_args() -> Args {
@@ -34,8 +41,9 @@ fn parse_args() -> Args {
         cgroups: 500,
         seconds: 30.0,
         interval: 5.0,
-        scrape_hz: 5.0,
-        warmup: 0.0,
+        scrape_every: 15.0,
+        warmup: 10.0,
+        config: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -46,8 +54,9 @@ fn parse_args() -> Args {
             "--cgroups" => a.cgroups = num(&flag, &value),
             "--seconds" => a.seconds = num(&flag, &value),
             "--interval" => a.interval = num(&flag, &value),
-            "--scrape-hz" => a.scrape_hz = num(&flag, &value),
+            "--scrape-every" => a.scrape_every = num(&flag, &value),
             "--warmup" => a.warmup = num(&flag, &value),
+            "--config" => a.config = Some(value),
             _ => usage(&format!("unknown flag {flag}")),
         }
     }
@@ -63,7 +72,7 @@ fn num<T: std::str::FromStr>(flag: &str, value: &str) -> T {
 fn usage(why: &str) -> ! {
     eprintln!(
         "exporter_bench: {why}\nusage: exporter_bench [--cgroups N] [--seconds S] \
-         [--interval SECS] [--scrape-hz HZ] [--warmup SECS]"
+         [--interval SECS] [--scrape-every SECS] [--warmup SECS] [--config FILE]"
     );
     std::process::exit(2)
 }
@@ -99,13 +108,22 @@ fn status_mib(pid: u32, field: &str) -> f64 {
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
-/// GET over a fresh connection; returns (status, body length).
-fn get(addr: SocketAddr, path: &str, accept: &str) -> std::io::Result<(u16, usize)> {
+/// What Prometheus 2.x/3.x sends.
+const PROMETHEUS_ACCEPT: &str = "application/openmetrics-text;version=1.0.0;q=0.5,\
+    application/openmetrics-text;version=0.0.1;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2";
+
+/// GET over a fresh connection; returns (status, body).
+fn get_body(
+    addr: SocketAddr,
+    path: &str,
+    accept: &str,
+    encoding: &str,
+) -> std::io::Result<(u16, Vec<u8>)> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
     s.set_read_timeout(Some(Duration::from_secs(10)))?;
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: {accept}\r\nAccept-Encoding: identity\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: {accept}\r\nAccept-Encoding: {encoding}\r\nConnection: close\r\n\r\n"
     )?;
     let mut raw = Vec::new();
     s.read_to_end(&mut raw)?;
@@ -118,7 +136,12 @@ fn get(addr: SocketAddr, path: &str, accept: &str) -> std::io::Result<(u16, usiz
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or(0);
-    Ok((status, raw.len() - head_end - 4))
+    Ok((status, raw.split_off(head_end + 4)))
+}
+
+/// GET; returns (status, body length).
+fn get(addr: SocketAddr, path: &str, accept: &str) -> std::io::Result<(u16, usize)> {
+    get_body(addr, path, accept, "identity").map(|(status, body)| (status, body.len()))
 }
 
 /// The value of an unlabelled sample in a classic exposition.
@@ -187,9 +210,13 @@ fn main() {
         .expect("a free port")
         .port();
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let child = Command::new(agent_bin())
-        .args(["run", "--listen", &addr.to_string()])
-        .args(["--interval", &args.interval.to_string()])
+    let mut cmd = Command::new(agent_bin());
+    cmd.args(["run", "--listen", &addr.to_string()])
+        .args(["--interval", &args.interval.to_string()]);
+    if let Some(config) = &args.config {
+        cmd.args(["--config", config]);
+    }
+    let child = cmd
         .stdin(Stdio::null())
         .spawn()
         .expect("starting stormwatch run");
@@ -229,35 +256,30 @@ fn main() {
     let idle_rss = status_mib(pid, "VmRSS:");
     let c1 = collections();
 
-    // 2. With scrapes.
-    let period = Duration::from_secs_f64(1.0 / args.scrape_hz);
-    let (mut classic, mut openmetrics) = (Vec::new(), Vec::new());
-    let (mut classic_bytes, mut om_bytes) = (0, 0);
+    // 2. With scrapes, as Prometheus makes them.
+    let period = Duration::from_secs_f64(args.scrape_every);
+    let mut latencies = Vec::new();
+    let mut scraped_bytes = 0;
     let (cpu1, t1) = (cpu_seconds(pid), Instant::now());
     let mut next = Instant::now();
-    let mut n = 0u64;
     while t1.elapsed().as_secs_f64() < args.seconds {
-        let om = n % 2 == 1;
-        let accept = if om {
-            "application/openmetrics-text;version=1.0.0"
-        } else {
-            "text/plain;version=0.0.4"
-        };
         let s = Instant::now();
-        let (status, len) = get(addr, "/metrics", accept).expect("scrape");
-        let took = s.elapsed().as_secs_f64();
+        let (status, len) = get_body(addr, "/metrics", PROMETHEUS_ACCEPT, "gzip")
+            .map(|(status, body)| (status, body.len()))
+            .expect("scrape");
+        latencies.push(s.elapsed().as_secs_f64());
         assert_eq!(status, 200);
-        if om {
-            openmetrics.push(took);
-            om_bytes = len;
-        } else {
-            classic.push(took);
-            classic_bytes = len;
-        }
-        n += 1;
+        scraped_bytes = len;
         next += period;
-        if let Some(wait) = next.checked_duration_since(Instant::now()) {
-            std::thread::sleep(wait);
+        match next.checked_duration_since(Instant::now()) {
+            Some(wait) if t1.elapsed() + wait < Duration::from_secs_f64(args.seconds) => {
+                std::thread::sleep(wait)
+            }
+            _ => {
+                // Wait out the phase: its CPU is divided by its whole length.
+                let rest = Duration::from_secs_f64(args.seconds).saturating_sub(t1.elapsed());
+                std::thread::sleep(rest);
+            }
         }
     }
     let scrape_cpu = (cpu_seconds(pid) - cpu1) / t1.elapsed().as_secs_f64();
@@ -266,48 +288,73 @@ fn main() {
     let c2 = collections();
     let render = sample(addr, "stormwatch_render_duration_seconds").unwrap_or(0.0);
 
-    let mut all: Vec<f64> = classic.iter().chain(&openmetrics).copied().collect();
-    for v in [&mut classic, &mut openmetrics, &mut all] {
-        v.sort_by(f64::total_cmp);
-    }
+    // 3. Sizes, outside the measured phases.
+    let (_, classic) =
+        get_body(addr, "/metrics", "text/plain;version=0.0.4", "identity").expect("classic");
+    let (_, om) = get_body(
+        addr,
+        "/metrics",
+        "application/openmetrics-text;version=1.0.0",
+        "identity",
+    )
+    .expect("OpenMetrics");
+    // Series of the benchmark's cgroups (their paths hold the TestCgroup prefix).
+    let classic = String::from_utf8_lossy(&classic);
+    let bench_series = classic
+        .lines()
+        .filter(|l| !l.starts_with('#') && l.contains("cgroup=\"") && l.contains("bench"))
+        .count();
+
+    latencies.sort_by(f64::total_cmp);
     let ms = |v: f64| v * 1e3;
+    let mib = |b: usize| b as f64 / 1048576.0;
     println!(
         "cgroups {} (tracked {tracked}), interval {} s, {} s per phase after {} s of warm-up",
         args.cgroups, args.interval, args.seconds, args.warmup
     );
     let mean = |a: (f64, f64), b: (f64, f64)| ms((b.1 - a.1) / (b.0 - a.0).max(1.0));
+    let collection_ms = mean(c0, c1);
     println!(
-        "collection: mean {:.1} ms ({} collections) without scrapes, {:.1} ms ({}) with; \
-         rendering both formats {:.1} ms",
-        mean(c0, c1),
+        "collection: mean {collection_ms:.1} ms ({} collections) without scrapes, {:.1} ms ({}) \
+         with; rendering (OpenMetrics) {:.1} ms",
         c1.0 - c0.0,
         mean(c1, c2),
         c2.0 - c1.0,
         ms(render)
     );
+    let per_cgroup = bench_series as f64 / args.cgroups as f64;
     println!(
-        "exposition: classic {:.2} MiB, OpenMetrics {:.2} MiB",
-        classic_bytes as f64 / 1048576.0,
-        om_bytes as f64 / 1048576.0
+        "exposition: classic {:.2} MiB, OpenMetrics {:.2} MiB, as scraped (OpenMetrics, gzip) \
+         {:.2} MiB; {per_cgroup:.1} series per cgroup",
+        mib(classic.len()),
+        mib(om.len()),
+        mib(scraped_bytes),
     );
     println!(
-        "/metrics latency over {} scrapes at {} Hz: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms \
-         (classic p50 {:.2} / p99 {:.2}; OpenMetrics p50 {:.2} / p99 {:.2})",
-        all.len(),
-        args.scrape_hz,
-        ms(percentile(&all, 0.5)),
-        ms(percentile(&all, 0.99)),
-        ms(all.last().copied().unwrap_or(f64::NAN)),
-        ms(percentile(&classic, 0.5)),
-        ms(percentile(&classic, 0.99)),
-        ms(percentile(&openmetrics, 0.5)),
-        ms(percentile(&openmetrics, 0.99)),
+        "/metrics latency over {} scrapes every {} s: p50 {:.2} ms, max {:.2} ms",
+        latencies.len(),
+        args.scrape_every,
+        ms(percentile(&latencies, 0.5)),
+        ms(latencies.last().copied().unwrap_or(f64::NAN)),
     );
     println!(
-        "daemon CPU: {:.1}% of a CPU without scrapes, {:.1}% with; RSS {idle_rss:.1} MiB \
+        "daemon CPU: {:.2}% of a CPU without scrapes, {:.2}% with; RSS {idle_rss:.1} MiB \
          without scrapes, {rss:.1} MiB with (peak {hwm:.1} MiB)",
         100.0 * idle_cpu,
         100.0 * scrape_cpu
+    );
+    println!(
+        "result cgroups={} tracked={tracked} cpu_idle_pct={:.3} cpu_scraped_pct={:.3} \
+         rss_mib={rss:.1} peak_mib={hwm:.1} collection_ms={collection_ms:.2} \
+         openmetrics_mib={:.3} classic_mib={:.3} gzip_mib={:.3} series_per_cgroup={per_cgroup:.1} \
+         scrape_p50_ms={:.2}",
+        args.cgroups,
+        100.0 * idle_cpu,
+        100.0 * scrape_cpu,
+        mib(om.len()),
+        mib(classic.len()),
+        mib(scraped_bytes),
+        ms(percentile(&latencies, 0.5)),
     );
     drop(_daemon);
     for s in &mut sleepers {
