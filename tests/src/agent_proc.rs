@@ -16,12 +16,12 @@ use crate::agent_bin;
 const ATTACH_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// What `trace` and `diagnose` print on stderr once their probes are attached.
-const READY_MARKERS: [&str; 2] = ["tracing with", "watching this host"];
+const READY_MARKERS: [&str; 3] = ["tracing with", "watching this host", "serving http"];
 
 /// A line of output and when the test received it.
 pub type Line = (Instant, String);
 
-/// A running `stormwatch <args>` (`trace` or `diagnose`).
+/// A running `stormwatch <args>` (`trace`, `diagnose` or `run`).
 pub struct AgentProcess {
     child: Child,
     args: Vec<String>,

@@ -28,13 +28,15 @@ use crate::{
     export::{
         diagnosis::SlidingDiagnosis,
         metrics::Renderer,
+        network::Owner,
         server::{self, Shared},
-        state::{ActiveFinding, Exporter, ProgramStats, Tick},
+        state::{ActiveFinding, Exporter, Labels, ProgramStats, Tick},
     },
     identity::{CgroupResolver, limits::Limits},
+    netinfo,
     pipeline::Pipeline,
     privileges,
-    probes::LoadOptions,
+    probes::{LoadOptions, net},
 };
 
 use super::RunArgs;
@@ -43,6 +45,9 @@ use super::RunArgs;
 /// read, at most; and of one without.
 const LIMITS_REFRESH_QUOTA: Duration = Duration::from_secs(10);
 const LIMITS_REFRESH: Duration = Duration::from_secs(60);
+/// How often the MTU inventory is read (interfaces, MTUs and routes change rarely; a pod's
+/// interfaces appear with it, and its traffic is counted from its first packet regardless).
+const INVENTORY_REFRESH: Duration = Duration::from_secs(30);
 
 /// How long, after the signal, requests in flight may take to finish.
 const DRAIN_TIMEOUT: Duration = Duration::from_millis(500);
@@ -187,6 +192,8 @@ struct Daemon {
     limits_read_at: HashMap<u64, Instant>,
     /// Keeps the kernel's BPF run-time statistics on while the daemon runs.
     _bpf_stats: Option<OwnedFd>,
+    /// When the MTU inventory was last read.
+    inventory_at: Option<Instant>,
 }
 
 impl Daemon {
@@ -229,6 +236,7 @@ impl Daemon {
             latest_limits: HashMap::new(),
             limits_read_at: HashMap::new(),
             _bpf_stats: bpf_stats,
+            inventory_at: None,
         })
     }
 
@@ -254,6 +262,14 @@ impl Daemon {
                         now: started,
                     },
                     alive,
+                );
+                update_network(
+                    p,
+                    &mut self.inventory_at,
+                    &mut e,
+                    &window,
+                    ctx.identities,
+                    started,
                 );
                 if self.diagnosis.push(&window, &self.latest_limits) {
                     let findings = self.diagnosis.judge(
@@ -326,6 +342,36 @@ impl Daemon {
             self.latest_limits.insert(*id, l.clone());
         }
         limits
+    }
+}
+
+/// The network series: interface and drop totals, each namespace's owner, and, every
+/// [`INVENTORY_REFRESH`], the MTU inventory.
+fn update_network(
+    p: &Pipeline,
+    inventory_at: &mut Option<Instant>,
+    e: &mut Exporter,
+    window: &Window,
+    identities: &HashMap<u64, crate::identity::workload::Identity>,
+    now: Instant,
+) {
+    if !p.availability().net.any() {
+        return;
+    }
+    let ebpf = p.probes.ebpf();
+    let owners = net::netns_owners(ebpf)
+        .into_iter()
+        .filter_map(|(netns, id)| {
+            let cgroup = p.paths().get(&id)?.clone();
+            let labels = Labels::of(identities.get(&id));
+            Some((netns, Owner { cgroup, labels }))
+        })
+        .collect();
+    e.network.apply(window, &net::iface_keys(ebpf), owners);
+    if inventory_at.is_none_or(|at| now.saturating_duration_since(at) >= INVENTORY_REFRESH) {
+        *inventory_at = Some(now);
+        let namespaces = netinfo::inventory::collect(&netinfo::namespaces::discover());
+        e.network.set_inventory(&namespaces);
     }
 }
 

@@ -8,6 +8,7 @@
 pub mod classic;
 pub mod diagnosis;
 pub mod metrics;
+pub mod network;
 pub mod server;
 pub mod state;
 

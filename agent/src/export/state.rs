@@ -325,6 +325,8 @@ pub struct Exporter {
     /// The previous rendering: how long it took and how large it was.
     pub render_seconds: f64,
     pub exposition_bytes: usize,
+    /// Per-interface figures, drops and the MTU inventory.
+    pub network: super::network::NetworkSeries,
 }
 
 impl Exporter {
@@ -342,6 +344,7 @@ impl Exporter {
             last_collection_unix_seconds: None,
             render_seconds: 0.0,
             exposition_bytes: 0,
+            network: super::network::NetworkSeries::default(),
         }
     }
 }
