@@ -427,6 +427,28 @@ fn pod_traffic_into_a_too_large_overlay_is_blackholed_and_found() {
     cg.remove();
 }
 
+/// 300 pings from the pod to node B of 1450-byte packets (1422 bytes of payload): exactly the
+/// pod's and the overlay's MTU, DF set. ping's stdout.
+fn full_size_pings(net: &Overlay, cg: &TestCgroup) -> String {
+    run_in(
+        net.pod(),
+        &[
+            "ping",
+            "-q",
+            "-M",
+            "do",
+            "-s",
+            "1422",
+            "-c",
+            "300",
+            "-i",
+            "0.005",
+            NODE_B_OVERLAY_IP,
+        ],
+        cg,
+    )
+}
+
 /// Counters of an interface, read from its driver.
 fn if_stats(ns: &stormwatch_tests::netns::Netns, dev: &str) -> HashMap<&'static str, u64> {
     ["tx_packets", "rx_packets", "tx_bytes", "rx_bytes"]
@@ -447,24 +469,8 @@ fn right_mtus_give_no_finding_and_counts_match_the_interfaces() {
     let mut keep = run_in_cgroup(&mut net.pod().command(&["sleep", "120"]), &cg);
     let watch = Watch::start();
     let (a0, s0) = (net.a.snmp(), if_stats(net.pod(), POD_DEV));
-    // 1422 bytes of payload: 1450-byte packets, exactly the MTU, DF set. They fit.
-    let stdout = run_in(
-        net.pod(),
-        &[
-            "ping",
-            "-q",
-            "-M",
-            "do",
-            "-s",
-            "1422",
-            "-c",
-            "300",
-            "-i",
-            "0.005",
-            NODE_B_OVERLAY_IP,
-        ],
-        &cg,
-    );
+    // They fit.
+    let stdout = full_size_pings(&net, &cg);
     let (sent, received) = ping_counts(&stdout);
     let (a1, s1) = (net.a.snmp(), if_stats(net.pod(), POD_DEV));
     let (report, diag) = watch.finish("the ping");
@@ -752,13 +758,32 @@ impl Daemon {
         }
     }
 
-    /// The exposition after two more collections (one second each): everything that happened
-    /// before the call is in it.
+    /// The exposition once a collection that started after this call has finished: everything
+    /// that happened before the call is in it.
     fn metrics_after_collection(&self) -> String {
-        std::thread::sleep(std::time::Duration::from_millis(2500));
-        let (status, body) = http_get(self.port, "/metrics").expect("GET /metrics");
-        assert_eq!(status, 200, "GET /metrics: {body}");
-        body
+        let called = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .as_secs_f64();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        // The first collection to end after the call may have started before it; the one after
+        // that did not.
+        let mut first_end: Option<f64> = None;
+        loop {
+            let (status, body) = http_get(self.port, "/metrics").expect("GET /metrics");
+            assert_eq!(status, 200, "GET /metrics: {body}");
+            let last = sample_with(&body, "stormwatch_last_collection_timestamp_seconds", &[]);
+            match (last, first_end) {
+                (Some(t), None) if t > called => first_end = Some(t),
+                (Some(t), Some(first)) if t > first => return body,
+                _ => {}
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no collection finished within 60 s of the request"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
     }
 }
 
@@ -779,23 +804,7 @@ fn the_daemon_exports_a_containers_network_series_and_the_mtu_inventory() {
     let daemon = Daemon::start();
     let m0 = daemon.metrics_after_collection();
     let s0 = if_stats(net.pod(), POD_DEV);
-    let stdout = run_in(
-        net.pod(),
-        &[
-            "ping",
-            "-q",
-            "-M",
-            "do",
-            "-s",
-            "1422",
-            "-c",
-            "300",
-            "-i",
-            "0.005",
-            NODE_B_OVERLAY_IP,
-        ],
-        &cg,
-    );
+    let stdout = full_size_pings(&net, &cg);
     let (sent, received) = ping_counts(&stdout);
     let s1 = if_stats(net.pod(), POD_DEV);
     let m1 = daemon.metrics_after_collection();

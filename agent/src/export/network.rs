@@ -344,41 +344,34 @@ pub fn encode_interfaces(enc: &mut DescriptorEncoder, e: &Exporter) -> fmt::Resu
             Int(u64::from(mtu)),
         )?;
     }
-    let mut m = enc.encode_descriptor(
-        "stormwatch_interface_encapsulation_overhead_bytes",
-        "Bytes the interface's kind adds to each packet it carries (0 for plain devices; \
-         absent when unknown, as for IPsec).",
-        None,
-        Gauge,
-    )?;
-    for k in &keys {
-        if let Some(i) = n.inventory.get(&k.0)
-            && let Some(o) = i.encapsulation_overhead
-        {
-            gauge(
-                &mut m,
-                &(labels(n, k), [("kind", i.kind.as_str())]),
-                Int(u64::from(o)),
-            )?;
-        }
-    }
-    let mut m = enc.encode_descriptor(
-        "stormwatch_interface_underlay_path_mtu_bytes",
-        "For a tunnel: the largest outer packet its underlay carries (the underlay device's MTU, \
-         or its route's when smaller). A tunnel's MTU should be at most this less its \
-         encapsulation overhead.",
-        None,
-        Gauge,
-    )?;
-    for k in &keys {
-        if let Some(i) = n.inventory.get(&k.0)
-            && let Some(p) = i.underlay_path_mtu
-        {
-            gauge(
-                &mut m,
-                &(labels(n, k), [("kind", i.kind.as_str())]),
-                Int(u64::from(p)),
-            )?;
+    type Inventoried = fn(&InterfaceInfo) -> Option<u32>;
+    let inventoried: [(&str, &str, Inventoried); 2] = [
+        (
+            "stormwatch_interface_encapsulation_overhead_bytes",
+            "Bytes the interface's kind adds to each packet it carries (0 for plain devices; \
+             absent when unknown, as for IPsec).",
+            |i| i.encapsulation_overhead,
+        ),
+        (
+            "stormwatch_interface_underlay_path_mtu_bytes",
+            "For a tunnel: the largest outer packet its underlay carries (the underlay device's \
+             MTU, or its route's when smaller). A tunnel's MTU should be at most this less its \
+             encapsulation overhead.",
+            |i| i.underlay_path_mtu,
+        ),
+    ];
+    for (name, help, value) in inventoried {
+        let mut m = enc.encode_descriptor(name, help, None, Gauge)?;
+        for k in &keys {
+            if let Some(i) = n.inventory.get(&k.0)
+                && let Some(v) = value(i)
+            {
+                gauge(
+                    &mut m,
+                    &(labels(n, k), [("kind", i.kind.as_str())]),
+                    Int(u64::from(v)),
+                )?;
+            }
         }
     }
     Ok(())
