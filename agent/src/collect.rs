@@ -11,245 +11,14 @@ use std::{
 use stormwatch_common::{
     FutexStats, HotFutexKey, HotFutexValue, LOG2_BUCKETS, LockSiteKey, LockSiteValue, LockStats,
     Log2Histogram, SchedStats,
-    net::{CgroupNetStats, NetDirStats, NetDropKey, NetDropStats, NetIfKey, NetIfStats},
+    net::{CgroupNetStats, NetDropKey, NetDropStats, NetIfKey, NetIfStats},
 };
 
-use crate::probes::{Probes, futex, locks, net, sched};
-
-/// Cumulative counters: added across CPUs and windows, subtracted between snapshots.
-pub trait Counters: Copy + PartialEq {
-    const ZERO: Self;
-    fn add(&mut self, other: &Self);
-    /// `self - then`, or `None` when a counter went backwards (the entry was removed and
-    /// re-created between the snapshots, so `self` alone is the change).
-    fn since(&self, then: &Self) -> Option<Self>;
-}
-
-impl Counters for Log2Histogram {
-    const ZERO: Self = Log2Histogram::ZERO;
-    fn add(&mut self, o: &Self) {
-        self.count += o.count;
-        self.sum_ns += o.sum_ns;
-        for (t, b) in self.buckets.iter_mut().zip(o.buckets.iter()) {
-            *t += b;
-        }
-    }
-    fn since(&self, then: &Self) -> Option<Self> {
-        let mut d = Log2Histogram::ZERO;
-        d.count = self.count.checked_sub(then.count)?;
-        d.sum_ns = self.sum_ns.checked_sub(then.sum_ns)?;
-        for b in 0..LOG2_BUCKETS {
-            d.buckets[b] = self.buckets[b].checked_sub(then.buckets[b])?;
-        }
-        Some(d)
-    }
-}
-
-impl Counters for SchedStats {
-    const ZERO: Self = SchedStats::ZERO;
-    fn add(&mut self, o: &Self) {
-        self.voluntary_switches += o.voluntary_switches;
-        self.involuntary_switches += o.involuntary_switches;
-        self.migrations += o.migrations;
-        self.oncpu_ns += o.oncpu_ns;
-        self.offcpu_ns += o.offcpu_ns;
-        self.runq.add(&o.runq);
-    }
-    fn since(&self, t: &Self) -> Option<Self> {
-        Some(SchedStats {
-            voluntary_switches: self.voluntary_switches.checked_sub(t.voluntary_switches)?,
-            involuntary_switches: self
-                .involuntary_switches
-                .checked_sub(t.involuntary_switches)?,
-            migrations: self.migrations.checked_sub(t.migrations)?,
-            oncpu_ns: self.oncpu_ns.checked_sub(t.oncpu_ns)?,
-            offcpu_ns: self.offcpu_ns.checked_sub(t.offcpu_ns)?,
-            runq: self.runq.since(&t.runq)?,
-        })
-    }
-}
-
-impl Counters for FutexStats {
-    const ZERO: Self = FutexStats::ZERO;
-    fn add(&mut self, o: &Self) {
-        self.wakes += o.wakes;
-        self.woken += o.woken;
-        self.timeouts += o.timeouts;
-        self.eagain += o.eagain;
-        self.wait.add(&o.wait);
-    }
-    fn since(&self, t: &Self) -> Option<Self> {
-        Some(FutexStats {
-            wakes: self.wakes.checked_sub(t.wakes)?,
-            woken: self.woken.checked_sub(t.woken)?,
-            timeouts: self.timeouts.checked_sub(t.timeouts)?,
-            eagain: self.eagain.checked_sub(t.eagain)?,
-            wait: self.wait.since(&t.wait)?,
-        })
-    }
-}
-
-impl Counters for LockStats {
-    const ZERO: Self = LockStats::ZERO;
-    fn add(&mut self, o: &Self) {
-        for k in 0..self.count.len() {
-            self.count[k] += o.count[k];
-            self.wait_ns[k] += o.wait_ns[k];
-        }
-    }
-    fn since(&self, t: &Self) -> Option<Self> {
-        let mut d = LockStats::ZERO;
-        for k in 0..self.count.len() {
-            d.count[k] = self.count[k].checked_sub(t.count[k])?;
-            d.wait_ns[k] = self.wait_ns[k].checked_sub(t.wait_ns[k])?;
-        }
-        Some(d)
-    }
-}
-
-/// `max_wait_ns` is a maximum since attach, not a counter: a window carries the latest.
-impl Counters for HotFutexValue {
-    const ZERO: Self = HotFutexValue {
-        waits: 0,
-        wait_ns: 0,
-        max_wait_ns: 0,
-        comm: [0; 16],
-    };
-    fn add(&mut self, o: &Self) {
-        self.waits += o.waits;
-        self.wait_ns += o.wait_ns;
-        self.max_wait_ns = self.max_wait_ns.max(o.max_wait_ns);
-        if self.comm[0] == 0 {
-            self.comm = o.comm;
-        }
-    }
-    fn since(&self, t: &Self) -> Option<Self> {
-        Some(HotFutexValue {
-            waits: self.waits.checked_sub(t.waits)?,
-            wait_ns: self.wait_ns.checked_sub(t.wait_ns)?,
-            max_wait_ns: self.max_wait_ns,
-            comm: self.comm,
-        })
-    }
-}
-
-/// As for [`HotFutexValue`], `max_wait_ns` is a maximum since attach.
-impl Counters for LockSiteValue {
-    const ZERO: Self = LockSiteValue {
-        count: 0,
-        wait_ns: 0,
-        max_wait_ns: 0,
-    };
-    fn add(&mut self, o: &Self) {
-        self.count += o.count;
-        self.wait_ns += o.wait_ns;
-        self.max_wait_ns = self.max_wait_ns.max(o.max_wait_ns);
-    }
-    fn since(&self, t: &Self) -> Option<Self> {
-        Some(LockSiteValue {
-            count: self.count.checked_sub(t.count)?,
-            wait_ns: self.wait_ns.checked_sub(t.wait_ns)?,
-            max_wait_ns: self.max_wait_ns,
-        })
-    }
-}
-
-impl Counters for CgroupNetStats {
-    const ZERO: Self = CgroupNetStats::ZERO;
-    fn add(&mut self, o: &Self) {
-        self.tx_packets += o.tx_packets;
-        self.tx_bytes += o.tx_bytes;
-        self.rx_packets += o.rx_packets;
-        self.rx_bytes += o.rx_bytes;
-        self.tx_gso_packets += o.tx_gso_packets;
-        self.rx_gso_packets += o.rx_gso_packets;
-        self.tcp_retransmits += o.tcp_retransmits;
-        for b in 0..self.tx_len.len() {
-            self.tx_len[b] += o.tx_len[b];
-            self.rx_len[b] += o.rx_len[b];
-        }
-    }
-    fn since(&self, t: &Self) -> Option<Self> {
-        let mut d = CgroupNetStats {
-            tx_packets: self.tx_packets.checked_sub(t.tx_packets)?,
-            tx_bytes: self.tx_bytes.checked_sub(t.tx_bytes)?,
-            rx_packets: self.rx_packets.checked_sub(t.rx_packets)?,
-            rx_bytes: self.rx_bytes.checked_sub(t.rx_bytes)?,
-            tx_gso_packets: self.tx_gso_packets.checked_sub(t.tx_gso_packets)?,
-            rx_gso_packets: self.rx_gso_packets.checked_sub(t.rx_gso_packets)?,
-            tcp_retransmits: self.tcp_retransmits.checked_sub(t.tcp_retransmits)?,
-            ..CgroupNetStats::ZERO
-        };
-        for b in 0..self.tx_len.len() {
-            d.tx_len[b] = self.tx_len[b].checked_sub(t.tx_len[b])?;
-            d.rx_len[b] = self.rx_len[b].checked_sub(t.rx_len[b])?;
-        }
-        Some(d)
-    }
-}
-
-impl Counters for NetDirStats {
-    const ZERO: Self = NetDirStats::ZERO;
-    fn add(&mut self, o: &Self) {
-        self.packets += o.packets;
-        self.bytes += o.bytes;
-        self.gso_packets += o.gso_packets;
-        self.gso_segments += o.gso_segments;
-        self.fragments += o.fragments;
-        self.ptb += o.ptb;
-        for (t, b) in self.len.iter_mut().zip(o.len.iter()) {
-            *t += b;
-        }
-    }
-    fn since(&self, t: &Self) -> Option<Self> {
-        let mut d = NetDirStats {
-            packets: self.packets.checked_sub(t.packets)?,
-            bytes: self.bytes.checked_sub(t.bytes)?,
-            gso_packets: self.gso_packets.checked_sub(t.gso_packets)?,
-            gso_segments: self.gso_segments.checked_sub(t.gso_segments)?,
-            fragments: self.fragments.checked_sub(t.fragments)?,
-            ptb: self.ptb.checked_sub(t.ptb)?,
-            ..NetDirStats::ZERO
-        };
-        for b in 0..self.len.len() {
-            d.len[b] = self.len[b].checked_sub(t.len[b])?;
-        }
-        Some(d)
-    }
-}
-
-/// `mtu` is the MTU at the latest packet, not a counter: a window carries the latest (a
-/// non-zero one: CPUs that never saw the interface hold 0).
-impl Counters for NetIfStats {
-    const ZERO: Self = NetIfStats::ZERO;
-    fn add(&mut self, o: &Self) {
-        self.tx.add(&o.tx);
-        self.rx.add(&o.rx);
-        if o.mtu != 0 {
-            self.mtu = o.mtu;
-        }
-    }
-    fn since(&self, t: &Self) -> Option<Self> {
-        Some(NetIfStats {
-            tx: self.tx.since(&t.tx)?,
-            rx: self.rx.since(&t.rx)?,
-            mtu: self.mtu,
-            _pad: 0,
-        })
-    }
-}
-
-impl Counters for NetDropStats {
-    const ZERO: Self = NetDropStats { packets: 0 };
-    fn add(&mut self, o: &Self) {
-        self.packets += o.packets;
-    }
-    fn since(&self, t: &Self) -> Option<Self> {
-        Some(NetDropStats {
-            packets: self.packets.checked_sub(t.packets)?,
-        })
-    }
-}
+pub use crate::counters::Counters;
+use crate::{
+    counters::UserLoss,
+    probes::{Probes, futex, locks, net, sched},
+};
 
 /// Cumulative counters at one instant. Counters start at zero when the probes attach, so a
 /// key seen for the first time contributes everything it has.
@@ -257,6 +26,8 @@ impl Counters for NetDropStats {
 pub struct Snapshot {
     pub taken_at: Instant,
     pub sched: HashMap<u64, SchedStats>,
+    /// Per cgroup, its on-CPU time on each CPU (index = CPU number): which CPUs it ran on.
+    pub oncpu_by_cpu: HashMap<u64, Vec<u64>>,
     pub futex: HashMap<u64, FutexStats>,
     pub locks: HashMap<u64, LockStats>,
     pub hot_futexes: HashMap<HotFutexKey, HotFutexValue>,
@@ -274,6 +45,7 @@ impl Snapshot {
         Self {
             taken_at,
             sched: HashMap::new(),
+            oncpu_by_cpu: HashMap::new(),
             futex: HashMap::new(),
             locks: HashMap::new(),
             hot_futexes: HashMap::new(),
@@ -286,9 +58,11 @@ impl Snapshot {
 
     pub fn read(probes: &Probes) -> anyhow::Result<Self> {
         let ebpf = probes.ebpf();
+        let (sched, oncpu_by_cpu) = sched::read(ebpf)?;
         Ok(Self {
             taken_at: Instant::now(),
-            sched: sched::read(ebpf)?,
+            sched,
+            oncpu_by_cpu,
             futex: futex::read(ebpf)?,
             locks: locks::read(ebpf)?,
             hot_futexes: futex::read_hot(ebpf)?,
@@ -308,9 +82,50 @@ impl Snapshot {
             .chain(self.net.keys())
     }
 
+    /// Forgets, in the probes' maps and in this (latest) snapshot alike, so that the next window
+    /// counts a re-created entry from zero: the `gone` cgroups (each map entry deleted by key),
+    /// the hot futexes of processes that have exited, and the hot futexes and call sites idle
+    /// for many reads (the bounded maps' eviction, counted).
+    pub fn forget(&mut self, probes: &mut Probes, gone: &[u64]) {
+        probes.forget_cgroups(gone);
+        let exited = |tgid: u32| !std::path::Path::new(&format!("/proc/{tgid}")).exists();
+        let mut tgids: HashMap<u32, bool> = HashMap::new();
+        let doomed_hot: Vec<HotFutexKey> = self
+            .hot_futexes
+            .keys()
+            .filter(|k| {
+                gone.contains(&k.cgroup_id)
+                    || *tgids.entry(k.tgid).or_insert_with(|| exited(k.tgid))
+            })
+            .copied()
+            .collect();
+        let doomed_sites: Vec<LockSiteKey> = self
+            .lock_sites
+            .keys()
+            .filter(|k| gone.contains(&k.cgroup_id))
+            .copied()
+            .collect();
+        probes.forget_hot_futexes(&doomed_hot);
+        probes.forget_lock_sites(&doomed_sites);
+        for id in gone {
+            self.forget_cgroup(*id);
+        }
+        for k in &doomed_hot {
+            self.hot_futexes.remove(k);
+        }
+        let (idle_hot, idle_sites) = probes.evict_idle(&self.hot_futexes, &self.lock_sites);
+        for k in &idle_hot {
+            self.hot_futexes.remove(k);
+        }
+        for k in &idle_sites {
+            self.lock_sites.remove(k);
+        }
+    }
+
     /// Drops a removed cgroup, so that the next window does not subtract from it.
     pub fn forget_cgroup(&mut self, id: u64) {
         self.sched.remove(&id);
+        self.oncpu_by_cpu.remove(&id);
         self.futex.remove(&id);
         self.locks.remove(&id);
         self.net.remove(&id);
@@ -326,6 +141,8 @@ pub struct CgroupWindow {
     pub futex: FutexStats,
     pub locks: LockStats,
     pub net: CgroupNetStats,
+    /// The CPUs the cgroup's threads ran on in the window.
+    pub cpus: CpuSet,
 }
 
 impl CgroupWindow {
@@ -334,7 +151,73 @@ impl CgroupWindow {
         futex: FutexStats::ZERO,
         locks: LockStats::ZERO,
         net: CgroupNetStats::ZERO,
+        cpus: CpuSet::EMPTY,
     };
+
+    /// Distinct CPUs the cgroup's threads ran on in the window.
+    pub fn cpus_used(&self) -> u32 {
+        self.cpus.len()
+    }
+
+    /// Wake-ups of the cgroup's threads whose kind is known (local + remote).
+    pub fn wakeups(&self) -> u64 {
+        self.sched.wake_local.count + self.sched.wake_remote.count
+    }
+
+    /// The share of wake-ups that came from another CPU than the one the thread was queued on,
+    /// or `None` without wake-ups.
+    pub fn remote_wakeup_share(&self) -> Option<f64> {
+        let all = self.wakeups();
+        (all > 0).then(|| self.sched.wake_remote.count as f64 / all as f64)
+    }
+}
+
+/// A set of CPU numbers (up to [`CpuSet::MAX_CPUS`]; higher ones are not tracked).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CpuSet([u64; 16]);
+
+impl CpuSet {
+    pub const MAX_CPUS: usize = 16 * 64;
+    pub const EMPTY: Self = Self([0; 16]);
+
+    pub fn insert(&mut self, cpu: usize) {
+        if cpu < Self::MAX_CPUS {
+            self.0[cpu / 64] |= 1 << (cpu % 64);
+        }
+    }
+
+    pub fn union(&mut self, other: &Self) {
+        for (a, b) in self.0.iter_mut().zip(other.0.iter()) {
+            *a |= b;
+        }
+    }
+
+    pub fn len(&self) -> u32 {
+        self.0.iter().map(|w| w.count_ones()).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Per cgroup, the CPUs whose on-CPU time for it moved between the snapshots.
+fn cpus_used(before: &Snapshot, after: &Snapshot) -> Vec<(u64, CpuSet)> {
+    after
+        .oncpu_by_cpu
+        .iter()
+        .filter_map(|(id, now)| {
+            let then = before.oncpu_by_cpu.get(id);
+            let mut set = CpuSet::EMPTY;
+            for (cpu, ns) in now.iter().enumerate() {
+                let was = then.and_then(|t| t.get(cpu)).copied().unwrap_or(0);
+                if *ns > was {
+                    set.insert(cpu);
+                }
+            }
+            (!set.is_empty()).then_some((*id, set))
+        })
+        .collect()
 }
 
 /// Per-key deltas between two snapshots, accumulated over one or more intervals.
@@ -347,20 +230,39 @@ pub struct Window {
     /// Interfaces that handled packets in the window.
     pub net_ifaces: HashMap<NetIfKey, NetIfStats>,
     pub net_drops: HashMap<NetDropKey, NetDropStats>,
+    /// Keys skipped because their counters went backwards (also counted process-wide as the
+    /// `counter_regression` lost event).
+    pub counter_regressions: u64,
 }
 
 /// The non-zero changes of each key from `before` to `after`.
+///
+/// A key seen for the first time contributes everything it has (the agent forgets a key in its
+/// previous snapshot whenever it deletes it from a map, so a re-created entry is new). A key
+/// whose counters went backwards otherwise is a regression: its change over this window is
+/// unknown, so it is skipped and counted in `regressions` (re-adding its whole total would
+/// count history a second time).
 fn deltas<K: Copy + Eq + Hash, V: Counters>(
     before: &HashMap<K, V>,
     after: &HashMap<K, V>,
-) -> impl Iterator<Item = (K, V)> {
-    after.iter().filter_map(move |(k, now)| {
-        let d = match before.get(k) {
-            Some(then) => now.since(then).unwrap_or(*now),
-            None => *now,
-        };
-        (d != V::ZERO).then_some((*k, d))
-    })
+    regressions: &mut u64,
+) -> Vec<(K, V)> {
+    after
+        .iter()
+        .filter_map(|(k, now)| {
+            let d = match before.get(k) {
+                Some(then) => match now.since(then) {
+                    Some(d) => d,
+                    None => {
+                        *regressions += 1;
+                        return None;
+                    }
+                },
+                None => *now,
+            };
+            (d != V::ZERO).then_some((*k, d))
+        })
+        .collect()
 }
 
 fn add_all<K: Copy + Eq + Hash, V: Counters>(into: &mut HashMap<K, V>, from: &HashMap<K, V>) {
@@ -378,38 +280,57 @@ impl Window {
             lock_sites: HashMap::new(),
             net_ifaces: HashMap::new(),
             net_drops: HashMap::new(),
+            counter_regressions: 0,
         }
     }
 
     /// The change from `before` to `after`.
     pub fn between(before: &Snapshot, after: &Snapshot) -> Self {
+        let mut regressions = 0;
         let mut cgroups: HashMap<u64, CgroupWindow> = HashMap::new();
-        for (id, d) in deltas(&before.sched, &after.sched) {
+        for (id, d) in deltas(&before.sched, &after.sched, &mut regressions) {
             cgroups.entry(id).or_insert(CgroupWindow::ZERO).sched = d;
         }
-        for (id, d) in deltas(&before.futex, &after.futex) {
+        for (id, d) in deltas(&before.futex, &after.futex, &mut regressions) {
             cgroups.entry(id).or_insert(CgroupWindow::ZERO).futex = d;
         }
-        for (id, d) in deltas(&before.locks, &after.locks) {
+        for (id, d) in deltas(&before.locks, &after.locks, &mut regressions) {
             cgroups.entry(id).or_insert(CgroupWindow::ZERO).locks = d;
         }
-        for (id, d) in deltas(&before.net, &after.net) {
+        for (id, d) in deltas(&before.net, &after.net, &mut regressions) {
             cgroups.entry(id).or_insert(CgroupWindow::ZERO).net = d;
+        }
+        for (id, cpus) in cpus_used(before, after) {
+            cgroups.entry(id).or_insert(CgroupWindow::ZERO).cpus = cpus;
+        }
+        let hot_futexes = deltas(&before.hot_futexes, &after.hot_futexes, &mut regressions)
+            .into_iter()
+            .filter(|(_, v)| v.waits > 0)
+            .collect();
+        let lock_sites = deltas(&before.lock_sites, &after.lock_sites, &mut regressions)
+            .into_iter()
+            .filter(|(_, v)| v.count > 0)
+            .collect();
+        // The MTU alone changes nothing: only interfaces that handled packets.
+        let net_ifaces = deltas(&before.net_ifaces, &after.net_ifaces, &mut regressions)
+            .into_iter()
+            .filter(|(_, v)| v.tx.packets + v.rx.packets > 0)
+            .collect();
+        let net_drops = deltas(&before.net_drops, &after.net_drops, &mut regressions)
+            .into_iter()
+            .collect();
+        if regressions > 0 {
+            log::debug!("{regressions} counter(s) went backwards; their change is skipped");
+            UserLoss::CounterRegression.add(regressions);
         }
         Self {
             duration: after.taken_at.saturating_duration_since(before.taken_at),
             cgroups,
-            hot_futexes: deltas(&before.hot_futexes, &after.hot_futexes)
-                .filter(|(_, v)| v.waits > 0)
-                .collect(),
-            lock_sites: deltas(&before.lock_sites, &after.lock_sites)
-                .filter(|(_, v)| v.count > 0)
-                .collect(),
-            // The MTU alone changes nothing: only interfaces that handled packets.
-            net_ifaces: deltas(&before.net_ifaces, &after.net_ifaces)
-                .filter(|(_, v)| v.tx.packets + v.rx.packets > 0)
-                .collect(),
-            net_drops: deltas(&before.net_drops, &after.net_drops).collect(),
+            hot_futexes,
+            lock_sites,
+            net_ifaces,
+            net_drops,
+            counter_regressions: regressions,
         }
     }
 
@@ -422,11 +343,13 @@ impl Window {
             e.futex.add(&w.futex);
             e.locks.add(&w.locks);
             e.net.add(&w.net);
+            e.cpus.union(&w.cpus);
         }
         add_all(&mut self.hot_futexes, &later.hot_futexes);
         add_all(&mut self.lock_sites, &later.lock_sites);
         add_all(&mut self.net_ifaces, &later.net_ifaces);
         add_all(&mut self.net_drops, &later.net_drops);
+        self.counter_regressions += later.counter_regressions;
     }
 }
 
@@ -510,6 +433,7 @@ mod tests {
             oncpu_ns: 10 * vol,
             offcpu_ns: 5,
             runq: hist(runq),
+            ..SchedStats::ZERO
         }
     }
 
@@ -552,16 +476,70 @@ mod tests {
     }
 
     #[test]
-    fn a_regressed_counter_counts_from_zero() {
+    fn a_regressed_counter_is_counted_and_skipped_not_re_added() {
         let t0 = Instant::now();
         let mut a = Snapshot::empty(t0);
         a.sched.insert(1, stats(10, 2, &[]));
+        a.sched.insert(2, stats(1, 0, &[]));
         let mut b = Snapshot::empty(t0);
-        b.sched.insert(1, stats(3, 0, &[]));
-        assert_eq!(
-            Window::between(&a, &b).cgroups[&1].sched.voluntary_switches,
-            3
+        // Cgroup 1 went backwards in one word only; cgroup 2 moved forward.
+        let mut one = stats(10, 2, &[]);
+        one.migrations = 0;
+        b.sched.insert(1, one);
+        b.sched.insert(2, stats(4, 0, &[]));
+        let before = UserLoss::CounterRegression.total();
+        let w = Window::between(&a, &b);
+        assert_eq!(w.counter_regressions, 1);
+        assert!(
+            !w.cgroups.contains_key(&1),
+            "no figure for the regressed key"
         );
+        assert_eq!(w.cgroups[&2].sched.voluntary_switches, 3);
+        // Process-wide (other tests may add theirs meanwhile).
+        assert!(UserLoss::CounterRegression.total() > before);
+        // From the regressed value on, the key counts normally again.
+        let mut c = Snapshot::empty(t0);
+        let mut later = one;
+        later.voluntary_switches += 5;
+        c.sched.insert(1, later);
+        let w = Window::between(&b, &c);
+        assert_eq!(w.counter_regressions, 0);
+        assert_eq!(w.cgroups[&1].sched.voluntary_switches, 5);
+        let mut total = Window::empty();
+        total.extend(&Window::between(&a, &b));
+        total.extend(&w);
+        assert_eq!(total.counter_regressions, 1);
+    }
+
+    #[test]
+    fn cpus_used_are_the_cpus_whose_oncpu_time_moved() {
+        let t0 = Instant::now();
+        let mut a = Snapshot::empty(t0);
+        a.oncpu_by_cpu.insert(1, vec![100, 0, 50, 0]);
+        let mut b = Snapshot::empty(t0);
+        b.oncpu_by_cpu.insert(1, vec![100, 10, 70, 0]);
+        b.oncpu_by_cpu.insert(2, vec![0, 0, 0, 5]);
+        let w = Window::between(&a, &b);
+        assert_eq!(w.cgroups[&1].cpus_used(), 2);
+        assert_eq!(w.cgroups[&2].cpus_used(), 1);
+        // Over two windows, distinct CPUs, not a sum.
+        let mut c = b.clone();
+        c.oncpu_by_cpu.insert(1, vec![200, 20, 70, 0]);
+        let mut total = w.clone();
+        total.extend(&Window::between(&b, &c));
+        assert_eq!(total.cgroups[&1].cpus_used(), 3);
+    }
+
+    #[test]
+    fn remote_share_is_of_the_wakeups_whose_kind_is_known() {
+        let mut c = CgroupWindow::ZERO;
+        assert_eq!(c.remote_wakeup_share(), None);
+        for _ in 0..3 {
+            c.sched.wake_remote.record(1000);
+        }
+        c.sched.wake_local.record(10);
+        assert_eq!(c.wakeups(), 4);
+        assert_eq!(c.remote_wakeup_share(), Some(0.75));
     }
 
     fn hot(waits: u64, wait_ns: u64, max: u64) -> HotFutexValue {

@@ -43,6 +43,21 @@ const MAX_GRACE_SECONDS: f64 = 86_400.0;
 const MAX_WINDOW_SECONDS: f64 = 86_400.0;
 const MAX_CGROUPS_LIMIT: u64 = 1_000_000;
 
+/// A strictly positive, finite number of seconds (at most a year): the one validator of every
+/// duration given on the command line, in the environment or in the file.
+pub fn positive_seconds(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number of seconds"))?;
+    if !v.is_finite() || v <= 0.0 {
+        return Err(format!("must be greater than zero (got `{s}`)"));
+    }
+    if v > 31_536_000.0 {
+        return Err(format!("must be at most a year (got `{s}`)"));
+    }
+    Ok(v)
+}
+
 /// What a config file may say. Every key is optional.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -112,8 +127,8 @@ impl Config {
             config.listen = parse_listen(&v).map_err(|e| anyhow::anyhow!("{ENV_LISTEN}: {e}"))?;
         }
         if let Some(v) = env(ENV_INTERVAL) {
-            config.interval_seconds = crate::cli::positive_seconds(v.trim())
-                .map_err(|e| anyhow::anyhow!("{ENV_INTERVAL}: {e}"))?;
+            config.interval_seconds =
+                positive_seconds(v.trim()).map_err(|e| anyhow::anyhow!("{ENV_INTERVAL}: {e}"))?;
         }
         if let Some(listen) = flags.listen {
             config.listen = listen;
@@ -240,6 +255,16 @@ fn one_line(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn seconds_must_be_positive_and_finite() {
+        assert_eq!(positive_seconds("2.5"), Ok(2.5));
+        assert!(positive_seconds("0").is_err());
+        assert!(positive_seconds("-1").is_err());
+        assert!(positive_seconds("nan").is_err());
+        assert!(positive_seconds("inf").is_err());
+        assert!(positive_seconds("ten").is_err());
+    }
 
     fn no_env(_: &str) -> Option<String> {
         None

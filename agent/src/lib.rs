@@ -6,8 +6,10 @@
 pub mod cli;
 pub mod collect;
 pub mod config;
+pub mod counters;
 pub mod diagnose;
 pub mod export;
+pub mod host;
 pub mod identity;
 pub mod netinfo;
 pub mod pipeline;

@@ -1,5 +1,6 @@
 //! The pipeline shared by every front end: probes → snapshot → window → identity.
-//! `trace`, `diagnose` and the daemon each drive one of these.
+//! `trace`, `diagnose` and the daemon each drive one of these, and feed its windows to one
+//! [`crate::diagnose::session::Session`], which owns the resource context and the rules.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -10,11 +11,7 @@ use anyhow::Context as _;
 
 use crate::{
     collect::{Snapshot, Window},
-    identity::{
-        CgroupResolver,
-        limits::{CgroupLayout, Limits, read_limits, read_threads},
-        workload::Identities,
-    },
+    identity::{CgroupResolver, limits::Limits, workload::Identities},
     probes::{LoadOptions, Probes, locks},
     report::{Availability, ReportContext},
     symbolize::{CallSite, KernelSymbolizer},
@@ -33,44 +30,13 @@ pub struct Pipeline {
     call_sites: HashMap<u32, CallSite>,
     symbolizer: KernelSymbolizer,
     identities: Identities,
-    /// Where the cgroup hierarchies are (v2, and v1 controllers on hybrid hosts); `None` when
-    /// it cannot be told, and then no limits are reported.
-    layout: Option<CgroupLayout>,
-    /// Each cgroup's limits when the pipeline started (or when it was first seen), so that
-    /// cumulative cgroupfs counters (throttling) can be reported for the window.
-    baseline: HashMap<u64, Limits>,
-    /// Thread counts sampled at every tick while a cgroup was active: a count taken only at
-    /// the end of a window misses workloads that ended in it.
-    thread_samples: HashMap<u64, ThreadSamples>,
 }
-
-#[derive(Clone, Copy, Debug, Default)]
-struct ThreadSamples {
-    sum: u64,
-    n: u64,
-}
-
-/// The resource context of a cgroup over the window since the pipeline started.
-pub type WindowLimits = Limits;
 
 impl Pipeline {
     pub fn start(options: &LoadOptions, mut resolver: CgroupResolver) -> anyhow::Result<Self> {
-        let layout = match CgroupLayout::discover() {
-            Ok(l) => Some(l),
-            Err(err) => {
-                log::warn!("no resource limits: {err}");
-                None
-            }
-        };
-        // Every cgroup's cumulative counters now, before the probes attach.
+        // Every cgroup that exists now, before the probes attach: the diagnosis session reads
+        // their cumulative counters as its baseline.
         resolver.walk();
-        let baseline = match &layout {
-            Some(layout) => resolver
-                .known()
-                .map(|(id, path)| (id, read_limits(layout, path)))
-                .collect(),
-            None => HashMap::new(),
-        };
         let probes = Probes::load(options).context("loading the eBPF probes")?;
         let previous = Snapshot::read(&probes).context("reading the probes' maps")?;
         Ok(Self {
@@ -82,44 +48,7 @@ impl Pipeline {
             call_sites: HashMap::new(),
             symbolizer: KernelSymbolizer::new(),
             identities: Identities::default(),
-            layout,
-            baseline,
-            thread_samples: HashMap::new(),
         })
-    }
-
-    /// The limits of cgroup `id` over the window since the pipeline started: quota, cpuset and
-    /// pressure as they are now; throttling counters relative to the start (a cgroup created
-    /// since counts from its creation, i.e. from zero); threads the mean of the counts sampled
-    /// every interval while the cgroup was active (so a workload that ended still counts).
-    /// `None` when the cgroup is gone or the hierarchy is unknown.
-    pub fn window_limits(&self, id: u64) -> Option<WindowLimits> {
-        let layout = self.layout.as_ref()?;
-        let path = self.resolver.path(id)?;
-        let mut now = read_limits(layout, path);
-        // The mean of the samples taken while the cgroup was active since the pipeline
-        // started, rounded: what its threads' time is shared between.
-        if let Some(t) = self.thread_samples.get(&id).filter(|t| t.n > 0) {
-            now.threads = Some((t.sum + t.n / 2) / t.n);
-        }
-        if let Some(then) = self.baseline.get(&id) {
-            now.throttled_periods = now
-                .throttled_periods
-                .map(|p| p.saturating_sub(then.throttled_periods.unwrap_or(0)));
-            now.throttled_seconds = now
-                .throttled_seconds
-                .map(|s| (s - then.throttled_seconds.unwrap_or(0.0)).max(0.0));
-        }
-        Some(now)
-    }
-
-    /// Limits over the window of each cgroup in `window` that still exists.
-    pub fn limits_of(&self, window: &Window) -> HashMap<u64, WindowLimits> {
-        window
-            .cgroups
-            .keys()
-            .filter_map(|id| Some((*id, self.window_limits(*id)?)))
-            .collect()
     }
 
     pub fn availability(&self) -> Availability {
@@ -135,11 +64,9 @@ impl Pipeline {
         &self.paths
     }
 
-    /// What a report of windows of this pipeline needs; `limits` from [`Pipeline::limits_of`].
-    pub fn report_context<'a>(
-        &'a self,
-        limits: &'a HashMap<u64, WindowLimits>,
-    ) -> ReportContext<'a> {
+    /// What a report of windows of this pipeline needs; `limits` from the diagnosis session
+    /// ([`crate::diagnose::session::Session::window_limits`]).
+    pub fn report_context<'a>(&'a self, limits: &'a HashMap<u64, Limits>) -> ReportContext<'a> {
         ReportContext {
             paths: &self.paths,
             identities: self.identities.all(),
@@ -164,42 +91,13 @@ impl Pipeline {
                 self.identities.resolve(*id, path);
             }
         }
-        if let Some(layout) = &self.layout {
-            for id in window.cgroups.keys() {
-                if let Some(n) = self
-                    .resolver
-                    .path(*id)
-                    .and_then(|p| read_threads(layout, p))
-                {
-                    let t = self.thread_samples.entry(*id).or_default();
-                    t.sum += n;
-                    t.n += 1;
-                }
-            }
-        }
         self.name_processes(&window);
         self.resolve_call_sites(&window);
         self.previous = snapshot;
-        self.probes.forget_cgroups(&gone);
+        self.previous.forget(&mut self.probes, &gone);
         let resolver = &self.resolver;
         self.probes
             .track_network_namespaces(|id| resolver.path(id).map(str::to_owned));
-        for id in &gone {
-            self.previous.forget_cgroup(*id);
-        }
-        let dead: HashSet<u32> = self
-            .previous
-            .hot_futexes
-            .keys()
-            .map(|k| k.tgid)
-            .filter(|tgid| !std::path::Path::new(&format!("/proc/{tgid}")).exists())
-            .collect();
-        if !dead.is_empty() {
-            self.probes.forget_processes(|tgid| dead.contains(&tgid));
-            self.previous
-                .hot_futexes
-                .retain(|k, _| !dead.contains(&k.tgid));
-        }
         Ok(window)
     }
 
@@ -242,9 +140,6 @@ impl Pipeline {
             .retain(|id, _| keep_cgroup(*id) || resolver.path(*id).is_some());
         let paths = &self.paths;
         self.identities.retain(|id| paths.contains_key(&id));
-        self.baseline.retain(|id, _| resolver.path(*id).is_some());
-        self.thread_samples
-            .retain(|id, _| keep_cgroup(*id) || resolver.path(*id).is_some());
         self.process_names.retain(|tgid, _| keep_tgid(*tgid));
     }
 }

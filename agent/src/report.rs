@@ -28,6 +28,8 @@ fn secs(ns: u64) -> f64 {
 #[derive(Clone, Debug, Serialize)]
 pub struct TraceReport {
     pub duration_seconds: f64,
+    /// The host over the window: CPUs, hypervisor, NUMA nodes, steal, kernel.
+    pub host: crate::host::HostReport,
     /// Every interface of the host's and the containers' network namespaces, with MTU,
     /// encapsulation and the window's packet figures; `null` without the network family.
     pub interfaces: Option<Vec<network::InterfaceReport>>,
@@ -35,6 +37,8 @@ pub struct TraceReport {
     /// without the network family.
     pub network_namespaces: Option<Vec<network::NamespaceReport>>,
     pub containers: Vec<ContainerReport>,
+    /// What the diagnosis rules found over the same window, in `diagnose --json`'s shape.
+    pub findings: Vec<crate::diagnose::FindingReport>,
     /// Each probe, and how it is attached (or why not).
     pub probes: Vec<ProbeStatus>,
     /// Events the probes could not record, by reason, since attach.
@@ -61,6 +65,11 @@ pub struct ContainerReport {
     pub oncpu_seconds: Option<f64>,
     pub offcpu_seconds: Option<f64>,
     pub runqueue_latency: Option<LatencySummary>,
+    /// Wake-ups of the container's threads, local or remote (from another CPU than the one the
+    /// thread was queued on); `null` without the tp_btf scheduler probes.
+    pub wakeups: Option<Wakeups>,
+    /// Distinct CPUs the container's threads ran on in the window.
+    pub cpus_used: Option<u32>,
     pub futex: Option<FutexSummary>,
     /// Kernel lock waits by kind.
     pub kernel_locks: Option<BTreeMap<&'static str, LockWait>>,
@@ -86,6 +95,20 @@ pub struct LatencySummary {
     /// more than half of it. `null` when there were no samples.
     pub p50_seconds: Option<f64>,
     pub p99_seconds: Option<f64>,
+}
+
+#[derive(Clone, Copy, Debug, Serialize, PartialEq)]
+pub struct Wakeups {
+    pub count: u64,
+    /// Wake-ups whose waker ran on another CPU than the one the thread was queued on: an
+    /// inter-processor interrupt each (a VM exit on most hypervisors).
+    pub remote: u64,
+    /// `remote / count`; `null` without wake-ups.
+    pub remote_share: Option<f64>,
+    /// Run-queue latency after local and after remote wake-ups (log2-bucket upper edges, as for
+    /// `runqueue_latency`).
+    pub local_runqueue_p50_seconds: Option<f64>,
+    pub remote_runqueue_p50_seconds: Option<f64>,
 }
 
 #[derive(Clone, Copy, Debug, Serialize, PartialEq)]
@@ -140,6 +163,8 @@ pub struct Availability {
     pub switch: bool,
     /// sched_wakeup + sched_wakeup_new too: off-CPU time and run-queue latency.
     pub wakeup: bool,
+    /// sched_waking too (tp_btf): wake-ups told local or remote.
+    pub wake_kinds: bool,
     /// sys_enter_futex + sys_exit_futex.
     pub futex: bool,
     /// lock:contention_begin + contention_end.
@@ -152,6 +177,7 @@ impl Availability {
     pub const ALL: Self = Self {
         switch: true,
         wakeup: true,
+        wake_kinds: true,
         futex: true,
         locks: true,
         net: network::NetAvailability::ALL,
@@ -163,6 +189,10 @@ impl Availability {
         Self {
             switch,
             wakeup: switch && attached(sched::WAKEUP) && attached(sched::WAKEUP_NEW),
+            wake_kinds: switch
+                && attached(sched::WAKEUP)
+                && attached(sched::WAKEUP_NEW)
+                && attached(sched::WAKING),
             futex: attached(futex::ENTER) && attached(futex::EXIT),
             locks: attached(locks::BEGIN) && attached(locks::END),
             net: network::NetAvailability::from_status(status),
@@ -294,6 +324,17 @@ fn lock_sites(window: &Window, cgroup_id: u64, ctx: &ReportContext) -> Vec<LockS
     sites
 }
 
+fn wakeups(w: &CgroupWindow) -> Wakeups {
+    let p50 = |h| log2_quantile_ns(h, 0.5).map(secs);
+    Wakeups {
+        count: w.wakeups(),
+        remote: w.sched.wake_remote.count,
+        remote_share: w.remote_wakeup_share(),
+        local_runqueue_p50_seconds: p50(&w.sched.wake_local),
+        remote_runqueue_p50_seconds: p50(&w.sched.wake_remote),
+    }
+}
+
 pub fn container_report(
     window: &Window,
     cgroup_id: u64,
@@ -320,6 +361,8 @@ pub fn container_report(
         oncpu_seconds: a.switch.then_some(secs(s.oncpu_ns)),
         offcpu_seconds: a.wakeup.then_some(secs(s.offcpu_ns)),
         runqueue_latency: a.wakeup.then(|| latency(&s.runq)),
+        wakeups: a.wake_kinds.then(|| wakeups(w)),
+        cpus_used: a.switch.then_some(w.cpus_used()),
         futex: a.futex.then(|| futex_summary(&w.futex)),
         kernel_locks: a.locks.then(|| lock_waits(&w.locks)),
         hot_futexes: a.futex.then(|| hot_futexes(window, cgroup_id, ctx)),
@@ -479,6 +522,12 @@ mod tests {
             let w = window();
             let mut one = cg(2_500_000_000, 3);
             one.sched.migrations = 0;
+            one.sched.wake_local.record(1000);
+            one.sched.wake_remote.record(3000);
+            one.sched.wake_remote.record(3000);
+            one.sched.wake_remote.record(3000);
+            one.cpus.insert(0);
+            one.cpus.insert(3);
             serde_json::to_value(container_report(&w, 10, &one, ctx)).unwrap()
         });
         assert_eq!(v["cgroup"], "/a");
@@ -502,6 +551,12 @@ mod tests {
         assert_eq!(v["runqueue_latency"]["sum_seconds"], 1.5e-6);
         assert_eq!(v["runqueue_latency"]["p50_seconds"], 2047e-9);
         assert_eq!(v["runqueue_latency"]["p99_seconds"], 2047e-9);
+        assert_eq!(v["wakeups"]["count"], 4);
+        assert_eq!(v["wakeups"]["remote"], 3);
+        assert_eq!(v["wakeups"]["remote_share"], 0.75);
+        assert_eq!(v["wakeups"]["local_runqueue_p50_seconds"], 1023e-9);
+        assert_eq!(v["wakeups"]["remote_runqueue_p50_seconds"], 4095e-9);
+        assert_eq!(v["cpus_used"], 2);
         assert_eq!(v["futex"]["waits"], 2);
         assert_eq!(v["futex"]["wait_seconds"], 8e-6);
         assert_eq!(v["futex"]["wakes"], 4);
@@ -538,6 +593,7 @@ mod tests {
         });
         assert!(v["offcpu_seconds"].is_null());
         assert!(v["runqueue_latency"].is_null());
+        assert!(v["wakeups"].is_null());
         assert!(v["futex"].is_null());
         assert!(v["kernel_locks"].is_null());
         assert!(v["hot_futexes"].is_null());

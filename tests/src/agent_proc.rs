@@ -1,6 +1,7 @@
-//! The agent as a process whose pid and output lines (with the time each arrived) the test can
-//! see while it runs: for tests that sample its memory, or read its live table interval by
-//! interval. [`crate::Agent`] covers the plain `trace --json` case.
+//! The agent as a process (`trace` or `diagnose`): started and returned once its probes are
+//! attached; its pid, memory and output lines (with the time each arrived) visible while it
+//! runs; at the end either its JSON document ([`Agent::finish`]) or its raw output
+//! ([`Agent::finish_output`]). The one wrapper every test uses.
 
 use std::{
     io::{BufRead as _, BufReader},
@@ -10,24 +11,33 @@ use std::{
     time::{Duration, Instant},
 };
 
+use serde_json::Value;
+
 use crate::agent_bin;
 
 /// How long the agent may take to load and attach its probes.
 const ATTACH_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// What `trace` and `diagnose` print on stderr once their probes are attached.
-const READY_MARKERS: [&str; 3] = ["tracing with", "watching this host", "serving http"];
+const READY_MARKERS: [&str; 2] = ["tracing with", "watching this host"];
 
 /// A line of output and when the test received it.
 pub type Line = (Instant, String);
 
-/// A running `stormwatch <args>` (`trace`, `diagnose` or `run`).
-pub struct AgentProcess {
+/// A running `stormwatch <args>` (`trace` or `diagnose`).
+pub struct Agent {
     child: Child,
     args: Vec<String>,
     stdout: Arc<Mutex<Vec<Line>>>,
     stdout_thread: Option<JoinHandle<()>>,
     stderr: Option<JoinHandle<Vec<String>>>,
+}
+
+/// What a finished `trace --json` left.
+pub struct Finished {
+    pub status: ExitStatus,
+    pub stderr: Vec<String>,
+    pub report: Value,
 }
 
 /// What a finished agent left.
@@ -49,7 +59,7 @@ impl AgentOutput {
     }
 }
 
-impl AgentProcess {
+impl Agent {
     /// Starts the agent and returns once it says its probes are attached; panics if it exits
     /// first or stays silent.
     pub fn start(args: &[&str]) -> Self {
@@ -118,6 +128,26 @@ impl AgentProcess {
         }
     }
 
+    /// `stormwatch trace <args>`, once it says it is tracing (the probes are attached and the
+    /// counters' baseline is taken).
+    pub fn trace(args: &[&str]) -> Self {
+        let mut all = vec!["trace"];
+        all.extend_from_slice(args);
+        Self::start(&all)
+    }
+
+    /// Panics unless the agent is still running: called right after a workload exits, it
+    /// proves the agent covered the workload's whole life (it started before the workload did).
+    #[track_caller]
+    pub fn assert_still_tracing(&mut self, what: &str) {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            panic!(
+                "the agent ended ({status}) before {what} did: the test must give it a longer \
+                 --duration"
+            );
+        }
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
@@ -141,8 +171,30 @@ impl AgentProcess {
         self.stdout.lock().unwrap().clone()
     }
 
+    /// Waits for the agent to exit (it must have a --duration), checks that it succeeded, and
+    /// parses the JSON document it printed (`trace --json`).
+    pub fn finish(self) -> Finished {
+        let args = self.args.clone();
+        let out = self.finish_output();
+        let stdout = out.stdout_text();
+        assert!(
+            out.status.success(),
+            "stormwatch {args:?} failed ({}); stderr:\n{}\nstdout:\n{stdout}",
+            out.status,
+            out.stderr.join("\n")
+        );
+        let report: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+            panic!("stormwatch {args:?} printed no JSON document ({e}):\n{stdout}")
+        });
+        Finished {
+            status: out.status,
+            stderr: out.stderr,
+            report,
+        }
+    }
+
     /// Waits for the agent to exit (it must have a --duration) and returns what it printed.
-    pub fn finish(mut self) -> AgentOutput {
+    pub fn finish_output(mut self) -> AgentOutput {
         let status = self.child.wait().expect("waiting for stormwatch");
         if let Some(t) = self.stdout_thread.take() {
             let _ = t.join();
@@ -157,7 +209,7 @@ impl AgentProcess {
     }
 }
 
-impl Drop for AgentProcess {
+impl Drop for Agent {
     fn drop(&mut self) {
         // Only when a test panicked before finish(): do not leave the agent running.
         if self.stderr.is_some() {

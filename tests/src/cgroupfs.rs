@@ -4,6 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
+use stormwatch::identity::mountinfo::{self, Mount};
+
 /// One mounted cgroup hierarchy.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Hierarchy {
@@ -21,40 +23,27 @@ impl Hierarchy {
     }
 }
 
-/// The mounts of the hierarchies' roots (field 4 of mountinfo is `/`), one per hierarchy
-/// (several mounts of one hierarchy: the shortest mount point), from a mountinfo text.
-pub fn hierarchies_from_mountinfo(mountinfo: &str) -> Vec<Hierarchy> {
-    let mut out: Vec<(String, Hierarchy)> = Vec::new();
-    for line in mountinfo.lines() {
-        let Some((left, right)) = line.split_once(" - ") else {
-            continue;
-        };
-        let mut r = right.split_whitespace();
-        let (Some(fstype), Some(_source), Some(options)) = (r.next(), r.next(), r.next()) else {
-            continue;
-        };
-        let v1_options = match fstype {
+/// The mounts of the hierarchies' roots, one per hierarchy (several mounts of one hierarchy:
+/// the shortest mount point), in mountinfo order.
+pub fn hierarchies_of(mounts: &[Mount]) -> Vec<Hierarchy> {
+    let mut out: Vec<(&str, Hierarchy)> = Vec::new();
+    for m in mounts.iter().filter(|m| m.is_root()) {
+        let v1_options = match m.fs_type.as_str() {
             "cgroup2" => None,
-            "cgroup" => Some(options.to_owned()),
+            "cgroup" => Some(m.super_options.join(",")),
             _ => continue,
         };
-        let f: Vec<&str> = left.split_whitespace().collect();
-        if f.len() < 5 || f[3] != "/" {
-            continue;
-        }
-        // Mount points with spaces are escaped (\040); cgroup mounts never have them here.
         let h = Hierarchy {
-            mount_point: PathBuf::from(f[4]),
+            mount_point: m.mount_point.clone(),
             v1_options,
         };
-        let dev = f[2].to_owned();
-        match out.iter_mut().find(|(d, _)| *d == dev) {
+        match out.iter_mut().find(|(d, _)| *d == m.device) {
             Some((_, seen)) => {
                 if h.mount_point.as_os_str().len() < seen.mount_point.as_os_str().len() {
                     *seen = h;
                 }
             }
-            None => out.push((dev, h)),
+            None => out.push((&m.device, h)),
         }
     }
     out.into_iter().map(|(_, h)| h).collect()
@@ -62,9 +51,7 @@ pub fn hierarchies_from_mountinfo(mountinfo: &str) -> Vec<Hierarchy> {
 
 /// This host's cgroup hierarchies.
 pub fn hierarchies() -> Vec<Hierarchy> {
-    let mountinfo =
-        std::fs::read_to_string("/proc/self/mountinfo").expect("cannot read /proc/self/mountinfo");
-    hierarchies_from_mountinfo(&mountinfo)
+    hierarchies_of(&mountinfo::read_self().expect("cannot read /proc/self/mountinfo"))
 }
 
 /// The mount point of the v1 hierarchy of `controller`, on a hybrid host; `None` on a pure v2
@@ -133,7 +120,7 @@ mod tests {
                   33 30 0:30 / /sys/fs/cgroup/cpuset rw shared:13 - cgroup cgroup rw,cpuset\n\
                   34 30 0:31 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n\
                   99 30 0:30 /x /mnt/x rw - cgroup cgroup rw,cpuset\n";
-        let h = hierarchies_from_mountinfo(mi);
+        let h = hierarchies_of(&mountinfo::parse(mi));
         assert_eq!(h.len(), 3);
         assert_eq!(h[0].mount_point, PathBuf::from("/sys/fs/cgroup/unified"));
         assert_eq!(h[0].v1_options, None);

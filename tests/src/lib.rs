@@ -6,77 +6,35 @@
 
 use std::{
     ffi::CString,
-    io::{BufRead as _, BufReader, Read as _},
     os::unix::{ffi::OsStrExt as _, fs::MetadataExt as _, process::CommandExt as _},
     path::{Path, PathBuf},
-    process::{Child, Command, ExitStatus, Output, Stdio},
+    process::{Child, Command, Output, Stdio},
     sync::{
         OnceLock,
         atomic::{AtomicUsize, Ordering},
-        mpsc,
     },
-    thread::JoinHandle,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use serde_json::Value;
+use stormwatch::identity::mountinfo;
 
 pub mod agent_proc;
+pub use agent_proc::{Agent, Finished};
 pub mod bpftrace;
 pub mod cgroupfs;
+pub mod daemon;
 pub mod netns;
 
 // ---- the cgroup v2 hierarchy ----------------------------------------------------------------
-
-/// The mount point of the cgroup v2 hierarchy, from a mountinfo text (fstype `cgroup2`). Where
-/// there are several (bind mounts into containers), a mount of the hierarchy's own root (field
-/// 4 is `/`) is preferred, then the shortest mount point.
-pub fn v2_root_from_mountinfo(mountinfo: &str) -> Option<PathBuf> {
-    mountinfo
-        .lines()
-        .filter_map(|line| {
-            let (left, right) = line.split_once(" - ")?;
-            if right.split_whitespace().next()? != "cgroup2" {
-                return None;
-            }
-            let mut fields = left.split_whitespace();
-            let root = fields.nth(3)?;
-            let mount_point = fields.next()?;
-            // mountinfo escapes space, tab, newline and backslash as \NNN (octal).
-            let mut out = Vec::new();
-            let b = mount_point.as_bytes();
-            let mut i = 0;
-            while i < b.len() {
-                let octal = b
-                    .get(i + 1..i + 4)
-                    .and_then(|d| std::str::from_utf8(d).ok())
-                    .and_then(|d| u8::from_str_radix(d, 8).ok());
-                match (b[i], octal) {
-                    (b'\\', Some(v)) => {
-                        out.push(v);
-                        i += 4;
-                    }
-                    (c, _) => {
-                        out.push(c);
-                        i += 1;
-                    }
-                }
-            }
-            let path = PathBuf::from(String::from_utf8_lossy(&out).into_owned());
-            Some((root != "/", path))
-        })
-        .min_by_key(|(not_root, p)| (*not_root, p.as_os_str().len()))
-        .map(|(_, p)| p)
-}
 
 /// The cgroup v2 root of this machine (`/sys/fs/cgroup` on pure-v2 hosts, often
 /// `/sys/fs/cgroup/unified` on hybrid ones), detected from /proc/self/mountinfo.
 pub fn v2_root() -> &'static Path {
     static ROOT: OnceLock<PathBuf> = OnceLock::new();
     ROOT.get_or_init(|| {
-        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")
-            .expect("cannot read /proc/self/mountinfo");
-        v2_root_from_mountinfo(&mountinfo)
+        let mounts = mountinfo::read_self().expect("cannot read /proc/self/mountinfo");
+        mountinfo::v2_root(&mounts)
             .expect("no cgroup v2 hierarchy is mounted (no cgroup2 line in /proc/self/mountinfo)")
     })
 }
@@ -330,131 +288,6 @@ pub fn require_bpf() {
     }
 }
 
-/// A running `stormwatch trace`.
-pub struct Agent {
-    child: Child,
-    stdout: Option<JoinHandle<String>>,
-    stderr: Option<JoinHandle<Vec<String>>>,
-}
-
-/// What a finished `stormwatch trace --json` left.
-pub struct Finished {
-    pub status: ExitStatus,
-    pub stderr: Vec<String>,
-    pub report: Value,
-}
-
-/// How long the agent may take to load and attach its probes.
-const ATTACH_TIMEOUT: Duration = Duration::from_secs(60);
-
-impl Agent {
-    /// Starts `stormwatch trace <args>` and returns once it says it is tracing (the probes are
-    /// attached and the counters' baseline is taken). Panics if it exits or stays silent.
-    pub fn trace(args: &[&str]) -> Self {
-        let mut child = Command::new(agent_bin())
-            .arg("trace")
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}", agent_bin().display()));
-        let mut out = child.stdout.take().expect("piped stdout");
-        let stdout = std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = out.read_to_string(&mut s);
-            s
-        });
-        let err = child.stderr.take().expect("piped stderr");
-        let (tx, rx) = mpsc::channel();
-        let stderr = std::thread::spawn(move || {
-            let mut lines = Vec::new();
-            for line in BufReader::new(err).lines() {
-                let Ok(line) = line else { break };
-                if line.contains("tracing with") {
-                    let _ = tx.send(());
-                }
-                lines.push(line);
-            }
-            lines
-        });
-        let mut agent = Self {
-            child,
-            stdout: Some(stdout),
-            stderr: Some(stderr),
-        };
-        let deadline = Instant::now() + ATTACH_TIMEOUT;
-        loop {
-            match rx.recv_timeout(Duration::from_millis(100)) {
-                Ok(()) => return agent,
-                Err(mpsc::RecvTimeoutError::Timeout) if Instant::now() < deadline => {
-                    if let Ok(Some(status)) = agent.child.try_wait() {
-                        let stderr = agent.stderr.take().unwrap().join().unwrap_or_default();
-                        panic!(
-                            "stormwatch trace {args:?} exited ({status}) before tracing; \
-                             stderr:\n{}",
-                            stderr.join("\n")
-                        );
-                    }
-                }
-                Err(_) => {
-                    let _ = agent.child.kill();
-                    let _ = agent.child.wait();
-                    let stderr = agent.stderr.take().unwrap().join().unwrap_or_default();
-                    panic!(
-                        "stormwatch trace {args:?} did not print `tracing with` within {:?}; \
-                         stderr:\n{}",
-                        ATTACH_TIMEOUT,
-                        stderr.join("\n")
-                    );
-                }
-            }
-        }
-    }
-
-    /// Panics unless the trace is still running: called right after a workload exits, it proves
-    /// the trace covered the workload's whole life (it started before the workload did).
-    #[track_caller]
-    pub fn assert_still_tracing(&mut self, what: &str) {
-        if let Ok(Some(status)) = self.child.try_wait() {
-            panic!(
-                "the trace ended ({status}) before {what} did: the test must give the trace a \
-                 longer --duration"
-            );
-        }
-    }
-
-    /// Waits for the trace to end, checks it succeeded, and parses its JSON document.
-    pub fn finish(mut self) -> Finished {
-        let status = self.child.wait().expect("waiting for stormwatch");
-        let stdout = self.stdout.take().unwrap().join().unwrap_or_default();
-        let stderr = self.stderr.take().unwrap().join().unwrap_or_default();
-        assert!(
-            status.success(),
-            "stormwatch trace failed ({status}); stderr:\n{}\nstdout:\n{stdout}",
-            stderr.join("\n")
-        );
-        let report: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
-            panic!("stormwatch trace printed no JSON document ({e}):\n{stdout}")
-        });
-        Finished {
-            status,
-            stderr,
-            report,
-        }
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        // Only when a test panicked before finish(): do not leave the agent tracing.
-        if self.stdout.is_some() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
 impl Finished {
     /// The `containers` entries of the report.
     pub fn containers(&self) -> &[Value] {
@@ -508,35 +341,4 @@ pub fn assert_within(what: &str, got: f64, want: f64, tolerance: f64) {
         100.0 * diff / want.max(f64::MIN_POSITIVE),
         100.0 * tolerance
     );
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn finds_v2_root_on_hybrid_and_pure_hosts() {
-        let hybrid = "30 25 0:27 / /sys/fs/cgroup ro - tmpfs tmpfs ro\n\
-                      31 30 0:28 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n\
-                      32 30 0:29 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n";
-        assert_eq!(
-            v2_root_from_mountinfo(hybrid),
-            Some(PathBuf::from("/sys/fs/cgroup/unified"))
-        );
-        let pure = "30 25 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n\
-                    99 30 0:26 /k /x\\040y rw - cgroup2 cgroup2 rw\n";
-        assert_eq!(
-            v2_root_from_mountinfo(pure),
-            Some(PathBuf::from("/sys/fs/cgroup"))
-        );
-        assert_eq!(
-            v2_root_from_mountinfo("1 2 0:3 / /x rw - ext4 /dev/a rw\n"),
-            None
-        );
-        let only_bind = "99 30 0:26 /k /var/lib/x\\040y rw - cgroup2 cgroup2 rw\n";
-        assert_eq!(
-            v2_root_from_mountinfo(only_bind),
-            Some(PathBuf::from("/var/lib/x y"))
-        );
-    }
 }

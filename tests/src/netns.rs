@@ -323,31 +323,6 @@ impl Overlay {
     }
 }
 
-/// A port nobody listens on right now, on the loopback.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
-
-/// `GET path` over HTTP/1.0 (the server closes the connection: no chunking): (status, body).
-pub fn http_get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
-    use std::io::{Read as _, Write as _};
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
-    stream.set_read_timeout(Some(std::time::Duration::from_secs(10)))?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")?;
-    let mut raw = String::new();
-    stream.read_to_string(&mut raw)?;
-    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    Ok((status, body.to_owned()))
-}
-
 /// The value of the first sample of `metric` in a text exposition whose labels include all of
 /// `labels`.
 pub fn sample_with(text: &str, metric: &str, labels: &[(&str, &str)]) -> Option<f64> {

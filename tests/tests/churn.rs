@@ -30,7 +30,7 @@ use std::{
 };
 
 use serde_json::Value;
-use stormwatch_tests::{TestCgroup, agent_proc::AgentProcess, require_bpf, run_in_cgroup};
+use stormwatch_tests::{Agent, TestCgroup, require_bpf, run_in_cgroup};
 
 const CGROUPS: usize = 500;
 /// One cgroup every 44 ms: 500 in 22 s.
@@ -107,7 +107,7 @@ fn halves(samples: &[u64]) -> (u64, u64) {
 fn churn_of_500_cgroups_keeps_memory_flat_and_tables_free_of_removed_cgroups() {
     require_bpf();
     let duration = TRACE_SECONDS.to_string();
-    let json_agent = AgentProcess::start(&[
+    let json_agent = Agent::start(&[
         "trace",
         "--json",
         "--interval",
@@ -115,8 +115,7 @@ fn churn_of_500_cgroups_keeps_memory_flat_and_tables_free_of_removed_cgroups() {
         "--duration",
         &duration,
     ]);
-    let table_agent =
-        AgentProcess::start(&["trace", "--interval", INTERVAL, "--duration", &duration]);
+    let table_agent = Agent::start(&["trace", "--interval", INTERVAL, "--duration", &duration]);
 
     // RSS of both agents, every second, while the churn runs.
     let stop = Arc::new(AtomicBool::new(false));
@@ -177,8 +176,8 @@ fn churn_of_500_cgroups_keeps_memory_flat_and_tables_free_of_removed_cgroups() {
     let churn_seconds = started.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);
     sampler.join().expect("RSS sampler");
-    let json_out = json_agent.finish();
-    let table_out = table_agent.finish();
+    let json_out = json_agent.finish_output();
+    let table_out = table_agent.finish_output();
     for (name, out) in [("json", &json_out), ("table", &table_out)] {
         assert!(
             out.status.success(),

@@ -13,297 +13,22 @@
 //! Nothing is skipped: a missing tool fails the test with how to install it.
 
 use std::{
-    io::{BufRead as _, BufReader, Read as _, Write as _},
-    net::{SocketAddr, TcpListener, TcpStream},
+    io::Write as _,
+    net::{SocketAddr, TcpListener},
     path::{Path, PathBuf},
-    process::{Child, Command, ExitStatus, Output, Stdio},
-    sync::atomic::{AtomicUsize, Ordering},
-    thread::JoinHandle,
+    process::{Child, Command, Output, Stdio},
     time::{Duration, Instant},
 };
 
 use serde_json::Value;
 use stormwatch_tests::{
-    TestCgroup, agent_bin, agent_output, require_bpf, run_in_cgroup, workload_result,
+    Agent, TestCgroup, agent_bin, agent_output,
+    daemon::{
+        Daemon, EXIT_DEADLINE, TempDir, free_port, http_get, sample, tool, url_encode, wait_for,
+    },
+    netns::{self, OuterDf, Overlay},
+    require_bpf, run_in_cgroup, workload_result,
 };
-
-/// How long the daemon may take to load and attach its probes.
-const READY_TIMEOUT: Duration = Duration::from_secs(60);
-/// SIGTERM to exit.
-const EXIT_DEADLINE: Duration = Duration::from_secs(2);
-
-// ---- helpers --------------------------------------------------------------------------------
-
-/// A port nobody listens on right now.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("binding an ephemeral port on 127.0.0.1")
-}
-
-/// A directory removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(what: &str) -> Self {
-        static SEQ: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "sw-{what}-{}-{}",
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
-        Self(dir)
-    }
-
-    fn file(&self, name: &str, text: &str) -> PathBuf {
-        let path = self.0.join(name);
-        std::fs::write(&path, text).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
-        path
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-struct HttpResponse {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: String,
-}
-
-impl HttpResponse {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-}
-
-/// Decodes a `Transfer-Encoding: chunked` body.
-fn unchunk(mut raw: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    loop {
-        let Some(eol) = raw.windows(2).position(|w| w == b"\r\n") else {
-            return out;
-        };
-        let size_text = String::from_utf8_lossy(&raw[..eol]);
-        let size_text = size_text.split(';').next().unwrap_or("").trim();
-        let Ok(size) = usize::from_str_radix(size_text, 16) else {
-            return out;
-        };
-        raw = &raw[eol + 2..];
-        if size == 0 || raw.len() < size {
-            return out;
-        }
-        out.extend_from_slice(&raw[..size]);
-        raw = raw.get(size + 2..).unwrap_or_default();
-    }
-}
-
-/// A tiny HTTP/1.1 GET on loopback.
-fn http_get(addr: SocketAddr, path: &str, accept: Option<&str>) -> std::io::Result<HttpResponse> {
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
-    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-    stream.set_write_timeout(Some(Duration::from_secs(2)))?;
-    let accept = accept
-        .map(|a| format!("Accept: {a}\r\n"))
-        .unwrap_or_default();
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{accept}Connection: close\r\n\r\n"
-    )?;
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw)?;
-    let split = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .ok_or_else(|| std::io::Error::other("no end of headers"))?;
-    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
-    let mut lines = head.lines();
-    let status = lines
-        .next()
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| std::io::Error::other(format!("bad status line in {head:?}")))?;
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
-        .collect();
-    let mut body = raw[split + 4..].to_vec();
-    if headers.iter().any(|(k, v)| {
-        k.eq_ignore_ascii_case("transfer-encoding") && v.eq_ignore_ascii_case("chunked")
-    }) {
-        body = unchunk(&body);
-    }
-    Ok(HttpResponse {
-        status,
-        headers,
-        body: String::from_utf8_lossy(&body).into_owned(),
-    })
-}
-
-/// Percent-encodes a query string value.
-fn url_encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
-/// Polls `f` every 200 ms until it returns `Some`, or panics after `timeout` with `what`.
-#[track_caller]
-fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
-/// A command that the project's setup installs; fails with how to install it when missing.
-fn tool(name: &str, install: &str) -> PathBuf {
-    std::env::var_os("PATH")
-        .iter()
-        .flat_map(std::env::split_paths)
-        .map(|dir| dir.join(name))
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| {
-            panic!(
-                "`{name}` is not installed (or not on PATH); install it with `{install}` \
-                 (`cargo xtask setup` does)"
-            )
-        })
-}
-
-// ---- the daemon ----------------------------------------------------------------------------
-
-/// A running `stormwatch run`, killed on drop if still running.
-struct Daemon {
-    child: Child,
-    addr: SocketAddr,
-    stderr: Option<JoinHandle<Vec<String>>>,
-}
-
-impl Daemon {
-    /// Starts `stormwatch run --listen 127.0.0.1:<free port> --interval 1 <extra>` and waits
-    /// for /readyz to answer 200.
-    fn start(extra: &[&str]) -> Self {
-        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-        let mut child = Command::new(agent_bin())
-            .args(["run", "--listen", &addr.to_string(), "--interval", "1"])
-            .args(extra)
-            .env_remove("STORMWATCH_LISTEN")
-            .env_remove("STORMWATCH_INTERVAL")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}", agent_bin().display()));
-        let err = child.stderr.take().expect("piped stderr");
-        let stderr = std::thread::spawn(move || {
-            BufReader::new(err)
-                .lines()
-                .map_while(Result::ok)
-                .inspect(|l| eprintln!("[stormwatch run] {l}"))
-                .collect()
-        });
-        let mut daemon = Self {
-            child,
-            addr,
-            stderr: Some(stderr),
-        };
-        let deadline = Instant::now() + READY_TIMEOUT;
-        loop {
-            if let Ok(Some(status)) = daemon.child.try_wait() {
-                let lines = daemon.stderr.take().unwrap().join().unwrap_or_default();
-                panic!(
-                    "stormwatch run exited ({status}) before it was ready; stderr:\n{}",
-                    lines.join("\n")
-                );
-            }
-            if daemon.get("/readyz").is_ok_and(|r| r.status == 200) {
-                return daemon;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "stormwatch run on {addr} was not ready within {READY_TIMEOUT:?}"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    fn get(&self, path: &str) -> std::io::Result<HttpResponse> {
-        http_get(self.addr, path, None)
-    }
-
-    /// The classic text exposition.
-    fn metrics(&self) -> String {
-        let r = self.get("/metrics").expect("GET /metrics");
-        assert_eq!(r.status, 200, "GET /metrics: {}", r.body);
-        r.body
-    }
-
-    /// Sends `signal`, waits for the exit, and returns the status and how long it took.
-    fn stop(mut self, signal: i32) -> (ExitStatus, Duration) {
-        let pid = self.child.id() as i32;
-        let sent = Instant::now();
-        // SAFETY: kill(2) on our own child's pid.
-        assert_eq!(
-            unsafe { libc::kill(pid, signal) },
-            0,
-            "kill({pid}, {signal})"
-        );
-        let deadline = sent + Duration::from_secs(20);
-        let status = loop {
-            if let Some(status) = self.child.try_wait().expect("waiting for the daemon") {
-                break status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the daemon did not exit after signal {signal}"
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        };
-        let took = sent.elapsed();
-        if let Some(stderr) = self.stderr.take() {
-            let _ = stderr.join();
-        }
-        (status, took)
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-/// A sample's value in a classic exposition: the first line that starts with `series`.
-fn sample(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .find(|l| l.starts_with(series))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-}
 
 // ---- Prometheus ----------------------------------------------------------------------------
 
@@ -682,6 +407,201 @@ fn a_lock_storm_is_a_finding_while_it_lasts() {
         Duration::from_secs(10),
         || sample(&daemon.metrics(), &finding).is_none().then_some(()),
     );
+}
+
+/// The value of the first series named `name` whose labels include `cgroup="<rel>"`.
+fn cgroup_sample(text: &str, name: &str, rel: &str) -> Option<f64> {
+    let label = format!("cgroup=\"{rel}\"");
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")) && l.contains(&label))
+        .find_map(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+/// The issue's case, with the default thresholds: a container lives calmly with one thread
+/// that works a little every 10 ms (a busy-spinning one would take one of this VM's two CPUs
+/// from the storm and blur it), long past the point where a thread count read once (or every minute, or averaged
+/// since the agent started) would still say "2"; then a 64-thread mutex storm starts in it.
+/// The daemon must flag it as `diagnose` and `trace --json` do, within two diagnosis windows,
+/// and export the fresh thread count.
+#[test]
+fn a_storm_after_calm_is_flagged_by_run_as_by_diagnose() {
+    require_bpf();
+    const CALM: Duration = Duration::from_secs(30);
+    const WINDOW_SECONDS: u64 = 6;
+    const STORM_SECONDS: u64 = 16;
+    let dir = TempDir::new("calm-storm");
+    let config = dir.file(
+        "config.toml",
+        &format!("diagnosis_window_seconds = {WINDOW_SECONDS}\n"),
+    );
+    let daemon = Daemon::start(&["--config", config.to_str().unwrap()]);
+    let cgroup = TestCgroup::new("calm-storm");
+    let rel = cgroup.rel_path().to_owned();
+    let lock_storm = |text: &str| {
+        text.lines().any(|l| {
+            l.starts_with("stormwatch_finding{kind=\"lock_storm\"")
+                && l.contains(&format!("cgroup=\"{rel}\""))
+        })
+    };
+    // The long-lived container: one working thread (and its main thread), for the whole test.
+    let calm_seconds = (CALM.as_secs() + STORM_SECONDS + 30).to_string();
+    let mut calm = run_in_cgroup(
+        Command::new(env!("CARGO_BIN_EXE_spin")).args([
+            "--threads",
+            "1",
+            "--seconds",
+            &calm_seconds,
+        ]),
+        &cgroup,
+    );
+    let calm_started = Instant::now();
+    while calm_started.elapsed() < CALM {
+        std::thread::sleep(Duration::from_secs(2));
+        let text = daemon.metrics();
+        assert!(!lock_storm(&text), "no lock storm while calm:\n{text}");
+    }
+    let text = daemon.metrics();
+    let calm_threads = cgroup_sample(&text, "stormwatch_threads", &rel);
+    assert_eq!(
+        calm_threads,
+        Some(2.0),
+        "the calm container's threads (sleeper: 1 + main)"
+    );
+
+    // The CLI watches the same storm, over the same stretch of time.
+    let diagnose = Agent::start(&["diagnose", "--duration", "10", "--json"]);
+    let mut trace = Agent::trace(&["--json", "--duration", "10", "--cgroup", &rel]);
+    let storm_started = Instant::now();
+    let storm = run_in_cgroup(
+        Command::new(env!("CARGO_BIN_EXE_mutex_storm")).args([
+            "--threads",
+            "64",
+            "--seconds",
+            &STORM_SECONDS.to_string(),
+            "--inside",
+            "2000",
+            "--outside",
+            "2000",
+        ]),
+        &cgroup,
+    );
+    // Two windows, and a second for the last collection and the rendering.
+    let deadline = Duration::from_secs(2 * WINDOW_SECONDS + 1);
+    let flagged_after = loop {
+        let last = daemon.metrics();
+        if lock_storm(&last) {
+            break storm_started.elapsed();
+        }
+        assert!(
+            storm_started.elapsed() < deadline,
+            "run did not flag the storm within {deadline:?}; its series of the cgroup:\n{}",
+            last.lines()
+                .filter(|l| l.contains(&format!("cgroup=\"{rel}\"")) && !l.contains("_bucket"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    eprintln!("run flagged the storm {flagged_after:?} after it started");
+    let threads = cgroup_sample(&daemon.metrics(), "stormwatch_threads", &rel)
+        .expect("stormwatch_threads of the storming cgroup");
+    assert!(
+        (64.0..=67.0).contains(&threads),
+        "stormwatch_threads during the storm: {threads} (64 workers, their main thread, the \
+         calm process's two)"
+    );
+
+    let diagnosis = diagnose.finish_output();
+    let report: Value = serde_json::from_str(&diagnosis.stdout_text())
+        .unwrap_or_else(|e| panic!("diagnose --json: {e}\n{}", diagnosis.stdout_text()));
+    let kinds = |findings: &Value| -> Vec<String> {
+        findings
+            .as_array()
+            .expect("findings is a list")
+            .iter()
+            .filter(|f| f["cgroup"] == rel.as_str())
+            .map(|f| f["kind"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    };
+    assert!(
+        kinds(&report["findings"]).contains(&"lock_storm".to_owned()),
+        "diagnose flags the storm too: {report}"
+    );
+    trace.assert_still_tracing("the daemon's verdict");
+    let traced = trace.finish();
+    assert!(
+        kinds(&traced.report["findings"]).contains(&"lock_storm".to_owned()),
+        "trace --json carries the same finding: {}",
+        traced.report["findings"]
+    );
+    workload_result(storm);
+    // The calm process has done its part.
+    let _ = calm.kill();
+    let _ = calm.wait();
+}
+
+/// `stormwatch_finding` covers every rule of `diagnose`, the network's included: an overlay
+/// as large as its underlay (every full-size inner packet 50 bytes too big once encapsulated),
+/// with traffic that fragments, is an `mtu_mismatch` of the daemon within two windows.
+#[test]
+fn an_mtu_mismatch_is_a_finding_of_run() {
+    require_bpf();
+    netns::require_tools();
+    const WINDOW_SECONDS: u64 = 6;
+    let dir = TempDir::new("mtu");
+    let config = dir.file(
+        "config.toml",
+        &format!("diagnosis_window_seconds = {WINDOW_SECONDS}\n"),
+    );
+    let net = Overlay::new(1500, 1500, OuterDf::Unset, None);
+    let cgroup = TestCgroup::new("mtu-daemon");
+    // A process of the container in node A's namespace, so that the namespace is the
+    // container's.
+    let mut keep = run_in_cgroup(&mut net.a.command(&["sleep", "120"]), &cgroup);
+    let daemon = Daemon::start(&["--config", config.to_str().unwrap()]);
+    let mut ping = run_in_cgroup(
+        &mut net.a.command(&[
+            "ping",
+            "-q",
+            "-M",
+            "dont",
+            "-s",
+            "1472",
+            "-c",
+            "1000",
+            "-i",
+            "0.02",
+            netns::NODE_B_OVERLAY_IP,
+        ]),
+        &cgroup,
+    );
+    let started = Instant::now();
+    let deadline = Duration::from_secs(2 * WINDOW_SECONDS + 1);
+    let finding = loop {
+        let text = daemon.metrics();
+        // About this container: the namespace is its (its process is in it).
+        let ours = format!("cgroup=\"{}\"", cgroup.rel_path());
+        if let Some(line) = text.lines().find(|l| {
+            l.starts_with("stormwatch_finding{kind=\"mtu_mismatch\"") && l.contains(&ours)
+        }) {
+            break line.to_owned();
+        }
+        assert!(
+            started.elapsed() < deadline,
+            "no mtu_mismatch finding from run within {deadline:?}; findings:\n{}",
+            text.lines()
+                .filter(|l| l.starts_with("stormwatch_finding{"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    eprintln!("after {:?}: {finding}", started.elapsed());
+    assert!(finding.ends_with(" 1"), "an active finding is 1: {finding}");
+    for child in [&mut ping, &mut keep] {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
 }
 
 /// The one stderr line of a failed run, after checking the failure's shape.

@@ -15,8 +15,8 @@ use std::{
 
 use serde_json::Value;
 use stormwatch_tests::{
-    Agent, TestCgroup, agent_proc::AgentProcess, cgroupfs, cpus, join_before_exec, num,
-    require_bpf, run_in_cgroup, v2_root, workload_result,
+    Agent, TestCgroup, cgroupfs, cpus, join_before_exec, num, require_bpf, run_in_cgroup, v2_root,
+    workload_result,
 };
 
 const DIAGNOSE_SECONDS: f64 = 10.0;
@@ -82,8 +82,8 @@ impl Diagnosis {
     }
 }
 
-fn finish_diagnose(agent: AgentProcess) -> Diagnosis {
-    let out = agent.finish();
+fn finish_diagnose(agent: Agent) -> Diagnosis {
+    let out = agent.finish_output();
     let text = out.stdout_text();
     let code = out
         .status
@@ -105,8 +105,8 @@ fn finish_diagnose(agent: AgentProcess) -> Diagnosis {
     Diagnosis { code, report }
 }
 
-fn start_diagnose() -> AgentProcess {
-    AgentProcess::start(&[
+fn start_diagnose() -> Agent {
+    Agent::start(&[
         "diagnose",
         "--duration",
         &DIAGNOSE_SECONDS.to_string(),

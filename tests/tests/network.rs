@@ -16,12 +16,11 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 use stormwatch_tests::{
-    Agent, TestCgroup,
-    agent_proc::AgentProcess,
-    assert_within,
+    Agent, TestCgroup, assert_within,
+    daemon::{Daemon, TempDir, tool, wait_for},
     netns::{
-        NODE_B_OVERLAY_IP, OVERLAY_DEV, OuterDf, Overlay, POD_DEV, UNDERLAY_A, delta, free_port,
-        http_get, ping_counts, require_tools, sample_with,
+        NODE_B_OVERLAY_IP, OVERLAY_DEV, OuterDf, Overlay, POD_DEV, UNDERLAY_A, delta, ping_counts,
+        require_tools, sample_with,
     },
     num, require_bpf, run_in_cgroup,
 };
@@ -32,13 +31,13 @@ const TRACE_SECONDS: &str = "8";
 /// The trace and the diagnosis, watching the same traffic.
 struct Watch {
     trace: Agent,
-    diagnose: AgentProcess,
+    diagnose: Agent,
 }
 
 impl Watch {
     fn start() -> Self {
         let trace = Agent::trace(&["--json", "--duration", TRACE_SECONDS, "--probes", "net"]);
-        let diagnose = AgentProcess::start(&["diagnose", "--json", "--duration", TRACE_SECONDS]);
+        let diagnose = Agent::start(&["diagnose", "--json", "--duration", TRACE_SECONDS]);
         Self { trace, diagnose }
     }
 
@@ -50,7 +49,7 @@ impl Watch {
             "the diagnosis ended before {what} did"
         );
         let report = self.trace.finish().report;
-        let out = self.diagnose.finish();
+        let out = self.diagnose.finish_output();
         // 3: findings; 0: none.
         let code = out.status.code();
         assert!(
@@ -728,63 +727,32 @@ fn classic_tracepoint_fallback_counts_the_same() {
     cg.remove();
 }
 
-/// `stormwatch run` serving on a free loopback port, ready.
-struct Daemon {
-    /// Stopped on drop.
-    _process: AgentProcess,
-    port: u16,
-}
-
-impl Daemon {
-    fn start() -> Self {
-        let port = free_port();
-        let listen = format!("127.0.0.1:{port}");
-        let mut process = AgentProcess::start(&["run", "--listen", &listen, "--interval", "1"]);
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        while !http_get(port, "/readyz").is_ok_and(|(status, _)| status == 200) {
-            assert!(
-                process.is_running(),
-                "stormwatch run exited before it was ready"
-            );
-            assert!(
-                std::time::Instant::now() < deadline,
-                "stormwatch run was not ready within 60 s"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        }
-        Self {
-            _process: process,
-            port,
-        }
-    }
-
-    /// The exposition once a collection that started after this call has finished: everything
-    /// that happened before the call is in it.
-    fn metrics_after_collection(&self) -> String {
-        let called = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .expect("clock")
-            .as_secs_f64();
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        // The first collection to end after the call may have started before it; the one after
-        // that did not.
-        let mut first_end: Option<f64> = None;
-        loop {
-            let (status, body) = http_get(self.port, "/metrics").expect("GET /metrics");
-            assert_eq!(status, 200, "GET /metrics: {body}");
+/// The exposition once a collection that started after this call has finished: everything
+/// that happened before the call is in it.
+fn metrics_after_collection(daemon: &Daemon) -> String {
+    let called = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs_f64();
+    // The first collection to end after the call may have started before it; the one after
+    // that did not.
+    let mut first_end: Option<f64> = None;
+    wait_for(
+        "a collection that started after the traffic",
+        std::time::Duration::from_secs(60),
+        || {
+            let body = daemon.metrics();
             let last = sample_with(&body, "stormwatch_last_collection_timestamp_seconds", &[]);
             match (last, first_end) {
-                (Some(t), None) if t > called => first_end = Some(t),
-                (Some(t), Some(first)) if t > first => return body,
-                _ => {}
+                (Some(t), None) if t > called => {
+                    first_end = Some(t);
+                    None
+                }
+                (Some(t), Some(first)) if t > first => Some(body),
+                _ => None,
             }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "no collection finished within 60 s of the request"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(200));
-        }
-    }
+        },
+    )
 }
 
 #[track_caller]
@@ -801,13 +769,16 @@ fn the_daemon_exports_a_containers_network_series_and_the_mtu_inventory() {
     let (a_ns, pod_ns) = (net.a.inode().to_string(), net.pod().inode().to_string());
     let cg = TestCgroup::new("net-daemon");
     let mut keep = run_in_cgroup(&mut net.pod().command(&["sleep", "120"]), &cg);
-    let daemon = Daemon::start();
-    let m0 = daemon.metrics_after_collection();
+    // Room for the test's cgroup however many other cgroups this host has.
+    let dir = TempDir::new("net-daemon");
+    let config = dir.file("stormwatch.toml", "max_cgroups = 1000000\n");
+    let daemon = Daemon::start(&["--config", config.to_str().expect("UTF-8 path")]);
+    let m0 = metrics_after_collection(&daemon);
     let s0 = if_stats(net.pod(), POD_DEV);
     let stdout = full_size_pings(&net, &cg);
     let (sent, received) = ping_counts(&stdout);
     let s1 = if_stats(net.pod(), POD_DEV);
-    let m1 = daemon.metrics_after_collection();
+    let m1 = metrics_after_collection(&daemon);
     let _ = keep.kill();
     let _ = keep.wait();
     assert_eq!((sent, received), (300, 300), "{stdout}");
@@ -903,13 +874,13 @@ fn the_daemon_exports_a_containers_network_series_and_the_mtu_inventory() {
     );
 
     // promtool has nothing to say about the exposition.
-    let mut check = std::process::Command::new("promtool")
+    let mut check = std::process::Command::new(tool("promtool", "apt-get install -y prometheus"))
         .args(["check", "metrics"])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
-        .expect("promtool (apt-get install prometheus)");
+        .expect("starting promtool");
     {
         use std::io::Write as _;
         check

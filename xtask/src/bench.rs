@@ -185,8 +185,14 @@ struct Row {
     rss_kib: Vec<u64>,
 }
 
-fn mean(v: &[f64]) -> f64 {
-    v.iter().sum::<f64>() / v.len().max(1) as f64
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
 }
 
 fn bench(
@@ -221,14 +227,24 @@ fn bench(
             row.ops.push(ops);
         }
     }
-    let base = mean(&rows[0].ops);
+    let base = median(&rows[0].ops);
     let mut out = format!(
         "\n{title}: `stress-ng --{stressor} 2`, {rounds} interleaved rounds of {seconds} s\n\n\
-         | tracer | bogo ops/s (mean) | ratio to none | loss | tracer peak RSS |\n\
-         |---|---:|---:|---:|---:|\n"
+         | tracer | bogo ops/s (median) | ratio to none | loss | ratio per round (min–max) | \
+         tracer peak RSS |\n\
+         |---|---:|---:|---:|---:|---:|\n"
     );
     for row in &rows {
-        let m = mean(&row.ops);
+        let m = median(&row.ops);
+        // Each round's ratio to that round's run without a tracer: the spread the noise makes.
+        let ratios: Vec<f64> = row
+            .ops
+            .iter()
+            .zip(&rows[0].ops)
+            .map(|(o, b)| o / b)
+            .collect();
+        let lo = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         let rss = row
             .rss_kib
             .iter()
@@ -236,7 +252,7 @@ fn bench(
             .map(|k| format!("{:.1} MiB", *k as f64 / 1024.0))
             .unwrap_or_else(|| "-".into());
         out.push_str(&format!(
-            "| {} | {:.0} | {:.3} | {:.1}% | {} |\n",
+            "| {} | {:.0} | {:.3} | {:.1}% | {lo:.3}–{hi:.3} | {} |\n",
             row.name,
             m,
             m / base,

@@ -39,7 +39,7 @@ enum Task {
     /// Set up, then measure the probes' overhead (not part of the tests).
     Bench {
         /// Interleaved rounds per configuration.
-        #[arg(long, default_value = "3")]
+        #[arg(long, default_value = "5")]
         rounds: u32,
         /// Seconds per measurement.
         #[arg(long, default_value = "10")]

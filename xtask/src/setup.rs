@@ -36,6 +36,10 @@ const PACKAGES: &[(&str, &str)] = &[
     ),
     ("runc", "runs a real container in the identity tests"),
     ("busybox-static", "the container's root filesystem"),
+    (
+        "systemd",
+        "systemd-detect-virt: an independent hypervisor detection for the host tests",
+    ),
 ];
 
 /// PyPI packages: (package, command it provides, what it is for).

@@ -1,49 +1,30 @@
 //! `stormwatch diagnose`: watch the host for a while, then print what is wrong and what to do,
 //! ranked by severity — or say that nothing was found, and what was checked.
 
-use std::{
-    collections::{BTreeMap, HashMap},
-    io::Write as _,
-    time::Duration,
-};
+use std::{io::Write as _, time::Duration};
 
 use serde::Serialize;
 
 use crate::{
-    collect::Window,
-    diagnose::{
-        Facts, Finding, Thresholds, diagnose,
-        network::{diagnose_network, net_facts},
-    },
-    identity::{CgroupResolver, limits::Limits, workload::Identity},
-    netinfo::NetWatch,
+    diagnose::{FindingReport, RULES, Thresholds, host_cpus, session::Session},
+    host::HostReport,
+    identity::CgroupResolver,
     pipeline::Pipeline,
     privileges,
-    probes::{Family, LoadOptions},
+    probes::LoadOptions,
 };
 
-use super::DiagnoseArgs;
+use super::{DiagnoseArgs, probes_attached, session_options};
 
 /// Exit status when findings were reported (0: none; 1: error; 2: bad usage).
 pub const EXIT_FINDINGS: u8 = 3;
 
 #[derive(Debug, Serialize)]
 pub struct DiagnoseReport {
+    /// The host over the window: CPUs, hypervisor, NUMA nodes, steal, kernel.
+    pub host: HostReport,
     pub findings: Vec<FindingReport>,
     pub checked: Checked,
-}
-
-#[derive(Debug, Serialize)]
-pub struct FindingReport {
-    pub kind: &'static str,
-    pub severity: crate::diagnose::Severity,
-    pub cgroup: String,
-    pub namespace: Option<String>,
-    pub pod: Option<String>,
-    pub container: Option<String>,
-    pub summary: String,
-    pub evidence: BTreeMap<&'static str, f64>,
-    pub recommendations: Vec<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -57,80 +38,26 @@ pub struct Checked {
     pub probes_total: usize,
 }
 
-pub const RULES: [&str; 5] = [
-    "lock_storm",
-    "cpu_throttling",
-    "runqueue_saturation",
-    "thread_oversubscription",
-    "mtu_mismatch",
-];
-
-/// Online CPUs of the host.
-pub fn host_cpus() -> u32 {
-    // SAFETY: sysconf has no preconditions.
-    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
-    u32::try_from(n).unwrap_or(1).max(1)
-}
-
-/// Builds each active container's facts from a window and its limits over the window.
-pub fn facts(
-    window: &Window,
-    paths: &HashMap<u64, String>,
-    limits: &HashMap<u64, Limits>,
-    host_cpus: u32,
-) -> Vec<Facts> {
-    window
-        .cgroups
-        .iter()
-        .filter_map(|(id, w)| {
-            let path = paths.get(id)?;
-            let l = limits.get(id);
-            Some(Facts {
-                cgroup_id: *id,
-                cgroup: path.clone(),
-                window_seconds: window.duration.as_secs_f64(),
-                host_cpus,
-                cpuset_cpus: l
-                    .and_then(|l| l.cpuset_cpus.as_ref())
-                    .map(|c| c.len() as u32),
-                quota_cores: l.and_then(|l| l.cpu_quota_cores),
-                threads: l.and_then(|l| l.threads),
-                throttled_periods: l.and_then(|l| l.throttled_periods),
-                throttled_seconds: l.and_then(|l| l.throttled_seconds),
-                sched: w.sched,
-                futex: w.futex,
-                locks: w.locks,
-            })
-        })
-        .collect()
-}
-
 pub async fn run(args: DiagnoseArgs) -> anyhow::Result<u8> {
     privileges::require()?;
     let resolver = CgroupResolver::discover()?;
     let options = LoadOptions::default();
     let mut pipeline = Pipeline::start(&options, resolver)?;
-    // The network namespaces' kernel counters at the start, for `mtu_mismatch`.
-    let net_watch = options
-        .families
-        .contains(&Family::Net)
-        .then(NetWatch::start);
+    let interval = Duration::from_secs(1);
+    // The whole duration is the window the rules judge.
+    let mut session = Session::new(
+        session_options(&pipeline, None, interval, Thresholds::default()),
+        crate::diagnose::session::cgroupfs_reader(),
+        pipeline.resolver.known(),
+    );
     let duration = Duration::from_secs_f64(args.duration);
+    let (attached, total) = probes_attached(&pipeline);
     eprintln!(
-        "stormwatch: watching this host for {:.0}s ({}/{} probes attached)",
+        "stormwatch: watching this host for {:.0}s ({attached}/{total} probes attached)",
         duration.as_secs_f64(),
-        pipeline
-            .probes
-            .status
-            .iter()
-            .filter(|s| s.attached())
-            .count(),
-        pipeline.probes.status.len()
     );
     let started = pipeline.started_at();
-    let mut total = Window::empty();
     let deadline = tokio::time::Instant::from_std(started + duration);
-    let interval = Duration::from_secs(1);
     let mut next = tokio::time::Instant::from_std(started) + interval;
     let ctrl_c = tokio::signal::ctrl_c();
     tokio::pin!(ctrl_c);
@@ -139,51 +66,32 @@ pub async fn run(args: DiagnoseArgs) -> anyhow::Result<u8> {
             _ = tokio::time::sleep_until(next.min(deadline)) => false,
             _ = &mut ctrl_c => true,
         };
-        total.extend(&pipeline.tick()?);
+        let window = pipeline.tick()?;
+        let resolver = &pipeline.resolver;
+        session.observe(&window, |id| resolver.path(id), std::time::Instant::now());
         if interrupted || tokio::time::Instant::now() >= deadline {
             break;
         }
         next += interval;
     }
-    let cpus = host_cpus();
-    let limits = pipeline.limits_of(&total);
-    let all = facts(&total, pipeline.paths(), &limits, cpus);
-    let thresholds = Thresholds::default();
-    let mut findings = diagnose(&all, &thresholds);
-    if let Some(state) = net_watch.as_ref().map(NetWatch::finish) {
-        let root = pipeline.resolver.root().to_path_buf();
-        let cgroup_id = |path: &str| {
-            std::fs::metadata(root.join(path.trim_start_matches('/')))
-                .ok()
-                .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
-        };
-        let net = net_facts(&state, &total, pipeline.availability().net, cgroup_id);
-        findings.extend(diagnose_network(&net, &thresholds));
-        findings.sort_by(|a, b| {
-            b.severity
-                .cmp(&a.severity)
-                .then(a.kind.cmp(&b.kind))
-                .then(a.cgroup.cmp(&b.cgroup))
-        });
-    }
+    let net = session.network();
+    let findings = session.judge(pipeline.paths(), net.as_ref());
+    let window = session.window();
+    let limits = session.window_limits(&window);
     let ctx = pipeline.report_context(&limits);
     let report = DiagnoseReport {
+        host: HostReport::new(session.host(), session.steal()),
         findings: findings
             .iter()
-            .map(|f| finding_report(f, ctx.identities.get(&f.cgroup_id)))
+            .map(|f| FindingReport::new(f, ctx.identities.get(&f.cgroup_id)))
             .collect(),
         checked: Checked {
-            duration_seconds: total.duration.as_secs_f64(),
-            containers: all.len(),
-            host_cpus: cpus,
-            rules: RULES.to_vec(),
-            probes_attached: pipeline
-                .probes
-                .status
-                .iter()
-                .filter(|s| s.attached())
-                .count(),
-            probes_total: pipeline.probes.status.len(),
+            duration_seconds: window.duration.as_secs_f64(),
+            containers: session.facts(&window, pipeline.paths()).len(),
+            host_cpus: host_cpus(),
+            rules: RULES.iter().map(|k| k.as_str()).collect(),
+            probes_attached: attached,
+            probes_total: total,
         },
     };
     let mut out = std::io::stdout().lock();
@@ -198,21 +106,6 @@ pub async fn run(args: DiagnoseArgs) -> anyhow::Result<u8> {
     } else {
         EXIT_FINDINGS
     })
-}
-
-fn finding_report(f: &Finding, identity: Option<&Identity>) -> FindingReport {
-    let identity = identity.cloned().unwrap_or_default();
-    FindingReport {
-        kind: f.kind.as_str(),
-        severity: f.severity,
-        cgroup: f.cgroup.clone(),
-        namespace: identity.namespace,
-        pod: identity.pod,
-        container: identity.container,
-        summary: f.summary.clone(),
-        evidence: f.evidence.clone(),
-        recommendations: f.recommendations.clone(),
-    }
 }
 
 fn print_human(out: &mut impl std::io::Write, r: &DiagnoseReport) -> std::io::Result<()> {
@@ -233,6 +126,7 @@ fn print_human(out: &mut impl std::io::Write, r: &DiagnoseReport) -> std::io::Re
             c.host_cpus
         )?;
     }
+    print_host(out, &r.host)?;
     for (i, f) in r.findings.iter().enumerate() {
         let who = match (&f.namespace, &f.pod, &f.container) {
             (Some(ns), Some(pod), Some(ct)) => format!("{ns}/{pod}/{ct} ({})", f.cgroup),
@@ -248,6 +142,9 @@ fn print_human(out: &mut impl std::io::Write, r: &DiagnoseReport) -> std::io::Re
         for (k, v) in &f.evidence {
             writeln!(out, "     {k:<40} {}", fmt_value(*v))?;
         }
+        for (k, v) in &f.context {
+            writeln!(out, "     {k:<40} {v}")?;
+        }
         writeln!(out, "   what to do:")?;
         for rec in &f.recommendations {
             writeln!(out, "     - {rec}")?;
@@ -261,6 +158,27 @@ fn print_human(out: &mut impl std::io::Write, r: &DiagnoseReport) -> std::io::Re
         c.probes_total
     )?;
     Ok(())
+}
+
+/// One line: what the host is, as the findings' explanations refer to it.
+fn print_host(out: &mut impl std::io::Write, h: &HostReport) -> std::io::Result<()> {
+    let virt = match &h.hypervisor {
+        Some(v) => format!("{v} guest"),
+        None => "no hypervisor detected".to_owned(),
+    };
+    let nodes = h
+        .numa_nodes
+        .map(|n| format!(", {n} NUMA node(s)"))
+        .unwrap_or_default();
+    let steal = h
+        .steal_seconds
+        .map(|s| format!(", {s:.2} s of CPU time stolen"))
+        .unwrap_or_default();
+    writeln!(
+        out,
+        "host: {virt}, {} CPUs{nodes}{steal}, kernel {}",
+        h.cpus, h.kernel
+    )
 }
 
 fn fmt_value(v: f64) -> String {

@@ -5,9 +5,19 @@ pub mod diagnose;
 pub mod run;
 pub mod trace;
 
+use std::time::Duration;
+
 use clap::{Args, Parser, Subcommand};
 
-use crate::probes::Family;
+use crate::{
+    config::positive_seconds,
+    diagnose::{
+        Thresholds, host_cpus,
+        session::{NetworkOptions, SessionOptions},
+    },
+    pipeline::Pipeline,
+    probes::Family,
+};
 
 /// Node diagnostics from eBPF: per-container scheduler figures, lock waits and what they mean.
 #[derive(Debug, Parser)]
@@ -108,18 +118,32 @@ pub struct TraceArgs {
     pub probes: Vec<Family>,
 }
 
-/// A strictly positive, finite number of seconds.
-pub fn positive_seconds(s: &str) -> Result<f64, String> {
-    let v: f64 = s
-        .parse()
-        .map_err(|_| format!("`{s}` is not a number of seconds"))?;
-    if !v.is_finite() || v <= 0.0 {
-        return Err(format!("must be greater than zero (got `{s}`)"));
+/// The diagnosis session's options for a pipeline: the network rules when its probes are
+/// loaded. `span`: the sliding window (`None`: the whole run).
+pub fn session_options(
+    pipeline: &Pipeline,
+    span: Option<Duration>,
+    interval: Duration,
+    thresholds: Thresholds,
+) -> SessionOptions {
+    let avail = pipeline.availability().net;
+    let with_net = avail != crate::report::network::NetAvailability::default();
+    SessionOptions {
+        span,
+        interval,
+        thresholds,
+        host_cpus: host_cpus(),
+        network: with_net.then(|| NetworkOptions {
+            avail,
+            v2_root: pipeline.resolver.root().to_path_buf(),
+        }),
     }
-    if v > 31_536_000.0 {
-        return Err(format!("must be at most a year (got `{s}`)"));
-    }
-    Ok(v)
+}
+
+/// Probes attached, of those tried.
+pub fn probes_attached(pipeline: &Pipeline) -> (usize, usize) {
+    let status = &pipeline.probes.status;
+    (status.iter().filter(|s| s.attached()).count(), status.len())
 }
 
 #[cfg(test)]
@@ -130,16 +154,6 @@ mod tests {
     #[test]
     fn clap_definition_is_consistent() {
         Cli::command().debug_assert();
-    }
-
-    #[test]
-    fn seconds_must_be_positive_and_finite() {
-        assert_eq!(positive_seconds("2.5"), Ok(2.5));
-        assert!(positive_seconds("0").is_err());
-        assert!(positive_seconds("-1").is_err());
-        assert!(positive_seconds("nan").is_err());
-        assert!(positive_seconds("inf").is_err());
-        assert!(positive_seconds("ten").is_err());
     }
 
     #[test]

@@ -22,32 +22,21 @@ use anyhow::Context as _;
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::{
-    cli::diagnose::host_cpus,
-    collect::Window,
     config::{Config, Flags},
+    diagnose::session::{Session, cgroupfs_reader},
     export::{
-        diagnosis::SlidingDiagnosis,
         metrics::Renderer,
         network::Owner,
         server::{self, Shared},
         state::{ActiveFinding, Exporter, Labels, ProgramStats, Tick},
     },
-    identity::{CgroupResolver, limits::Limits},
-    netinfo,
+    identity::CgroupResolver,
     pipeline::Pipeline,
     privileges,
     probes::{LoadOptions, net},
 };
 
-use super::RunArgs;
-
-/// How often the limits (quota, cpuset, threads, throttling) of a cgroup with a CPU quota are
-/// read, at most; and of one without.
-const LIMITS_REFRESH_QUOTA: Duration = Duration::from_secs(10);
-const LIMITS_REFRESH: Duration = Duration::from_secs(60);
-/// How often the MTU inventory is read (interfaces, MTUs and routes change rarely; a pod's
-/// interfaces appear with it, and its traffic is counted from its first packet regardless).
-const INVENTORY_REFRESH: Duration = Duration::from_secs(30);
+use super::{RunArgs, probes_attached, session_options};
 
 /// How long, after the signal, requests in flight may take to finish.
 const DRAIN_TIMEOUT: Duration = Duration::from_millis(500);
@@ -136,10 +125,7 @@ async fn daemon(config: Config) -> anyhow::Result<u8> {
     shared.set_ready(!*stopping.borrow());
     // The loop starts now: /healthz counts from here, whatever the interval.
     shared.ran();
-    let (attached, total) = {
-        let status = &daemon.pipeline.probes.status;
-        (status.iter().filter(|s| s.attached()).count(), status.len())
-    };
+    let (attached, total) = probes_attached(&daemon.pipeline);
     eprintln!(
         "stormwatch: serving http://{addr}/metrics, collecting every {:.1}s \
          ({attached}/{total} probes attached)",
@@ -184,23 +170,21 @@ async fn drain(server: tokio::task::JoinHandle<std::io::Result<()>>) {
 struct Daemon {
     pipeline: Pipeline,
     exporter: Arc<Mutex<Exporter>>,
-    diagnosis: SlidingDiagnosis,
-    thresholds: crate::diagnose::Thresholds,
-    host_cpus: u32,
-    /// Each cgroup's limits when last read, and when that was.
-    latest_limits: HashMap<u64, Limits>,
-    limits_read_at: HashMap<u64, Instant>,
+    /// The diagnosis over a sliding window: the same engine as `diagnose`'s.
+    session: Session,
     /// Keeps the kernel's BPF run-time statistics on while the daemon runs.
     _bpf_stats: Option<OwnedFd>,
-    /// When the MTU inventory was last read.
-    inventory_at: Option<Instant>,
 }
 
 impl Daemon {
     fn start(config: &Config, exporter: Arc<Mutex<Exporter>>) -> anyhow::Result<Self> {
         privileges::require()?;
         let resolver = CgroupResolver::discover()?;
-        let pipeline = Pipeline::start(&LoadOptions::default(), resolver)?;
+        let options = LoadOptions {
+            max_cgroups: config.max_cgroups,
+            ..LoadOptions::default()
+        };
+        let pipeline = Pipeline::start(&options, resolver)?;
         let bpf_stats = if config.bpf_stats {
             match aya::sys::enable_stats(aya::sys::Stats::RunTime) {
                 Ok(fd) => Some(fd),
@@ -223,20 +207,31 @@ impl Daemon {
             e.lost_events = pipeline.probes.probe_errors();
             e.programs = program_stats(&pipeline);
             e.bpf_stats_enabled = bpf_stats.is_some() || sysctl_bpf_stats();
+            e.host_steal_seconds = crate::host::steal_seconds_since_boot();
+            // The MTU inventory from the start (then re-read with each diagnosis step).
+            if e.avail.net.any() {
+                let namespaces = crate::netinfo::namespaces::discover();
+                e.network
+                    .set_inventory(&crate::netinfo::inventory::collect(&namespaces));
+            }
         }
+        let session = Session::new(
+            session_options(
+                &pipeline,
+                Some(Duration::from_secs_f64(config.diagnosis_window_seconds)),
+                Duration::from_secs_f64(config.interval_seconds),
+                config.thresholds.clone(),
+            ),
+            cgroupfs_reader(),
+            pipeline.resolver.known(),
+        );
+        // The host as the session read it: /metrics and the rules describe the same host.
+        exporter.lock().unwrap_or_else(PoisonError::into_inner).host = Some(session.host().clone());
         Ok(Self {
             pipeline,
             exporter,
-            diagnosis: SlidingDiagnosis::new(
-                Duration::from_secs_f64(config.diagnosis_window_seconds),
-                Duration::from_secs_f64(config.interval_seconds),
-            ),
-            thresholds: config.thresholds.clone(),
-            host_cpus: host_cpus(),
-            latest_limits: HashMap::new(),
-            limits_read_at: HashMap::new(),
+            session,
             _bpf_stats: bpf_stats,
-            inventory_at: None,
         })
     }
 
@@ -249,9 +244,13 @@ impl Daemon {
         let mut e = exporter.lock().unwrap_or_else(PoisonError::into_inner);
         match window {
             Ok(window) => {
-                let limits = self.read_limits(&window, started);
                 let p = &self.pipeline;
-                let alive = |id: u64| p.resolver.path(id).is_some();
+                let resolver = &p.resolver;
+                let step_done = self
+                    .session
+                    .observe(&window, |id| resolver.path(id), started);
+                let alive = |id: u64| resolver.path(id).is_some();
+                let limits = self.session.latest_limits(window.cgroups.keys());
                 let ctx = p.report_context(&limits);
                 e.cgroups.apply(
                     &Tick {
@@ -263,35 +262,25 @@ impl Daemon {
                     },
                     alive,
                 );
-                update_network(
-                    p,
-                    &mut self.inventory_at,
-                    &mut e,
-                    &window,
-                    ctx.identities,
-                    started,
-                );
-                if self.diagnosis.push(&window, &self.latest_limits) {
-                    let findings = self.diagnosis.judge(
-                        p.paths(),
-                        &self.latest_limits,
-                        self.host_cpus,
-                        &self.thresholds,
-                    );
+                update_network(p, &mut e, &window, ctx.identities);
+                if step_done {
+                    let net = self.session.network();
+                    // The inventory the diagnosis reads is the one the MTU gauges show.
+                    if let Some(state) = &net {
+                        e.network.set_inventory(&state.namespaces);
+                    }
+                    let findings = self.session.judge(p.paths(), net.as_ref());
                     e.findings = findings
                         .iter()
                         .map(|f| ActiveFinding::new(f, ctx.identities.get(&f.cgroup_id)))
                         .collect();
                 }
-                let diagnosis = &self.diagnosis;
-                self.latest_limits
-                    .retain(|id, _| alive(*id) || diagnosis.contains(*id));
-                let latest = &self.latest_limits;
-                self.limits_read_at.retain(|id, _| latest.contains_key(id));
+                self.session.forget(alive);
                 // Names of removed cgroups are needed only while the diagnosis window has them
                 // (the exported series keep their own copy).
+                let session = &self.session;
                 self.pipeline
-                    .forget_names(|id| diagnosis.contains(id), |_| false);
+                    .forget_names(|id| session.contains(id), |_| false);
             }
             Err(err) => {
                 e.collection_errors += 1;
@@ -301,59 +290,23 @@ impl Daemon {
         e.lost_events = self.pipeline.probes.probe_errors();
         e.programs = program_stats(&self.pipeline);
         e.bpf_stats_enabled = self._bpf_stats.is_some() || sysctl_bpf_stats();
+        e.host_steal_seconds = crate::host::steal_seconds_since_boot();
         e.collection_duration.observe(started.elapsed());
         e.last_collection_unix_seconds = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .ok()
             .map(|d| d.as_secs_f64());
     }
-
-    /// The limits of the window's cgroups that are due for a read: a cgroup's are read when
-    /// it is first seen, then every [`LIMITS_REFRESH_QUOTA`] when it has a CPU quota (its
-    /// throttling counters feed the diagnosis) and every [`LIMITS_REFRESH`] otherwise.
-    /// Reading them (five cgroupfs files each; `cpu.stat` flushes the cgroup's statistics
-    /// under a lock that every CPU's updates contend for) is most of a collection's cost with
-    /// many cgroups; quotas, cpusets and thread counts change rarely. Refreshes are spread
-    /// over the period by cgroup id, so that cgroups seen together are not read together.
-    fn read_limits(&mut self, window: &Window, now: Instant) -> HashMap<u64, Limits> {
-        let (read_at, latest) = (&self.limits_read_at, &self.latest_limits);
-        let limits: HashMap<u64, Limits> = window
-            .cgroups
-            .keys()
-            .filter(|id| match (read_at.get(id), latest.get(id)) {
-                (Some(t), Some(l)) => {
-                    now.saturating_duration_since(*t) >= refresh_period(l.cpu_quota_cores.is_some())
-                }
-                _ => true,
-            })
-            .filter_map(|id| Some((*id, self.pipeline.window_limits(*id)?)))
-            .collect();
-        for (id, l) in &limits {
-            let first = !self.limits_read_at.contains_key(id);
-            let period = refresh_period(l.cpu_quota_cores.is_some());
-            // The first refresh comes after a part of the period that depends on the id.
-            let stagger = if first {
-                Duration::from_millis(id % period.as_millis().max(1) as u64)
-            } else {
-                Duration::ZERO
-            };
-            let at = now.checked_sub(stagger).unwrap_or(now);
-            self.limits_read_at.insert(*id, at);
-            self.latest_limits.insert(*id, l.clone());
-        }
-        limits
-    }
 }
 
-/// The network series: interface and drop totals, each namespace's owner, and, every
-/// [`INVENTORY_REFRESH`], the MTU inventory.
+/// Run counts and times of the loaded programs (the kernel counts them while BPF statistics
+/// are on). Programs of the object that were not loaded are left out.
+/// The network series: interface and drop totals, and each namespace's owner.
 fn update_network(
     p: &Pipeline,
-    inventory_at: &mut Option<Instant>,
     e: &mut Exporter,
-    window: &Window,
+    window: &crate::collect::Window,
     identities: &HashMap<u64, crate::identity::workload::Identity>,
-    now: Instant,
 ) {
     if !p.availability().net.any() {
         return;
@@ -368,23 +321,8 @@ fn update_network(
         })
         .collect();
     e.network.apply(window, &net::iface_keys(ebpf), owners);
-    if inventory_at.is_none_or(|at| now.saturating_duration_since(at) >= INVENTORY_REFRESH) {
-        *inventory_at = Some(now);
-        let namespaces = netinfo::inventory::collect(&netinfo::namespaces::discover());
-        e.network.set_inventory(&namespaces);
-    }
 }
 
-fn refresh_period(has_quota: bool) -> Duration {
-    if has_quota {
-        LIMITS_REFRESH_QUOTA
-    } else {
-        LIMITS_REFRESH
-    }
-}
-
-/// Run counts and times of the loaded programs (the kernel counts them while BPF statistics
-/// are on). Programs of the object that were not loaded are left out.
 fn program_stats(pipeline: &Pipeline) -> Vec<ProgramStats> {
     let mut out: Vec<ProgramStats> = pipeline
         .probes

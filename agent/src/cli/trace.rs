@@ -10,15 +10,19 @@ use anyhow::Context as _;
 
 use crate::{
     collect::Window,
+    diagnose::{
+        FindingReport, Thresholds,
+        session::{Session, cgroupfs_reader},
+    },
+    host::HostReport,
     identity::{CgroupResolver, is_within},
-    netinfo::NetWatch,
     pipeline::Pipeline,
     privileges,
-    probes::{Family, LoadOptions},
+    probes::LoadOptions,
     report::{ContainerReport, TraceReport, containers, network},
 };
 
-use super::TraceArgs;
+use super::{TraceArgs, probes_attached, session_options};
 
 /// Default duration of a `--json` trace.
 const DEFAULT_JSON_DURATION: f64 = 10.0;
@@ -41,20 +45,22 @@ pub async fn run(args: TraceArgs) -> anyhow::Result<()> {
     let options = LoadOptions {
         force_tracepoints: args.force_tracepoints,
         families: args.probes.clone(),
+        ..LoadOptions::default()
     };
     let mut pipeline = Pipeline::start(&options, resolver)?;
-    // The namespaces' kernel counters at the start (the interface inventory is read at the
-    // end): only for the JSON document, and only with the network family.
-    let net_watch = (args.json && args.probes.contains(&Family::Net)).then(NetWatch::start);
-    let attached = pipeline
-        .probes
-        .status
-        .iter()
-        .filter(|s| s.attached())
-        .count();
+    // The diagnosis session over the whole trace: the JSON document's limits and findings
+    // are the same as `diagnose`'s for the same window.
+    let mut session_opts = session_options(&pipeline, None, interval, Thresholds::default());
+    if !args.json {
+        // The live table shows one interval at a time and no findings: a window of one
+        // interval, and no namespace counters to keep.
+        session_opts.span = Some(interval);
+        session_opts.network = None;
+    }
+    let mut session = Session::new(session_opts, cgroupfs_reader(), pipeline.resolver.known());
+    let (attached, total) = probes_attached(&pipeline);
     eprintln!(
-        "stormwatch: tracing with {attached}/{} probes attached{}",
-        pipeline.probes.status.len(),
+        "stormwatch: tracing with {attached}/{total} probes attached{}",
         match duration {
             Some(d) => format!(" for {:.1}s", d.as_secs_f64()),
             None => ", Ctrl-C to stop".to_owned(),
@@ -81,9 +87,11 @@ pub async fn run(args: TraceArgs) -> anyhow::Result<()> {
             _ = &mut ctrl_c => true,
         };
         let window = pipeline.tick()?;
+        let resolver = &pipeline.resolver;
+        session.observe(&window, |id| resolver.path(id), std::time::Instant::now());
         total.extend(&window);
         if !args.json {
-            let limits = pipeline.limits_of(&window);
+            let limits = session.latest_limits(window.cgroups.keys());
             let rows = containers(&window, &pipeline.report_context(&limits), keep);
             print_table(&rows, &window, &pipeline.probes.probe_errors(), is_tty)?;
         }
@@ -101,25 +109,32 @@ pub async fn run(args: TraceArgs) -> anyhow::Result<()> {
             );
         } else {
             pipeline.forget_names(|_| false, |_| false);
+            let resolver = &pipeline.resolver;
+            session.forget(|id| resolver.path(id).is_some());
         }
     }
 
     if args.json {
-        let net = net_watch.as_ref().map(NetWatch::finish);
+        let net = session.network();
         let net_avail = pipeline.availability().net;
+        let findings = session.judge(pipeline.paths(), net.as_ref());
+        let limits = session.window_limits(&total);
+        let ctx = pipeline.report_context(&limits);
         let report = TraceReport {
             duration_seconds: total.duration.as_secs_f64(),
+            host: HostReport::new(session.host(), session.steal()),
             interfaces: net
                 .as_ref()
                 .map(|n| network::interfaces(&n.namespaces, &total, net_avail)),
             network_namespaces: net
                 .as_ref()
                 .map(|n| network::namespaces(&n.namespaces, &n.snmp)),
-            containers: containers(
-                &total,
-                &pipeline.report_context(&pipeline.limits_of(&total)),
-                keep,
-            ),
+            containers: containers(&total, &ctx, keep),
+            findings: findings
+                .iter()
+                .filter(|f| keep(f.cgroup_id, Some(f.cgroup.as_str())))
+                .map(|f| FindingReport::new(f, ctx.identities.get(&f.cgroup_id)))
+                .collect(),
             probes: pipeline.probes.status.clone(),
             lost_events: pipeline
                 .probes

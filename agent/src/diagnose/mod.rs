@@ -5,11 +5,18 @@
 
 pub mod network;
 pub mod rules;
+pub mod session;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 use stormwatch_common::{FutexStats, LockStats, SchedStats, lock_kind};
+
+use crate::{
+    collect::Window,
+    host::{Host, Steal},
+    identity::{limits::Limits, workload::Identity},
+};
 
 /// One container's figures over one window, with what bounds it.
 #[derive(Clone, Debug)]
@@ -32,6 +39,32 @@ pub struct Facts {
     pub sched: SchedStats,
     pub futex: FutexStats,
     pub locks: LockStats,
+    /// Of the wake-ups of the container's threads, the share sent from another CPU than the
+    /// one the thread was queued on (each an inter-processor interrupt), when measured.
+    pub remote_wakeup_share: Option<f64>,
+    /// Distinct CPUs the container's threads ran on in the window, when measured.
+    pub cpus_used: Option<u32>,
+    /// The host over the window, when known.
+    pub host: Option<HostFacts>,
+}
+
+/// What the rules know of the host over a window.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct HostFacts {
+    /// `kvm`, `xen`, … or `unknown`; `None` on bare metal (see [`crate::host::Host`]).
+    pub hypervisor: Option<String>,
+    /// Of all the host's CPU time in the window, the part the hypervisor stole; `None` when
+    /// `/proc/stat` could not be read or the window was empty.
+    pub steal_share: Option<f64>,
+}
+
+impl HostFacts {
+    pub fn new(host: &Host, steal: Option<Steal>) -> Self {
+        Self {
+            hypervisor: host.hypervisor.clone(),
+            steal_share: steal.and_then(|s| s.share),
+        }
+    }
 }
 
 impl Facts {
@@ -137,6 +170,9 @@ pub struct Finding {
     pub summary: String,
     /// The figures the rule used, by name, in base units.
     pub evidence: BTreeMap<&'static str, f64>,
+    /// What the rule used that is not a figure, by name (e.g. `hypervisor`: `kvm`, or `none`
+    /// on bare metal); a name is absent when it was not known.
+    pub context: BTreeMap<&'static str, String>,
     pub recommendations: Vec<String>,
 }
 
@@ -154,6 +190,9 @@ pub struct Thresholds {
     pub storm_critical_futex_wait_share: f64,
     pub storm_high_migrations_per_second: f64,
     pub storm_significant_spin_wait: f64,
+    pub storm_high_remote_wakeup_share: f64,
+    pub storm_significant_steal_share: f64,
+    pub storm_node_sized_min_host_per_allowed_cpu: f64,
     pub throttling_min_throttled_share: f64,
     pub throttling_critical_throttled_share: f64,
     pub runq_min_mean_seconds: f64,
@@ -179,6 +218,9 @@ impl Default for Thresholds {
             storm_critical_futex_wait_share: STORM_CRITICAL_FUTEX_WAIT_SHARE,
             storm_high_migrations_per_second: STORM_HIGH_MIGRATIONS_PER_SECOND,
             storm_significant_spin_wait: STORM_SIGNIFICANT_SPIN_WAIT,
+            storm_high_remote_wakeup_share: STORM_HIGH_REMOTE_WAKEUP_SHARE,
+            storm_significant_steal_share: STORM_SIGNIFICANT_STEAL_SHARE,
+            storm_node_sized_min_host_per_allowed_cpu: STORM_NODE_SIZED_MIN_HOST_PER_ALLOWED_CPU,
             throttling_min_throttled_share: THROTTLING_MIN_THROTTLED_SHARE,
             throttling_critical_throttled_share: THROTTLING_CRITICAL_THROTTLED_SHARE,
             runq_min_mean_seconds: RUNQ_MIN_MEAN_SECONDS,
@@ -193,6 +235,15 @@ impl Default for Thresholds {
     }
 }
 
+/// Every rule, by name: what `diagnose` says it checked.
+pub const RULES: [Kind; 5] = [
+    Kind::LockStorm,
+    Kind::CpuThrottling,
+    Kind::RunqueueSaturation,
+    Kind::ThreadOversubscription,
+    Kind::MtuMismatch,
+];
+
 /// Runs every rule on every container; findings ranked by severity, then by container.
 /// `all` is the whole host's facts, so that a rule can name a noisy neighbour.
 pub fn diagnose(all: &[Facts], t: &Thresholds) -> Vec<Finding> {
@@ -200,11 +251,96 @@ pub fn diagnose(all: &[Facts], t: &Thresholds) -> Vec<Finding> {
         .iter()
         .flat_map(|f| rules::check_all(f, all, t))
         .collect();
+    sort_findings(&mut findings);
+    findings
+}
+
+/// The order findings are reported in: most severe first, then by kind and container.
+pub fn sort_findings(findings: &mut [Finding]) {
     findings.sort_by(|a, b| {
         b.severity
             .cmp(&a.severity)
             .then(a.kind.cmp(&b.kind))
             .then(a.cgroup.cmp(&b.cgroup))
     });
-    findings
+}
+
+/// Online CPUs of the host (see [`crate::host::online_cpus`]).
+pub fn host_cpus() -> u32 {
+    crate::host::online_cpus()
+}
+
+/// Builds each active container's facts from a window and its resource context over the
+/// window (see [`session::Session::window_limits`]).
+pub fn facts(
+    window: &Window,
+    paths: &HashMap<u64, String>,
+    limits: &HashMap<u64, Limits>,
+    host_cpus: u32,
+) -> Vec<Facts> {
+    window
+        .cgroups
+        .iter()
+        .filter_map(|(id, w)| {
+            let path = paths.get(id)?;
+            let l = limits.get(id);
+            Some(Facts {
+                cgroup_id: *id,
+                cgroup: path.clone(),
+                window_seconds: window.duration.as_secs_f64(),
+                host_cpus,
+                cpuset_cpus: l
+                    .and_then(|l| l.cpuset_cpus.as_ref())
+                    .map(|c| c.len() as u32),
+                quota_cores: l.and_then(|l| l.cpu_quota_cores),
+                threads: l.and_then(|l| l.threads),
+                throttled_periods: l.and_then(|l| l.throttled_periods),
+                throttled_seconds: l.and_then(|l| l.throttled_seconds),
+                sched: w.sched,
+                futex: w.futex,
+                locks: w.locks,
+                remote_wakeup_share: w.remote_wakeup_share(),
+                // A container that ran in the window ran on at least one CPU: none means the
+                // switch probe did not see it, not "no CPU".
+                cpus_used: Some(w.cpus_used()).filter(|n| *n > 0),
+                // The session adds the host over the same window.
+                host: None,
+            })
+        })
+        .collect()
+}
+
+/// A finding as documents show it (`diagnose --json`, `trace --json`): the rule's verdict with
+/// the container's Kubernetes names.
+#[derive(Clone, Debug, Serialize)]
+pub struct FindingReport {
+    pub kind: &'static str,
+    pub severity: Severity,
+    pub cgroup: String,
+    pub namespace: Option<String>,
+    pub pod: Option<String>,
+    pub container: Option<String>,
+    pub summary: String,
+    pub evidence: BTreeMap<&'static str, f64>,
+    /// What the rule used that is not a figure (e.g. `hypervisor`).
+    pub context: BTreeMap<&'static str, String>,
+    pub recommendations: Vec<String>,
+}
+
+impl FindingReport {
+    pub fn new(f: &Finding, identity: Option<&Identity>) -> Self {
+        let identity = identity.cloned().unwrap_or_default();
+        Self {
+            kind: f.kind.as_str(),
+            severity: f.severity,
+            cgroup: f.cgroup.clone(),
+            namespace: identity.namespace,
+            pod: identity.pod,
+            container: identity.container,
+            summary: f.summary.clone(),
+            evidence: f.evidence.clone(),
+            context: f.context.clone(),
+            recommendations: f.recommendations.clone(),
+        }
+    }
 }

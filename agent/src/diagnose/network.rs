@@ -282,6 +282,7 @@ fn finding(
         cgroup: owner.1,
         summary,
         evidence,
+        context: BTreeMap::new(),
         recommendations,
     }
 }

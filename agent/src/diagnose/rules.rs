@@ -37,6 +37,18 @@ pub mod defaults {
     /// Kernel spinlock wait, in seconds per second (0.01 = 1% of a CPU spinning): the
     /// `_raw_spin_unlock_irqrestore` signature of futex hash-bucket and run-queue lock hand-offs.
     pub const STORM_SIGNIFICANT_SPIN_WAIT: f64 = 0.01;
+    /// Half of the container's wake-ups sent from another CPU than the woken thread's: most
+    /// hand-offs then pay an inter-processor interrupt (in a guest, usually a VM exit), so how
+    /// far the threads spread over CPUs, not the lock alone, sets the cost of each hand-off. A
+    /// storm pinned to one CPU is near 0.
+    pub const STORM_HIGH_REMOTE_WAKEUP_SHARE: f64 = 0.5;
+    /// 5% of the host's CPU time stolen by the hypervisor: vCPUs are descheduled often enough
+    /// that a lock holder preempted on its vCPU (lock-holder preemption) stalls every waiter.
+    pub const STORM_SIGNIFICANT_STEAL_SHARE: f64 = 0.05;
+    /// Pools look sized from the node when the container runs at least as many threads as the
+    /// node has CPUs, and the node has at least 4 times the CPUs the container may use: pools
+    /// sized from the container's CPUs would be 4 times smaller.
+    pub const STORM_NODE_SIZED_MIN_HOST_PER_ALLOWED_CPU: f64 = 4.0;
     /// Throttled time per second of window: 5% means the container stalls for 5 ms of every
     /// 100 ms period on average, enough to show in tail latency.
     pub const THROTTLING_MIN_THROTTLED_SHARE: f64 = 0.05;
@@ -85,6 +97,7 @@ fn finding(
         cgroup: f.cgroup.clone(),
         summary,
         evidence,
+        context: BTreeMap::new(),
         recommendations,
     }
 }
@@ -151,9 +164,14 @@ pub fn lock_storm(f: &Facts, t: &Thresholds) -> Option<Finding> {
     e.insert("kernel_spin_wait_seconds_per_second", spin);
     e.insert("migrations_per_second", f.migrations_per_second());
     limits_evidence(f, &mut e);
+    let cost = HandOffCost::of(f, t, threads, allowed);
+    cost.evidence(f, threads, &mut e);
+    let n = allowed.ceil().max(1.0) as u64;
 
     let mut recs = Vec::new();
-    if migrations_per_cpu >= t.storm_high_migrations_per_second {
+    if let Some(pin) = cost.pinning(n) {
+        recs.push(pin);
+    } else if migrations_per_cpu >= t.storm_high_migrations_per_second {
         recs.push(format!(
             "Pin the container to fewer, dedicated CPUs: threads move between CPUs {:.0} times \
              per second, and every lock hand-off then crosses caches. On Kubernetes use the \
@@ -162,18 +180,32 @@ pub fn lock_storm(f: &Facts, t: &Thresholds) -> Option<Finding> {
             f.migrations_per_second()
         ));
     }
-    recs.push(format!(
-        "Size thread pools and runtimes to the {allowed:.0} CPU(s) really available instead of \
-         running {threads:.0} threads: JVM -XX:ActiveProcessorCount={n} and explicit pool sizes; \
-         Go GOMAXPROCS={n}; fewer worker threads in thread-per-request servers.",
-        n = allowed.ceil().max(1.0) as u64
-    ));
+    recs.push(if cost.node_sized {
+        node_sizing(threads, f.host_cpus, n)
+    } else {
+        format!(
+            "Size thread pools and runtimes to the {allowed:.0} CPU(s) really available instead \
+             of running {threads:.0} threads: JVM -XX:ActiveProcessorCount={n} and explicit \
+             pool sizes; Go GOMAXPROCS={n}; fewer worker threads in thread-per-request servers."
+        )
+    });
     if spin >= t.storm_significant_spin_wait {
         recs.push(format!(
             "Kernel spinlock hand-offs cost {:.1}% of a CPU (the `_raw_spin_unlock_irqrestore` \
              signature in perf top): fewer CPUs contending for the same futex hash buckets and \
              run queues helps; see kernel_lock_sites in `stormwatch trace --json`.",
             100.0 * spin
+        ));
+    }
+    if let Some(steal) = cost
+        .steal_share
+        .filter(|s| *s >= t.storm_significant_steal_share)
+    {
+        recs.push(format!(
+            "The hypervisor took {:.0}% of the host's CPU time (steal): a vCPU descheduled while \
+             its thread holds the lock stalls every waiter. Ask for vCPUs that are not \
+             overcommitted (dedicated or pinned), or move to a less loaded host.",
+            100.0 * steal
         ));
     }
     recs.push(
@@ -188,20 +220,163 @@ pub fn lock_storm(f: &Facts, t: &Thresholds) -> Option<Finding> {
          monitor."
             .to_owned(),
     );
-    Some(finding(
-        f,
-        Kind::LockStorm,
-        severity,
-        format!(
-            "lock storm: {threads:.0} threads on {allowed:.1} usable CPU(s) spend {:.0}% of \
-             their time in futex waits ({:.0} waits/s per CPU, {vcsw:.0} voluntary switches/s \
-             per CPU)",
-            100.0 * share,
-            waits_per_cpu
-        ),
-        e,
-        recs,
-    ))
+    let mut summary = format!(
+        "lock storm: {threads:.0} threads on {allowed:.1} usable CPU(s) spend {:.0}% of their \
+         time in futex waits ({:.0} waits/s per CPU, {vcsw:.0} voluntary switches/s per CPU)",
+        100.0 * share,
+        waits_per_cpu
+    );
+    cost.explain(f, threads, allowed, t, &mut summary);
+    let mut found = finding(f, Kind::LockStorm, severity, summary, e, recs);
+    if let Some(host) = &f.host {
+        found.context.insert(
+            "hypervisor",
+            host.hypervisor.clone().unwrap_or_else(|| "none".to_owned()),
+        );
+    }
+    Some(found)
+}
+
+/// Why each hand-off of a storm costs what it does: where the wake-ups come from, how far the
+/// threads spread, the hypervisor under them, steal, and how the pools were sized. Each part
+/// comes from measured figures only; an unknown figure leaves its part out.
+struct HandOffCost<'a> {
+    remote_share: Option<f64>,
+    /// Most wake-ups come from another CPU.
+    remote_high: bool,
+    cpus_used: Option<u32>,
+    /// The threads ran on more CPUs than the container may use at once.
+    spread_high: bool,
+    /// `Some(None)`: bare metal; `None`: the host is not known.
+    hypervisor: Option<Option<&'a str>>,
+    steal_share: Option<f64>,
+    /// As many threads as the node has CPUs, on a node far larger than the container.
+    node_sized: bool,
+}
+
+impl<'a> HandOffCost<'a> {
+    fn of(f: &'a Facts, t: &Thresholds, threads: f64, allowed: f64) -> Self {
+        let host_cpus = f64::from(f.host_cpus.max(1));
+        Self {
+            remote_share: f.remote_wakeup_share,
+            remote_high: f
+                .remote_wakeup_share
+                .is_some_and(|r| r >= t.storm_high_remote_wakeup_share),
+            cpus_used: f.cpus_used,
+            spread_high: f.cpus_used.is_some_and(|c| f64::from(c) > allowed.ceil()),
+            hypervisor: f.host.as_ref().map(|h| h.hypervisor.as_deref()),
+            steal_share: f.host.as_ref().and_then(|h| h.steal_share),
+            node_sized: threads >= host_cpus
+                && host_cpus >= t.storm_node_sized_min_host_per_allowed_cpu * allowed,
+        }
+    }
+
+    fn evidence(&self, f: &Facts, threads: f64, e: &mut BTreeMap<&'static str, f64>) {
+        if let Some(r) = self.remote_share {
+            e.insert("remote_wakeup_share", r);
+        }
+        if let Some(c) = self.cpus_used {
+            e.insert("cpus_used", f64::from(c));
+        }
+        e.insert(
+            "threads_per_host_cpu",
+            threads / f64::from(f.host_cpus.max(1)),
+        );
+        if let Some(s) = self.steal_share {
+            e.insert("steal_share", s);
+        }
+    }
+
+    /// What an inter-processor interrupt costs here, for the sentences that name it.
+    fn vm_exit(&self) -> Option<String> {
+        match self.hypervisor? {
+            Some("unknown") => Some("usually a VM exit in this guest".to_owned()),
+            Some(h) => Some(format!("usually a VM exit in this {h} guest")),
+            None => None,
+        }
+    }
+
+    /// Appends the explanation to a storm's summary.
+    fn explain(&self, f: &Facts, threads: f64, allowed: f64, t: &Thresholds, s: &mut String) {
+        use std::fmt::Write as _;
+        if let Some(r) = self.remote_share {
+            let _ = write!(
+                s,
+                "; {:.0}% of its wake-ups come from another CPU",
+                100.0 * r
+            );
+            if self.remote_high {
+                s.push_str(", an inter-processor interrupt each");
+                if let Some(exit) = self.vm_exit() {
+                    let _ = write!(s, ", {exit}");
+                }
+            }
+        }
+        if let Some(c) = self.cpus_used {
+            let _ = write!(
+                s,
+                "; its threads ran on {c} CPU{}",
+                if c == 1 { "" } else { "s" }
+            );
+            if self.spread_high {
+                let _ = write!(s, ", more than the {allowed:.1} it may use at once");
+            }
+        }
+        if let Some(steal) = self
+            .steal_share
+            .filter(|s| *s >= t.storm_significant_steal_share)
+        {
+            let _ = write!(
+                s,
+                "; the hypervisor took {:.0}% of the host's CPU time (steal)",
+                100.0 * steal
+            );
+        }
+        if self.node_sized {
+            let _ = write!(
+                s,
+                "; {threads:.0} threads for the node's {} CPUs ({:.1} per node CPU) but {allowed:.1} \
+                 usable: its pools look sized from the node's CPU count, not the container's",
+                f.host_cpus,
+                threads / f64::from(f.host_cpus.max(1)),
+            );
+        }
+    }
+
+    /// Pinning, first of the recommendations when the hand-offs cross many CPUs.
+    fn pinning(&self, n: u64) -> Option<String> {
+        if !(self.remote_high && self.spread_high) {
+            return None;
+        }
+        let remote = 100.0 * self.remote_share?;
+        let used = self.cpus_used?;
+        let exit = self
+            .vm_exit()
+            .map(|e| format!(" ({e})"))
+            .unwrap_or_default();
+        Some(format!(
+            "Pin the container to {n} dedicated CPU(s): {remote:.0}% of its wake-ups cross CPUs \
+             and its threads ran on {used} CPUs, so each lock hand-off pays an inter-processor \
+             interrupt{exit}; pinned, the hand-offs stay within {n} CPU(s) that share caches. On \
+             Kubernetes: the kubelet's static CPU manager policy with a Guaranteed pod (CPU \
+             request = limit = {n}, an integer); elsewhere taskset -c or a cpuset."
+        ))
+    }
+}
+
+/// Sizing advice when the pools were sized from the node: the runtime flags that set the CPU
+/// count each runtime sizes its pools from.
+fn node_sizing(threads: f64, host_cpus: u32, n: u64) -> String {
+    format!(
+        "Size the runtimes to the container's {n} CPU(s), not the node's {host_cpus}: \
+         {threads:.0} threads on a {host_cpus}-CPU node is what pools sized from the node look \
+         like. JVM: -XX:ActiveProcessorCount={n} (GC and JIT threads and the common ForkJoinPool \
+         follow it), and where flags or libraries set them, -XX:ParallelGCThreads={n} and \
+         -Djava.util.concurrent.ForkJoinPool.common.parallelism={n}; Go: GOMAXPROCS={n} (or \
+         go.uber.org/automaxprocs; Go 1.25 and later read the CPU limit); .NET: \
+         DOTNET_PROCESSOR_COUNT={n}; OpenMP: OMP_NUM_THREADS={n}; then the application's own \
+         pools (executors, request workers)."
+    )
 }
 
 /// CFS throttling that stalls the container.
@@ -375,7 +550,7 @@ pub fn thread_oversubscription(f: &Facts, t: &Thresholds) -> Option<Finding> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::diagnose::diagnose;
+    use crate::diagnose::{HostFacts, diagnose};
     use stormwatch_common::{FutexStats, LockStats, SchedStats, lock_kind};
 
     const S: u64 = 1_000_000_000;
@@ -395,6 +570,9 @@ mod tests {
             sched: SchedStats::ZERO,
             futex: FutexStats::ZERO,
             locks: LockStats::ZERO,
+            remote_wakeup_share: None,
+            cpus_used: None,
+            host: None,
         }
     }
 
@@ -462,6 +640,188 @@ mod tests {
         );
         assert!(f.recommendations.iter().any(|r| r.starts_with("Caveat")));
         assert!(f.summary.contains("32 threads"));
+    }
+
+    /// The storm of the issue: a Java service with 2,000 threads (pools sized from the node)
+    /// in a container with a 4-core quota, on a 56-vCPU node; `host` says what is under it.
+    fn node_sized_storm(host: Option<HostFacts>, host_cpus: u32) -> Facts {
+        let mut f = base("/kubepods/java");
+        f.host_cpus = host_cpus;
+        f.quota_cores = Some(4.0);
+        f.threads = Some(2000);
+        f.sched.oncpu_ns = 39 * S;
+        f.sched.voluntary_switches = 400_000;
+        f.sched.migrations = 1_000;
+        runq(&mut f, 1000, 50_000);
+        for _ in 0..1000 {
+            f.futex.wait.record(16 * S); // 16,000 s of waiting in 10 s: 1,600 threads
+        }
+        f.futex.wait.count = 400_000;
+        f.remote_wakeup_share = Some(0.85);
+        f.cpus_used = Some(host_cpus);
+        f.host = host;
+        f
+    }
+
+    fn kvm(steal_share: f64) -> Option<HostFacts> {
+        Some(HostFacts {
+            hypervisor: Some("kvm".into()),
+            steal_share: Some(steal_share),
+        })
+    }
+
+    #[test]
+    fn the_vm_storm_of_the_issue_is_explained() {
+        let f = lock_storm(&node_sized_storm(kvm(0.02), 56), &Thresholds::default()).unwrap();
+        let s = &f.summary;
+        for want in [
+            "lock storm: 2000 threads on 4.0 usable CPU(s)",
+            "; 85% of its wake-ups come from another CPU, an inter-processor interrupt each, \
+             usually a VM exit in this kvm guest",
+            "; its threads ran on 56 CPUs, more than the 4.0 it may use at once",
+            "; 2000 threads for the node's 56 CPUs (35.7 per node CPU) but 4.0 usable: its pools \
+             look sized from the node's CPU count, not the container's",
+        ] {
+            assert!(s.contains(want), "missing {want:?} in {s:?}");
+        }
+        assert!(
+            !s.contains("steal"),
+            "2% steal is not worth a sentence: {s}"
+        );
+        let pin = &f.recommendations[0];
+        assert!(
+            pin.starts_with("Pin the container to 4 dedicated CPU(s): 85% of its wake-ups")
+                && pin.contains("ran on 56 CPUs")
+                && pin.contains("(usually a VM exit in this kvm guest)")
+                && pin.contains("static CPU manager policy")
+                && pin.contains("Guaranteed"),
+            "{pin}"
+        );
+        let sizing = f
+            .recommendations
+            .iter()
+            .find(|r| r.starts_with("Size the runtimes"))
+            .expect("node sizing advice");
+        for flag in [
+            "not the node's 56",
+            "-XX:ActiveProcessorCount=4",
+            "-XX:ParallelGCThreads=4",
+            "-Djava.util.concurrent.ForkJoinPool.common.parallelism=4",
+            "GOMAXPROCS=4",
+            "automaxprocs",
+        ] {
+            assert!(sizing.contains(flag), "missing {flag:?} in {sizing}");
+        }
+        assert!(!f.recommendations.iter().any(|r| r.contains("(steal)")));
+        assert_eq!(f.evidence["remote_wakeup_share"], 0.85);
+        assert_eq!(f.evidence["cpus_used"], 56.0);
+        assert_eq!(f.evidence["host_cpus"], 56.0);
+        assert_eq!(f.evidence["threads_per_host_cpu"], 2000.0 / 56.0);
+        assert_eq!(f.evidence["steal_share"], 0.02);
+        assert_eq!(f.evidence["allowed_cpus"], 4.0);
+        assert_eq!(f.context["hypervisor"], "kvm");
+    }
+
+    #[test]
+    fn on_bare_metal_a_hand_off_is_an_interrupt_not_a_vm_exit() {
+        let metal = Some(HostFacts {
+            hypervisor: None,
+            steal_share: Some(0.0),
+        });
+        let f = lock_storm(&node_sized_storm(metal, 24), &Thresholds::default()).unwrap();
+        assert!(
+            f.summary.contains(
+                "85% of its wake-ups come from another CPU, an inter-processor interrupt each;"
+            ),
+            "{}",
+            f.summary
+        );
+        assert!(!f.summary.contains("VM exit"), "{}", f.summary);
+        assert!(!f.recommendations.iter().any(|r| r.contains("VM exit")));
+        assert!(f.recommendations[0].starts_with("Pin the container to 4 dedicated CPU(s)"));
+        // 24 CPUs is 6 times the 4 allowed: still pools sized from the node.
+        assert!(
+            f.summary
+                .contains("for the node's 24 CPUs (83.3 per node CPU)")
+        );
+        assert_eq!(f.context["hypervisor"], "none");
+        assert_eq!(f.evidence["steal_share"], 0.0);
+    }
+
+    #[test]
+    fn a_pinned_kvm_guest_with_steal_is_told_about_steal_not_spread() {
+        // 32 threads pinned to 4 of 8 vCPUs: few remote wake-ups, no spread, pools not sized
+        // from the node (8 < 4 x 4), but the hypervisor steals 8%.
+        let mut f = storm();
+        f.host_cpus = 8;
+        f.cpuset_cpus = Some(4);
+        f.sched.oncpu_ns = 38 * S;
+        f.sched.voluntary_switches = 800_000;
+        f.futex.wait.count = 600_000;
+        f.sched.migrations = 0;
+        f.remote_wakeup_share = Some(0.1);
+        f.cpus_used = Some(4);
+        f.host = kvm(0.08);
+        let found = lock_storm(&f, &Thresholds::default()).unwrap();
+        let s = &found.summary;
+        assert!(
+            s.contains("; 10% of its wake-ups come from another CPU; its threads ran on 4 CPUs;"),
+            "{s}"
+        );
+        assert!(!s.contains("interrupt") && !s.contains("VM exit"), "{s}");
+        assert!(!s.contains("more than the"), "{s}");
+        assert!(!s.contains("sized from the node"), "{s}");
+        assert!(
+            s.ends_with("; the hypervisor took 8% of the host's CPU time (steal)"),
+            "{s}"
+        );
+        assert!(!found.recommendations[0].starts_with("Pin"));
+        assert!(
+            found
+                .recommendations
+                .iter()
+                .any(|r| r.starts_with("The hypervisor took 8%"))
+        );
+        assert!(
+            found
+                .recommendations
+                .iter()
+                .any(|r| r.starts_with("Size thread pools"))
+        );
+        assert_eq!(found.context["hypervisor"], "kvm");
+    }
+
+    #[test]
+    fn without_the_figures_the_explanation_is_left_out() {
+        let f = lock_storm(&node_sized_storm(None, 56), &Thresholds::default());
+        let mut unknown = node_sized_storm(None, 56);
+        unknown.remote_wakeup_share = None;
+        unknown.cpus_used = None;
+        let g = lock_storm(&unknown, &Thresholds::default()).unwrap();
+        for s in [&f.unwrap().summary, &g.summary] {
+            assert!(!s.contains("VM exit") && !s.contains("steal"), "{s}");
+        }
+        assert!(!g.summary.contains("wake-ups") && !g.summary.contains("ran on"));
+        assert!(!g.recommendations[0].starts_with("Pin the container to 4 dedicated"));
+        for absent in ["remote_wakeup_share", "cpus_used", "steal_share"] {
+            assert!(!g.evidence.contains_key(absent), "{absent}");
+        }
+        assert!(g.context.is_empty());
+        // Threads per node CPU and the node sizing need only the thread count and the CPUs.
+        assert!(g.summary.contains("pools look sized from the node"));
+        // An unknown hypervisor still pays a VM exit per interrupt.
+        let mut guest = node_sized_storm(None, 56);
+        guest.host = Some(HostFacts {
+            hypervisor: Some("unknown".into()),
+            steal_share: None,
+        });
+        let h = lock_storm(&guest, &Thresholds::default()).unwrap();
+        assert!(
+            h.summary.contains("usually a VM exit in this guest"),
+            "{}",
+            h.summary
+        );
+        assert!(!h.evidence.contains_key("steal_share"));
     }
 
     #[test]

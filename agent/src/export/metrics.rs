@@ -137,6 +137,25 @@ pub(super) fn per_cgroup(
     Ok(())
 }
 
+/// Encodes one per-cgroup counter family with one series per value of the label `by`.
+fn per_cgroup_by<const N: usize>(
+    enc: &mut DescriptorEncoder,
+    e: &Exporter,
+    name: &str,
+    help: &str,
+    by: &str,
+    values: impl Fn(&Series) -> [(&'static str, u64); N],
+) -> fmt::Result {
+    let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+    for (path, s) in e.cgroups.series() {
+        let base = cgroup_labels(path, s);
+        for (value, n) in values(s) {
+            counter(&mut m, &(base, [(by, value)]), Value::Int(n))?;
+        }
+    }
+    Ok(())
+}
+
 fn encode_cgroups(enc: &mut DescriptorEncoder, e: &Exporter) -> fmt::Result {
     use MetricType::{Counter, Gauge, Histogram};
     use Value::{Float, Int};
@@ -144,23 +163,21 @@ fn encode_cgroups(enc: &mut DescriptorEncoder, e: &Exporter) -> fmt::Result {
     let series = e.cgroups.series();
 
     if a.switch {
-        let mut m = enc.encode_descriptor(
+        per_cgroup_by(
+            enc,
+            e,
             "stormwatch_context_switches",
             "Context switches of the cgroup's tasks, by type: voluntary (the task blocked) or \
              involuntary (it was preempted).",
-            None,
-            Counter,
+            "type",
+            |s| {
+                let sched = &s.totals.sched;
+                [
+                    ("voluntary", sched.voluntary_switches),
+                    ("involuntary", sched.involuntary_switches),
+                ]
+            },
         )?;
-        for (path, s) in series {
-            let base = cgroup_labels(path, s);
-            let sched = &s.totals.sched;
-            for (kind, v) in [
-                ("voluntary", sched.voluntary_switches),
-                ("involuntary", sched.involuntary_switches),
-            ] {
-                counter(&mut m, &(base, [("type", kind)]), Int(v))?;
-            }
-        }
         per_cgroup(
             enc,
             e,
@@ -196,6 +213,24 @@ fn encode_cgroups(enc: &mut DescriptorEncoder, e: &Exporter) -> fmt::Result {
         for (path, s) in series {
             log2_histogram(&mut m, &cgroup_labels(path, s), &s.totals.sched.runq)?;
         }
+    }
+    if a.wake_kinds {
+        per_cgroup_by(
+            enc,
+            e,
+            "stormwatch_wakeups",
+            "Wake-ups of the cgroup's tasks, by kind: local (the waker ran on the CPU the task \
+             was queued on) or remote (another CPU: an inter-processor interrupt, a VM exit on \
+             most hypervisors).",
+            "kind",
+            |s| {
+                let sched = &s.totals.sched;
+                [
+                    ("local", sched.wake_local.count),
+                    ("remote", sched.wake_remote.count),
+                ]
+            },
+        )?;
     }
     if a.futex {
         per_cgroup(
@@ -378,6 +413,50 @@ fn encode_findings(enc: &mut DescriptorEncoder, e: &Exporter) -> fmt::Result {
     Ok(())
 }
 
+/// The host's context: what it is (info), its CPUs, and the steal counter.
+fn encode_host(enc: &mut DescriptorEncoder, e: &Exporter) -> fmt::Result {
+    if let Some(h) = &e.host {
+        let mut m = enc.encode_descriptor(
+            "stormwatch_host",
+            "The host: hypervisor (kvm, xen, hyperv, vmware, ...; unknown when a hypervisor does \
+             not say which; none on bare metal) and kernel release.",
+            None,
+            MetricType::Info,
+        )?;
+        m.encode_info(&[
+            ("hypervisor", h.hypervisor.as_deref().unwrap_or("none")),
+            ("kernel", h.kernel.as_str()),
+        ])?;
+        let mut m = enc.encode_descriptor(
+            "stormwatch_host_cpus",
+            "Online CPUs of the host.",
+            None,
+            MetricType::Gauge,
+        )?;
+        m.encode_gauge(&u64::from(h.cpus))?;
+        if let Some(nodes) = h.numa_nodes {
+            let mut m = enc.encode_descriptor(
+                "stormwatch_host_numa_nodes",
+                "Online NUMA nodes of the host.",
+                None,
+                MetricType::Gauge,
+            )?;
+            m.encode_gauge(&u64::from(nodes))?;
+        }
+    }
+    if let Some(steal) = e.host_steal_seconds {
+        let mut m = enc.encode_descriptor(
+            "stormwatch_host_steal_seconds",
+            "CPU time the hypervisor gave to others while the host's vCPUs had work (steal, \
+             from /proc/stat), summed over CPUs, since the host booted.",
+            None,
+            MetricType::Counter,
+        )?;
+        m.encode_counter::<NoLabelSet, _, f64>(&steal, None)?;
+    }
+    Ok(())
+}
+
 fn encode_self(enc: &mut DescriptorEncoder, e: &Exporter) -> fmt::Result {
     use MetricType::{Counter, Gauge};
     use Value::{Float, Int};
@@ -535,6 +614,7 @@ impl Collector for StateCollector {
         super::network::encode_cgroups(&mut enc, &e)?;
         super::network::encode_interfaces(&mut enc, &e)?;
         encode_findings(&mut enc, &e)?;
+        encode_host(&mut enc, &e)?;
         encode_self(&mut enc, &e)
     }
 }
@@ -755,6 +835,48 @@ mod tests {
     }
 
     #[test]
+    fn the_host_series() {
+        let e = exporter();
+        let text = Renderer::new(Arc::clone(&e)).openmetrics();
+        assert!(
+            !text.contains("stormwatch_host"),
+            "nothing before the host is read"
+        );
+        {
+            let mut e = e.lock().unwrap();
+            e.host = Some(crate::host::Host {
+                cpus: 56,
+                hypervisor: Some("kvm".into()),
+                numa_nodes: Some(2),
+                kernel: "6.18.0-1-amd64".into(),
+            });
+            e.host_steal_seconds = Some(12.34);
+        }
+        let text = Renderer::new(Arc::clone(&e)).openmetrics();
+        for want in [
+            "# TYPE stormwatch_host info",
+            "stormwatch_host_info{hypervisor=\"kvm\",kernel=\"6.18.0-1-amd64\"} 1",
+            "stormwatch_host_cpus 56",
+            "stormwatch_host_numa_nodes 2",
+            "# TYPE stormwatch_host_steal_seconds counter",
+            "stormwatch_host_steal_seconds_total 12.34",
+        ] {
+            assert!(text.contains(want), "missing {want:?} in:\n{text}");
+        }
+        let classic = classic::from_openmetrics(&text);
+        assert!(classic.contains("# TYPE stormwatch_host_info gauge"));
+        assert!(classic.contains("# TYPE stormwatch_host_steal_seconds_total counter"));
+        {
+            let mut e = e.lock().unwrap();
+            e.host.as_mut().unwrap().hypervisor = None;
+            e.host.as_mut().unwrap().numa_nodes = None;
+        }
+        let text = Renderer::new(e).openmetrics();
+        assert!(text.contains("stormwatch_host_info{hypervisor=\"none\","));
+        assert!(!text.contains("stormwatch_host_numa_nodes"));
+    }
+
+    #[test]
     fn missing_probes_mean_missing_families_not_zeros() {
         let e = exporter();
         e.lock().unwrap().avail = Availability {
@@ -764,6 +886,7 @@ mod tests {
         let text = Renderer::new(e).openmetrics();
         assert!(text.contains("stormwatch_context_switches_total"));
         assert!(!text.contains("stormwatch_runqueue_latency_seconds"));
+        assert!(!text.contains("stormwatch_wakeups"));
         assert!(!text.contains("stormwatch_futex"));
         assert!(!text.contains("stormwatch_kernel_lock"));
     }

@@ -1,12 +1,11 @@
 //! The Prometheus exporter behind `stormwatch run`.
 //!
-//! The collection loop ([`crate::cli::run`]) owns the pipeline: every interval it reads a
+//! The collection loop (`stormwatch run`) owns the pipeline: every interval it reads a
 //! window, adds it to per-cgroup running totals ([`state`]), runs the diagnosis rules over a
 //! sliding window ([`diagnosis`]), and renders the exposition once in both text formats
 //! ([`metrics`], [`classic`]). The HTTP handlers ([`server`]) only hand out the last rendering.
 
 pub mod classic;
-pub mod diagnosis;
 pub mod metrics;
 pub mod network;
 pub mod server;

@@ -12,6 +12,7 @@ use stormwatch_common::FutexStats;
 use crate::{
     collect::{CgroupWindow, Window},
     diagnose::{Finding, Severity},
+    host::Host,
     identity::{limits::Limits, workload::Identity},
     probes::ProbeStatus,
     report::Availability,
@@ -327,6 +328,11 @@ pub struct Exporter {
     pub exposition_bytes: usize,
     /// Per-interface figures, drops and the MTU inventory.
     pub network: super::network::NetworkSeries,
+    /// The host, read once at start; `None` before.
+    pub host: Option<Host>,
+    /// CPU time the hypervisor stole from the host since boot (`/proc/stat`), at the last
+    /// collection; `None` when it could not be read.
+    pub host_steal_seconds: Option<f64>,
 }
 
 impl Exporter {
@@ -345,6 +351,8 @@ impl Exporter {
             render_seconds: 0.0,
             exposition_bytes: 0,
             network: super::network::NetworkSeries::default(),
+            host: None,
+            host_steal_seconds: None,
         }
     }
 }

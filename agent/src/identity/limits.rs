@@ -24,7 +24,7 @@ use std::{
 
 use serde::Serialize;
 
-use super::{CgroupError, unescape_mountinfo, v2_root_from_mountinfo};
+use super::{CgroupError, mountinfo};
 
 /// Resource context of one cgroup.
 #[derive(Debug, Clone, PartialEq, Default, Serialize)]
@@ -88,29 +88,17 @@ impl CgroupLayout {
     /// resolver chooses it, so relative paths from the resolver line up. For v1, a mount of the
     /// hierarchy's root (`/` in the mountinfo root field) is preferred over bind mounts of a
     /// subtree (as seen inside containers), then the shortest mount point.
-    pub fn from_mountinfo(mountinfo: &str) -> Result<Self, CgroupError> {
-        let v2_root = v2_root_from_mountinfo(mountinfo).ok_or(CgroupError::NoV2Hierarchy)?;
+    pub fn from_mountinfo(text: &str) -> Result<Self, CgroupError> {
+        let mounts = mountinfo::parse(text);
+        let v2_root = mountinfo::v2_root(&mounts).ok_or(CgroupError::NoV2Hierarchy)?;
         // controller → (mounts the hierarchy root, mount point)
         let mut best: HashMap<String, (bool, PathBuf)> = HashMap::new();
-        for line in mountinfo.lines() {
-            let Some((left, right)) = line.split_once(" - ") else {
-                continue;
-            };
-            let mut right = right.split_whitespace();
-            if right.next() != Some("cgroup") {
-                continue;
-            }
-            let Some(super_options) = right.nth(1) else {
-                continue;
-            };
-            let mut left = left.split_whitespace();
-            let (Some(root), Some(mount_point)) = (left.nth(3), left.next()) else {
-                continue;
-            };
-            let candidate = (root == "/", PathBuf::from(unescape_mountinfo(mount_point)));
-            for controller in super_options
-                .split(',')
-                .filter(|o| V1_CONTROLLERS.contains(o))
+        for m in mounts.iter().filter(|m| m.fs_type == "cgroup") {
+            let candidate = (m.is_root(), m.mount_point.clone());
+            for controller in m
+                .super_options
+                .iter()
+                .filter(|o| V1_CONTROLLERS.contains(&o.as_str()))
             {
                 let better = best.get(controller).is_none_or(|(is_root, path)| {
                     (
@@ -119,7 +107,7 @@ impl CgroupLayout {
                     ) > (*is_root, std::cmp::Reverse(path.as_os_str().len()))
                 });
                 if better {
-                    best.insert(controller.to_owned(), candidate.clone());
+                    best.insert(controller.clone(), candidate.clone());
                 }
             }
         }
@@ -381,21 +369,8 @@ fn parse_pressure_fields<'a>(fields: impl Iterator<Item = &'a str>) -> Option<Pr
 mod tests {
     use super::*;
 
-    const HYBRID: &str = "\
-25 1 0:23 / /sys rw,nosuid,nodev,noexec,relatime shared:7 - sysfs sysfs rw
-30 25 0:27 / /sys/fs/cgroup ro,nosuid,nodev,noexec shared:9 - tmpfs tmpfs ro,mode=755
-31 30 0:28 / /sys/fs/cgroup/unified rw,nosuid,nodev,noexec,relatime shared:10 - cgroup2 cgroup2 rw,nsdelegate
-32 30 0:29 / /sys/fs/cgroup/systemd rw,nosuid,nodev,noexec,relatime shared:11 - cgroup cgroup rw,xattr,name=systemd
-33 30 0:30 / /sys/fs/cgroup/cpuset rw,nosuid,nodev,noexec,relatime shared:13 - cgroup cgroup rw,cpuset
-34 30 0:31 / /sys/fs/cgroup/pids rw,nosuid,nodev,noexec,relatime shared:14 - cgroup cgroup rw,pids
-35 30 0:32 / /sys/fs/cgroup/cpu,cpuacct rw,nosuid,nodev,noexec,relatime shared:15 - cgroup cgroup rw,cpu,cpuacct
-36 30 0:33 / /sys/fs/cgroup/net_cls,net_prio rw,nosuid,nodev,noexec,relatime shared:16 - cgroup cgroup rw,net_cls,net_prio
-37 30 0:34 / /sys/fs/cgroup/memory rw,nosuid,nodev,noexec,relatime shared:17 - cgroup cgroup rw,memory
-";
-    const PURE_V2: &str = "\
-25 1 0:23 / /sys rw,nosuid,nodev,noexec,relatime shared:7 - sysfs sysfs rw
-30 25 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:9 - cgroup2 cgroup2 rw,nsdelegate,memory_recursiveprot
-";
+    use crate::identity::mountinfo::fixtures::{HYBRID, PURE_V2};
+
     /// Inside a privileged container on a hybrid host: subtree bind mounts first, then the
     /// host's hierarchy mounted under /host.
     const CONTAINER_HYBRID: &str = "\

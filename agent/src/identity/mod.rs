@@ -9,6 +9,7 @@
 pub mod container;
 pub mod kubelet;
 pub mod limits;
+pub mod mountinfo;
 pub mod workload;
 
 use std::{
@@ -30,46 +31,10 @@ pub enum CgroupError {
     NotACgroup { path: String, root: String },
 }
 
-/// Finds the mount point of the cgroup v2 hierarchy in a mountinfo text. Where there are several
-/// (bind mounts into containers), the shortest path wins.
-pub fn v2_root_from_mountinfo(mountinfo: &str) -> Option<PathBuf> {
-    mountinfo
-        .lines()
-        .filter_map(|line| {
-            // "36 25 0:31 / /sys/fs/cgroup/unified rw,... shared:9 - cgroup2 cgroup2 rw,..."
-            let (left, right) = line.split_once(" - ")?;
-            let fstype = right.split_whitespace().next()?;
-            if fstype != "cgroup2" {
-                return None;
-            }
-            let mount_point = left.split_whitespace().nth(4)?;
-            Some(PathBuf::from(unescape_mountinfo(mount_point)))
-        })
-        .min_by_key(|p| p.as_os_str().len())
-}
-
-/// mountinfo escapes space, tab, newline and backslash as octal `\NNN`.
-fn unescape_mountinfo(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let octal = bytes
-            .get(i + 1..i + 4)
-            .and_then(|d| std::str::from_utf8(d).ok())
-            .and_then(|d| u8::from_str_radix(d, 8).ok());
-        match (bytes[i], octal) {
-            (b'\\', Some(v)) => {
-                out.push(v);
-                i += 4;
-            }
-            (b, _) => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
+/// Finds the mount point of the cgroup v2 hierarchy in a mountinfo text (see
+/// [`mountinfo::v2_root`]).
+pub fn v2_root_from_mountinfo(text: &str) -> Option<PathBuf> {
+    mountinfo::v2_root(&mountinfo::parse(text))
 }
 
 pub fn find_v2_root() -> Result<PathBuf, CgroupError> {
@@ -218,18 +183,7 @@ pub fn is_within(path: &str, ancestor: &str) -> bool {
 mod tests {
     use super::*;
 
-    const HYBRID: &str = "\
-25 1 0:23 / /sys rw,nosuid,nodev,noexec,relatime shared:7 - sysfs sysfs rw
-30 25 0:27 / /sys/fs/cgroup ro,nosuid,nodev,noexec shared:9 - tmpfs tmpfs ro,mode=755
-31 30 0:28 / /sys/fs/cgroup/unified rw,nosuid,nodev,noexec,relatime shared:10 - cgroup2 cgroup2 rw,nsdelegate
-32 30 0:29 / /sys/fs/cgroup/systemd rw,nosuid,nodev,noexec,relatime shared:11 - cgroup cgroup rw,xattr,name=systemd
-35 30 0:32 / /sys/fs/cgroup/cpu,cpuacct rw,nosuid,nodev,noexec,relatime shared:15 - cgroup cgroup rw,cpu,cpuacct
-";
-    const PURE_V2: &str = "\
-25 1 0:23 / /sys rw,nosuid,nodev,noexec,relatime shared:7 - sysfs sysfs rw
-30 25 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:9 - cgroup2 cgroup2 rw,nsdelegate,memory_recursiveprot
-99 30 0:26 /kubepods /var/lib/x\\040y/cg rw - cgroup2 cgroup2 rw
-";
+    use mountinfo::fixtures::{HYBRID, PURE_V2};
 
     #[test]
     fn finds_the_v2_root_on_hybrid_and_pure_hosts() {
@@ -242,13 +196,6 @@ mod tests {
             Some(PathBuf::from("/sys/fs/cgroup"))
         );
         assert_eq!(v2_root_from_mountinfo("garbage\n\n - \n"), None);
-    }
-
-    #[test]
-    fn unescapes_octal_in_mount_points() {
-        assert_eq!(unescape_mountinfo("/var/lib/x\\040y"), "/var/lib/x y");
-        assert_eq!(unescape_mountinfo("/plain"), "/plain");
-        assert_eq!(unescape_mountinfo("/trailing\\"), "/trailing\\");
     }
 
     #[test]

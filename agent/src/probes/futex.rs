@@ -10,7 +10,7 @@ use super::{
     KernelFacts, ProbeFamily, ProbeStatus, attach_classic, read_per_cpu_hash, remove_per_cpu_keys,
     tracefs, tracepoint_offsets,
 };
-use crate::collect::Counters as _;
+use crate::counters::Counters as _;
 
 /// (tracepoint, program). Exits share one program: all `sys_exit_*` records are alike.
 const PROGRAMS: [(&str, &str); 8] = [
@@ -119,10 +119,12 @@ pub fn read_hot(ebpf: &Ebpf) -> anyhow::Result<HashMap<HotFutexKey, HotFutexValu
     read_per_cpu_hash(ebpf, maps::HOT_FUTEXES, zero, |t, v| t.add(v))
 }
 
-/// Forgets what the probes keep about removed cgroups and exited processes.
-pub fn forget(ebpf: &mut Ebpf, gone: impl Fn(&HotFutexKey) -> bool, cgroups: &[u64]) {
-    for id in cgroups {
-        remove_per_cpu_keys::<u64, FutexStats>(ebpf, maps::CGROUP_FUTEX, |k| k == id);
-    }
-    remove_per_cpu_keys::<HotFutexKey, HotFutexValue>(ebpf, maps::HOT_FUTEXES, gone);
+/// Forgets removed cgroups (by key).
+pub fn forget(ebpf: &mut Ebpf, cgroups: &[u64]) {
+    remove_per_cpu_keys::<u64, FutexStats>(ebpf, maps::CGROUP_FUTEX, cgroups);
+}
+
+/// Deletes hot-futex entries; returns how many were there.
+pub fn forget_hot(ebpf: &mut Ebpf, keys: &[HotFutexKey]) -> usize {
+    remove_per_cpu_keys::<HotFutexKey, HotFutexValue>(ebpf, maps::HOT_FUTEXES, keys)
 }

@@ -10,7 +10,7 @@ use super::{
     KernelFacts, ProbeFamily, ProbeStatus, attach_preferring_btf, read_per_cpu_hash,
     remove_per_cpu_keys, tracepoint_offsets,
 };
-use crate::collect::Counters as _;
+use crate::counters::Counters as _;
 
 pub const BEGIN: &str = "lock:contention_begin";
 pub const END: &str = "lock:contention_end";
@@ -87,11 +87,12 @@ pub fn stack(ebpf: &Ebpf, stack_id: u32) -> Option<Vec<u64>> {
     Some(trace.frames().iter().map(|f| f.ip).collect())
 }
 
+/// Forgets removed cgroups (by key).
 pub fn forget(ebpf: &mut Ebpf, cgroups: &[u64]) {
-    for id in cgroups {
-        remove_per_cpu_keys::<u64, LockStats>(ebpf, maps::CGROUP_LOCKS, |k| k == id);
-        remove_per_cpu_keys::<LockSiteKey, LockSiteValue>(ebpf, maps::LOCK_SITES, |k| {
-            k.cgroup_id == *id
-        });
-    }
+    remove_per_cpu_keys::<u64, LockStats>(ebpf, maps::CGROUP_LOCKS, cgroups);
+}
+
+/// Deletes contended call sites; returns how many were there.
+pub fn forget_sites(ebpf: &mut Ebpf, keys: &[LockSiteKey]) -> usize {
+    remove_per_cpu_keys::<LockSiteKey, LockSiteValue>(ebpf, maps::LOCK_SITES, keys)
 }

@@ -1,8 +1,8 @@
 //! Loading and attaching the eBPF probes, with per-probe degradation: a probe whose tracepoint
 //! or program type is missing is reported and left out; the rest of the agent carries on.
 //!
-//! Each probe family (scheduler, futex, locks, network) is a [`ProbeFamily`]:
-//! a name, what it needs from the kernel, how to attach, and how its maps turn into figures.
+//! Each probe family (scheduler, futex, kernel locks, network) is a [`ProbeFamily`]: a name,
+//! what it needs from the kernel, how to attach, and how its maps turn into figures.
 
 pub mod btf;
 pub mod futex;
@@ -15,13 +15,16 @@ use std::{collections::HashMap, fmt, hash::Hash};
 
 use aya::{
     Ebpf, EbpfLoader, Pod,
-    maps::{PerCpuArray, PerCpuHashMap},
+    maps::{PerCpuArray, PerCpuHashMap, PerCpuValues},
     programs::{BtfTracePoint, TracePoint},
 };
 use stormwatch_common::{ProbeError as KernelProbeError, maps};
 use thiserror::Error;
 
+use stormwatch_common::{HotFutexKey, HotFutexValue, LockSiteKey, LockSiteValue};
+
 use self::btf::{Btf, VMLINUX_BTF};
+use crate::counters::UserLoss;
 
 /// The compiled probes, built by `build.rs` from `ebpf-probes/kernel`.
 static PROBES_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/stormwatch"));
@@ -121,6 +124,47 @@ pub trait ProbeFamily {
 pub struct Probes {
     ebpf: Ebpf,
     pub status: Vec<ProbeStatus>,
+    idle_hot_futexes: IdleKeys<HotFutexKey>,
+    idle_lock_sites: IdleKeys<LockSiteKey>,
+}
+
+/// Reads after which an entry of a bounded map that has not moved is deleted.
+pub const IDLE_READS_BEFORE_EVICTION: u32 = 60;
+
+/// For a bounded map the agent prunes: how many reads in a row each key's count stayed put.
+#[derive(Debug)]
+pub struct IdleKeys<K> {
+    seen: HashMap<K, (u64, u32)>,
+    limit: u32,
+}
+
+impl<K: Copy + Eq + Hash> IdleKeys<K> {
+    pub fn new(limit: u32) -> Self {
+        Self {
+            seen: HashMap::new(),
+            limit,
+        }
+    }
+
+    /// Takes this read's `(key, count)`s; returns the keys idle for `limit` reads in a row
+    /// (forgotten here: the caller deletes them). Keys no longer in the map are forgotten too.
+    pub fn idle(&mut self, now: impl Iterator<Item = (K, u64)>) -> Vec<K> {
+        let mut next = HashMap::new();
+        let mut idle = Vec::new();
+        for (key, count) in now {
+            let reads = match self.seen.get(&key) {
+                Some((was, reads)) if *was == count => reads + 1,
+                _ => 0,
+            };
+            if reads >= self.limit {
+                idle.push(key);
+            } else {
+                next.insert(key, (count, reads));
+            }
+        }
+        self.seen = next;
+        idle
+    }
 }
 
 /// A probe family, as named on the command line.
@@ -151,6 +195,8 @@ pub struct LoadOptions {
     /// measuring both).
     pub force_tracepoints: bool,
     pub families: Vec<Family>,
+    /// The most cgroups followed: the per-cgroup maps hold at least this many.
+    pub max_cgroups: usize,
 }
 
 impl Default for LoadOptions {
@@ -158,6 +204,7 @@ impl Default for LoadOptions {
         Self {
             force_tracepoints: false,
             families: Family::DEFAULT.to_vec(),
+            max_cgroups: CGROUP_MAP_MIN_ENTRIES as usize,
         }
     }
 }
@@ -194,6 +241,9 @@ impl Probes {
         // set the agent's peak memory).
         facts.btf = None;
         let mut loader = EbpfLoader::new();
+        // The task-storage maps (per-thread state) have no aya type; the agent never opens them
+        // from user space, the kernel programs use them.
+        loader.allow_unsupported_maps();
         if let Some(btf) = &facts.aya_btf {
             loader.btf(btf);
         }
@@ -201,7 +251,7 @@ impl Probes {
             loader.override_global(name, value, true);
         }
         let cpus = aya::util::nr_cpus().map(|n| n.get()).unwrap_or(1);
-        for (map, entries) in per_cpu_map_sizes(cpus) {
+        for (map, entries) in per_cpu_map_sizes(cpus, options.max_cgroups) {
             loader.map_max_entries(map, entries);
         }
         let mut ebpf = loader
@@ -236,7 +286,12 @@ impl Probes {
         unsafe {
             libc::malloc_trim(0);
         }
-        let mut probes = Self { ebpf, status };
+        let mut probes = Self {
+            ebpf,
+            status,
+            idle_hot_futexes: IdleKeys::new(IDLE_READS_BEFORE_EVICTION),
+            idle_lock_sites: IdleKeys::new(IDLE_READS_BEFORE_EVICTION),
+        };
         // Nothing has been seen sending yet: the processes in each namespace say whose it is.
         probes.track_network_namespaces(|_| None);
         Ok(probes)
@@ -256,14 +311,16 @@ impl Probes {
         &mut self.ebpf
     }
 
-    /// Forgets what the probes keep about removed cgroups.
+    /// Forgets what the probes keep about removed cgroups: their entries in the per-cgroup
+    /// maps, deleted by key. (Their hot futexes and call sites are deleted by the caller, who
+    /// knows their keys from the last snapshot: see [`Probes::forget_hot_futexes`].)
     pub fn forget_cgroups(&mut self, cgroups: &[u64]) {
         if cgroups.is_empty() {
             return;
         }
         sched::forget(&mut self.ebpf, cgroups);
         locks::forget(&mut self.ebpf, cgroups);
-        futex::forget(&mut self.ebpf, |k| cgroups.contains(&k.cgroup_id), cgroups);
+        futex::forget(&mut self.ebpf, cgroups);
         net::forget(&mut self.ebpf, cgroups);
     }
 
@@ -276,74 +333,125 @@ impl Probes {
         }
     }
 
-    /// Forgets the hot futexes of processes that have exited.
-    pub fn forget_processes(&mut self, exited: impl Fn(u32) -> bool) {
-        futex::forget(&mut self.ebpf, |k| exited(k.tgid), &[]);
+    /// Deletes hot-futex entries (of exited processes, of removed cgroups), by key.
+    pub fn forget_hot_futexes(&mut self, keys: &[HotFutexKey]) {
+        futex::forget_hot(&mut self.ebpf, keys);
     }
 
-    /// Events the probes could not record, by kind, summed over CPUs.
+    /// Deletes contended call sites (of removed cgroups), by key.
+    pub fn forget_lock_sites(&mut self, keys: &[LockSiteKey]) {
+        locks::forget_sites(&mut self.ebpf, keys);
+    }
+
+    /// Deletes the hot futexes and call sites whose counts have not moved for
+    /// [`IDLE_READS_BEFORE_EVICTION`] reads (given this read's entries), so that these bounded
+    /// maps hold what is current; counted as `hot_futex_idle_evicted`/`lock_site_idle_evicted`.
+    /// Returns the deleted keys.
+    pub fn evict_idle(
+        &mut self,
+        hot: &HashMap<HotFutexKey, HotFutexValue>,
+        sites: &HashMap<LockSiteKey, LockSiteValue>,
+    ) -> (Vec<HotFutexKey>, Vec<LockSiteKey>) {
+        let idle_hot = self
+            .idle_hot_futexes
+            .idle(hot.iter().map(|(k, v)| (*k, v.waits)));
+        let idle_sites = self
+            .idle_lock_sites
+            .idle(sites.iter().map(|(k, v)| (*k, v.count)));
+        let n = futex::forget_hot(&mut self.ebpf, &idle_hot);
+        UserLoss::HotFutexIdleEvicted.add(n as u64);
+        let n = locks::forget_sites(&mut self.ebpf, &idle_sites);
+        UserLoss::LockSiteIdleEvicted.add(n as u64);
+        (idle_hot, idle_sites)
+    }
+
+    /// Events the probes could not record, by kind, summed over CPUs; then what the agent
+    /// itself skipped or pruned ([`UserLoss`]).
     pub fn probe_errors(&self) -> Vec<(&'static str, u64)> {
         let kinds = KernelProbeError::ALL.iter().map(|k| (*k as u32, k.name()));
         let mut out = read_counters(&self.ebpf, maps::PROBE_ERRORS, kinds);
         out.extend(net::errors(&self.ebpf));
+        out.extend(UserLoss::ALL.iter().map(|l| (l.name(), l.total())));
         out
     }
 }
 
-/// Kernel memory each per-CPU map may take. Per-CPU hash maps are preallocated for every
-/// possible CPU: `CGROUP_SCHED` at its 4096-entry default is 312 B × 4096 × CPUs — 71 MiB on a
-/// 56-CPU host. A node agent must not take that, so capacity shrinks with the CPU count; what
-/// does not fit is counted (`cgroup_map_full`, `hot_futex_update`, `lock_site_full`).
+/// Kernel memory each preallocated per-CPU map may take. Per-CPU hash maps are preallocated
+/// for every possible CPU unless created with `BPF_F_NO_PREALLOC`: `HOT_FUTEXES` at its
+/// 8192-entry default is 64 B × 8192 × CPUs. A node agent must not take that on a big host, so
+/// the capacity of the preallocated maps shrinks with the CPU count; what does not fit is
+/// counted (`hot_futex_full`, `lock_site_full`, …).
 pub const PER_CPU_MAP_BUDGET_BYTES: u64 = 16 << 20;
 /// No map is made smaller than this many entries, whatever the CPU count.
 const PER_CPU_MAP_MIN_ENTRIES: u32 = 512;
+/// The per-cgroup maps hold at least this many cgroups (and at least `max_cgroups`).
+pub const CGROUP_MAP_MIN_ENTRIES: u32 = 4096;
 
-/// `(map, max_entries)` for each per-CPU hash map, given the number of possible CPUs.
-pub fn per_cpu_map_sizes(cpus: u32) -> Vec<(&'static str, u32)> {
+/// `(map, max_entries)` for each per-CPU hash map, given the number of possible CPUs and the
+/// most cgroups the agent is asked to follow. The per-cgroup maps always hold at least
+/// `max_cgroups`, whatever the CPU count: `CGROUP_FUTEX` is not preallocated (its memory follows
+/// the cgroups that exist) and holds `max(max_cgroups, 4096)`; `CGROUP_SCHED` and
+/// `CGROUP_LOCKS` must be preallocated (their programs run where the kernel's allocator cannot
+/// refill), so they take the budget's fit but never fewer than `max_cgroups`: on a many-CPU
+/// host a large `max_cgroups` costs kernel memory (`CGROUP_SCHED`: 856 B per cgroup per CPU).
+pub fn per_cpu_map_sizes(cpus: u32, max_cgroups: usize) -> Vec<(&'static str, u32)> {
     use std::mem::size_of;
-    use stormwatch_common::{
-        FutexStats, HotFutexKey, HotFutexValue, LockSiteKey, LockSiteValue, LockStats, SchedStats,
-    };
+    use stormwatch_common::{LockStats, SchedStats, net};
+    let cgroups = u32::try_from(max_cgroups)
+        .unwrap_or(u32::MAX)
+        .max(CGROUP_MAP_MIN_ENTRIES);
+    let per_cpu = |value: usize, key: usize| value + key / cpus.max(1) as usize;
     // (map, default entries, bytes per entry per CPU: the value; keys are stored once)
-    let maps = [
-        (maps::CGROUP_SCHED, 4096, size_of::<SchedStats>()),
-        (maps::CGROUP_FUTEX, 4096, size_of::<FutexStats>()),
-        (maps::CGROUP_LOCKS, 4096, size_of::<LockStats>()),
+    let preallocated = [
         (
             maps::HOT_FUTEXES,
             8192,
-            size_of::<HotFutexValue>() + size_of::<HotFutexKey>() / cpus.max(1) as usize,
+            per_cpu(size_of::<HotFutexValue>(), size_of::<HotFutexKey>()),
         ),
         (
             maps::LOCK_SITES,
             4096,
-            size_of::<LockSiteValue>() + size_of::<LockSiteKey>() / cpus.max(1) as usize,
+            per_cpu(size_of::<LockSiteValue>(), size_of::<LockSiteKey>()),
         ),
         (
-            stormwatch_common::net::maps::CGROUP_NET,
+            net::maps::CGROUP_NET,
             4096,
-            size_of::<stormwatch_common::net::CgroupNetStats>(),
+            size_of::<net::CgroupNetStats>(),
         ),
         (
-            stormwatch_common::net::maps::NET_IFACES,
+            net::maps::NET_IFACES,
             4096,
-            size_of::<stormwatch_common::net::NetIfStats>()
-                + size_of::<stormwatch_common::net::NetIfKey>() / cpus.max(1) as usize,
+            per_cpu(size_of::<net::NetIfStats>(), size_of::<net::NetIfKey>()),
         ),
         (
-            stormwatch_common::net::maps::NET_DROPS,
+            net::maps::NET_DROPS,
             4096,
-            size_of::<stormwatch_common::net::NetDropStats>()
-                + size_of::<stormwatch_common::net::NetDropKey>() / cpus.max(1) as usize,
+            per_cpu(size_of::<net::NetDropStats>(), size_of::<net::NetDropKey>()),
         ),
     ];
-    maps.into_iter()
-        .map(|(name, default, per_cpu_bytes)| {
-            let fit = PER_CPU_MAP_BUDGET_BYTES / (per_cpu_bytes as u64 * u64::from(cpus.max(1)));
-            let entries = fit.clamp(u64::from(PER_CPU_MAP_MIN_ENTRIES), default);
-            (name, entries as u32)
-        })
-        .collect()
+    let fit = |default: u32, per_cpu_bytes: usize| {
+        let fit = PER_CPU_MAP_BUDGET_BYTES / (per_cpu_bytes as u64 * u64::from(cpus.max(1)));
+        fit.clamp(u64::from(PER_CPU_MAP_MIN_ENTRIES), u64::from(default)) as u32
+    };
+    let max_cgroups = u32::try_from(max_cgroups).unwrap_or(u32::MAX);
+    [
+        (maps::CGROUP_FUTEX, cgroups),
+        (
+            maps::CGROUP_SCHED,
+            fit(4096, size_of::<SchedStats>()).max(max_cgroups),
+        ),
+        (
+            maps::CGROUP_LOCKS,
+            fit(4096, size_of::<LockStats>()).max(max_cgroups),
+        ),
+    ]
+    .into_iter()
+    .chain(
+        preallocated
+            .into_iter()
+            .map(|(name, default, per_cpu_bytes)| (name, fit(default, per_cpu_bytes))),
+    )
+    .collect()
 }
 
 /// The benchmark floor: empty tp_btf programs on `sched_switch` and `sched_wakeup`.
@@ -453,6 +561,26 @@ where
     K: Pod + Eq + Hash,
     V: Pod,
 {
+    read_per_cpu_hash_with(ebpf, name, |_, per_cpu: &PerCpuValues<V>| {
+        let mut total = zero;
+        for v in per_cpu.iter() {
+            fold(&mut total, v);
+        }
+        total
+    })
+}
+
+/// Reads a per-CPU hash map into one value per key, made by `value` from the key's per-CPU
+/// values.
+pub(crate) fn read_per_cpu_hash_with<K, V, T>(
+    ebpf: &Ebpf,
+    name: &str,
+    mut value: impl FnMut(&K, &PerCpuValues<V>) -> T,
+) -> anyhow::Result<HashMap<K, T>>
+where
+    K: Pod + Eq + Hash,
+    V: Pod,
+{
     let map = ebpf
         .map(name)
         .ok_or_else(|| anyhow::anyhow!("map {name} missing from the object"))?;
@@ -460,35 +588,53 @@ where
     let mut out = HashMap::new();
     for entry in map.iter() {
         let (key, per_cpu) = entry?;
-        let mut total = zero;
-        for v in per_cpu.iter() {
-            fold(&mut total, v);
-        }
-        out.insert(key, total);
+        let v = value(&key, &per_cpu);
+        out.insert(key, v);
     }
     Ok(out)
 }
 
-/// Removes the keys matching `gone` from a per-CPU hash map.
-pub(crate) fn remove_per_cpu_keys<K, V>(ebpf: &mut Ebpf, name: &str, gone: impl Fn(&K) -> bool)
+/// Removes the keys matching `gone` from a per-CPU hash map (a walk of the whole map: for
+/// predicates; to remove known keys, [`remove_per_cpu_keys`]).
+pub(crate) fn remove_per_cpu_matching<K, V>(
+    ebpf: &mut Ebpf,
+    name: &str,
+    gone: impl Fn(&K) -> bool,
+) -> usize
 where
     K: Pod,
     V: Pod,
 {
-    let Some(map) = ebpf.map_mut(name) else {
-        return;
-    };
-    let Ok(mut map) = PerCpuHashMap::<_, K, V>::try_from(map) else {
-        return;
+    let Some(mut map) = per_cpu_hash_mut::<K, V>(ebpf, name) else {
+        return 0;
     };
     let doomed: Vec<K> = map
         .keys()
         .filter_map(Result::ok)
         .filter(|k| gone(k))
         .collect();
-    for key in doomed {
-        let _ = map.remove(&key);
-    }
+    doomed.iter().filter(|key| map.remove(key).is_ok()).count()
+}
+
+/// A per-CPU hash map of the object, to modify; `None` when its family is not in the object.
+fn per_cpu_hash_mut<'a, K: Pod, V: Pod>(
+    ebpf: &'a mut Ebpf,
+    name: &str,
+) -> Option<PerCpuHashMap<&'a mut aya::maps::MapData, K, V>> {
+    PerCpuHashMap::try_from(ebpf.map_mut(name)?).ok()
+}
+
+/// Removes the given keys from a per-CPU hash map, each by key (no walk); returns how many were
+/// there.
+pub(crate) fn remove_per_cpu_keys<K, V>(ebpf: &mut Ebpf, name: &str, keys: &[K]) -> usize
+where
+    K: Pod,
+    V: Pod,
+{
+    let Some(mut map) = per_cpu_hash_mut::<K, V>(ebpf, name) else {
+        return 0;
+    };
+    keys.iter().filter(|key| map.remove(key).is_ok()).count()
 }
 
 /// Loads and attaches a tp_btf program.
@@ -593,25 +739,47 @@ pub(crate) fn tracepoint_offsets(
 mod tests {
     use super::*;
 
+    fn entries(sizes: &[(&str, u32)], map: &str) -> u32 {
+        sizes.iter().find(|(m, _)| *m == map).unwrap().1
+    }
+
     #[test]
-    fn per_cpu_maps_shrink_with_the_cpu_count() {
-        let small = per_cpu_map_sizes(2);
+    fn cgroup_maps_hold_max_cgroups_on_any_cpu_count() {
+        for cpus in [1, 2, 56, 1024] {
+            for max_cgroups in [10, 2000, 100_000] {
+                let sizes = per_cpu_map_sizes(cpus, max_cgroups);
+                for map in [maps::CGROUP_SCHED, maps::CGROUP_FUTEX, maps::CGROUP_LOCKS] {
+                    let n = entries(&sizes, map);
+                    assert!(n as usize >= max_cgroups, "{map} {n} on {cpus} CPUs");
+                    assert!(n >= PER_CPU_MAP_MIN_ENTRIES, "{map} {n}");
+                }
+                let futex = entries(&sizes, maps::CGROUP_FUTEX);
+                assert!(futex >= CGROUP_MAP_MIN_ENTRIES, "not preallocated: {futex}");
+            }
+        }
+    }
+
+    #[test]
+    fn preallocated_maps_shrink_with_the_cpu_count() {
+        let small = per_cpu_map_sizes(2, 2000);
         assert!(small.iter().all(|(_, n)| *n >= 4096), "{small:?}");
-        let big = per_cpu_map_sizes(56);
-        let sched = big
-            .iter()
-            .find(|(m, _)| *m == maps::CGROUP_SCHED)
-            .unwrap()
-            .1;
-        assert!((PER_CPU_MAP_MIN_ENTRIES..4096).contains(&sched), "{sched}");
-        let bytes = u64::from(sched) * 312 * 56;
+        let hot = entries(&per_cpu_map_sizes(56, 2000), maps::HOT_FUTEXES);
+        assert!((PER_CPU_MAP_MIN_ENTRIES..8192).contains(&hot), "{hot}");
+        let bytes = u64::from(hot) * 40 * 56;
         assert!(bytes <= PER_CPU_MAP_BUDGET_BYTES, "{bytes}");
-        let huge = per_cpu_map_sizes(1024);
-        let sched = huge
-            .iter()
-            .find(|(m, _)| *m == maps::CGROUP_SCHED)
-            .unwrap()
-            .1;
-        assert_eq!(sched, PER_CPU_MAP_MIN_ENTRIES, "never below the floor");
+        let huge = entries(&per_cpu_map_sizes(1024, 2000), maps::HOT_FUTEXES);
+        assert_eq!(huge, PER_CPU_MAP_MIN_ENTRIES, "never below the floor");
+    }
+
+    #[test]
+    fn idle_keys_are_those_unchanged_for_the_limit() {
+        let mut idle = IdleKeys::new(2);
+        assert!(idle.idle([(1, 5), (2, 7)].into_iter()).is_empty());
+        assert!(idle.idle([(1, 5), (2, 8)].into_iter()).is_empty());
+        // Key 1 unchanged for its second read in a row after the first: idle now.
+        assert_eq!(idle.idle([(1, 5), (2, 9)].into_iter()), vec![1]);
+        // Forgotten once reported; a key gone from the map is forgotten too.
+        assert!(idle.idle([(2, 9)].into_iter()).is_empty());
+        assert_eq!(idle.idle([(2, 9)].into_iter()), vec![2]);
     }
 }

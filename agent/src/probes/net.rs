@@ -26,9 +26,9 @@ use stormwatch_common::net::{
 use super::{
     AttachKind, KernelFacts, ProbeFamily, ProbeStatus, attach_btf, attach_preferring_btf,
     btf::{Btf, VMLINUX_BTF},
-    read_per_cpu_hash, remove_per_cpu_keys, tracefs, tracepoint_offsets,
+    read_per_cpu_hash, remove_per_cpu_keys, remove_per_cpu_matching, tracefs, tracepoint_offsets,
 };
-use crate::collect::Counters as _;
+use crate::counters::Counters as _;
 
 pub const XMIT: &str = "net:net_dev_start_xmit";
 pub const RECEIVE: &str = "net:netif_receive_skb";
@@ -449,7 +449,7 @@ pub fn read_drops(ebpf: &Ebpf) -> anyhow::Result<HashMap<NetDropKey, NetDropStat
 /// interfaces and drops of namespaces that no longer exist.
 pub fn forget(ebpf: &mut Ebpf, cgroups: &[u64]) {
     for id in cgroups {
-        remove_per_cpu_keys::<u64, CgroupNetStats>(ebpf, maps::CGROUP_NET, |k| k == id);
+        remove_per_cpu_keys::<u64, CgroupNetStats>(ebpf, maps::CGROUP_NET, &[*id]);
     }
     // A removed container's namespaces: who sends from them and whom they belong to.
     if let Some(map) = ebpf.map_mut(maps::NET_SENDERS)
@@ -488,8 +488,8 @@ pub fn forget(ebpf: &mut Ebpf, cgroups: &[u64]) {
 
 /// Forgets the interfaces and drops of network namespaces that no longer exist.
 pub fn forget_netns(ebpf: &mut Ebpf, gone: impl Fn(u32) -> bool) {
-    remove_per_cpu_keys::<NetIfKey, NetIfStats>(ebpf, maps::NET_IFACES, |k| gone(k.netns));
-    remove_per_cpu_keys::<NetDropKey, NetDropStats>(ebpf, maps::NET_DROPS, |k| {
+    remove_per_cpu_matching::<NetIfKey, NetIfStats>(ebpf, maps::NET_IFACES, |k| gone(k.netns));
+    remove_per_cpu_matching::<NetDropKey, NetDropStats>(ebpf, maps::NET_DROPS, |k| {
         k.netns != 0 && gone(k.netns)
     });
 }

@@ -6,14 +6,16 @@ use aya::Ebpf;
 use stormwatch_common::{SchedStats, globals, maps, programs};
 
 use super::{
-    KernelFacts, ProbeFamily, ProbeStatus, attach_preferring_btf, btf_offsets, read_per_cpu_hash,
-    tracepoint_offsets,
+    AttachKind, KernelFacts, ProbeFamily, ProbeStatus, attach_preferring_btf, btf_offsets,
+    read_per_cpu_hash_with, tracepoint_offsets,
 };
-use crate::collect::Counters as _;
+use crate::counters::Counters as _;
 
 pub const SWITCH: &str = "sched:sched_switch";
 pub const WAKEUP: &str = "sched:sched_wakeup";
 pub const WAKEUP_NEW: &str = "sched:sched_wakeup_new";
+/// Only for telling local from remote wake-ups (the waker's CPU); tp_btf only.
+pub const WAKING: &str = "sched:sched_waking";
 
 /// (tracepoint, tp_btf program, classic program)
 const PROGRAMS: [(&str, &str, &str); 3] = [
@@ -62,6 +64,18 @@ impl ProbeFamily for SchedProbes {
         );
         let have_offsets = values.len() == 5;
         values.push((globals::HAVE_TASK_OFFSETS, u32::from(have_offsets)));
+        // The CPU a task is queued on: `task_struct.cpu` where the kernel keeps it there
+        // (THREAD_INFO_IN_TASK, e.g. x86-64), else in `thread_info`.
+        if let Some(btf) = &facts.btf {
+            let cpu = btf.member_offset("task_struct", "cpu").or_else(|_| {
+                let ti = btf.member_offset("task_struct", "thread_info")?;
+                Ok::<_, super::btf::BtfError>(ti + btf.member_offset("thread_info", "cpu")?)
+            });
+            match cpu {
+                Ok(off) => values.push((globals::TASK_CPU_OFFSET, off)),
+                Err(err) => log::warn!("task_struct cpu: {err}; wake-ups are not told apart"),
+            }
+        }
         values.extend(tracepoint_offsets(&[
             (
                 globals::TP_SWITCH_NEXT_PID_OFFSET,
@@ -88,24 +102,54 @@ impl ProbeFamily for SchedProbes {
     fn attach(&self, ebpf: &mut Ebpf, facts: &KernelFacts) -> Vec<ProbeStatus> {
         // tp_btf needs the task_struct offsets as well as BTF itself.
         let have_offsets = facts.task_offsets;
-        PROGRAMS
+        let mut status: Vec<ProbeStatus> = PROGRAMS
             .iter()
             .map(|(tracepoint, btf_prog, tp_prog)| {
                 let btf_prog = have_offsets.then_some(*btf_prog);
                 attach_preferring_btf(ebpf, facts, tracepoint, btf_prog, tp_prog)
             })
-            .collect()
+            .collect();
+        // Local and remote wake-ups are told apart only where `sched_wakeup` reaches the
+        // thread's task storage (tp_btf); with classic tracepoints there are no wake-up kinds.
+        let wakeup_btf = status
+            .iter()
+            .any(|s| s.tracepoint == WAKEUP && s.kind == Some(AttachKind::TpBtf));
+        let waking = match (&facts.aya_btf, wakeup_btf) {
+            (Some(btf), true) => {
+                super::attach_btf(ebpf, programs::SCHED_WAKING_BTF, "sched_waking", btf)
+                    .map_err(|e| format!("{e:#}"))
+            }
+            _ => Err(
+                "needs sched_wakeup as tp_btf; wake-ups are not told local or remote".to_owned(),
+            ),
+        };
+        status.push(ProbeStatus {
+            tracepoint: WAKING,
+            kind: waking.is_ok().then_some(AttachKind::TpBtf),
+            note: waking.err(),
+        });
+        status
     }
 }
 
-/// Reads `CGROUP_SCHED`, summing each cgroup's per-CPU slots. The counters only grow.
-pub fn read(ebpf: &Ebpf) -> anyhow::Result<HashMap<u64, SchedStats>> {
-    read_per_cpu_hash(ebpf, maps::CGROUP_SCHED, SchedStats::ZERO, |t, v| t.add(v))
+/// Reads `CGROUP_SCHED`: each cgroup's per-CPU slots summed (the counters only grow), and its
+/// on-CPU time on each CPU (which CPUs it ran on).
+#[allow(clippy::type_complexity)]
+pub fn read(ebpf: &Ebpf) -> anyhow::Result<(HashMap<u64, SchedStats>, HashMap<u64, Vec<u64>>)> {
+    let mut by_cpu = HashMap::new();
+    let totals = read_per_cpu_hash_with(ebpf, maps::CGROUP_SCHED, |id: &u64, per_cpu| {
+        by_cpu.insert(
+            *id,
+            per_cpu.iter().map(|v: &SchedStats| v.oncpu_ns).collect(),
+        );
+        let mut total = SchedStats::ZERO;
+        per_cpu.iter().for_each(|v| total.add(v));
+        total
+    })?;
+    Ok((totals, by_cpu))
 }
 
 /// Forgets removed cgroups.
 pub fn forget(ebpf: &mut Ebpf, cgroups: &[u64]) {
-    for id in cgroups {
-        super::remove_per_cpu_keys::<u64, SchedStats>(ebpf, maps::CGROUP_SCHED, |k| k == id);
-    }
+    super::remove_per_cpu_keys::<u64, SchedStats>(ebpf, maps::CGROUP_SCHED, cgroups);
 }

@@ -9,22 +9,35 @@
 pub mod maps {
     /// Per-CPU hash: cgroup id (u64) → [`crate::SchedStats`].
     pub const CGROUP_SCHED: &str = "CGROUP_SCHED";
-    /// LRU hash: thread id (u32) → [`crate::TaskState`], the per-thread scratch state.
+    /// Task storage: thread → [`crate::TaskState`], the per-thread scratch state. Kept in the
+    /// thread's own `task_struct`: never evicted, freed with the thread.
     pub const TASKS: &str = "TASKS";
+    /// Per-CPU array (one slot): [`crate::OnCpu`], which thread runs on this CPU since when.
+    pub const ON_CPU: &str = "ON_CPU";
+    /// Hash: thread id (u32) → wake-up time (u64), for the classic-tracepoint fallback only,
+    /// whose `sched_wakeup` names the thread by id and cannot reach its task storage. Consumed
+    /// at the thread's next switch-out.
+    pub const PENDING_WAKEUPS: &str = "PENDING_WAKEUPS";
     /// Per-CPU array: [`crate::ProbeError`] index → count of events the probes could not record.
     pub const PROBE_ERRORS: &str = "PROBE_ERRORS";
     /// Per-CPU hash: cgroup id (u64) → [`crate::FutexStats`].
     pub const CGROUP_FUTEX: &str = "CGROUP_FUTEX";
-    /// LRU hash: [`crate::HotFutexKey`] → [`crate::HotFutexValue`], the bounded top-N source.
+    /// Per-CPU hash: [`crate::HotFutexKey`] → [`crate::HotFutexValue`], the bounded top-N
+    /// source; the agent deletes the entries of exited processes and idle ones.
     pub const HOT_FUTEXES: &str = "HOT_FUTEXES";
-    /// LRU hash: thread id (u32) → [`crate::FutexInflight`], futex syscalls in progress.
+    /// Task storage: thread → [`crate::FutexInflight`], the futex syscall in progress.
     pub const FUTEX_INFLIGHT: &str = "FUTEX_INFLIGHT";
     /// Per-CPU hash: cgroup id (u64) → [`crate::LockStats`].
     pub const CGROUP_LOCKS: &str = "CGROUP_LOCKS";
-    /// Hash: [`crate::LockSiteKey`] → [`crate::LockSiteValue`], contended call sites.
+    /// Per-CPU hash: [`crate::LockSiteKey`] → [`crate::LockSiteValue`], contended call sites;
+    /// the agent deletes the entries of gone cgroups and idle ones.
     pub const LOCK_SITES: &str = "LOCK_SITES";
-    /// Stack trace map of the contended call sites.
+    /// Stack trace map of the contended call sites (ids reused on hash collisions).
     pub const LOCK_STACKS: &str = "LOCK_STACKS";
+    /// Task storage: thread → [`crate::LockInflight`], a sleeping lock's contention in progress.
+    pub const LOCK_SLEEPING: &str = "LOCK_SLEEPING";
+    /// Per-CPU array (one slot): [`crate::LockInflight`], a spinning contention in progress.
+    pub const LOCK_SPINNING: &str = "LOCK_SPINNING";
 }
 
 /// Read-only globals the agent fills in before load. The eBPF programs read them with
@@ -49,6 +62,9 @@ pub mod globals {
     pub const TP_SWITCH_PREV_STATE_OFFSET: &str = "TP_SWITCH_PREV_STATE_OFFSET";
     /// 1 when the `TASK_*_OFFSET` globals hold real offsets (the kernel has BTF).
     pub const HAVE_TASK_OFFSETS: &str = "HAVE_TASK_OFFSETS";
+    /// `offsetof(struct task_struct, cpu)` (or `thread_info.cpu`): the CPU whose run queue a
+    /// woken thread was put on.
+    pub const TASK_CPU_OFFSET: &str = "TASK_CPU_OFFSET";
     /// `sys_enter_futex`: offsets of `uaddr` and `op`.
     pub const TP_FUTEX_UADDR_OFFSET: &str = "TP_FUTEX_UADDR_OFFSET";
     pub const TP_FUTEX_OP_OFFSET: &str = "TP_FUTEX_OP_OFFSET";
@@ -69,6 +85,7 @@ pub mod programs {
     pub const SCHED_SWITCH_BTF: &str = "sched_switch_btf";
     pub const SCHED_WAKEUP_BTF: &str = "sched_wakeup_btf";
     pub const SCHED_WAKEUP_NEW_BTF: &str = "sched_wakeup_new_btf";
+    pub const SCHED_WAKING_BTF: &str = "sched_waking_btf";
     pub const SCHED_SWITCH_TP: &str = "sched_switch_tp";
     pub const SCHED_WAKEUP_TP: &str = "sched_wakeup_tp";
     pub const SCHED_WAKEUP_NEW_TP: &str = "sched_wakeup_new_tp";
@@ -147,6 +164,12 @@ pub struct SchedStats {
     pub offcpu_ns: u64,
     /// Run-queue latency: from wake-up (or preemption) until the thread is back on a CPU.
     pub runq: Log2Histogram,
+    /// Wake-ups where the waker ran on the CPU whose run queue the thread was put on, with the
+    /// run-queue latency that followed each.
+    pub wake_local: Log2Histogram,
+    /// Wake-ups where the waker ran on another CPU than the one the thread was queued on (an
+    /// inter-processor interrupt, a VM exit on most hypervisors), with their run-queue latency.
+    pub wake_remote: Log2Histogram,
 }
 
 impl SchedStats {
@@ -157,114 +180,144 @@ impl SchedStats {
         oncpu_ns: 0,
         offcpu_ns: 0,
         runq: Log2Histogram::ZERO,
+        wake_local: Log2Histogram::ZERO,
+        wake_remote: Log2Histogram::ZERO,
     };
 }
 
 /// `TaskState::flags`: the `nvcsw`/`nivcsw` fields hold the thread's counters as of its last
 /// switch-out, so the next switch-out can count exactly what the kernel counted.
 pub const TASK_HAS_SWITCH_BASELINE: u32 = 1 << 0;
-/// `TaskState::flags`: `runq_pending_ns` holds a run-queue latency not yet credited.
-pub const TASK_HAS_RUNQ_PENDING: u32 = 1 << 1;
+/// `TaskState::flags`: `queued_since` was set by a wake-up (not a preemption), whose kind is
+/// [`TASK_WAKE_REMOTE`] (when [`TASK_WAKE_KNOWN`]).
+pub const TASK_WOKEN: u32 = 1 << 1;
 /// `TaskState::flags`: `last_cpu` is valid.
 pub const TASK_HAS_LAST_CPU: u32 = 1 << 2;
+/// `TaskState::flags`: the last wake-up came from another CPU than the one it queued on.
+pub const TASK_WAKE_REMOTE: u32 = 1 << 3;
+/// `TaskState::flags`: the last wake-up's kind is known (`sched_waking` saw the waker's CPU).
+pub const TASK_WAKE_KNOWN: u32 = 1 << 4;
+/// `TaskState::flags`: `waker_cpu` holds the CPU of the pending wake-up's waker.
+pub const TASK_HAS_WAKER: u32 = 1 << 5;
+/// `TaskState::flags`: the state was initialised (a fresh task storage is all zeros).
+pub const TASK_SEEN: u32 = 1 << 6;
 
-/// Per-thread scratch state. Intervals are credited to the thread's cgroup when the thread
-/// leaves the CPU, because only then is it `current`, and `bpf_get_current_cgroup_id()` names its
-/// cgroup without reading kernel structures.
+/// Per-thread scratch state, in task storage. Intervals are credited to the thread's cgroup when
+/// the thread leaves the CPU, because only then is it `current`, and
+/// `bpf_get_current_cgroup_id()` names its cgroup without reading kernel structures. When it went
+/// on the CPU is not kept here but in the CPU's [`OnCpu`] slot, so that a switch touches only the
+/// outgoing thread's state.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TaskState {
-    /// When the thread last went on a CPU (0: unknown).
-    pub oncpu_since: u64,
     /// When the thread blocked (0: not blocked, or unknown).
     pub blocked_since: u64,
     /// When the thread became runnable without a CPU (0: not queued, or unknown).
     pub queued_since: u64,
     /// Blocked time that ended with a wake-up and is not yet credited.
     pub offcpu_pending_ns: u64,
-    /// Run-queue latency measured at the last switch-in, not yet credited.
-    pub runq_pending_ns: u64,
     /// `task_struct::nvcsw` at the last switch-out.
     pub nvcsw: u64,
     /// `task_struct::nivcsw` at the last switch-out.
     pub nivcsw: u64,
     pub last_cpu: u32,
     pub flags: u32,
+    /// The CPU `sched_waking` ran on for the pending wake-up (the waker's).
+    pub waker_cpu: u32,
+    pub _pad: u32,
 }
 
 impl TaskState {
     pub const ZERO: Self = Self {
-        oncpu_since: 0,
         blocked_since: 0,
         queued_since: 0,
         offcpu_pending_ns: 0,
-        runq_pending_ns: 0,
         nvcsw: 0,
         nivcsw: 0,
         last_cpu: 0,
         flags: 0,
+        waker_cpu: 0,
+        _pad: 0,
     };
 }
 
-/// What the probes could not record, as indices into the `PROBE_ERRORS` per-CPU array.
+/// Which thread went on this CPU, and when (per CPU).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OnCpu {
+    pub since_ns: u64,
+    pub tid: u32,
+    pub _pad: u32,
+}
+
+/// What the probes could not record, as indices into the `PROBE_ERRORS` per-CPU array. Each is
+/// documented for users in the README ("Lost events").
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ProbeError {
-    /// A cgroup could not get a slot in `CGROUP_SCHED` (the map is full).
+    /// A cgroup could not get a slot in `CGROUP_SCHED`, `CGROUP_FUTEX` or `CGROUP_LOCKS` (the map
+    /// is full): that event's figures are lost.
     CgroupMapFull = 0,
-    /// A thread could not get a slot in `TASKS`.
-    TaskMapUpdate = 1,
+    /// The kernel refused a thread's scheduler task storage (busy on this CPU, or out of memory):
+    /// that switch's intervals are not credited. Its switches are not lost: the next switch-out
+    /// counts them from the thread's own counters.
+    TaskStorageBusy = 1,
     /// Reading a `task_struct` field failed.
     TaskRead = 2,
-    /// A futex call could not be recorded as in progress.
-    FutexInflightFull = 3,
-    /// A futex call ended that we did not see start (it began before attach).
+    /// The kernel refused a thread's futex task storage at a call's entry: that call is not
+    /// timed (and its exit is then also counted as unpaired).
+    FutexStorageBusy = 3,
+    /// A futex call ended whose entry we did not see (it began before attach, or its entry was
+    /// lost as `futex_storage_busy`).
     FutexUnpairedExit = 4,
-    /// A hot-futex entry could not be created.
-    HotFutexUpdate = 5,
-    /// A lock contention could not be recorded as in progress.
-    LockInflightFull = 6,
+    /// A hot-futex entry could not be created (`HOT_FUTEXES` full).
+    HotFutexFull = 5,
+    /// The kernel refused a thread's lock task storage at `contention_begin`: that wait is not
+    /// timed (its end is then also counted as unpaired).
+    LockStorageBusy = 6,
     /// A `contention_end` without its `contention_begin` (nested or before attach).
     LockUnpairedEnd = 7,
     /// A contended call site's stack could not be taken or stored.
     LockStackFailed = 8,
-    /// A contended call site could not be recorded (map full).
+    /// A contended call site could not be recorded (`LOCK_SITES` full).
     LockSiteFull = 9,
+    /// Classic tracepoints only: a wake-up could not be kept until its thread's switch-out
+    /// (`PENDING_WAKEUPS` full): that wake's off-CPU and run-queue time are not credited.
+    PendingWakeupFull = 10,
 }
 
 impl ProbeError {
-    pub const COUNT: u32 = 10;
+    pub const COUNT: u32 = 11;
     pub const ALL: [ProbeError; Self::COUNT as usize] = [
         Self::CgroupMapFull,
-        Self::TaskMapUpdate,
+        Self::TaskStorageBusy,
         Self::TaskRead,
-        Self::FutexInflightFull,
+        Self::FutexStorageBusy,
         Self::FutexUnpairedExit,
-        Self::HotFutexUpdate,
-        Self::LockInflightFull,
+        Self::HotFutexFull,
+        Self::LockStorageBusy,
         Self::LockUnpairedEnd,
         Self::LockStackFailed,
         Self::LockSiteFull,
+        Self::PendingWakeupFull,
     ];
 
     pub const fn name(self) -> &'static str {
         match self {
             Self::CgroupMapFull => "cgroup_map_full",
-            Self::TaskMapUpdate => "task_map_update",
+            Self::TaskStorageBusy => "task_storage_busy",
             Self::TaskRead => "task_read",
-            Self::FutexInflightFull => "futex_inflight_full",
+            Self::FutexStorageBusy => "futex_storage_busy",
             Self::FutexUnpairedExit => "futex_unpaired_exit",
-            Self::HotFutexUpdate => "hot_futex_update",
-            Self::LockInflightFull => "lock_inflight_full",
+            Self::HotFutexFull => "hot_futex_full",
+            Self::LockStorageBusy => "lock_storage_busy",
             Self::LockUnpairedEnd => "lock_unpaired_end",
             Self::LockStackFailed => "lock_stack_failed",
             Self::LockSiteFull => "lock_site_full",
+            Self::PendingWakeupFull => "pending_wakeup_full",
         }
     }
 }
-
-/// `TASK_DEAD` in `task_struct::__state`: the thread's final switch.
-pub const TASK_DEAD: u32 = 0x0080;
 
 // ---- futex ------------------------------------------------------------------------------
 
@@ -480,6 +533,7 @@ mod user {
     // size tests).
     unsafe impl aya::Pod for SchedStats {}
     unsafe impl aya::Pod for TaskState {}
+    unsafe impl aya::Pod for OnCpu {}
     unsafe impl aya::Pod for FutexStats {}
     unsafe impl aya::Pod for FutexInflight {}
     unsafe impl aya::Pod for HotFutexKey {}
@@ -504,8 +558,12 @@ mod tests {
     #[test]
     fn layouts_have_no_padding() {
         assert_eq!(size_of::<Log2Histogram>(), 8 * (2 + LOG2_BUCKETS));
-        assert_eq!(size_of::<SchedStats>(), 8 * 5 + size_of::<Log2Histogram>());
-        assert_eq!(size_of::<TaskState>(), 8 * 7 + 4 * 2);
+        assert_eq!(
+            size_of::<SchedStats>(),
+            8 * 5 + 3 * size_of::<Log2Histogram>()
+        );
+        assert_eq!(size_of::<TaskState>(), 8 * 5 + 4 * 4);
+        assert_eq!(size_of::<OnCpu>(), 8 + 4 * 2);
         assert_eq!(size_of::<FutexStats>(), 8 * 4 + size_of::<Log2Histogram>());
         assert_eq!(size_of::<FutexInflight>(), 8 * 2 + 4 * 2);
         assert_eq!(size_of::<HotFutexKey>(), 8 * 2 + 4 * 2);

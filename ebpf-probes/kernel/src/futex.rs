@@ -1,46 +1,50 @@
 //! Futex probes: `syscalls:sys_{enter,exit}_futex` and the futex2 syscalls (`futex_wait`,
 //! `futex_waitv`, `futex_wake`, 6.7+). Per cgroup: wait calls, wait time (a log2 histogram),
 //! wakes and the waiters they woke, timeouts and EAGAIN returns. Per process, the hottest futex
-//! words, in a bounded LRU map (the agent shows the top few; they are never metric labels).
+//! words, in a bounded map the agent prunes (it shows the top few; they are never metric labels).
 //!
-//! A call's start is kept per thread from entry to exit; the exit credits the current cgroup
-//! (the caller's own, since the caller is `current` at syscall exit).
+//! A call's start is kept in the thread's task storage from entry to exit (a thread is in at
+//! most one syscall at a time, so one slot per thread is all it takes, and it cannot be
+//! evicted); the exit credits the current cgroup (the caller's own, since the caller is
+//! `current` at syscall exit).
 
 use aya_ebpf::{
     helpers::{
         bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
         bpf_ktime_get_ns, bpf_probe_read_user,
     },
-    macros::{map, tracepoint},
-    maps::{LruHashMap, PerCpuHashMap},
+    macros::{btf_map, map, tracepoint},
+    maps::PerCpuHashMap,
     programs::TracePointContext,
 };
 use stormwatch_common::{
     FutexInflight, FutexStats, HotFutexKey, HotFutexValue, ProbeError, futex_class, futex_op_class,
 };
 
-use crate::shared::{BPF_ANY, count_error, global_u32, per_cpu_slot};
+use crate::shared::{
+    BPF_F_NO_PREALLOC, TaskStorage, count_error, current_task, global_u32, per_cpu_slot,
+};
 
 const MAX_CGROUPS: u32 = 4096;
-/// In-flight calls: one per blocked thread at most; the JVM case has thousands of threads.
-const MAX_INFLIGHT: u32 = 65536;
-/// Distinct (cgroup, process, futex word) entries kept; the coldest are evicted first.
+/// Distinct (cgroup, process, futex word) entries kept. The agent deletes the entries of exited
+/// processes and of words idle for a while; an entry that does not fit is counted.
 const MAX_HOT_FUTEXES: u32 = 8192;
 
 const ETIMEDOUT: i64 = 110;
 const EAGAIN: i64 = 11;
 
+/// Not preallocated: kernel memory follows the cgroups that exist, so the capacity can be at
+/// least `max_cgroups` on any number of CPUs.
 #[map(name = "CGROUP_FUTEX")]
 static CGROUP_FUTEX: PerCpuHashMap<u64, FutexStats> =
-    PerCpuHashMap::with_max_entries(MAX_CGROUPS, 0);
+    PerCpuHashMap::with_max_entries(MAX_CGROUPS, BPF_F_NO_PREALLOC);
 
-#[map(name = "FUTEX_INFLIGHT")]
-static FUTEX_INFLIGHT: LruHashMap<u32, FutexInflight> =
-    LruHashMap::with_max_entries(MAX_INFLIGHT, 0);
+#[btf_map(name = "FUTEX_INFLIGHT")]
+static FUTEX_INFLIGHT: TaskStorage<FutexInflight> = TaskStorage::new();
 
 // Per CPU, so that counts and the maximum are exact without atomics; not LRU, so that an
 // entry cannot vanish between insert and lookup. Full is counted, never silent; the agent
-// deletes entries of processes that are gone.
+// deletes entries of processes that are gone and of words idle for a while.
 #[map(name = "HOT_FUTEXES")]
 static HOT_FUTEXES: PerCpuHashMap<HotFutexKey, HotFutexValue> =
     PerCpuHashMap::with_max_entries(MAX_HOT_FUTEXES, 0);
@@ -125,23 +129,18 @@ pub fn futex_exit(ctx: TracePointContext) -> i32 {
     0
 }
 
+/// Every futex call's entry is kept, those that neither wait nor wake too (as class 0), so that
+/// an exit without a kept entry really is one whose entry we did not see.
 #[inline(always)]
 fn enter(uaddr: u64, class: u32) {
-    if class == 0 {
+    let Some(call) = FUTEX_INFLIGHT.get_or_create(current_task()) else {
+        count_error(ProbeError::FutexStorageBusy);
         return;
-    }
-    let tid = bpf_get_current_pid_tgid() as u32;
-    // SAFETY: a helper with no preconditions.
-    let now = unsafe { bpf_ktime_get_ns() };
-    let call = FutexInflight {
-        start_ns: now,
-        uaddr,
-        class,
-        _pad: 0,
     };
-    if FUTEX_INFLIGHT.insert(&tid, &call, BPF_ANY).is_err() {
-        count_error(ProbeError::FutexInflightFull);
-    }
+    // SAFETY: a helper with no preconditions.
+    call.start_ns = unsafe { bpf_ktime_get_ns() };
+    call.uaddr = uaddr;
+    call.class = class;
 }
 
 #[inline(always)]
@@ -149,16 +148,19 @@ fn exit(ret: i64) {
     let pid_tgid = bpf_get_current_pid_tgid();
     // SAFETY: a helper with no preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
-    let tid = pid_tgid as u32;
-    let Some(call) = FUTEX_INFLIGHT.get_ptr(&tid) else {
-        // Ops we do not track have no entry either; only count calls we should have seen.
+    let Some(slot) = FUTEX_INFLIGHT.get(current_task()) else {
+        // No storage at all: the thread's first futex call since attach began before it.
+        count_error(ProbeError::FutexUnpairedExit);
         return;
     };
-    // SAFETY: a valid map value pointer; copied before the entry is deleted.
-    let call = unsafe { *call };
-    let _ = FUTEX_INFLIGHT.remove(&tid);
+    let call = *slot;
+    slot.start_ns = 0;
     if call.start_ns == 0 || now < call.start_ns {
+        // The slot was consumed by the previous exit: this call's entry was not seen.
         count_error(ProbeError::FutexUnpairedExit);
+        return;
+    }
+    if call.class == 0 {
         return;
     }
     // SAFETY: a helper with no preconditions.
@@ -210,7 +212,7 @@ fn record_hot(cgroup_id: u64, tgid: u32, uaddr: u64, waited: u64) {
         max_wait_ns: 0,
         comm: bpf_get_current_comm().unwrap_or([0; 16]),
     };
-    let Some(v) = per_cpu_slot(&HOT_FUTEXES, &key, &zero, ProbeError::HotFutexUpdate) else {
+    let Some(v) = per_cpu_slot(&HOT_FUTEXES, &key, &zero, ProbeError::HotFutexFull) else {
         return;
     };
     // SAFETY: this CPU's slot.

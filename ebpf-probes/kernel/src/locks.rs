@@ -3,27 +3,33 @@
 //! same, for the agent to symbolize.
 //!
 //! As in the kernel's own `perf lock contention` BPF program, a spinning waiter's start time
-//! lives in a per-CPU slot (it cannot sleep or migrate while it spins) and a sleeping waiter's
-//! in a per-thread slot. A mutex reports `MUTEX|SPIN` before optimistic spinning and `MUTEX`
-//! again before it sleeps, with one `contention_end`: the first begin's time is kept.
+//! lives in a per-CPU slot (it cannot sleep or migrate while it spins: no per-thread state at
+//! all) and a sleeping waiter's in the thread's task storage (a thread waits for one lock at a
+//! time; the slot cannot be evicted). A mutex reports `MUTEX|SPIN` before optimistic spinning
+//! and `MUTEX` again before it sleeps, with one `contention_end`: the first begin's time is kept.
+//!
+//! Call sites: `get_stackid` with `BPF_F_REUSE_STACKID`, so that a hash collision replaces the
+//! old stack instead of failing; the per-site figures keep the id, and the agent reads each
+//! site's stack in the window it appears.
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_cgroup_id, bpf_get_current_pid_tgid, bpf_ktime_get_ns},
-    macros::{btf_tracepoint, map, tracepoint},
-    maps::{LruHashMap, PerCpuArray, PerCpuHashMap, StackTrace},
+    helpers::{bpf_get_current_cgroup_id, bpf_ktime_get_ns},
+    macros::{btf_map, btf_tracepoint, map, tracepoint},
+    maps::{PerCpuArray, PerCpuHashMap, StackTrace},
     programs::{BtfTracePointContext, TracePointContext, tracing::StackIdContext as _},
 };
 use stormwatch_common::{
     LockInflight, LockSiteKey, LockSiteValue, LockStats, ProbeError, lcb, lock_kind, lock_kind_of,
 };
 
-use crate::shared::{BPF_ANY, count_error, global_u32, per_cpu_slot};
+use crate::shared::{TaskStorage, count_error, current_task, global_u32, per_cpu_slot};
 
 const MAX_CGROUPS: u32 = 4096;
-const MAX_SLEEPERS: u32 = 65536;
 const MAX_SITES: u32 = 4096;
 const MAX_STACKS: u32 = 4096;
 
+/// Preallocated, as `CGROUP_SCHED` (contentions happen in scheduler paths too); the agent sizes
+/// it to at least `max_cgroups`.
 #[map(name = "CGROUP_LOCKS")]
 static CGROUP_LOCKS: PerCpuHashMap<u64, LockStats> =
     PerCpuHashMap::with_max_entries(MAX_CGROUPS, 0);
@@ -32,9 +38,9 @@ static CGROUP_LOCKS: PerCpuHashMap<u64, LockStats> =
 #[map(name = "LOCK_SPINNING")]
 static LOCK_SPINNING: PerCpuArray<LockInflight> = PerCpuArray::with_max_entries(1, 0);
 
-/// Sleeping waiters, by thread id.
-#[map(name = "LOCK_SLEEPING")]
-static LOCK_SLEEPING: LruHashMap<u32, LockInflight> = LruHashMap::with_max_entries(MAX_SLEEPERS, 0);
+/// Sleeping waiters, in their task storage.
+#[btf_map(name = "LOCK_SLEEPING")]
+static LOCK_SLEEPING: TaskStorage<LockInflight> = TaskStorage::new();
 
 /// Per CPU: exact counts and maxima without atomics.
 #[map(name = "LOCK_SITES")]
@@ -49,9 +55,11 @@ static TP_LOCK_ADDR_OFFSET: u32 = 8;
 #[unsafe(no_mangle)]
 static TP_LOCK_FLAGS_OFFSET: u32 = 16;
 
-/// BPF_F_FAST_STACK_CMP: compare stacks by hash only; a collision merges two sites, which the
-/// per-site figures tolerate better than a stack map that fills up with near-duplicates.
-const BPF_F_FAST_STACK_CMP: u64 = 1 << 9;
+/// BPF_F_FAST_STACK_CMP: compare stacks by hash only. BPF_F_REUSE_STACKID: on a collision the
+/// bucket takes the new stack instead of the call failing (without it, 4,409 failures in 150 s
+/// of thread churn); a site whose stack was replaced is then symbolized as the newer one, which
+/// the agent avoids by reading each site's stack when the site first appears.
+const STACK_FLAGS: u64 = (1 << 9) | (1 << 10);
 
 /// Whether a contention spins on this CPU (spinlocks, rwlocks) rather than possibly sleeping.
 #[inline(always)]
@@ -64,7 +72,7 @@ pub fn lock_contention_begin_btf(ctx: BtfTracePointContext) -> i32 {
     // TP_PROTO(void *lock, unsigned int flags)
     let lock: u64 = ctx.arg(0);
     let flags: u64 = ctx.arg(1);
-    let stack_id = ctx.get_stackid(&LOCK_STACKS, BPF_F_FAST_STACK_CMP);
+    let stack_id = ctx.get_stackid(&LOCK_STACKS, STACK_FLAGS);
     begin(
         lock,
         flags as u32,
@@ -90,7 +98,7 @@ pub fn lock_contention_begin_tp(ctx: TracePointContext) -> i32 {
         )
     };
     if let (Ok(lock), Ok(flags)) = fields {
-        let stack_id = ctx.get_stackid(&LOCK_STACKS, BPF_F_FAST_STACK_CMP);
+        let stack_id = ctx.get_stackid(&LOCK_STACKS, STACK_FLAGS);
         begin(lock, flags, stack_id.map(|id| id as i32).unwrap_or(-1));
     }
     0
@@ -132,17 +140,15 @@ fn begin(lock: u64, flags: u32, stack_id: i32) {
         *slot = waiter;
         return;
     }
-    let tid = bpf_get_current_pid_tgid() as u32;
-    if let Some(existing) = LOCK_SLEEPING.get_ptr(&tid) {
-        // SAFETY: a valid map value pointer.
-        if unsafe { (*existing).lock } == lock {
-            // The mutex's second begin (before sleeping): keep the first.
-            return;
-        }
+    let Some(slot) = LOCK_SLEEPING.get_or_create(current_task()) else {
+        count_error(ProbeError::LockStorageBusy);
+        return;
+    };
+    if slot.lock == lock {
+        // The mutex's second begin (before sleeping): keep the first.
+        return;
     }
-    if LOCK_SLEEPING.insert(&tid, &waiter, BPF_ANY).is_err() {
-        count_error(ProbeError::LockInflightFull);
-    }
+    *slot = waiter;
 }
 
 #[inline(always)]
@@ -158,16 +164,13 @@ fn end(lock: u64) {
             slot.lock = 0;
         }
     }
-    if waiter.is_none() {
-        let tid = bpf_get_current_pid_tgid() as u32;
-        if let Some(w) = LOCK_SLEEPING.get_ptr(&tid) {
-            // SAFETY: a valid map value pointer, copied before the delete.
-            let w = unsafe { *w };
-            if w.lock == lock {
-                waiter = Some(w);
-                let _ = LOCK_SLEEPING.remove(&tid);
-            }
-        }
+    if waiter.is_none()
+        && let Some(slot) = LOCK_SLEEPING.get(current_task())
+        && slot.lock == lock
+        && lock != 0
+    {
+        waiter = Some(*slot);
+        slot.lock = 0;
     }
     let Some(w) = waiter else {
         count_error(ProbeError::LockUnpairedEnd);

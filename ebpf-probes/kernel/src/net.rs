@@ -29,7 +29,7 @@ use stormwatch_common::net::{
     len_bucket_of,
 };
 
-use crate::shared::{BPF_NOEXIST, global_u32};
+use crate::shared::{BPF_NOEXIST, count_in, global_u32, per_cpu_slot_or};
 
 const MAX_CGROUPS: u32 = 4096;
 /// Interfaces of the host and every container's namespace: two per pod (a veth pair) plus
@@ -140,24 +140,13 @@ const TCP_NEW_SYN_RECV: u8 = 12;
 
 #[inline(always)]
 fn count_error(kind: NetProbeError) {
-    if let Some(slot) = NET_ERRORS.get_ptr_mut(kind as u32) {
-        // SAFETY: a per-CPU slot; this program cannot be preempted by itself on this CPU.
-        unsafe { *slot += 1 };
-    }
+    count_in(&NET_ERRORS, kind as u32);
 }
 
 /// The per-CPU slot of `key`, created (from `zero`) on first use; `None` (counted) when full.
 #[inline(always)]
 fn slot<K, V>(map: &PerCpuHashMap<K, V>, key: &K, zero: &V, full: NetProbeError) -> Option<*mut V> {
-    if let Some(v) = map.get_ptr_mut(key) {
-        return Some(v);
-    }
-    let _ = map.insert(key, zero, BPF_NOEXIST);
-    let v = map.get_ptr_mut(key);
-    if v.is_none() {
-        count_error(full);
-    }
-    v
+    per_cpu_slot_or(map, key, zero, || count_error(full))
 }
 
 /// Reads a `T` at `base + offset` in kernel memory.

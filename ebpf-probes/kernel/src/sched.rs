@@ -13,31 +13,45 @@
 //! task with a signal pending is counted voluntary but traced as running).
 
 use aya_ebpf::{
+    bindings::task_struct,
     helpers::{
         bpf_get_current_cgroup_id, bpf_get_current_pid_tgid, bpf_get_current_task,
         bpf_get_smp_processor_id, bpf_ktime_get_ns, bpf_probe_read_kernel,
     },
-    macros::{btf_tracepoint, map, tracepoint},
-    maps::{LruHashMap, PerCpuHashMap},
+    macros::{btf_map, btf_tracepoint, map, tracepoint},
+    maps::{HashMap, PerCpuArray, PerCpuHashMap},
     programs::{BtfTracePointContext, TracePointContext},
 };
 use stormwatch_common::{
-    ProbeError, SchedStats, TASK_DEAD, TASK_HAS_LAST_CPU, TASK_HAS_RUNQ_PENDING,
-    TASK_HAS_SWITCH_BASELINE, TaskState,
+    OnCpu, ProbeError, SchedStats, TASK_HAS_LAST_CPU, TASK_HAS_SWITCH_BASELINE, TASK_HAS_WAKER,
+    TASK_SEEN, TASK_WAKE_KNOWN, TASK_WAKE_REMOTE, TASK_WOKEN, TaskState,
 };
 
-use crate::shared::{BPF_ANY, BPF_NOEXIST, EEXIST, count_error, global_u32, per_cpu_slot};
+use crate::shared::{
+    BPF_NOEXIST, TaskStorage, count_error, current_task, global_u32, per_cpu_slot,
+};
 
-/// Default capacities; the agent may resize both before load.
+/// Default capacities; the agent sets the cgroup map's before load.
 const MAX_CGROUPS: u32 = 4096;
-const MAX_TASKS: u32 = 65536;
+/// Wake-ups pending until their thread's switch-out, classic tracepoints only: at most one per
+/// runnable thread that has not run yet.
+const MAX_PENDING_WAKEUPS: u32 = 16384;
 
+/// Preallocated: inserting into a non-preallocated per-CPU hash from `sched_switch` fails
+/// often (seen: 719 failed inserts in 2 s of thread churn, the allocator's cache not being
+/// refilled in that context). The agent sizes it to at least `max_cgroups`.
 #[map(name = "CGROUP_SCHED")]
 static CGROUP_SCHED: PerCpuHashMap<u64, SchedStats> =
     PerCpuHashMap::with_max_entries(MAX_CGROUPS, 0);
 
-#[map(name = "TASKS")]
-static TASKS: LruHashMap<u32, TaskState> = LruHashMap::with_max_entries(MAX_TASKS, 0);
+#[btf_map(name = "TASKS")]
+static TASKS: TaskStorage<TaskState> = TaskStorage::new();
+
+#[map(name = "ON_CPU")]
+static ON_CPU: PerCpuArray<OnCpu> = PerCpuArray::with_max_entries(1, 0);
+
+#[map(name = "PENDING_WAKEUPS")]
+static PENDING_WAKEUPS: HashMap<u32, u64> = HashMap::with_max_entries(MAX_PENDING_WAKEUPS, 0);
 
 #[unsafe(no_mangle)]
 static TASK_PID_OFFSET: u32 = 0;
@@ -49,6 +63,8 @@ static TASK_NVCSW_OFFSET: u32 = 0;
 static TASK_NIVCSW_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
 static TASK_EXIT_STATE_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static TASK_CPU_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
 static TP_SWITCH_NEXT_PID_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
@@ -63,7 +79,9 @@ static HAVE_TASK_OFFSETS: u32 = 0;
 /// 4.14) when the task was preempted, and `EXIT_ZOMBIE`/`EXIT_DEAD` (0x20/0x10) on its final
 /// switch.
 const TP_STATE_PREEMPTED: u32 = 0x100;
-const TP_STATE_EXITING: u32 = 0x10 | 0x20;
+/// `exit_state` (and the classic record's `prev_state`) of a thread reaped at once: its
+/// counters were folded into its process's totals before its final switch.
+const EXIT_DEAD: u32 = 0x10;
 
 /// What the switch-out of `prev` needs to know about it.
 struct Prev {
@@ -72,9 +90,16 @@ struct Prev {
     /// Whether the task stays runnable (preempted), for when counters cannot decide.
     runnable: bool,
     /// The task is exiting and the kernel has already folded its counters into its process's
-    /// totals (`exit_state` is set in `exit_notify`, before `release_task`): its switches from
-    /// here on, including the final one, are in no total anyone can read.
+    /// totals: `exit_state` is `EXIT_DEAD`, set in `exit_notify` for a thread that is reaped at
+    /// once (`release_task` → `__exit_signal`), before its final switch. Its switches from here
+    /// on, the final one included, are in no total anyone can read. A zombie (`EXIT_ZOMBIE`: a
+    /// process's leader, waited for by its parent) is not dead in this sense: its counters are
+    /// read when it is reaped (`wait_task_zombie` adds the leader's own `nvcsw`, final switch
+    /// included, to the parent's children totals), so its switches are counted as any other.
     dead: bool,
+    /// Classic tracepoints: the thread's wake-up time kept in `PENDING_WAKEUPS`, looked up
+    /// here because the classic `sched_wakeup` cannot reach the thread's task storage.
+    classic: bool,
 }
 
 // ---- entry points: tp_btf (preferred) -------------------------------------------------------
@@ -99,24 +124,96 @@ pub fn sched_switch_btf(ctx: BtfTracePointContext) -> i32 {
         )),
         // As `__schedule` decides: voluntary when not preempted and not runnable.
         runnable: preempt & 0xff != 0 || state == 0,
-        dead: state & TASK_DEAD != 0 || exit_state != 0,
+        dead: exit_state & EXIT_DEAD != 0,
+        classic: false,
     };
     on_switch(prev, next_tid);
     0
 }
 
+/// Where the waker runs: only `sched_waking` is sure to fire on the waker's CPU (a wake-up onto
+/// an idle or far CPU is finished there, and `sched_wakeup` then fires on the wakee's CPU).
+#[btf_tracepoint(function = "sched_waking")]
+pub fn sched_waking_btf(ctx: BtfTracePointContext) -> i32 {
+    let task: *mut task_struct = ctx.arg(0);
+    match TASKS.get_or_create(task) {
+        Some(st) => {
+            // SAFETY: a helper with no preconditions.
+            st.waker_cpu = unsafe { bpf_get_smp_processor_id() };
+            st.flags |= TASK_HAS_WAKER;
+        }
+        None => count_error(ProbeError::TaskStorageBusy),
+    }
+    0
+}
+
 #[btf_tracepoint(function = "sched_wakeup")]
 pub fn sched_wakeup_btf(ctx: BtfTracePointContext) -> i32 {
-    let task: *const u8 = ctx.arg(0);
-    on_wakeup(typed(task, global_u32(&TASK_PID_OFFSET)));
+    let task: *mut task_struct = ctx.arg(0);
+    wakeup_btf(task, false);
     0
 }
 
 #[btf_tracepoint(function = "sched_wakeup_new")]
 pub fn sched_wakeup_new_btf(ctx: BtfTracePointContext) -> i32 {
-    let task: *const u8 = ctx.arg(0);
-    on_wakeup(typed(task, global_u32(&TASK_PID_OFFSET)));
+    let task: *mut task_struct = ctx.arg(0);
+    wakeup_btf(task, true);
     0
+}
+
+/// A wake-up seen with the thread's `task_struct`: its state is updated in place. A new
+/// thread's wake-up (`wake_up_new_task`) runs on the parent's CPU and has no `sched_waking`.
+#[inline(always)]
+fn wakeup_btf(task: *mut task_struct, new: bool) {
+    // SAFETY: helpers with no preconditions.
+    let (now, this_cpu) = unsafe { (bpf_ktime_get_ns(), bpf_get_smp_processor_id()) };
+    let cpu_offset = global_u32(&TASK_CPU_OFFSET);
+    let queued_on: u32 = typed(task as *const u8, cpu_offset);
+    let Some(st) = TASKS.get_or_create(task) else {
+        count_error(ProbeError::TaskStorageBusy);
+        return;
+    };
+    let waker_cpu = if cpu_offset == 0 {
+        None
+    } else if new {
+        Some(this_cpu)
+    } else if st.flags & TASK_HAS_WAKER != 0 {
+        Some(st.waker_cpu)
+    } else {
+        None
+    };
+    st.flags &= !TASK_HAS_WAKER;
+    apply_wakeup(st, now, waker_cpu.map(|w| w != queued_on));
+}
+
+/// A wake-up at `now`, of kind `remote` when known: a thread we saw block is queued from now
+/// on; a wake-up that finds the thread still on its CPU (it had not yet switched out) changes
+/// nothing; a thread we never saw (blocked since before attach, or new) is queued from now on.
+#[inline(always)]
+fn apply_wakeup(st: &mut TaskState, now: u64, remote: Option<bool>) {
+    if st.flags & TASK_SEEN == 0 {
+        *st = TaskState {
+            queued_since: now,
+            flags: TASK_SEEN,
+            ..TaskState::ZERO
+        };
+    } else if st.blocked_since != 0 {
+        if now > st.blocked_since {
+            st.offcpu_pending_ns += now - st.blocked_since;
+        }
+        st.blocked_since = 0;
+        st.queued_since = now;
+    } else {
+        return;
+    }
+    st.flags &= !(TASK_WOKEN | TASK_WAKE_KNOWN | TASK_WAKE_REMOTE);
+    st.flags |= TASK_WOKEN;
+    if let Some(remote) = remote {
+        st.flags |= TASK_WAKE_KNOWN;
+        if remote {
+            st.flags |= TASK_WAKE_REMOTE;
+        }
+    }
 }
 
 /// A field of a BTF-typed kernel pointer (tp_btf arguments), loaded directly.
@@ -138,11 +235,11 @@ pub fn sched_switch_tp(ctx: TracePointContext) -> i32 {
     ) else {
         return 0;
     };
-    let mut dead = state & TP_STATE_EXITING != 0 && state & TP_STATE_PREEMPTED == 0;
+    let mut dead = state & EXIT_DEAD != 0 && state & TP_STATE_PREEMPTED == 0;
     let counters = if global_u32(&HAVE_TASK_OFFSETS) == 1 {
         // SAFETY: a helper with no preconditions; `current` is `prev` during sched_switch.
         let task = unsafe { bpf_get_current_task() } as *const u8;
-        dead |= read_task_u32(task, global_u32(&TASK_EXIT_STATE_OFFSET)) != 0;
+        dead |= read_task_u32(task, global_u32(&TASK_EXIT_STATE_OFFSET)) & EXIT_DEAD != 0;
         read_task_counters(task)
     } else {
         None
@@ -151,6 +248,7 @@ pub fn sched_switch_tp(ctx: TracePointContext) -> i32 {
         counters,
         runnable: state == 0 || state & TP_STATE_PREEMPTED != 0,
         dead,
+        classic: true,
     };
     on_switch(prev, next_tid);
     0
@@ -158,19 +256,37 @@ pub fn sched_switch_tp(ctx: TracePointContext) -> i32 {
 
 #[tracepoint(category = "sched", name = "sched_wakeup")]
 pub fn sched_wakeup_tp(ctx: TracePointContext) -> i32 {
-    if let Some(tid) = tp_read_u32(&ctx, global_u32(&TP_WAKEUP_PID_OFFSET)) {
-        on_wakeup(tid);
-    }
+    wakeup_tp(&ctx);
     0
 }
 
 #[tracepoint(category = "sched", name = "sched_wakeup_new")]
 pub fn sched_wakeup_new_tp(ctx: TracePointContext) -> i32 {
-    if let Some(tid) = tp_read_u32(&ctx, global_u32(&TP_WAKEUP_PID_OFFSET)) {
-        on_wakeup(tid);
-    }
+    wakeup_tp(&ctx);
     0
 }
+
+/// A wake-up seen by thread id only: kept until the thread's next switch-out, which applies it.
+/// The first wake-up since that switch-out wins (NOEXIST): a later one found the thread
+/// already queued or running.
+#[inline(always)]
+fn wakeup_tp(ctx: &TracePointContext) {
+    let Some(tid) = tp_read_u32(ctx, global_u32(&TP_WAKEUP_PID_OFFSET)) else {
+        return;
+    };
+    if tid == 0 {
+        return;
+    }
+    // SAFETY: a helper with no preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    if let Err(err) = PENDING_WAKEUPS.insert(&tid, &now, BPF_NOEXIST)
+        && err != -EEXIST
+    {
+        count_error(ProbeError::PendingWakeupFull);
+    }
+}
+
+const EEXIST: i32 = 17;
 
 // ---- the logic shared by both flavours ------------------------------------------------------
 
@@ -241,97 +357,98 @@ fn on_switch(prev: Prev, next_tid: u32) {
             bpf_get_current_pid_tgid() as u32,
         )
     };
+    let Some(on_cpu) = ON_CPU.get_ptr_mut(0) else {
+        return;
+    };
+    // SAFETY: this CPU's slot; sched_switch does not nest on one CPU.
+    let on_cpu = unsafe { &mut *on_cpu };
     // During sched_switch `current` is still `prev`. tid 0 is a CPU's idle task.
     if prev_tid != 0 {
-        switch_out(now, cpu, prev_tid, prev);
+        let since = if on_cpu.tid == prev_tid {
+            on_cpu.since_ns
+        } else {
+            0
+        };
+        switch_out(now, cpu, prev_tid, since, prev);
     }
-    if next_tid != 0 {
-        switch_in(now, next_tid);
-    }
+    on_cpu.tid = next_tid;
+    on_cpu.since_ns = now;
 }
 
 #[inline(always)]
-fn switch_out(now: u64, cpu: u32, tid: u32, prev: Prev) {
+fn switch_out(now: u64, cpu: u32, tid: u32, oncpu_since: u64, prev: Prev) {
     let Some(stats) = current_cgroup_stats() else {
         return;
     };
     // SAFETY: a per-CPU map value of this CPU; sched_switch does not nest on one CPU.
     let stats = unsafe { &mut *stats };
+    let Some(st) = TASKS.get_or_create(current_task()) else {
+        // Only this switch's intervals are lost: its switch counts are in the thread's own
+        // counters, which the next switch-out reads.
+        count_error(ProbeError::TaskStorageBusy);
+        return;
+    };
+    if prev.classic {
+        take_pending_wakeup(st, tid, oncpu_since);
+    }
 
     // An exiting thread's last switches are not counted: the kernel has already folded its
     // counters into the process totals (getrusage) before them, and nobody can read them
-    // afterwards. Its time on the CPU is still credited.
+    // afterwards. Its time on the CPU is still credited. Its storage goes with its task_struct.
     if prev.dead {
-        if let Some(st) = TASKS.get_ptr_mut(&tid) {
-            // SAFETY: a valid map value pointer.
-            let st = unsafe { &*st };
-            credit_intervals(stats, st, now, cpu);
-        }
-        let _ = TASKS.remove(&tid);
+        credit_intervals(stats, st, now, cpu, oncpu_since);
+        *st = TaskState::ZERO;
         return;
     }
 
-    let still_runnable;
-    match TASKS.get_ptr_mut(&tid) {
-        Some(st) => {
-            // SAFETY: a valid map value pointer.
-            let st = unsafe { &mut *st };
-            match prev.counters {
-                Some((nvcsw, nivcsw)) if st.flags & TASK_HAS_SWITCH_BASELINE != 0 => {
-                    let voluntary = nvcsw.wrapping_sub(st.nvcsw);
-                    let involuntary = nivcsw.wrapping_sub(st.nivcsw);
-                    stats.voluntary_switches += voluntary;
-                    stats.involuntary_switches += involuntary;
-                    still_runnable = involuntary != 0 && voluntary == 0;
-                }
-                _ => still_runnable = count_by_state(stats, prev.runnable),
-            }
-            credit_intervals(stats, st, now, cpu);
-            st.flags = TASK_HAS_LAST_CPU;
-            if let Some((nvcsw, nivcsw)) = prev.counters {
-                st.nvcsw = nvcsw;
-                st.nivcsw = nivcsw;
-                st.flags |= TASK_HAS_SWITCH_BASELINE;
-            }
-            st.last_cpu = cpu;
-            st.oncpu_since = 0;
-            st.offcpu_pending_ns = 0;
-            st.runq_pending_ns = 0;
-            if still_runnable {
-                st.queued_since = now;
-                st.blocked_since = 0;
-            } else {
-                st.blocked_since = now;
-                st.queued_since = 0;
-            }
+    let still_runnable = match prev.counters {
+        Some((nvcsw, nivcsw)) if st.flags & TASK_HAS_SWITCH_BASELINE != 0 => {
+            let voluntary = nvcsw.wrapping_sub(st.nvcsw);
+            let involuntary = nivcsw.wrapping_sub(st.nivcsw);
+            stats.voluntary_switches += voluntary;
+            stats.involuntary_switches += involuntary;
+            involuntary != 0 && voluntary == 0
         }
-        None => {
-            still_runnable = count_by_state(stats, prev.runnable);
-            let (nvcsw, nivcsw) = prev.counters.unwrap_or((0, 0));
-            let baseline = if prev.counters.is_some() {
-                TASK_HAS_SWITCH_BASELINE
-            } else {
-                0
-            };
-            let st = TaskState {
-                blocked_since: if still_runnable { 0 } else { now },
-                queued_since: if still_runnable { now } else { 0 },
-                nvcsw,
-                nivcsw,
-                last_cpu: cpu,
-                flags: baseline | TASK_HAS_LAST_CPU,
-                ..TaskState::ZERO
-            };
-            if TASKS.insert(&tid, &st, BPF_ANY).is_err() {
-                count_error(ProbeError::TaskMapUpdate);
-            }
-        }
+        // Without a counter baseline (a thread's first switch-out since attach, or no BTF),
+        // the switch is classified from the tracepoint.
+        _ => count_by_state(stats, prev.runnable),
+    };
+    // A thread not seen before (fresh storage is zeros) has only its time on this CPU to credit.
+    credit_intervals(stats, st, now, cpu, oncpu_since);
+    let mut flags = TASK_SEEN | TASK_HAS_LAST_CPU | (st.flags & TASK_HAS_WAKER);
+    if let Some((nvcsw, nivcsw)) = prev.counters {
+        st.nvcsw = nvcsw;
+        st.nivcsw = nivcsw;
+        flags |= TASK_HAS_SWITCH_BASELINE;
+    }
+    st.flags = flags;
+    st.last_cpu = cpu;
+    st.offcpu_pending_ns = 0;
+    if still_runnable {
+        st.queued_since = now;
+        st.blocked_since = 0;
+    } else {
+        st.blocked_since = now;
+        st.queued_since = 0;
     }
 }
 
-/// Without a counter baseline (a thread's first switch-out since attach, or no BTF), the
-/// switch is classified from the tracepoint: involuntary when the thread stays runnable.
-/// Returns whether it does.
+/// Classic tracepoints: applies the thread's wake-up kept by `sched_wakeup_tp`, if it came
+/// between its last switch-out and its switch-in (a later one found it running).
+#[inline(always)]
+fn take_pending_wakeup(st: &mut TaskState, tid: u32, oncpu_since: u64) {
+    // SAFETY: the value is copied before the entry is deleted.
+    let Some(woken_at) = (unsafe { PENDING_WAKEUPS.get(&tid) }).copied() else {
+        return;
+    };
+    let _ = PENDING_WAKEUPS.remove(&tid);
+    if oncpu_since == 0 || woken_at <= oncpu_since {
+        apply_wakeup(st, woken_at, None);
+    }
+}
+
+/// Without a counter baseline, the switch is classified from the tracepoint: involuntary when
+/// the thread stays runnable. Returns whether it does.
 #[inline(always)]
 fn count_by_state(stats: &mut SchedStats, runnable: bool) -> bool {
     if runnable {
@@ -342,81 +459,32 @@ fn count_by_state(stats: &mut SchedStats, runnable: bool) -> bool {
     runnable
 }
 
-/// Credits the intervals that ended since the thread last left a CPU.
+/// Credits the intervals that ended since the thread last left a CPU: its time on this CPU
+/// (from the CPU's slot), the off-CPU time its wake-up ended, and the run-queue wait that ended
+/// when it went on this CPU (by wake-up kind when it was a wake-up).
 #[inline(always)]
-fn credit_intervals(stats: &mut SchedStats, st: &TaskState, now: u64, cpu: u32) {
-    if st.oncpu_since != 0 && now > st.oncpu_since {
-        stats.oncpu_ns += now - st.oncpu_since;
-    }
-    stats.offcpu_ns += st.offcpu_pending_ns;
-    if st.flags & TASK_HAS_RUNQ_PENDING != 0 {
-        stats.runq.record(st.runq_pending_ns);
+fn credit_intervals(stats: &mut SchedStats, st: &TaskState, now: u64, cpu: u32, oncpu_since: u64) {
+    if oncpu_since != 0 {
+        if now > oncpu_since {
+            stats.oncpu_ns += now - oncpu_since;
+        }
+        // A block whose wake-up we missed is not credited as off-CPU time.
+        if st.blocked_since == 0 {
+            stats.offcpu_ns += st.offcpu_pending_ns;
+        }
+        if st.queued_since != 0 && oncpu_since >= st.queued_since {
+            let waited = oncpu_since - st.queued_since;
+            stats.runq.record(waited);
+            if st.flags & (TASK_WOKEN | TASK_WAKE_KNOWN) == TASK_WOKEN | TASK_WAKE_KNOWN {
+                if st.flags & TASK_WAKE_REMOTE != 0 {
+                    stats.wake_remote.record(waited);
+                } else {
+                    stats.wake_local.record(waited);
+                }
+            }
+        }
     }
     if st.flags & TASK_HAS_LAST_CPU != 0 && st.last_cpu != cpu {
         stats.migrations += 1;
-    }
-}
-
-#[inline(always)]
-fn switch_in(now: u64, tid: u32) {
-    match TASKS.get_ptr_mut(&tid) {
-        Some(st) => {
-            // SAFETY: a valid map value pointer.
-            let st = unsafe { &mut *st };
-            if st.queued_since != 0 && now > st.queued_since {
-                st.runq_pending_ns = now - st.queued_since;
-                st.flags |= TASK_HAS_RUNQ_PENDING;
-            }
-            st.queued_since = 0;
-            // A block whose wake-up we missed is not credited as off-CPU time.
-            st.blocked_since = 0;
-            st.oncpu_since = now;
-        }
-        None => {
-            let st = TaskState {
-                oncpu_since: now,
-                ..TaskState::ZERO
-            };
-            if TASKS.insert(&tid, &st, BPF_ANY).is_err() {
-                count_error(ProbeError::TaskMapUpdate);
-            }
-        }
-    }
-}
-
-#[inline(always)]
-fn on_wakeup(tid: u32) {
-    if tid == 0 {
-        return;
-    }
-    // SAFETY: a helper with no preconditions.
-    let now = unsafe { bpf_ktime_get_ns() };
-    match TASKS.get_ptr_mut(&tid) {
-        Some(st) => {
-            // SAFETY: a valid map value pointer.
-            let st = unsafe { &mut *st };
-            // Only a thread we saw block is queued by this wake-up; a wake-up that finds the
-            // thread still on its CPU (it had not yet switched out) changes nothing.
-            if st.blocked_since != 0 {
-                if now > st.blocked_since {
-                    st.offcpu_pending_ns += now - st.blocked_since;
-                }
-                st.blocked_since = 0;
-                st.queued_since = now;
-            }
-        }
-        None => {
-            // Blocked since before attach (or new): its run-queue wait starts now.
-            let st = TaskState {
-                queued_since: now,
-                ..TaskState::ZERO
-            };
-            // EEXIST: a switch on another CPU created it meanwhile, which is fine.
-            if let Err(err) = TASKS.insert(&tid, &st, BPF_NOEXIST)
-                && err != -EEXIST
-            {
-                count_error(ProbeError::TaskMapUpdate);
-            }
-        }
     }
 }

@@ -1,5 +1,10 @@
 //! Maps and helpers used by more than one probe family.
-use aya_ebpf::{macros::map, maps::PerCpuArray};
+use aya_ebpf::{
+    bindings::{BPF_LOCAL_STORAGE_GET_F_CREATE, bpf_map_type, task_struct},
+    helpers::{bpf_get_current_task_btf, bpf_task_storage_get},
+    macros::map,
+    maps::{PerCpuArray, PerCpuHashMap},
+};
 use stormwatch_common::ProbeError;
 
 #[map(name = "PROBE_ERRORS")]
@@ -8,7 +13,13 @@ pub static PROBE_ERRORS: PerCpuArray<u64> = PerCpuArray::with_max_entries(ProbeE
 /// Counts one event a probe could not record.
 #[inline(always)]
 pub fn count_error(kind: ProbeError) {
-    if let Some(slot) = PROBE_ERRORS.get_ptr_mut(kind as u32) {
+    count_in(&PROBE_ERRORS, kind as u32);
+}
+
+/// Adds one to slot `index` of a per-CPU counter array (each family's lost-event array).
+#[inline(always)]
+pub fn count_in(counters: &PerCpuArray<u64>, index: u32) {
+    if let Some(slot) = counters.get_ptr_mut(index) {
         // SAFETY: a per-CPU slot; this program cannot be preempted by itself on this CPU.
         unsafe { *slot += 1 };
     }
@@ -22,18 +33,29 @@ pub fn global_u32(value: &u32) -> u32 {
     unsafe { core::ptr::read_volatile(value) }
 }
 
-pub const BPF_ANY: u64 = 0;
 pub const BPF_NOEXIST: u64 = 1;
-pub const EEXIST: i32 = 17;
+/// Map flag: entries allocated on insert rather than all at creation.
+pub const BPF_F_NO_PREALLOC: u32 = 1;
 
 /// The per-CPU slot of `key`, created (from `zero`) on first use. `None` means the map is full,
 /// which is counted as `full`.
 #[inline(always)]
 pub fn per_cpu_slot<K, V>(
-    map: &aya_ebpf::maps::PerCpuHashMap<K, V>,
+    map: &PerCpuHashMap<K, V>,
     key: &K,
     zero: &V,
     full: ProbeError,
+) -> Option<*mut V> {
+    per_cpu_slot_or(map, key, zero, || count_error(full))
+}
+
+/// [`per_cpu_slot`], calling `full` to count a map that is full.
+#[inline(always)]
+pub fn per_cpu_slot_or<K, V>(
+    map: &PerCpuHashMap<K, V>,
+    key: &K,
+    zero: &V,
+    full: impl FnOnce(),
 ) -> Option<*mut V> {
     if let Some(v) = map.get_ptr_mut(key) {
         return Some(v);
@@ -42,7 +64,82 @@ pub fn per_cpu_slot<K, V>(
     let _ = map.insert(key, zero, BPF_NOEXIST);
     let v = map.get_ptr_mut(key);
     if v.is_none() {
-        count_error(full);
+        full();
     }
     v
+}
+
+/// A task-local storage map (`BPF_MAP_TYPE_TASK_STORAGE`): one `T` per thread, kept in the
+/// thread's own `task_struct` and freed with it. Nothing can evict an entry, and a lookup is an
+/// index into the task's storage, not a hash lookup.
+///
+/// aya-ebpf has no type for it, so this is the BTF map definition libbpf reads from `.maps`
+/// (`__uint(type, …)`, `__uint(map_flags, BPF_F_NO_PREALLOC)`, `__type(key, int)`,
+/// `__type(value, T)`): each field's *type* carries the value, as an array length or a pointee.
+/// aya's loader parses it from the object's BTF and creates the map with the value's BTF type id,
+/// which the kernel requires for local storage.
+#[repr(C)]
+pub struct TaskStorage<T> {
+    r#type: *const [i32; bpf_map_type::BPF_MAP_TYPE_TASK_STORAGE as usize],
+    key: *const i32,
+    value: *const T,
+    max_entries: *const [i32; 0],
+    map_flags: *const [i32; BPF_F_NO_PREALLOC as usize],
+}
+
+// SAFETY: placeholder pointers the loader patches; never dereferenced.
+unsafe impl<T> Sync for TaskStorage<T> {}
+
+impl<T> TaskStorage<T> {
+    pub const fn new() -> Self {
+        Self {
+            r#type: core::ptr::null(),
+            key: core::ptr::null(),
+            value: core::ptr::null(),
+            max_entries: core::ptr::null(),
+            map_flags: core::ptr::null(),
+        }
+    }
+
+    /// The storage of `task`, created zeroed when it has none. `None` when the kernel refused:
+    /// out of memory, or (on kernels whose storage lock is a trylock) another task-storage
+    /// operation in progress on this CPU. The caller counts it.
+    #[inline(always)]
+    pub fn get_or_create(&self, task: *mut task_struct) -> Option<&mut T> {
+        // SAFETY: the map pointer is this map's definition (relocated by the loader); `task` is
+        // a BTF task pointer, which the verifier checks.
+        let p = unsafe {
+            bpf_task_storage_get(
+                core::ptr::from_ref(self).cast_mut().cast(),
+                task,
+                core::ptr::null_mut(),
+                BPF_LOCAL_STORAGE_GET_F_CREATE as u64,
+            )
+        } as *mut T;
+        // SAFETY: a non-null pointer from the helper is the task's value, valid for the program.
+        unsafe { p.as_mut() }
+    }
+
+    /// The storage of `task`, if it has any (`None` also when the kernel refused, as above).
+    #[inline(always)]
+    pub fn get(&self, task: *mut task_struct) -> Option<&mut T> {
+        // SAFETY: as in `get_or_create`.
+        let p = unsafe {
+            bpf_task_storage_get(
+                core::ptr::from_ref(self).cast_mut().cast(),
+                task,
+                core::ptr::null_mut(),
+                0,
+            )
+        } as *mut T;
+        // SAFETY: as in `get_or_create`.
+        unsafe { p.as_mut() }
+    }
+}
+
+/// The current thread, as a BTF pointer that task storage accepts.
+#[inline(always)]
+pub fn current_task() -> *mut task_struct {
+    // SAFETY: a helper with no preconditions.
+    unsafe { bpf_get_current_task_btf() }
 }

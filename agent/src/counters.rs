@@ -1,0 +1,252 @@
+//! The counter types the probes produce and every layer above reads: cumulative counters that
+//! are added across CPUs and windows and subtracted between snapshots. Below both `probes` (which
+//! folds per-CPU values) and `collect` (which takes differences).
+//!
+//! Most of the kernel's value structs are `#[repr(C)]` runs of `u64` counters and nothing else;
+//! for those, adding and subtracting is done once, word by word ([`all_u64_counters!`]). The
+//! few with a field that is not a counter (a maximum, a name, an MTU) say so in their own impl.
+//!
+//! Also here: what the agent itself had to drop or chose to forget, next to the kernel's
+//! lost-event counters (see [`UserLoss`]).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use stormwatch_common::{
+    FutexStats, HotFutexValue, LockSiteValue, LockStats, Log2Histogram, SchedStats,
+    net::{CgroupNetStats, NetDirStats, NetDropStats, NetIfStats},
+};
+
+/// Cumulative counters: added across CPUs and windows, subtracted between snapshots.
+pub trait Counters: Copy + PartialEq {
+    const ZERO: Self;
+    fn add(&mut self, other: &Self);
+    /// `self - then`, or `None` when a counter went backwards.
+    fn since(&self, then: &Self) -> Option<Self>;
+}
+
+/// A value struct made only of `u64` counters.
+///
+/// # Safety
+/// The type must be `#[repr(C)]` (or transparent) and consist of `u64`s only (arrays of them
+/// included), so that it is exactly `size_of::<Self>() / 8` initialised `u64` words.
+unsafe trait AllU64: Copy {}
+
+fn words<T: AllU64>(v: &T) -> &[u64] {
+    const { assert!(size_of::<T>().is_multiple_of(8) && align_of::<T>() == 8) };
+    // SAFETY: `AllU64` guarantees the value is a run of initialised u64s, aligned.
+    unsafe { std::slice::from_raw_parts((v as *const T).cast::<u64>(), size_of::<T>() / 8) }
+}
+
+fn words_mut<T: AllU64>(v: &mut T) -> &mut [u64] {
+    const { assert!(size_of::<T>().is_multiple_of(8) && align_of::<T>() == 8) };
+    // SAFETY: as in `words`; every bit pattern is a valid u64.
+    unsafe { std::slice::from_raw_parts_mut((v as *mut T).cast::<u64>(), size_of::<T>() / 8) }
+}
+
+fn add_words<T: AllU64>(into: &mut T, other: &T) {
+    for (t, o) in words_mut(into).iter_mut().zip(words(other)) {
+        *t = t.wrapping_add(*o);
+    }
+}
+
+fn since_words<T: AllU64>(now: &T, then: &T) -> Option<T> {
+    let mut d = *now;
+    for (d, t) in words_mut(&mut d).iter_mut().zip(words(then)) {
+        *d = d.checked_sub(*t)?;
+    }
+    Some(d)
+}
+
+/// Implements [`Counters`] word by word for structs that are only `u64` counters.
+macro_rules! all_u64_counters {
+    ($($t:ty),* $(,)?) => {$(all_u64_counters!($t => <$t>::ZERO);)*};
+    ($t:ty => $zero:expr) => {
+        // SAFETY: each listed type is a #[repr(C)] struct of u64 fields and u64 arrays only (see
+        // the layout tests in stormwatch-common and `all_u64_types_are_only_words` below).
+        unsafe impl AllU64 for $t {}
+        impl Counters for $t {
+            const ZERO: Self = $zero;
+            fn add(&mut self, other: &Self) {
+                add_words(self, other);
+            }
+            fn since(&self, then: &Self) -> Option<Self> {
+                since_words(self, then)
+            }
+        }
+    };
+}
+
+all_u64_counters!(
+    Log2Histogram,
+    SchedStats,
+    FutexStats,
+    LockStats,
+    CgroupNetStats,
+    NetDirStats,
+);
+
+all_u64_counters!(NetDropStats => NetDropStats { packets: 0 });
+
+/// `max_wait_ns` is a maximum since attach, not a counter: a window carries the latest. `comm`
+/// is the first waiter's name.
+impl Counters for HotFutexValue {
+    const ZERO: Self = HotFutexValue {
+        waits: 0,
+        wait_ns: 0,
+        max_wait_ns: 0,
+        comm: [0; 16],
+    };
+    fn add(&mut self, o: &Self) {
+        self.waits += o.waits;
+        self.wait_ns += o.wait_ns;
+        self.max_wait_ns = self.max_wait_ns.max(o.max_wait_ns);
+        if self.comm[0] == 0 {
+            self.comm = o.comm;
+        }
+    }
+    fn since(&self, t: &Self) -> Option<Self> {
+        Some(HotFutexValue {
+            waits: self.waits.checked_sub(t.waits)?,
+            wait_ns: self.wait_ns.checked_sub(t.wait_ns)?,
+            max_wait_ns: self.max_wait_ns,
+            comm: self.comm,
+        })
+    }
+}
+
+/// As for [`HotFutexValue`], `max_wait_ns` is a maximum since attach.
+impl Counters for LockSiteValue {
+    const ZERO: Self = LockSiteValue {
+        count: 0,
+        wait_ns: 0,
+        max_wait_ns: 0,
+    };
+    fn add(&mut self, o: &Self) {
+        self.count += o.count;
+        self.wait_ns += o.wait_ns;
+        self.max_wait_ns = self.max_wait_ns.max(o.max_wait_ns);
+    }
+    fn since(&self, t: &Self) -> Option<Self> {
+        Some(LockSiteValue {
+            count: self.count.checked_sub(t.count)?,
+            wait_ns: self.wait_ns.checked_sub(t.wait_ns)?,
+            max_wait_ns: self.max_wait_ns,
+        })
+    }
+}
+
+/// `mtu` is the MTU at the latest packet, not a counter: a window carries the latest (a
+/// non-zero one: CPUs that never saw the interface hold 0).
+impl Counters for NetIfStats {
+    const ZERO: Self = NetIfStats::ZERO;
+    fn add(&mut self, o: &Self) {
+        self.tx.add(&o.tx);
+        self.rx.add(&o.rx);
+        if o.mtu != 0 {
+            self.mtu = o.mtu;
+        }
+    }
+    fn since(&self, t: &Self) -> Option<Self> {
+        Some(NetIfStats {
+            tx: self.tx.since(&t.tx)?,
+            rx: self.rx.since(&t.rx)?,
+            mtu: self.mtu,
+            _pad: 0,
+        })
+    }
+}
+
+/// What the agent itself dropped or forgot, beside the kernel's lost-event counters. Counted
+/// process-wide and reported with them (`lost_events`, `stormwatch_lost_events_total`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UserLoss {
+    /// A key's counters went backwards between two snapshots without the agent having removed
+    /// it: that key's change in that window is unknown, and is skipped rather than guessed.
+    CounterRegression,
+    /// Hot-futex entries deleted because no wait touched them for many windows (their figures
+    /// were reported while they moved; this keeps the bounded map from filling with old words).
+    HotFutexIdleEvicted,
+    /// Contended call sites deleted because idle for many windows (as above).
+    LockSiteIdleEvicted,
+}
+
+impl UserLoss {
+    pub const ALL: [UserLoss; 3] = [
+        Self::CounterRegression,
+        Self::HotFutexIdleEvicted,
+        Self::LockSiteIdleEvicted,
+    ];
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::CounterRegression => "counter_regression",
+            Self::HotFutexIdleEvicted => "hot_futex_idle_evicted",
+            Self::LockSiteIdleEvicted => "lock_site_idle_evicted",
+        }
+    }
+
+    fn counter(self) -> &'static AtomicU64 {
+        static COUNTS: [AtomicU64; 3] = [const { AtomicU64::new(0) }; 3];
+        &COUNTS[self as usize]
+    }
+
+    pub fn add(self, n: u64) {
+        self.counter().fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub fn total(self) -> u64 {
+        self.counter().load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn all_u64_types_are_only_words() {
+        // A field that is not a u64 would make the size differ from the words counted by hand.
+        assert_eq!(words(&SchedStats::ZERO).len(), 5 + 3 * (2 + 32));
+        assert_eq!(words(&LockStats::ZERO).len(), 2 * 7);
+        assert_eq!(words(&FutexStats::ZERO).len(), 4 + 2 + 32);
+    }
+
+    #[test]
+    fn add_and_since_are_word_by_word() {
+        let mut a = SchedStats::ZERO;
+        a.voluntary_switches = 5;
+        a.runq.record(1000);
+        a.wake_remote.record(7);
+        let mut b = a;
+        b.add(&a);
+        assert_eq!(b.voluntary_switches, 10);
+        assert_eq!(b.runq.count, 2);
+        assert_eq!(b.wake_remote.sum_ns, 14);
+        assert_eq!(b.since(&a), Some(a));
+        assert_eq!(a.since(&a), Some(SchedStats::ZERO));
+    }
+
+    #[test]
+    fn any_word_going_backwards_is_a_regression() {
+        let mut a = LockStats::ZERO;
+        a.count[3] = 4;
+        let mut b = a;
+        b.wait_ns[6] = 9;
+        assert!(b.since(&a).is_some());
+        b.count[3] = 3;
+        assert_eq!(b.since(&a), None);
+    }
+
+    #[test]
+    fn maxima_and_names_are_not_summed() {
+        let a = LockSiteValue {
+            count: 2,
+            wait_ns: 10,
+            max_wait_ns: 8,
+        };
+        let mut b = a;
+        b.add(&a);
+        assert_eq!((b.count, b.wait_ns, b.max_wait_ns), (4, 20, 8));
+        assert_eq!(b.since(&a).map(|d| (d.count, d.max_wait_ns)), Some((2, 8)));
+    }
+}

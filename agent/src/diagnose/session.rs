@@ -1,0 +1,736 @@
+//! The diagnosis session: the one engine that `trace`, `diagnose` and `run` all drive.
+//!
+//! It keeps, for the window the rules judge, each cgroup's figures and the resource context
+//! sampled *over that window*: threads (a time-weighted mean of the counts read while the cgroup
+//! was active), throttling relative to the window's start, quota and cpuset as last read. The
+//! front ends only feed it ticks ([`Session::observe`]) and ask for findings
+//! ([`Session::judge`]) or for the context of a window ([`Session::window_limits`]); none of them
+//! computes a rule's input on its own, so the CLI and the daemon cannot disagree.
+//!
+//! The window is either everything since the session started (`trace`, `diagnose`) or a sliding
+//! span (`run`): ticks are gathered into steps, and the window is the last steps that cover the
+//! span. The daemon judges each time a step completes, so a condition that starts after any
+//! length of calm fills the window within one span and is flagged at the next step.
+//!
+//! Reading a cgroup's resource context costs file reads, so it is not done every tick for every
+//! cgroup: the full limits (five files, `cpu.stat` among them) on a refresh period, the thread
+//! count (one small file) when the cgroup's activity changes — it becomes active again, or its
+//! switch and futex rates move by more than [`ACTIVITY_CHANGE_FACTOR`] from when the count was
+//! last read — and at least every [`THREADS_MAX_AGE`]. A storm that starts in a calm container
+//! multiplies its switch rate, so its thread count is re-read in the tick it starts.
+
+use std::{
+    collections::{HashMap, HashSet, VecDeque},
+    time::{Duration, Instant},
+};
+
+use std::path::PathBuf;
+
+use crate::{
+    collect::{CgroupWindow, Window},
+    host::{CpuTicks, Host, Steal, read_cpu_ticks, ticks_per_second},
+    identity::limits::{CgroupLayout, Limits, read_limits, read_threads},
+    netinfo::{NetState, NetWatch},
+    report::network::NetAvailability,
+};
+
+use super::{
+    Facts, Finding, HostFacts, Thresholds, diagnose,
+    network::{diagnose_network, net_facts},
+    sort_findings,
+};
+
+/// How often the full limits (quota, cpuset, throttling, pressure) of an active cgroup with a
+/// CPU quota are re-read: its throttling counters feed the diagnosis.
+pub const LIMITS_REFRESH_QUOTA: Duration = Duration::from_secs(10);
+/// Likewise for a cgroup without a quota: cpusets and quotas change rarely.
+pub const LIMITS_REFRESH: Duration = Duration::from_secs(60);
+/// The thread count of an active cgroup is re-read at least this often.
+pub const THREADS_MAX_AGE: Duration = Duration::from_secs(60);
+/// A change of a cgroup's activity (switches + futex waits per second) by more than this factor
+/// from the rate when its threads were last counted makes the next tick count them again.
+pub const ACTIVITY_CHANGE_FACTOR: f64 = 2.0;
+/// Changes smaller than this many events per second are noise, whatever the factor (an idle
+/// cgroup going from 1 to 3 switches per second has not changed what it is).
+pub const ACTIVITY_CHANGE_FLOOR: f64 = 50.0;
+
+/// Throttling counters of a cgroup (cumulative, as cgroupfs reports them).
+pub type Throttling = (Option<u64>, Option<f64>);
+
+/// Where the session reads a cgroup's resource context. The only I/O of the engine, behind a
+/// trait so that the engine is tested with synthetic cgroups.
+pub trait ResourceReader {
+    /// Quota, cpuset, threads, cumulative throttling and pressure of the cgroup at `path`
+    /// (relative to the v2 root).
+    fn limits(&self, path: &str) -> Limits;
+    /// Only the thread count: cheap enough to read whenever activity changes.
+    fn threads(&self, path: &str) -> Option<u64>;
+}
+
+impl ResourceReader for CgroupLayout {
+    fn limits(&self, path: &str) -> Limits {
+        read_limits(self, path)
+    }
+    fn threads(&self, path: &str) -> Option<u64> {
+        read_threads(self, path)
+    }
+}
+
+/// The host's cgroupfs as the session's reader; `None` (logged) when the hierarchies cannot
+/// be told, and then no resource context is reported.
+pub fn cgroupfs_reader() -> Option<Box<dyn ResourceReader + Send>> {
+    match CgroupLayout::discover() {
+        Ok(layout) => Some(Box::new(layout)),
+        Err(err) => {
+            log::warn!("no resource limits: {err}");
+            None
+        }
+    }
+}
+
+/// What the session judges and how.
+#[derive(Clone, Debug)]
+pub struct SessionOptions {
+    /// The sliding window's length; `None`: everything since the session started.
+    pub span: Option<Duration>,
+    /// The collection interval (the daemon's steps are a third of the span, at least one tick).
+    pub interval: Duration,
+    pub thresholds: Thresholds,
+    pub host_cpus: u32,
+    /// With the network family: which packet figures exist, and the v2 root (to name a
+    /// namespace's cgroup). `None`: no network rules.
+    pub network: Option<NetworkOptions>,
+}
+
+#[derive(Clone, Debug)]
+pub struct NetworkOptions {
+    pub avail: NetAvailability,
+    pub v2_root: PathBuf,
+}
+
+/// What the session knows of one cgroup's resources.
+#[derive(Clone, Debug)]
+struct Context {
+    /// Latest read: quota, cpuset, pressure, cumulative throttling; `threads` the latest count.
+    limits: Limits,
+    limits_read_at: Instant,
+    threads_read_at: Instant,
+    /// Activity (events per second) in the tick whose thread count is in `limits`.
+    activity_at_count: f64,
+    /// When the cgroup was last active (it is re-counted when it becomes active again).
+    last_active: Instant,
+    /// The tick number in which it was last active.
+    last_tick: u64,
+}
+
+/// Thread-seconds and seconds of one cgroup in a step: their ratio is its mean thread count.
+#[derive(Clone, Copy, Debug, Default)]
+struct ThreadTime {
+    thread_seconds: f64,
+    seconds: f64,
+}
+
+#[derive(Debug)]
+struct Step {
+    /// The per-cgroup and network figures of the step (the hot-futex and lock-site details,
+    /// which no rule reads, are left out).
+    window: Window,
+    threads: HashMap<u64, ThreadTime>,
+    /// Each cgroup's cumulative throttling when the step began (latest known value).
+    throttling_at_start: HashMap<u64, Throttling>,
+    /// The network namespaces' kernel counters when the step began (network rules only).
+    net: Option<NetWatch>,
+    /// The host's CPU time counters when the step began: steal over the window.
+    cpu_ticks: Option<CpuTicks>,
+}
+
+impl Step {
+    fn new(throttling: &HashMap<u64, Throttling>, network: bool) -> Self {
+        Self {
+            window: Window::empty(),
+            threads: HashMap::new(),
+            throttling_at_start: throttling.clone(),
+            net: network.then(NetWatch::start),
+            cpu_ticks: read_cpu_ticks(),
+        }
+    }
+}
+
+impl std::fmt::Debug for NetWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("NetWatch")
+    }
+}
+
+pub struct Session {
+    options: SessionOptions,
+    /// `None` when the cgroup hierarchy is unknown: then no resource context is reported.
+    reader: Option<Box<dyn ResourceReader + Send>>,
+    step: Duration,
+    steps: VecDeque<Step>,
+    current: Step,
+    contexts: HashMap<u64, Context>,
+    /// Latest known cumulative throttling of every cgroup: read at start for those that existed
+    /// then (a cgroup created since counts from zero), updated with every read.
+    throttling: HashMap<u64, Throttling>,
+    /// Throttling when the session started, for the counters "since the agent started".
+    baseline: HashMap<u64, Throttling>,
+    ticks: u64,
+    /// The host, read once when the session starts.
+    host: Host,
+    /// The host's CPU time counters at the last tick, and their unit.
+    latest_cpu_ticks: Option<CpuTicks>,
+    ticks_per_second: u64,
+    /// Limits reads and thread counts done, for the self-metrics and the tests.
+    pub limits_reads: u64,
+    pub thread_reads: u64,
+}
+
+impl Session {
+    /// A session that starts now. `existing` are the cgroups that exist now (id, path): their
+    /// cumulative throttling is read as the baseline.
+    pub fn new<'a>(
+        options: SessionOptions,
+        reader: Option<Box<dyn ResourceReader + Send>>,
+        existing: impl IntoIterator<Item = (u64, &'a str)>,
+    ) -> Self {
+        let baseline: HashMap<u64, Throttling> = match &reader {
+            Some(r) => existing
+                .into_iter()
+                .map(|(id, path)| {
+                    let l = r.limits(path);
+                    (id, (l.throttled_periods, l.throttled_seconds))
+                })
+                .collect(),
+            None => HashMap::new(),
+        };
+        let step = match options.span {
+            Some(span) => (span / 3).max(options.interval),
+            None => Duration::MAX,
+        };
+        Self {
+            reader,
+            step,
+            steps: VecDeque::new(),
+            current: Step::new(&baseline, options.network.is_some()),
+            contexts: HashMap::new(),
+            throttling: baseline.clone(),
+            baseline,
+            ticks: 0,
+            host: Host::read(),
+            latest_cpu_ticks: None,
+            ticks_per_second: ticks_per_second(),
+            limits_reads: 0,
+            thread_reads: 0,
+            options,
+        }
+    }
+
+    pub fn options(&self) -> &SessionOptions {
+        &self.options
+    }
+
+    /// Adds one tick's window, read at `now`; `path` names the cgroups that still exist.
+    /// Returns true when a step completed: time to [`judge`](Self::judge).
+    pub fn observe<'p>(
+        &mut self,
+        tick: &Window,
+        path: impl Fn(u64) -> Option<&'p str>,
+        now: Instant,
+    ) -> bool {
+        self.ticks += 1;
+        // Read with the tick: the end of this tick's steal, the start of the next step's.
+        self.latest_cpu_ticks = read_cpu_ticks();
+        let secs = tick.duration.as_secs_f64();
+        for (id, w) in &tick.cgroups {
+            let Some(p) = path(*id) else { continue };
+            let Some(threads) = self.refresh(*id, p, w, secs, now) else {
+                continue;
+            };
+            let t = self.current.threads.entry(*id).or_default();
+            t.thread_seconds += threads as f64 * secs;
+            t.seconds += secs;
+        }
+        let mut light = Window::empty();
+        light.duration = tick.duration;
+        light.cgroups = tick.cgroups.clone();
+        light.net_ifaces = tick.net_ifaces.clone();
+        light.net_drops = tick.net_drops.clone();
+        self.current.window.extend(&light);
+        if self.current.window.duration < self.step {
+            return false;
+        }
+        let network = self.options.network.is_some();
+        let mut next = Step::new(&self.throttling, network);
+        next.cpu_ticks = self.latest_cpu_ticks;
+        let done = std::mem::replace(&mut self.current, next);
+        self.steps.push_back(done);
+        if let Some(span) = self.options.span {
+            while self.steps.len() > 1 {
+                let total: Duration = self.steps.iter().map(|s| s.window.duration).sum();
+                if total - self.steps[0].window.duration < span {
+                    break;
+                }
+                self.steps.pop_front();
+            }
+        }
+        true
+    }
+
+    /// Reads what is due of an active cgroup's context; its thread count for this tick.
+    fn refresh(
+        &mut self,
+        id: u64,
+        path: &str,
+        w: &CgroupWindow,
+        secs: f64,
+        now: Instant,
+    ) -> Option<u64> {
+        let reader = self.reader.as_deref()?;
+        let activity = activity(w, secs);
+        let tick = self.ticks;
+        let ctx = match self.contexts.get_mut(&id) {
+            Some(ctx) => {
+                let period = if ctx.limits.cpu_quota_cores.is_some() {
+                    LIMITS_REFRESH_QUOTA
+                } else {
+                    LIMITS_REFRESH
+                };
+                if now.saturating_duration_since(ctx.limits_read_at) >= period {
+                    ctx.limits = reader.limits(path);
+                    ctx.limits_read_at = now;
+                    ctx.threads_read_at = now;
+                    ctx.activity_at_count = activity;
+                    self.limits_reads += 1;
+                } else if threads_due(ctx, activity, tick, now) {
+                    ctx.limits.threads = reader.threads(path);
+                    ctx.threads_read_at = now;
+                    ctx.activity_at_count = activity;
+                    self.thread_reads += 1;
+                }
+                ctx
+            }
+            None => {
+                self.limits_reads += 1;
+                let limits = reader.limits(path);
+                // Later refreshes are spread over the period by id, so that cgroups first seen
+                // together are not all re-read in the same tick.
+                let period = if limits.cpu_quota_cores.is_some() {
+                    LIMITS_REFRESH_QUOTA
+                } else {
+                    LIMITS_REFRESH
+                };
+                let stagger = Duration::from_millis(id % period.as_millis().max(1) as u64);
+                self.contexts.entry(id).or_insert(Context {
+                    limits,
+                    limits_read_at: now.checked_sub(stagger).unwrap_or(now),
+                    threads_read_at: now,
+                    activity_at_count: activity,
+                    last_active: now,
+                    last_tick: tick,
+                })
+            }
+        };
+        ctx.last_active = now;
+        ctx.last_tick = tick;
+        self.throttling.insert(
+            id,
+            (ctx.limits.throttled_periods, ctx.limits.throttled_seconds),
+        );
+        ctx.limits.threads
+    }
+
+    /// Whether a cgroup has figures in the window (its name must be kept until it leaves).
+    pub fn contains(&self, id: u64) -> bool {
+        self.steps
+            .iter()
+            .chain([&self.current])
+            .any(|s| s.window.cgroups.contains_key(&id))
+    }
+
+    /// Forgets the context of cgroups that are gone (`alive` false) and no longer in the window.
+    pub fn forget(&mut self, alive: impl Fn(u64) -> bool) {
+        let gone: HashSet<u64> = self
+            .contexts
+            .keys()
+            .chain(self.throttling.keys())
+            .copied()
+            .filter(|id| !alive(*id))
+            .collect();
+        for id in gone {
+            if !self.contains(id) {
+                self.contexts.remove(&id);
+                self.throttling.remove(&id);
+                self.baseline.remove(&id);
+            }
+        }
+    }
+
+    /// The window the rules judge: the completed steps and the one in progress.
+    pub fn window(&self) -> Window {
+        let mut total = Window::empty();
+        for s in self.steps.iter().chain([&self.current]) {
+            total.extend(&s.window);
+        }
+        total
+    }
+
+    /// Each cgroup of `window`'s resource context over the session's window: quota, cpuset and
+    /// pressure as last read; threads the time-weighted mean of the counts while it was active;
+    /// throttling since the window began (a cgroup created since counts from zero). Cgroups
+    /// whose context was never read are left out.
+    pub fn window_limits(&self, window: &Window) -> HashMap<u64, Limits> {
+        let start = self
+            .steps
+            .front()
+            .map_or(&self.current.throttling_at_start, |s| {
+                &s.throttling_at_start
+            });
+        window
+            .cgroups
+            .keys()
+            .filter_map(|id| {
+                let mut l = self.contexts.get(id)?.limits.clone();
+                let t = self
+                    .steps
+                    .iter()
+                    .chain([&self.current])
+                    .filter_map(|s| s.threads.get(id))
+                    .fold(ThreadTime::default(), |a, t| ThreadTime {
+                        thread_seconds: a.thread_seconds + t.thread_seconds,
+                        seconds: a.seconds + t.seconds,
+                    });
+                if t.seconds > 0.0 {
+                    l.threads = Some((t.thread_seconds / t.seconds).round() as u64);
+                }
+                relative_throttling(&mut l, start.get(id).copied());
+                Some((*id, l))
+            })
+            .collect()
+    }
+
+    /// The latest resource context of the cgroups in `ids` (threads as last counted), with
+    /// throttling since the session started: what the daemon exports as gauges and counters.
+    pub fn latest_limits<'a>(
+        &self,
+        ids: impl IntoIterator<Item = &'a u64>,
+    ) -> HashMap<u64, Limits> {
+        ids.into_iter()
+            .filter_map(|id| {
+                let mut l = self.contexts.get(id)?.limits.clone();
+                relative_throttling(&mut l, self.baseline.get(id).copied());
+                Some((*id, l))
+            })
+            .collect()
+    }
+
+    /// The facts of every cgroup in the window, with their context over the window.
+    pub fn facts(&self, window: &Window, paths: &HashMap<u64, String>) -> Vec<Facts> {
+        let limits = self.window_limits(window);
+        let mut all = super::facts(window, paths, &limits, self.options.host_cpus);
+        let host = HostFacts::new(&self.host, self.steal());
+        for f in &mut all {
+            f.host = Some(host.clone());
+        }
+        all
+    }
+
+    /// The host, as read when the session started.
+    pub fn host(&self) -> &Host {
+        &self.host
+    }
+
+    /// Steal over the window (from the start of its first step to the last tick); `None`
+    /// before the first tick or when `/proc/stat` could not be read.
+    pub fn steal(&self) -> Option<Steal> {
+        let front = self.steps.front().unwrap_or(&self.current);
+        Steal::between(
+            front.cpu_ticks?,
+            self.latest_cpu_ticks?,
+            self.ticks_per_second,
+        )
+    }
+
+    /// The network over the window: the inventory now, and each namespace's kernel counters
+    /// since the window began. `None` without the network rules.
+    pub fn network(&self) -> Option<NetState> {
+        let front = self.steps.front().unwrap_or(&self.current);
+        front.net.as_ref().map(NetWatch::finish)
+    }
+
+    /// Runs every rule over the window. `net` is [`Session::network`]'s state (read once by a
+    /// caller that also reports it); the network rules run when it is given.
+    pub fn judge(&self, paths: &HashMap<u64, String>, net: Option<&NetState>) -> Vec<Finding> {
+        let window = self.window();
+        if window.duration.is_zero() {
+            return Vec::new();
+        }
+        let t = &self.options.thresholds;
+        let mut findings = diagnose(&self.facts(&window, paths), t);
+        if let (Some(state), Some(o)) = (net, &self.options.network) {
+            let cgroup_id = |path: &str| {
+                std::fs::metadata(o.v2_root.join(path.trim_start_matches('/')))
+                    .ok()
+                    .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
+            };
+            findings.extend(diagnose_network(
+                &net_facts(state, &window, o.avail, cgroup_id),
+                t,
+            ));
+        }
+        sort_findings(&mut findings);
+        findings
+    }
+}
+
+/// Switches and futex waits per second: what changes when a container's threads start fighting.
+fn activity(w: &CgroupWindow, secs: f64) -> f64 {
+    let events = w.sched.voluntary_switches + w.sched.involuntary_switches + w.futex.wait.count;
+    events as f64 / secs.max(1e-3)
+}
+
+fn threads_due(ctx: &Context, activity: f64, tick: u64, now: Instant) -> bool {
+    // Active again after a pause: whatever it runs now may be new.
+    if ctx.last_tick + 1 < tick {
+        return true;
+    }
+    if now.saturating_duration_since(ctx.threads_read_at) >= THREADS_MAX_AGE {
+        return true;
+    }
+    let (lo, hi) = if activity < ctx.activity_at_count {
+        (activity, ctx.activity_at_count)
+    } else {
+        (ctx.activity_at_count, activity)
+    };
+    hi - lo > ACTIVITY_CHANGE_FLOOR && hi > ACTIVITY_CHANGE_FACTOR * lo
+}
+
+/// Makes `l`'s cumulative throttling relative to `start` (none: counts from zero).
+fn relative_throttling(l: &mut Limits, start: Option<Throttling>) {
+    let (periods, seconds) = start.unwrap_or((None, None));
+    l.throttled_periods = l
+        .throttled_periods
+        .map(|p| p.saturating_sub(periods.unwrap_or(0)));
+    l.throttled_seconds = l
+        .throttled_seconds
+        .map(|s| (s - seconds.unwrap_or(0.0)).max(0.0));
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+
+    /// A cgroupfs of synthetic cgroups: path → limits, with a count of reads.
+    #[derive(Default)]
+    struct Fake {
+        cgroups: Mutex<HashMap<String, Limits>>,
+        reads: Mutex<Vec<&'static str>>,
+    }
+
+    impl Fake {
+        fn set(&self, path: &str, l: Limits) {
+            self.cgroups.lock().unwrap().insert(path.to_owned(), l);
+        }
+    }
+
+    impl ResourceReader for Arc<Fake> {
+        fn limits(&self, path: &str) -> Limits {
+            self.reads.lock().unwrap().push("limits");
+            self.cgroups
+                .lock()
+                .unwrap()
+                .get(path)
+                .cloned()
+                .unwrap_or_default()
+        }
+        fn threads(&self, path: &str) -> Option<u64> {
+            self.reads.lock().unwrap().push("threads");
+            self.cgroups.lock().unwrap().get(path)?.threads
+        }
+    }
+
+    fn tick(secs: u64, cgroups: &[(u64, u64)]) -> Window {
+        let mut w = Window::empty();
+        w.duration = Duration::from_secs(secs);
+        for (id, switches) in cgroups {
+            let mut c = CgroupWindow::ZERO;
+            c.sched.voluntary_switches = *switches;
+            w.cgroups.insert(*id, c);
+        }
+        w
+    }
+
+    fn options(span: Option<u64>, interval: u64) -> SessionOptions {
+        SessionOptions {
+            span: span.map(Duration::from_secs),
+            interval: Duration::from_secs(interval),
+            thresholds: Thresholds::default(),
+            host_cpus: 2,
+            network: None,
+        }
+    }
+
+    fn threads(n: u64) -> Limits {
+        Limits {
+            threads: Some(n),
+            ..Limits::default()
+        }
+    }
+
+    fn path(id: u64) -> Option<&'static str> {
+        match id {
+            1 => Some("a"),
+            2 => Some("b"),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn the_facts_carry_the_host_over_the_window() {
+        let fake = Arc::new(Fake::default());
+        fake.set("a", threads(2));
+        let mut s = Session::new(options(None, 1), Some(Box::new(fake)), []);
+        assert_eq!(
+            s.steal(),
+            None,
+            "no tick yet: no window to measure steal over"
+        );
+        s.observe(&tick(1, &[(1, 10)]), path, Instant::now());
+        let steal = s.steal().expect("steal between the start and the tick");
+        assert!(steal.seconds >= 0.0 && steal.share.is_none_or(|x| (0.0..=1.0).contains(&x)));
+        let paths = HashMap::from([(1, "a".to_owned())]);
+        let facts = s.facts(&s.window(), &paths);
+        let host = facts[0].host.as_ref().expect("the host context");
+        assert_eq!(host.hypervisor, s.host().hypervisor);
+    }
+
+    #[test]
+    fn the_window_slides_by_steps() {
+        let fake = Arc::new(Fake::default());
+        let mut s = Session::new(options(Some(30), 5), Some(Box::new(fake)), []);
+        let t0 = Instant::now();
+        let mut completed = 0;
+        for i in 0..12 {
+            let now = t0 + Duration::from_secs(5 * (i + 1));
+            if s.observe(&tick(5, &[(1, i)]), path, now) {
+                completed += 1;
+            }
+        }
+        // 60 s in 10 s steps: six steps completed, the last three (30 s) kept.
+        assert_eq!(completed, 6);
+        let w = s.window();
+        assert_eq!(w.duration, Duration::from_secs(30));
+        assert_eq!(w.cgroups[&1].sched.voluntary_switches, (6..12).sum::<u64>());
+        assert!(s.contains(1));
+        assert!(!s.contains(2));
+    }
+
+    #[test]
+    fn a_storm_after_long_calm_is_counted_in_the_tick_it_starts() {
+        let fake = Arc::new(Fake::default());
+        fake.set("a", threads(2));
+        let mut s = Session::new(options(Some(30), 5), Some(Box::new(fake.clone())), []);
+        let t0 = Instant::now();
+        let mut now = t0;
+        // Ten minutes of calm: one busy thread, steady switch rate.
+        for _ in 0..120 {
+            now += Duration::from_secs(5);
+            s.observe(&tick(5, &[(1, 500)]), path, now);
+        }
+        let reads_before = fake.reads.lock().unwrap().len();
+        // At most one re-count a minute while calm, plus the limits refreshes.
+        assert!(
+            reads_before <= 25,
+            "{reads_before} reads in 10 calm minutes"
+        );
+        // The storm: 64 threads, switch rate up 100x.
+        fake.set("a", threads(66));
+        let mut flagged_threads = Vec::new();
+        for _ in 0..6 {
+            now += Duration::from_secs(5);
+            s.observe(&tick(5, &[(1, 50_000)]), path, now);
+            let w = s.window();
+            flagged_threads.push(s.window_limits(&w)[&1].threads.unwrap());
+        }
+        // Re-counted at once; after a span (30 s) the window mean is the storm's count.
+        assert!(flagged_threads[0] > 2, "{flagged_threads:?}");
+        assert_eq!(*flagged_threads.last().unwrap(), 66, "{flagged_threads:?}");
+    }
+
+    #[test]
+    fn threads_are_a_time_weighted_mean_over_the_window() {
+        let fake = Arc::new(Fake::default());
+        fake.set("a", threads(10));
+        let mut s = Session::new(options(None, 1), Some(Box::new(fake.clone())), []);
+        let t0 = Instant::now();
+        s.observe(&tick(1, &[(1, 100)]), path, t0 + Duration::from_secs(1));
+        fake.set("a", threads(40));
+        // Activity x100: re-counted.
+        s.observe(&tick(3, &[(1, 30_000)]), path, t0 + Duration::from_secs(4));
+        let w = s.window();
+        // (10 * 1 + 40 * 3) / 4 = 32.5 → 33
+        assert_eq!(s.window_limits(&w)[&1].threads, Some(33));
+    }
+
+    #[test]
+    fn throttling_is_relative_to_the_window_and_new_cgroups_count_from_zero() {
+        let fake = Arc::new(Fake::default());
+        let quota = |p: u64, secs: f64| Limits {
+            cpu_quota_cores: Some(0.5),
+            throttled_periods: Some(p),
+            throttled_seconds: Some(secs),
+            ..Limits::default()
+        };
+        fake.set("a", quota(100, 10.0));
+        // "a" existed at start; "b" is created later, with counters from zero.
+        let mut s = Session::new(
+            options(Some(20), 10),
+            Some(Box::new(fake.clone())),
+            [(1, "a")],
+        );
+        let t0 = Instant::now();
+        fake.set("a", quota(110, 11.0));
+        fake.set("b", quota(5, 0.5));
+        s.observe(
+            &tick(10, &[(1, 1), (2, 1)]),
+            path,
+            t0 + Duration::from_secs(10),
+        );
+        let w = s.window();
+        let l = s.window_limits(&w);
+        assert_eq!(l[&1].throttled_periods, Some(10));
+        assert_eq!(l[&2].throttled_periods, Some(5));
+        // Two more steps: the window (20 s) starts after the first one.
+        fake.set("a", quota(130, 13.0));
+        s.observe(&tick(10, &[(1, 1)]), path, t0 + Duration::from_secs(20));
+        fake.set("a", quota(170, 17.0));
+        s.observe(&tick(10, &[(1, 1)]), path, t0 + Duration::from_secs(30));
+        let w = s.window();
+        let l = s.window_limits(&w);
+        assert_eq!(w.duration, Duration::from_secs(20));
+        assert_eq!(l[&1].throttled_periods, Some(60));
+        assert!((l[&1].throttled_seconds.unwrap() - 6.0).abs() < 1e-9);
+        // Since the session started, for the exported counters.
+        assert_eq!(s.latest_limits([&1])[&1].throttled_periods, Some(70));
+    }
+
+    #[test]
+    fn gone_cgroups_are_forgotten_once_out_of_the_window() {
+        let fake = Arc::new(Fake::default());
+        fake.set("a", threads(1));
+        let mut s = Session::new(options(Some(10), 5), Some(Box::new(fake)), []);
+        let t0 = Instant::now();
+        s.observe(&tick(5, &[(1, 1)]), path, t0 + Duration::from_secs(5));
+        s.forget(|_| false);
+        assert!(s.contains(1), "still in the window");
+        assert!(!s.latest_limits([&1]).is_empty());
+        for i in 2..6 {
+            s.observe(&tick(5, &[]), path, t0 + Duration::from_secs(5 * i));
+        }
+        s.forget(|_| false);
+        assert!(!s.contains(1));
+        assert!(s.latest_limits([&1]).is_empty());
+    }
+}

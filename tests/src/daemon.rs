@@ -1,0 +1,296 @@
+//! `stormwatch run` from a test: start it on a free loopback port, scrape it, stop it; and the
+//! small HTTP client, temp directory and polling helpers that go with it.
+
+use std::{
+    io::{BufRead as _, BufReader, Read as _, Write as _},
+    net::{SocketAddr, TcpListener, TcpStream},
+    path::PathBuf,
+    process::{Child, Command, ExitStatus, Stdio},
+    sync::atomic::{AtomicUsize, Ordering},
+    thread::JoinHandle,
+    time::{Duration, Instant},
+};
+
+use crate::agent_bin;
+
+/// How long the daemon may take to load and attach its probes.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(60);
+/// SIGTERM to exit.
+pub const EXIT_DEADLINE: Duration = Duration::from_secs(2);
+
+// ---- helpers --------------------------------------------------------------------------------
+
+/// A port nobody listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("binding an ephemeral port on 127.0.0.1")
+}
+
+/// A directory removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(what: &str) -> Self {
+        static SEQ: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "sw-{what}-{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
+        Self(dir)
+    }
+
+    pub fn file(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.0.join(name);
+        std::fs::write(&path, text).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+        path
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+pub struct HttpResponse {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl HttpResponse {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Decodes a `Transfer-Encoding: chunked` body.
+pub fn unchunk(mut raw: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let Some(eol) = raw.windows(2).position(|w| w == b"\r\n") else {
+            return out;
+        };
+        let size_text = String::from_utf8_lossy(&raw[..eol]);
+        let size_text = size_text.split(';').next().unwrap_or("").trim();
+        let Ok(size) = usize::from_str_radix(size_text, 16) else {
+            return out;
+        };
+        raw = &raw[eol + 2..];
+        if size == 0 || raw.len() < size {
+            return out;
+        }
+        out.extend_from_slice(&raw[..size]);
+        raw = raw.get(size + 2..).unwrap_or_default();
+    }
+}
+
+/// A tiny HTTP/1.1 GET on loopback.
+pub fn http_get(
+    addr: SocketAddr,
+    path: &str,
+    accept: Option<&str>,
+) -> std::io::Result<HttpResponse> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    stream.set_write_timeout(Some(Duration::from_secs(2)))?;
+    let accept = accept
+        .map(|a| format!("Accept: {a}\r\n"))
+        .unwrap_or_default();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{accept}Connection: close\r\n\r\n"
+    )?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw)?;
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| std::io::Error::other("no end of headers"))?;
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("bad status line in {head:?}")))?;
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+        .collect();
+    let mut body = raw[split + 4..].to_vec();
+    if headers.iter().any(|(k, v)| {
+        k.eq_ignore_ascii_case("transfer-encoding") && v.eq_ignore_ascii_case("chunked")
+    }) {
+        body = unchunk(&body);
+    }
+    Ok(HttpResponse {
+        status,
+        headers,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    })
+}
+
+/// Percent-encodes a query string value.
+pub fn url_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// Polls `f` every 200 ms until it returns `Some`, or panics after `timeout` with `what`.
+#[track_caller]
+pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// A command that the project's setup installs; fails with how to install it when missing.
+pub fn tool(name: &str, install: &str) -> PathBuf {
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| {
+            panic!(
+                "`{name}` is not installed (or not on PATH); install it with `{install}` \
+                 (`cargo xtask setup` does)"
+            )
+        })
+}
+
+// ---- the daemon ----------------------------------------------------------------------------
+
+/// A running `stormwatch run`, killed on drop if still running.
+pub struct Daemon {
+    pub child: Child,
+    pub addr: SocketAddr,
+    stderr: Option<JoinHandle<Vec<String>>>,
+}
+
+impl Daemon {
+    /// Starts `stormwatch run --listen 127.0.0.1:<free port> --interval 1 <extra>` and waits
+    /// for /readyz to answer 200.
+    pub fn start(extra: &[&str]) -> Self {
+        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let mut child = Command::new(agent_bin())
+            .args(["run", "--listen", &addr.to_string(), "--interval", "1"])
+            .args(extra)
+            .env_remove("STORMWATCH_LISTEN")
+            .env_remove("STORMWATCH_INTERVAL")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", agent_bin().display()));
+        let err = child.stderr.take().expect("piped stderr");
+        let stderr = std::thread::spawn(move || {
+            BufReader::new(err)
+                .lines()
+                .map_while(Result::ok)
+                .inspect(|l| eprintln!("[stormwatch run] {l}"))
+                .collect()
+        });
+        let mut daemon = Self {
+            child,
+            addr,
+            stderr: Some(stderr),
+        };
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            if let Ok(Some(status)) = daemon.child.try_wait() {
+                let lines = daemon.stderr.take().unwrap().join().unwrap_or_default();
+                panic!(
+                    "stormwatch run exited ({status}) before it was ready; stderr:\n{}",
+                    lines.join("\n")
+                );
+            }
+            if daemon.get("/readyz").is_ok_and(|r| r.status == 200) {
+                return daemon;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "stormwatch run on {addr} was not ready within {READY_TIMEOUT:?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    pub fn get(&self, path: &str) -> std::io::Result<HttpResponse> {
+        http_get(self.addr, path, None)
+    }
+
+    /// The classic text exposition.
+    pub fn metrics(&self) -> String {
+        let r = self.get("/metrics").expect("GET /metrics");
+        assert_eq!(r.status, 200, "GET /metrics: {}", r.body);
+        r.body
+    }
+
+    /// Sends `signal`, waits for the exit, and returns the status and how long it took.
+    pub fn stop(mut self, signal: i32) -> (ExitStatus, Duration) {
+        let pid = self.child.id() as i32;
+        let sent = Instant::now();
+        // SAFETY: kill(2) on our own child's pid.
+        assert_eq!(
+            unsafe { libc::kill(pid, signal) },
+            0,
+            "kill({pid}, {signal})"
+        );
+        let deadline = sent + Duration::from_secs(20);
+        let status = loop {
+            if let Some(status) = self.child.try_wait().expect("waiting for the daemon") {
+                break status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the daemon did not exit after signal {signal}"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        let took = sent.elapsed();
+        if let Some(stderr) = self.stderr.take() {
+            let _ = stderr.join();
+        }
+        (status, took)
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A sample's value in a classic exposition: the first line that starts with `series`.
+pub fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(series))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}

@@ -1,0 +1,78 @@
+//! Thousands of short-lived threads a second on one mutex: per-thread state comes and goes
+//! faster than anything else the probes see. Since that state lives in each thread's task
+//! storage, nothing can be evicted: the switches still match the workload's own
+//! `getrusage(RUSAGE_SELF)` (which covers its exited threads), and the lost-event counters that
+//! would say otherwise stay at zero.
+//!
+//! Tolerances: as in `sched_accuracy.rs`, a thread's switches after the kernel folded its
+//! counters into the process's totals (at exit) are seen by the agent but by no getrusage, and
+//! here every thread exits: up to one or two per thread, over a few hundred switches per thread
+//! batch. 2% of the voluntary switches (the mutex's sleeps), 5% of the involuntary ones (fewer,
+//! so the per-thread exit switches weigh more).
+
+use std::process::Command;
+
+use stormwatch_tests::{
+    Agent, TestCgroup, assert_within, num, require_bpf, run_in_cgroup, workload_result,
+};
+
+/// Lost-event reasons that mean a figure of this test's cgroup could be missing something.
+const LOSSES: [&str; 6] = [
+    "task_storage_busy",
+    "futex_storage_busy",
+    "lock_storage_busy",
+    "pending_wakeup_full",
+    "cgroup_map_full",
+    "counter_regression",
+];
+
+#[test]
+fn thread_churn_switches_match_rusage_and_nothing_is_lost() {
+    require_bpf();
+    let cgroup = TestCgroup::new("thread-churn");
+    let seconds = 4.0;
+    let duration = format!("{}", seconds + 2.0);
+    let mut agent = Agent::trace(&["--json", "--duration", &duration]);
+    let child = run_in_cgroup(
+        Command::new(env!("CARGO_BIN_EXE_thread_churn")).args([
+            "--threads",
+            "8",
+            "--seconds",
+            &seconds.to_string(),
+        ]),
+        &cgroup,
+    );
+    let truth = workload_result(child);
+    agent.assert_still_tracing("the thread churn");
+    let done = agent.finish();
+    let c = done.container(&cgroup);
+    let lost = &done.report["lost_events"];
+    eprintln!(
+        "thread churn: switches {} vs nvcsw {} nivcsw {}; lost {lost}; workload {truth}",
+        c["context_switches"], truth["nvcsw"], truth["nivcsw"]
+    );
+    assert!(
+        num(&truth, "threads_started") >= 1000.0,
+        "premise: thousands of threads: {truth}"
+    );
+    assert!(
+        num(&truth, "nvcsw") >= 1000.0,
+        "premise: the churn's threads sleep on the mutex: {truth}"
+    );
+    for reason in LOSSES {
+        assert_eq!(lost[reason], 0, "lost_events.{reason}: {lost}");
+    }
+    let switches = &c["context_switches"];
+    assert_within(
+        "voluntary switches",
+        num(switches, "voluntary"),
+        num(&truth, "nvcsw"),
+        0.02,
+    );
+    assert_within(
+        "involuntary switches",
+        num(switches, "involuntary"),
+        num(&truth, "nivcsw"),
+        0.05,
+    );
+}
