@@ -7,7 +7,7 @@
 //! max_cgroups = 2000               # cgroups exported at most; more are counted, not exported
 //! removed_grace_seconds = 60       # how long a removed cgroup's series stay
 //! diagnosis_window_seconds = 30    # sliding window the diagnosis rules judge
-//! bpf_stats = true                 # turn on the kernel's BPF run-time statistics
+//! bpf_stats = false                # turn on the kernel's BPF run-time statistics (host-wide)
 //!
 //! [thresholds]                     # any of the diagnosis thresholds (see diagnose::Thresholds)
 //! runq_min_mean_seconds = 0.002
@@ -81,6 +81,9 @@ pub struct Config {
     pub diagnosis_window_seconds: f64,
     /// Turn on the kernel's BPF run-time statistics (`BPF_ENABLE_STATS`, needs CAP_SYS_ADMIN;
     /// without it the counters only move if `kernel.bpf_stats_enabled` is set on the host).
+    /// Off by default: the statistics are host-wide (every BPF program on the node, not only
+    /// ours, pays for two clock reads per run while they are on), and an agent must not change
+    /// the host unasked.
     pub bpf_stats: bool,
     pub thresholds: Thresholds,
 }
@@ -93,7 +96,7 @@ impl Default for Config {
             max_cgroups: DEFAULT_MAX_CGROUPS,
             removed_grace_seconds: DEFAULT_REMOVED_GRACE_SECONDS,
             diagnosis_window_seconds: DEFAULT_DIAGNOSIS_WINDOW_SECONDS,
-            bpf_stats: true,
+            bpf_stats: false,
             thresholds: Thresholds::default(),
         }
     }
@@ -284,13 +287,17 @@ mod tests {
         assert_eq!(c.interval_seconds, 5.0);
         assert_eq!(c.max_cgroups, 2000);
         assert_eq!(c.removed_grace_seconds, 60.0);
+        assert!(
+            !c.bpf_stats,
+            "BPF statistics change the host: only when asked"
+        );
     }
 
     #[test]
     fn file_keys_and_partial_thresholds() {
         let c = from_text(
             "listen = \"127.0.0.1:1234\"\ninterval_seconds = 2\nmax_cgroups = 10\n\
-             removed_grace_seconds = 0\nbpf_stats = false\n\
+             removed_grace_seconds = 0\nbpf_stats = true\n\
              [thresholds]\nrunq_min_mean_seconds = 0.002\n",
         )
         .unwrap();
@@ -298,7 +305,7 @@ mod tests {
         assert_eq!(c.interval_seconds, 2.0);
         assert_eq!(c.max_cgroups, 10);
         assert_eq!(c.removed_grace_seconds, 0.0);
-        assert!(!c.bpf_stats);
+        assert!(c.bpf_stats);
         assert_eq!(c.thresholds.runq_min_mean_seconds, 0.002);
         assert_eq!(
             c.thresholds.runq_min_p99_seconds,

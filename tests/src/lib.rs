@@ -24,6 +24,7 @@ pub use agent_proc::{Agent, Finished};
 pub mod bpftrace;
 pub mod cgroupfs;
 pub mod daemon;
+pub mod deploy;
 pub mod netns;
 
 // ---- the cgroup v2 hierarchy ----------------------------------------------------------------

@@ -460,11 +460,13 @@ fn a_storm_after_calm_is_flagged_by_run_as_by_diagnose() {
         let text = daemon.metrics();
         assert!(!lock_storm(&text), "no lock storm while calm:\n{text}");
     }
-    let text = daemon.metrics();
-    let calm_threads = cgroup_sample(&text, "stormwatch_threads", &rel);
+    let calm_threads = wait_for(
+        "the calm container's thread count",
+        Duration::from_secs(5),
+        || cgroup_sample(&daemon.metrics(), "stormwatch_threads", &rel),
+    );
     assert_eq!(
-        calm_threads,
-        Some(2.0),
+        calm_threads, 2.0,
         "the calm container's threads (sleeper: 1 + main)"
     );
 
@@ -485,31 +487,21 @@ fn a_storm_after_calm_is_flagged_by_run_as_by_diagnose() {
         ]),
         &cgroup,
     );
-    // Two windows, and a second for the last collection and the rendering.
+    // Two windows, and a second for the last collection and the rendering. The daemon is
+    // watched all along; its verdict is judged once the CLI's is known.
     let deadline = Duration::from_secs(2 * WINDOW_SECONDS + 1);
-    let flagged_after = loop {
-        let last = daemon.metrics();
+    let mut flagged_after = None;
+    let mut storm_threads = None;
+    let mut last = String::new();
+    while storm_started.elapsed() < deadline {
+        last = daemon.metrics();
         if lock_storm(&last) {
-            break storm_started.elapsed();
+            flagged_after = Some(storm_started.elapsed());
+            storm_threads = cgroup_sample(&last, "stormwatch_threads", &rel);
+            break;
         }
-        assert!(
-            storm_started.elapsed() < deadline,
-            "run did not flag the storm within {deadline:?}; its series of the cgroup:\n{}",
-            last.lines()
-                .filter(|l| l.contains(&format!("cgroup=\"{rel}\"")) && !l.contains("_bucket"))
-                .collect::<Vec<_>>()
-                .join("\n")
-        );
         std::thread::sleep(Duration::from_millis(200));
-    };
-    eprintln!("run flagged the storm {flagged_after:?} after it started");
-    let threads = cgroup_sample(&daemon.metrics(), "stormwatch_threads", &rel)
-        .expect("stormwatch_threads of the storming cgroup");
-    assert!(
-        (64.0..=67.0).contains(&threads),
-        "stormwatch_threads during the storm: {threads} (64 workers, their main thread, the \
-         calm process's two)"
-    );
+    }
 
     let diagnosis = diagnose.finish_output();
     let report: Value = serde_json::from_str(&diagnosis.stdout_text())
@@ -523,9 +515,28 @@ fn a_storm_after_calm_is_flagged_by_run_as_by_diagnose() {
             .map(|f| f["kind"].as_str().unwrap_or_default().to_owned())
             .collect()
     };
+    // The premise: the storm is one by diagnose's own account over the same stretch (a busy
+    // machine can starve it below the rule's rates; then this test cannot judge the daemon).
     assert!(
         kinds(&report["findings"]).contains(&"lock_storm".to_owned()),
-        "diagnose flags the storm too: {report}"
+        "premise: diagnose flags the storm: {report}"
+    );
+    let flagged_after = flagged_after.unwrap_or_else(|| {
+        panic!(
+            "diagnose flagged the storm, run did not within {deadline:?}; its series of the \
+             cgroup:\n{}",
+            last.lines()
+                .filter(|l| l.contains(&format!("cgroup=\"{rel}\"")) && !l.contains("_bucket"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        )
+    });
+    eprintln!("run flagged the storm {flagged_after:?} after it started");
+    let threads = storm_threads.expect("stormwatch_threads of the storming cgroup");
+    assert!(
+        (64.0..=67.0).contains(&threads),
+        "stormwatch_threads during the storm: {threads} (64 workers, their main thread, the \
+         calm process's two)"
     );
     trace.assert_still_tracing("the daemon's verdict");
     let traced = trace.finish();

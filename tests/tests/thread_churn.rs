@@ -2,7 +2,10 @@
 //! faster than anything else the probes see. Since that state lives in each thread's task
 //! storage, nothing can be evicted: the switches still match the workload's own
 //! `getrusage(RUSAGE_SELF)` (which covers its exited threads), and the lost-event counters that
-//! would say otherwise stay at zero.
+//! would say otherwise stay at zero. The one loss the kernel may impose, `task_storage_busy`
+//! (the storage refused under contention: seen 0 to 4 here), costs one switch's intervals and
+//! never a switch count (the next switch-out reads the thread's own counters): it is bounded
+//! against the on-CPU time it could have taken away.
 //!
 //! Tolerances: as in `sched_accuracy.rs`, a thread's switches after the kernel folded its
 //! counters into the process's totals (at exit) are seen by the agent but by no getrusage, and
@@ -16,9 +19,8 @@ use stormwatch_tests::{
     Agent, TestCgroup, assert_within, num, require_bpf, run_in_cgroup, workload_result,
 };
 
-/// Lost-event reasons that mean a figure of this test's cgroup could be missing something.
-const LOSSES: [&str; 6] = [
-    "task_storage_busy",
+/// Lost-event reasons that would mean a switch count or a cgroup's entry went missing.
+const LOSSES: [&str; 5] = [
     "futex_storage_busy",
     "lock_storage_busy",
     "pending_wakeup_full",
@@ -75,4 +77,14 @@ fn thread_churn_switches_match_rusage_and_nothing_is_lost() {
         num(&truth, "nivcsw"),
         0.05,
     );
+    // Intervals lost to a busy task storage: each is one slice of one thread, a tiny fraction
+    // of the thousands of switches; the on-CPU time still matches the CPU time.
+    let busy = num(lost, "task_storage_busy");
+    let all_switches = num(&truth, "nvcsw") + num(&truth, "nivcsw");
+    assert!(
+        busy <= 0.01 * all_switches,
+        "task_storage_busy {busy} is not rare against {all_switches} switches: {lost}"
+    );
+    let cpu = num(&truth, "utime_seconds") + num(&truth, "stime_seconds");
+    assert_within("on-CPU seconds", num(c, "oncpu_seconds"), cpu, 0.05);
 }

@@ -64,9 +64,10 @@ fn a_pinned_storm_has_no_remote_wakeups_and_uses_one_cpu() {
     let w = &c["wakeups"];
     let count = num(w, "count");
     assert!(
-        count >= 500.0,
+        count >= 200.0,
         "premise: the storm wakes its threads often: {w}"
     );
+    // (200: the storm on one CPU of a VM busy with other builds was seen at 300–1,000.)
     // Every waker and every wakee on CPU 0. A wake-up by an interrupt handled on another CPU
     // (a timer of the process) could in principle be remote: a handful at most.
     assert!(
@@ -88,7 +89,7 @@ fn a_spread_storm_has_many_remote_wakeups_and_uses_every_cpu() {
     let w = &c["wakeups"];
     let count = num(w, "count");
     assert!(
-        count >= 500.0,
+        count >= 200.0,
         "premise: the storm wakes its threads often: {w}"
     );
     let share = num(w, "remote_share");

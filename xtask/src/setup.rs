@@ -37,6 +37,11 @@ const PACKAGES: &[(&str, &str)] = &[
     ("runc", "runs a real container in the identity tests"),
     ("busybox-static", "the container's root filesystem"),
     (
+        "podman",
+        "runs the DaemonSet's pod as the manifest says (tests/tests/pod.rs); its \
+         containers-common default seccomp profile is the base of deploy/seccomp/",
+    ),
+    (
         "systemd",
         "systemd-detect-virt: an independent hypervisor detection for the host tests",
     ),

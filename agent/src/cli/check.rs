@@ -40,8 +40,8 @@ pub fn run(args: &CheckArgs) -> bool {
         .unwrap_or_else(|_| "unknown".to_owned());
     add(Level::Ok, "kernel", release);
 
-    let caps = privileges::effective_caps().unwrap_or(0);
-    let privileged = match privileges::check(caps) {
+    let caps = privileges::effective_caps();
+    let mut privileged = match privileges::check(&caps) {
         Ok(()) => {
             add(
                 Level::Ok,
@@ -55,6 +55,17 @@ pub fn run(args: &CheckArgs) -> bool {
             false
         }
     };
+
+    // With the capabilities, a seccomp filter (a container runtime's default profile) may
+    // still refuse the syscalls: name it, since the loader would only say EPERM.
+    let seccomp = privileges::seccomp(&caps);
+    match seccomp.refusal() {
+        Some(refusal) => {
+            add(Level::Fail, "seccomp", refusal.to_string());
+            privileged = false;
+        }
+        None => add(Level::Ok, "seccomp", seccomp.describe()),
+    }
 
     match std::fs::metadata(VMLINUX_BTF) {
         Ok(_) => add(Level::Ok, "BTF", VMLINUX_BTF.into()),
@@ -133,7 +144,11 @@ pub fn run(args: &CheckArgs) -> bool {
             ),
         }
     } else {
-        add(Level::Fail, "probes", "not tried without privileges".into());
+        add(
+            Level::Fail,
+            "probes",
+            "not tried: fix the privileges or seccomp first".into(),
+        );
     }
 
     let can_work = privileged && attached_any && !lines.iter().any(|l| l.level == Level::Fail);

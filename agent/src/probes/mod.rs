@@ -513,16 +513,13 @@ pub(crate) fn btf_offsets(
 /// RLIMIT_MEMLOCK. Raising it may be refused (as in some containers); that is harmless on a
 /// kernel that does not use it, so a failure is only logged.
 fn raise_memlock_rlimit() {
-    let rlim = libc::rlimit {
-        rlim_cur: libc::RLIM_INFINITY,
-        rlim_max: libc::RLIM_INFINITY,
+    use rustix::process::{Resource, Rlimit, setrlimit};
+    let unlimited = Rlimit {
+        current: None,
+        maximum: None,
     };
-    // SAFETY: setrlimit with a valid pointer.
-    if unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &rlim) } != 0 {
-        log::debug!(
-            "could not raise RLIMIT_MEMLOCK ({}); fine on kernels >= 5.11",
-            std::io::Error::last_os_error()
-        );
+    if let Err(err) = setrlimit(Resource::Memlock, unlimited) {
+        log::debug!("could not raise RLIMIT_MEMLOCK ({err}); fine on kernels >= 5.11");
     }
 }
 

@@ -19,22 +19,14 @@ pub fn ensure_mounted() {
     if root().is_some() {
         return;
     }
-    let target = c"/sys/kernel/tracing";
-    // SAFETY: valid NUL-terminated strings; mount(2) does not keep the pointers.
-    let rc = unsafe {
-        libc::mount(
-            c"tracefs".as_ptr(),
-            target.as_ptr(),
-            c"tracefs".as_ptr(),
-            0,
-            std::ptr::null(),
-        )
-    };
-    if rc != 0 {
-        log::debug!(
-            "could not mount tracefs at {TRACEFS}: {}",
-            std::io::Error::last_os_error()
-        );
+    if let Err(err) = rustix::mount::mount(
+        "tracefs",
+        TRACEFS,
+        "tracefs",
+        rustix::mount::MountFlags::empty(),
+        None,
+    ) {
+        log::debug!("could not mount tracefs at {TRACEFS}: {err}");
     }
 }
 

@@ -393,7 +393,7 @@ impl FutexStats {
     };
 }
 
-/// A futex call in progress, keyed by thread id.
+/// A futex call in progress, in the calling thread's task storage (`start_ns` 0: none).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FutexInflight {

@@ -85,6 +85,10 @@ const EXIT_DEAD: u32 = 0x10;
 
 /// What the switch-out of `prev` needs to know about it.
 struct Prev {
+    /// The outgoing thread (`current`), as a BTF pointer task storage accepts.
+    task: *mut task_struct,
+    /// Its thread id (0: a CPU's idle task).
+    tid: u32,
     /// `(nvcsw, nivcsw)` read from the task, when the offsets are known.
     counters: Option<(u64, u64)>,
     /// Whether the task stays runnable (preempted), for when counters cannot decide.
@@ -118,6 +122,10 @@ pub fn sched_switch_btf(ctx: BtfTracePointContext) -> i32 {
     let state: u32 = typed(prev, global_u32(&TASK_STATE_OFFSET));
     let exit_state: u32 = typed(prev, global_u32(&TASK_EXIT_STATE_OFFSET));
     let prev = Prev {
+        // The tracepoint's own pointer and a direct load: no helper calls for what the
+        // arguments already give.
+        task: prev as *mut task_struct,
+        tid: typed(prev, global_u32(&TASK_PID_OFFSET)),
         counters: Some((
             typed(prev, global_u32(&TASK_NVCSW_OFFSET)),
             typed(prev, global_u32(&TASK_NIVCSW_OFFSET)),
@@ -245,6 +253,8 @@ pub fn sched_switch_tp(ctx: TracePointContext) -> i32 {
         None
     };
     let prev = Prev {
+        task: current_task(),
+        tid: bpf_get_current_pid_tgid() as u32,
         counters,
         runnable: state == 0 || state & TP_STATE_PREEMPTED != 0,
         dead,
@@ -350,13 +360,8 @@ fn current_cgroup_stats() -> Option<*mut SchedStats> {
 #[inline(always)]
 fn on_switch(prev: Prev, next_tid: u32) {
     // SAFETY: helpers with no preconditions.
-    let (now, cpu, prev_tid) = unsafe {
-        (
-            bpf_ktime_get_ns(),
-            bpf_get_smp_processor_id(),
-            bpf_get_current_pid_tgid() as u32,
-        )
-    };
+    let (now, cpu) = unsafe { (bpf_ktime_get_ns(), bpf_get_smp_processor_id()) };
+    let prev_tid = prev.tid;
     let Some(on_cpu) = ON_CPU.get_ptr_mut(0) else {
         return;
     };
@@ -382,7 +387,7 @@ fn switch_out(now: u64, cpu: u32, tid: u32, oncpu_since: u64, prev: Prev) {
     };
     // SAFETY: a per-CPU map value of this CPU; sched_switch does not nest on one CPU.
     let stats = unsafe { &mut *stats };
-    let Some(st) = TASKS.get_or_create(current_task()) else {
+    let Some(st) = TASKS.get_or_create(prev.task) else {
         // Only this switch's intervals are lost: its switch counts are in the thread's own
         // counters, which the next switch-out reads.
         count_error(ProbeError::TaskStorageBusy);
