@@ -17,9 +17,10 @@ use std::collections::HashMap;
 use serde_json::Value;
 use stormwatch_tests::{
     Agent, TestCgroup, assert_within,
+    daemon::{Daemon, TempDir, tool, wait_for},
     netns::{
         NODE_B_OVERLAY_IP, OVERLAY_DEV, OuterDf, Overlay, POD_DEV, UNDERLAY_A, delta, ping_counts,
-        require_tools,
+        require_tools, sample_with,
     },
     num, require_bpf, run_in_cgroup,
 };
@@ -425,6 +426,28 @@ fn pod_traffic_into_a_too_large_overlay_is_blackholed_and_found() {
     cg.remove();
 }
 
+/// 300 pings from the pod to node B of 1450-byte packets (1422 bytes of payload): exactly the
+/// pod's and the overlay's MTU, DF set. ping's stdout.
+fn full_size_pings(net: &Overlay, cg: &TestCgroup) -> String {
+    run_in(
+        net.pod(),
+        &[
+            "ping",
+            "-q",
+            "-M",
+            "do",
+            "-s",
+            "1422",
+            "-c",
+            "300",
+            "-i",
+            "0.005",
+            NODE_B_OVERLAY_IP,
+        ],
+        cg,
+    )
+}
+
 /// Counters of an interface, read from its driver.
 fn if_stats(ns: &stormwatch_tests::netns::Netns, dev: &str) -> HashMap<&'static str, u64> {
     ["tx_packets", "rx_packets", "tx_bytes", "rx_bytes"]
@@ -445,24 +468,8 @@ fn right_mtus_give_no_finding_and_counts_match_the_interfaces() {
     let mut keep = run_in_cgroup(&mut net.pod().command(&["sleep", "120"]), &cg);
     let watch = Watch::start();
     let (a0, s0) = (net.a.snmp(), if_stats(net.pod(), POD_DEV));
-    // 1422 bytes of payload: 1450-byte packets, exactly the MTU, DF set. They fit.
-    let stdout = run_in(
-        net.pod(),
-        &[
-            "ping",
-            "-q",
-            "-M",
-            "do",
-            "-s",
-            "1422",
-            "-c",
-            "300",
-            "-i",
-            "0.005",
-            NODE_B_OVERLAY_IP,
-        ],
-        &cg,
-    );
+    // They fit.
+    let stdout = full_size_pings(&net, &cg);
     let (sent, received) = ping_counts(&stdout);
     let (a1, s1) = (net.a.snmp(), if_stats(net.pod(), POD_DEV));
     let (report, diag) = watch.finish("the ping");
@@ -717,5 +724,179 @@ fn classic_tracepoint_fallback_counts_the_same() {
         sent as f64,
         0.02,
     );
+    cg.remove();
+}
+
+/// The exposition once a collection that started after this call has finished: everything
+/// that happened before the call is in it.
+fn metrics_after_collection(daemon: &Daemon) -> String {
+    let called = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs_f64();
+    // The first collection to end after the call may have started before it; the one after
+    // that did not.
+    let mut first_end: Option<f64> = None;
+    wait_for(
+        "a collection that started after the traffic",
+        std::time::Duration::from_secs(60),
+        || {
+            let body = daemon.metrics();
+            let last = sample_with(&body, "stormwatch_last_collection_timestamp_seconds", &[]);
+            match (last, first_end) {
+                (Some(t), None) if t > called => {
+                    first_end = Some(t);
+                    None
+                }
+                (Some(t), Some(first)) if t > first => Some(body),
+                _ => None,
+            }
+        },
+    )
+}
+
+#[track_caller]
+fn value(text: &str, metric: &str, labels: &[(&str, &str)]) -> f64 {
+    sample_with(text, metric, labels)
+        .unwrap_or_else(|| panic!("no {metric} with {labels:?} in /metrics:\n{text}"))
+}
+
+#[test]
+fn the_daemon_exports_a_containers_network_series_and_the_mtu_inventory() {
+    require_bpf();
+    require_tools();
+    let net = Overlay::new(1500, 1450, OuterDf::Set, Some(1450));
+    let (a_ns, pod_ns) = (net.a.inode().to_string(), net.pod().inode().to_string());
+    let cg = TestCgroup::new("net-daemon");
+    let mut keep = run_in_cgroup(&mut net.pod().command(&["sleep", "120"]), &cg);
+    // Room for the test's cgroup however many other cgroups this host has.
+    let dir = TempDir::new("net-daemon");
+    let config = dir.file("stormwatch.toml", "max_cgroups = 1000000\n");
+    let daemon = Daemon::start(&["--config", config.to_str().expect("UTF-8 path")]);
+    let m0 = metrics_after_collection(&daemon);
+    let s0 = if_stats(net.pod(), POD_DEV);
+    let stdout = full_size_pings(&net, &cg);
+    let (sent, received) = ping_counts(&stdout);
+    let s1 = if_stats(net.pod(), POD_DEV);
+    let m1 = metrics_after_collection(&daemon);
+    let _ = keep.kill();
+    let _ = keep.wait();
+    assert_eq!((sent, received), (300, 300), "{stdout}");
+    let d = |k: &str| (s1[k] - s0[k]) as f64;
+
+    // The container: what its namespace's only interface carried, by the driver's counters.
+    let container = [("cgroup", cg.rel_path())];
+    let grew = |metric: &str, labels: &[(&str, &str)]| {
+        let before = sample_with(&m0, metric, labels).unwrap_or(0.0);
+        value(&m1, metric, labels) - before
+    };
+    for (direction, driver) in [("sent", "tx_packets"), ("received", "rx_packets")] {
+        let labels = [container[0], ("direction", direction)];
+        let got = grew("stormwatch_network_packets_total", &labels);
+        eprintln!(
+            "/metrics: container packets {direction} {got}, eth0 {}",
+            d(driver)
+        );
+        assert_within(
+            &format!("packets {direction} in /metrics"),
+            got,
+            d(driver),
+            0.02,
+        );
+    }
+    const ETH_HLEN: f64 = 14.0;
+    let bytes_sent = grew(
+        "stormwatch_network_bytes_total",
+        &[container[0], ("direction", "sent")],
+    );
+    assert_within(
+        "bytes sent in /metrics (+ Ethernet headers)",
+        bytes_sent + ETH_HLEN * d("tx_packets"),
+        d("tx_bytes"),
+        0.02,
+    );
+
+    // The pod's interface: its packets against the driver's, and at its MTU.
+    let eth0 = [("netns", pod_ns.as_str()), ("interface", POD_DEV)];
+    for (direction, driver) in [("sent", "tx_packets"), ("received", "rx_packets")] {
+        let labels = [eth0[0], eth0[1], ("direction", direction)];
+        assert_within(
+            &format!("eth0 packets {direction} in /metrics"),
+            grew("stormwatch_interface_packets_total", &labels),
+            d(driver),
+            0.02,
+        );
+    }
+    let at_mtu = [eth0[0], eth0[1], ("direction", "sent"), ("size", "at_mtu")];
+    assert_within(
+        "eth0 packets sent at the MTU",
+        grew("stormwatch_interface_packets_by_size_total", &at_mtu),
+        sent as f64,
+        0.02,
+    );
+    // The interface series carry the pod's container (the owner of the namespace).
+    assert!(
+        sample_with(
+            &m1,
+            "stormwatch_interface_packets_total",
+            &[eth0[0], container[0]]
+        )
+        .is_some(),
+        "eth0's series name the container's cgroup"
+    );
+
+    // The inventory: the overlay in node A, its overhead and its underlay.
+    let ov = [
+        ("netns", a_ns.as_str()),
+        ("interface", OVERLAY_DEV),
+        ("kind", "vxlan"),
+    ];
+    assert_eq!(value(&m1, "stormwatch_interface_mtu_bytes", &ov), 1450.0);
+    assert_eq!(
+        value(
+            &m1,
+            "stormwatch_interface_encapsulation_overhead_bytes",
+            &ov
+        ),
+        50.0
+    );
+    assert_eq!(
+        value(&m1, "stormwatch_interface_underlay_path_mtu_bytes", &ov),
+        1500.0
+    );
+    assert_eq!(
+        value(
+            &m1,
+            "stormwatch_interface_mtu_bytes",
+            &[eth0[0], eth0[1], ("kind", "veth")]
+        ),
+        1450.0
+    );
+
+    // promtool has nothing to say about the exposition.
+    let mut check = std::process::Command::new(tool("promtool", "apt-get install -y prometheus"))
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("starting promtool");
+    {
+        use std::io::Write as _;
+        check
+            .stdin
+            .take()
+            .expect("promtool stdin")
+            .write_all(m1.as_bytes())
+            .expect("feeding promtool");
+    }
+    let out = check.wait_with_output().expect("promtool");
+    assert!(
+        out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
+        "promtool check metrics: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    drop(daemon);
     cg.remove();
 }

@@ -745,7 +745,6 @@ fn the_pod_runs_as_the_manifest_says() {
 /// fresh cgroup sends a known number of sized pings; the cgroup's sent packets and bytes must
 /// be exactly those.
 #[test]
-#[ignore = "network series in /metrics land with issue 11 item 1; enable after merging main"]
 fn the_pod_exports_network_series_for_a_workload() {
     stormwatch_tests::require_bpf();
     let pod = Pod::from_manifest();

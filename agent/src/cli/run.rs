@@ -12,6 +12,7 @@
 //! detaches the probes), exit 0; a watchdog makes sure this takes less than 2 s.
 
 use std::{
+    collections::HashMap,
     os::fd::OwnedFd,
     sync::{Arc, Mutex, PoisonError},
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
@@ -25,13 +26,14 @@ use crate::{
     diagnose::session::{Session, cgroupfs_reader},
     export::{
         metrics::Renderer,
+        network::Owner,
         server::{self, Shared},
-        state::{ActiveFinding, Exporter, ProgramStats, Tick},
+        state::{ActiveFinding, Exporter, Labels, ProgramStats, Tick},
     },
     identity::CgroupResolver,
     pipeline::Pipeline,
     privileges,
-    probes::LoadOptions,
+    probes::{LoadOptions, net},
 };
 
 use super::{RunArgs, probes_attached, session_options};
@@ -208,6 +210,12 @@ impl Daemon {
             e.programs = program_stats(&pipeline);
             e.bpf_stats_enabled = bpf_stats.is_some() || sysctl_bpf_stats();
             e.host_steal_seconds = crate::host::steal_seconds_since_boot();
+            // The MTU inventory from the start (then re-read with each diagnosis step).
+            if e.avail.net.any() {
+                let namespaces = crate::netinfo::namespaces::discover();
+                e.network
+                    .set_inventory(&crate::netinfo::inventory::collect(&namespaces));
+            }
         }
         let session = Session::new(
             session_options(
@@ -256,8 +264,13 @@ impl Daemon {
                     },
                     alive,
                 );
+                update_network(p, &mut e, &window, ctx.identities);
                 if step_done {
                     let net = self.session.network();
+                    // The inventory the diagnosis reads is the one the MTU gauges show.
+                    if let Some(state) = &net {
+                        e.network.set_inventory(&state.namespaces);
+                    }
                     let findings = self.session.judge(p.paths(), net.as_ref());
                     e.findings = findings
                         .iter()
@@ -290,6 +303,28 @@ impl Daemon {
 
 /// Run counts and times of the loaded programs (the kernel counts them while BPF statistics
 /// are on). Programs of the object that were not loaded are left out.
+/// The network series: interface and drop totals, and each namespace's owner.
+fn update_network(
+    p: &Pipeline,
+    e: &mut Exporter,
+    window: &crate::collect::Window,
+    identities: &HashMap<u64, crate::identity::workload::Identity>,
+) {
+    if !p.availability().net.any() {
+        return;
+    }
+    let ebpf = p.probes.ebpf();
+    let owners = net::netns_owners(ebpf)
+        .into_iter()
+        .filter_map(|(netns, id)| {
+            let cgroup = p.paths().get(&id)?.clone();
+            let labels = Labels::of(identities.get(&id));
+            Some((netns, Owner { cgroup, labels }))
+        })
+        .collect();
+    e.network.apply(window, &net::iface_keys(ebpf), owners);
+}
+
 fn program_stats(pipeline: &Pipeline) -> Vec<ProgramStats> {
     let mut out: Vec<ProgramStats> = pipeline
         .probes

@@ -65,7 +65,7 @@ pub fn histogram_buckets(h: &Log2Histogram) -> Vec<(f64, u64)> {
 
 type CgroupLabels<'a> = [(&'static str, &'a str); 4];
 
-fn cgroup_labels<'a>(path: &'a str, s: &'a Series) -> CgroupLabels<'a> {
+pub(super) fn cgroup_labels<'a>(path: &'a str, s: &'a Series) -> CgroupLabels<'a> {
     [
         ("namespace", s.labels.namespace.as_str()),
         ("pod", s.labels.pod.as_str()),
@@ -80,12 +80,16 @@ fn secs(ns: u64) -> f64 {
 
 /// A number a counter or gauge can show.
 #[derive(Clone, Copy)]
-enum Value {
+pub(super) enum Value {
     Int(u64),
     Float(f64),
 }
 
-fn counter(m: &mut MetricEncoder, labels: &impl EncodeLabelSet, v: Value) -> fmt::Result {
+pub(super) fn counter(
+    m: &mut MetricEncoder,
+    labels: &impl EncodeLabelSet,
+    v: Value,
+) -> fmt::Result {
     let mut e = m.encode_family(labels)?;
     match v {
         Value::Int(v) => e.encode_counter::<NoLabelSet, _, f64>(&v, None),
@@ -93,7 +97,7 @@ fn counter(m: &mut MetricEncoder, labels: &impl EncodeLabelSet, v: Value) -> fmt
     }
 }
 
-fn gauge(m: &mut MetricEncoder, labels: &impl EncodeLabelSet, v: Value) -> fmt::Result {
+pub(super) fn gauge(m: &mut MetricEncoder, labels: &impl EncodeLabelSet, v: Value) -> fmt::Result {
     let mut e = m.encode_family(labels)?;
     match v {
         Value::Int(v) => e.encode_gauge(&v),
@@ -133,7 +137,7 @@ fn duration_histogram(m: &mut MetricEncoder, h: &DurationHistogram) -> fmt::Resu
 }
 
 /// Encodes one per-cgroup family over the series `value` has a figure for.
-fn per_cgroup(
+pub(super) fn per_cgroup(
     enc: &mut DescriptorEncoder,
     e: &Exporter,
     name: &str,
@@ -636,6 +640,8 @@ impl Collector for StateCollector {
     fn encode(&self, mut enc: DescriptorEncoder) -> fmt::Result {
         let e = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         encode_cgroups(&mut enc, &e)?;
+        super::network::encode_cgroups(&mut enc, &e)?;
+        super::network::encode_interfaces(&mut enc, &e)?;
         encode_findings(&mut enc, &e)?;
         encode_host(&mut enc, &e)?;
         encode_self(&mut enc, &e)

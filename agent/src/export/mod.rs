@@ -9,6 +9,7 @@
 
 pub mod classic;
 pub mod metrics;
+pub mod network;
 pub mod server;
 pub mod state;
 

@@ -328,6 +328,8 @@ pub struct Exporter {
     /// The previous rendering: how long it took and how large it was.
     pub render_seconds: f64,
     pub exposition_bytes: usize,
+    /// Per-interface figures, drops and the MTU inventory.
+    pub network: super::network::NetworkSeries,
     /// The host, read once at start; `None` before.
     pub host: Option<Host>,
     /// CPU time the hypervisor stole from the host since boot (`/proc/stat`), at the last
@@ -351,6 +353,7 @@ impl Exporter {
             last_collection_unix_seconds: None,
             render_seconds: 0.0,
             exposition_bytes: 0,
+            network: super::network::NetworkSeries::default(),
             host: None,
             host_steal_seconds: None,
         }

@@ -4,17 +4,24 @@
 //! sends through, the uplink (default route) and the routes that set an MTU; and the
 //! namespace's kernel counters ([`super::snmp`]).
 //!
-//! Each namespace is read once (namespaces are grouped by inode), from a short-lived thread
-//! that joins it with `setns(2)`: `/proc/thread-self/net/*` then shows that namespace, and the
-//! `ip -d -j` commands it starts (iproute2's JSON, no netlink code here) inherit it.
+//! Each namespace is read once (namespaces are grouped by inode) over rtnetlink: the agent's own
+//! directly (no capability needed), any other from a short-lived thread that joins it with
+//! `setns(2)` — which takes CAP_SYS_ADMIN: without it, those namespaces' interfaces are known
+//! only from the probes (the MTU on their packets) and their counters from
+//! `/proc/<pid>/net/snmp`.
 
-use std::{collections::HashMap, process::Command};
+use std::collections::HashMap;
 
+use netlink_packet_route::AddressFamily;
 use serde::Serialize;
-use serde_json::Value;
 
+pub use super::encapsulation::Encapsulation;
 use super::{
+    encapsulation::encapsulation,
+    links::{Link, kind_of, links_from},
     namespaces::{NetnsRef, discover, each_netns},
+    netlink::Rtnl,
+    routes::{Route, default_route, route_from},
     snmp::Snmp,
 };
 
@@ -25,285 +32,30 @@ fn read_snmp_here() -> Option<Snmp> {
     Some(Snmp::from_texts(&snmp, snmp6.as_deref()))
 }
 
-/// Every namespace's counters now, by inode (for the start of a window).
+/// A process's namespace's counters, read from outside it (`/proc/<pid>/net` shows the
+/// process's namespace; no capability needed).
+fn read_snmp_of(pid: u32) -> Option<Snmp> {
+    let snmp = std::fs::read_to_string(format!("/proc/{pid}/net/snmp")).ok()?;
+    let snmp6 = std::fs::read_to_string(format!("/proc/{pid}/net/snmp6")).ok();
+    Some(Snmp::from_texts(&snmp, snmp6.as_deref()))
+}
+
+/// Every namespace's counters now, by inode (for the start of a window): through a process in
+/// it when there is one, else from inside it.
 pub fn snmp_snapshot(namespaces: &[NetnsRef]) -> HashMap<u64, Snmp> {
-    namespaces
-        .iter()
-        .zip(each_netns(namespaces, |_| read_snmp_here()))
-        .filter_map(|(ns, r)| Some((ns.inode, r.ok()??)))
+    let (with_pid, named): (Vec<&NetnsRef>, Vec<&NetnsRef>) =
+        namespaces.iter().partition(|ns| ns.pid.is_some());
+    let named: Vec<NetnsRef> = named.into_iter().cloned().collect();
+    with_pid
+        .into_iter()
+        .filter_map(|ns| Some((ns.inode, read_snmp_of(ns.pid?)?)))
+        .chain(
+            named
+                .iter()
+                .zip(each_netns(&named, |_| read_snmp_here()))
+                .filter_map(|(ns, r)| Some((ns.inode, r.ok()??))),
+        )
         .collect()
-}
-
-// ---- interfaces -----------------------------------------------------------------------------
-
-/// One link as `ip -d -j link show` prints it (only what the inventory uses).
-#[derive(Clone, Debug, PartialEq)]
-pub struct Link {
-    pub ifindex: u32,
-    pub name: String,
-    pub mtu: u32,
-    pub link_type: String,
-    /// `linkinfo.info_kind` (`veth`, `vxlan`, …); none for physical devices and loopback.
-    pub info_kind: Option<String>,
-    /// `linkinfo.info_data`: the kind's attributes (a tunnel's remote, flags…).
-    pub info_data: Value,
-    /// `link`: the lower device (or, for a veth, the peer) by name, when in this namespace.
-    pub link: Option<String>,
-    /// `link_index`: the lower device's (peer's) index, possibly in another namespace.
-    pub link_index: Option<u32>,
-    /// The lower device (peer) is in another namespace.
-    pub link_other_netns: bool,
-    pub master: Option<String>,
-    pub operstate: Option<String>,
-}
-
-fn as_u32(v: &Value) -> Option<u32> {
-    v.as_u64().and_then(|n| u32::try_from(n).ok())
-}
-
-/// Parses `ip -d -j link show`.
-pub fn parse_links(json: &str) -> Result<Vec<Link>, String> {
-    let v: Value = serde_json::from_str(json).map_err(|e| format!("ip link JSON: {e}"))?;
-    let arr = v.as_array().ok_or("ip link JSON is not a list")?;
-    Ok(arr
-        .iter()
-        .filter_map(|l| {
-            let info = &l["linkinfo"];
-            Some(Link {
-                ifindex: as_u32(&l["ifindex"])?,
-                name: l["ifname"].as_str()?.to_owned(),
-                mtu: as_u32(&l["mtu"])?,
-                link_type: l["link_type"].as_str().unwrap_or("").to_owned(),
-                info_kind: info["info_kind"].as_str().map(str::to_owned),
-                info_data: info["info_data"].clone(),
-                link: l["link"].as_str().map(str::to_owned),
-                link_index: as_u32(&l["link_index"]),
-                link_other_netns: !l["link_netnsid"].is_null(),
-                master: l["master"].as_str().map(str::to_owned),
-                operstate: l["operstate"].as_str().map(str::to_owned),
-            })
-        })
-        .collect())
-}
-
-/// The kind of a link: its `info_kind`, else `loopback` or `physical` (a driver's device
-/// without rtnetlink kind: a NIC, virtio-net, ENA…).
-pub fn kind_of(link: &Link) -> String {
-    match (&link.info_kind, link.link_type.as_str()) {
-        (Some(k), _) => k.clone(),
-        (None, "loopback") => "loopback".to_owned(),
-        (None, "ether") => "physical".to_owned(),
-        (None, "none") => "other".to_owned(),
-        (None, t) => t.to_owned(),
-    }
-}
-
-/// What a tunnel adds to every packet it carries.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Encapsulation {
-    /// Bytes added to each inner IP packet: an inner packet of `mtu` bytes becomes an outer
-    /// one of `mtu + overhead`.
-    pub overhead: u32,
-    /// The outer header is IPv6.
-    pub outer_ipv6: bool,
-    /// How the figure adds up.
-    pub breakdown: String,
-    /// The tunnel's remote endpoint, when it has a single one.
-    #[serde(skip)]
-    pub remote: Option<String>,
-}
-
-/// The encapsulation overhead a link's kind implies: `Ok(None)` for kinds that do not
-/// encapsulate (0 bytes), `Ok(Some)` for tunnels, `Err` when the kind's overhead cannot be told
-/// from its attributes (IPsec, whose overhead depends on the cipher; kinds we do not know).
-pub fn encapsulation(kind: &str, info: &Value) -> Result<Option<Encapsulation>, String> {
-    let s = |k: &str| info[k].as_str().filter(|v| !v.is_empty() && *v != "any");
-    let set = |k: &str| !info[k].is_null() && info[k] != Value::Bool(false);
-    let v6 = s("remote6").is_some() || s("local6").is_some() || s("group6").is_some();
-    let remote = s("remote6").or(s("remote")).map(str::to_owned);
-    let ip = |v6: bool| if v6 { 40 } else { 20 };
-    let ip_name = |v6: bool| if v6 { "IPv6" } else { "IPv4" };
-    // GRE: 4 bytes of base header, and 4 more for each of key, checksum and sequence number
-    // on the transmit side.
-    let gre_opts = || -> (u32, String) {
-        let opts: Vec<&str> = [("okey", "key"), ("ocsum", "checksum"), ("oseq", "sequence")]
-            .into_iter()
-            .filter(|(k, _)| set(k))
-            .map(|(_, n)| n)
-            .collect();
-        let extra = 4 * opts.len() as u32;
-        let text = if opts.is_empty() {
-            String::new()
-        } else {
-            format!(" + {extra} ({})", opts.join(", "))
-        };
-        (extra, text)
-    };
-    // ip6tnl and ip6gre add an 8-byte destination option carrying the tunnel encapsulation
-    // limit unless it is turned off (`encaplimit none`).
-    let encap_limit = || -> (u32, &'static str) {
-        if !info["encap_limit"].is_null() && !set("ip6_tnl_f_ign_encap_limit") {
-            (8, " + 8 encapsulation-limit option")
-        } else {
-            (0, "")
-        }
-    };
-    // Foo-over-UDP / GUE on ipip, sit and gre: a UDP header (+4 for GUE's own).
-    let fou = || -> (u32, &'static str) {
-        match info["encap_type"].as_str() {
-            Some("fou") => (8, " + 8 UDP (FOU)"),
-            Some("gue") => (12, " + 8 UDP + 4 GUE"),
-            _ => (0, ""),
-        }
-    };
-    let tunnel = |overhead: u32, outer_ipv6: bool, breakdown: String| {
-        Ok(Some(Encapsulation {
-            overhead,
-            outer_ipv6,
-            breakdown,
-            remote: remote.clone(),
-        }))
-    };
-    match kind {
-        // No encapsulation: the packet leaves as it is (VLAN tags live in the Ethernet header,
-        // outside the MTU).
-        "loopback" | "physical" | "veth" | "bridge" | "bond" | "team" | "macvlan" | "macvtap"
-        | "ipvlan" | "ipvtap" | "vlan" | "dummy" | "ifb" | "tun" | "tap" | "vrf" | "nlmon"
-        | "netkit" | "openvswitch" | "bareudp" | "other" => Ok(None),
-        // VXLAN: outer IP + 8 UDP + 8 VXLAN + the inner Ethernet header (14): 50 over IPv4,
-        // 70 over IPv6 (RFC 7348).
-        "vxlan" => tunnel(
-            ip(v6) + 30,
-            v6,
-            format!(
-                "{} outer {} + 8 UDP + 8 VXLAN + 14 inner Ethernet",
-                ip(v6),
-                ip_name(v6)
-            ),
-        ),
-        // Geneve: like VXLAN, plus variable options (multiples of 4; OVN adds 8): at least 50
-        // over IPv4, 70 over IPv6 (RFC 8926).
-        "geneve" => tunnel(
-            ip(v6) + 30,
-            v6,
-            format!(
-                "{} outer {} + 8 UDP + 8 Geneve + 14 inner Ethernet (at least: options add more)",
-                ip(v6),
-                ip_name(v6)
-            ),
-        ),
-        // WireGuard: outer IP + 8 UDP + 16 message header + 16 Poly1305 tag: 60 over IPv4,
-        // 80 over IPv6. The endpoints' family is not in the link attributes: IPv4 is assumed.
-        "wireguard" => tunnel(
-            60,
-            false,
-            "20 outer IPv4 + 8 UDP + 16 WireGuard header + 16 authentication tag (80 over IPv6)"
-                .to_owned(),
-        ),
-        // IP in IP (RFC 2003): one outer IPv4 header.
-        "ipip" => {
-            let (f, ft) = fou();
-            tunnel(20 + f, false, format!("20 outer IPv4{ft}"))
-        }
-        // IPv6 in IPv4 (RFC 4213).
-        "sit" => {
-            let (f, ft) = fou();
-            tunnel(20 + f, false, format!("20 outer IPv4 (IPv6 in IPv4){ft}"))
-        }
-        // IPv4/IPv6 in IPv6 (RFC 2473).
-        "ip6tnl" => {
-            let (e, et) = encap_limit();
-            tunnel(40 + e, true, format!("40 outer IPv6{et}"))
-        }
-        // GRE (RFC 2784/2890): outer IPv4 + 4 GRE (+4 per option).
-        "gre" => {
-            let (o, ot) = gre_opts();
-            let (f, ft) = fou();
-            tunnel(24 + o + f, false, format!("20 outer IPv4 + 4 GRE{ot}{ft}"))
-        }
-        // GRE carrying Ethernet: + the inner Ethernet header.
-        "gretap" => {
-            let (o, ot) = gre_opts();
-            let (f, ft) = fou();
-            tunnel(
-                38 + o + f,
-                false,
-                format!("20 outer IPv4 + 4 GRE{ot} + 14 inner Ethernet{ft}"),
-            )
-        }
-        "ip6gre" => {
-            let (o, ot) = gre_opts();
-            let (e, et) = encap_limit();
-            tunnel(44 + o + e, true, format!("40 outer IPv6 + 4 GRE{ot}{et}"))
-        }
-        "ip6gretap" => {
-            let (o, ot) = gre_opts();
-            let (e, et) = encap_limit();
-            tunnel(
-                58 + o + e,
-                true,
-                format!("40 outer IPv6 + 4 GRE{ot} + 14 inner Ethernet{et}"),
-            )
-        }
-        "xfrm" | "vti" | "vti6" => Err(format!(
-            "{kind}: IPsec overhead depends on the cipher and mode (ESP adds roughly 50-80 bytes)"
-        )),
-        other => Err(format!("{other}: encapsulation overhead unknown")),
-    }
-}
-
-/// A route (only what the inventory uses).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Route {
-    pub dst: String,
-    pub dev: Option<String>,
-    pub table: Option<String>,
-    /// The route's `mtu` metric, when it sets one.
-    pub mtu: Option<u32>,
-    pub ipv6: bool,
-}
-
-/// Parses `ip -j -d route show …` / `ip -j route get fibmatch …`.
-pub fn parse_routes(json: &str, ipv6: bool) -> Vec<Route> {
-    let Ok(Value::Array(routes)) = serde_json::from_str::<Value>(json) else {
-        return Vec::new();
-    };
-    routes
-        .iter()
-        .filter_map(|r| {
-            let dev = r["dev"]
-                .as_str()
-                .or_else(|| r["nexthops"][0]["dev"].as_str())
-                .map(str::to_owned);
-            let mtu = r["metrics"].as_array().and_then(|ms| {
-                ms.iter().find_map(|m| match &m["mtu"] {
-                    v @ Value::Number(_) => as_u32(v),
-                    // `mtu lock 1400` prints {"mtu": {"lock": true, "value": 1400}}? Be lenient.
-                    Value::Object(o) => o.get("value").and_then(as_u32),
-                    _ => None,
-                })
-            });
-            Some(Route {
-                dst: r["dst"].as_str()?.to_owned(),
-                dev,
-                table: r["table"].as_str().map(str::to_owned),
-                mtu,
-                ipv6,
-            })
-        })
-        .collect()
-}
-
-/// The default route of the main table, IPv4 first.
-pub fn default_route(routes: &[Route]) -> Option<&Route> {
-    let main = |r: &&Route| matches!(r.table.as_deref(), None | Some("main"));
-    let default = |v6: bool| {
-        routes
-            .iter()
-            .filter(main)
-            .find(|r| r.dst == "default" && r.ipv6 == v6 && r.dev.is_some())
-    };
-    default(false).or_else(|| default(true))
 }
 
 /// A route that sets an MTU.
@@ -398,22 +150,6 @@ impl Namespace {
     }
 }
 
-/// Runs `ip <args>` (in the calling thread's namespace) and returns its stdout.
-fn ip(args: &[&str]) -> Result<String, String> {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .map_err(|e| format!("cannot run `ip` (install iproute2): {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "ip {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
 /// What is read inside one namespace.
 struct Raw {
     links: Result<Vec<Link>, String>,
@@ -423,31 +159,54 @@ struct Raw {
     snmp: Option<Snmp>,
 }
 
+/// Reads the calling thread's namespace over rtnetlink.
 fn read_here() -> Raw {
-    let links = ip(&["-d", "-j", "link", "show"]).and_then(|j| parse_links(&j));
-    let mut routes = ip(&["-j", "-d", "route", "show", "table", "all"])
-        .map(|j| parse_routes(&j, false))
-        .unwrap_or_default();
+    let mut rtnl = match Rtnl::open() {
+        Ok(r) => r,
+        Err(e) => {
+            return Raw {
+                links: Err(format!("{e}")),
+                routes: Vec::new(),
+                remote_routes: HashMap::new(),
+                snmp: read_snmp_here(),
+            };
+        }
+    };
+    let messages = rtnl.links();
+    let names: HashMap<u32, String> = messages
+        .iter()
+        .flatten()
+        .flat_map(|m| {
+            m.attributes.iter().filter_map(|a| match a {
+                netlink_packet_route::link::LinkAttribute::IfName(n) => {
+                    Some((m.header.index, n.clone()))
+                }
+                _ => None,
+            })
+        })
+        .collect();
+    let links = messages
+        .map(|m| links_from(&m))
+        .map_err(|e| format!("reading the links: {e}"));
+    let mut routes = Vec::new();
     // IPv6 may be disabled: then there is nothing to add.
-    routes.extend(
-        ip(&["-6", "-j", "-d", "route", "show", "table", "all"])
-            .map(|j| parse_routes(&j, true))
-            .unwrap_or_default(),
-    );
+    for family in [AddressFamily::Inet, AddressFamily::Inet6] {
+        if let Ok(messages) = rtnl.routes(family) {
+            routes.extend(messages.iter().filter_map(|m| route_from(m, &names)));
+        }
+    }
     let mut remote_routes = HashMap::new();
     if let Ok(links) = &links {
         for l in links {
             let kind = kind_of(l);
-            if let Ok(Some(e)) = encapsulation(&kind, &l.info_data)
-                && let Some(remote) = e.remote
-                && !remote_routes.contains_key(&remote)
+            if let Ok(Some(e)) = encapsulation(&kind, &l.tunnel)
+                && let Some(remote) = l.tunnel.remote
+                && let Some(key) = e.remote
+                && !remote_routes.contains_key(&key)
+                && let Ok(Some(m)) = rtnl.route_to(remote)
+                && let Some(r) = route_from(&m, &names)
             {
-                let family = if e.outer_ipv6 { "-6" } else { "-4" };
-                if let Ok(j) = ip(&[family, "-j", "route", "get", "fibmatch", &remote])
-                    && let Some(r) = parse_routes(&j, e.outer_ipv6).into_iter().next()
-                {
-                    remote_routes.insert(remote, r);
-                }
+                remote_routes.insert(key, r);
             }
         }
     }
@@ -521,7 +280,7 @@ fn assemble(ns: &NetnsRef, raw: Raw) -> Namespace {
         .iter()
         .map(|l| {
             let kind = kind_of(l);
-            let (overhead, encap, note) = match encapsulation(&kind, &l.info_data) {
+            let (overhead, encap, note) = match encapsulation(&kind, &l.tunnel) {
                 Ok(None) => (Some(0), None, None),
                 Ok(Some(e)) => (Some(e.overhead), Some(e), None),
                 Err(why) => (None, None, Some(why)),
@@ -639,9 +398,22 @@ pub fn collect(namespaces: &[NetnsRef]) -> Vec<Namespace> {
                 }
                 out.push(assemble(ns, raw));
             }
-            // The namespace went away, or cannot be entered.
+            // The namespace cannot be entered (no CAP_SYS_ADMIN), or it went away: what is
+            // known without entering it — its counters — and why the rest is missing.
             Err(e) => {
                 log::debug!("network namespace {}: {e}", ns.inode);
+                let snmp = ns.pid.and_then(read_snmp_of);
+                if snmp.is_some() || !e.contains("went away") {
+                    out.push(assemble(
+                        ns,
+                        Raw {
+                            links: Err(e),
+                            routes: Vec::new(),
+                            remote_routes: HashMap::new(),
+                            snmp,
+                        },
+                    ));
+                }
             }
         }
     }
@@ -697,115 +469,80 @@ mod tests {
     use std::{collections::BTreeSet, path::PathBuf};
 
     use super::*;
+    use crate::netinfo::encapsulation::TunnelAttrs;
     use crate::netinfo::namespaces::v2_cgroup_of;
-    use serde_json::json;
 
-    const LINKS: &str = r#"[
-      {"ifindex":1,"ifname":"lo","mtu":65536,"link_type":"loopback","operstate":"UNKNOWN"},
-      {"ifindex":2,"link_index":7,"ifname":"ulA","mtu":1500,"link_type":"ether",
-       "link_netnsid":0,"operstate":"UP","linkinfo":{"info_kind":"veth"}},
-      {"ifindex":3,"ifname":"ovA","mtu":1500,"link_type":"ether","operstate":"UNKNOWN",
-       "linkinfo":{"info_kind":"vxlan","info_data":{"id":42,"remote":"10.200.0.2",
-       "local":"10.200.0.1","port":4789,"df":"unset"}}},
-      {"ifindex":4,"ifname":"eth0","mtu":9001,"link_type":"ether","operstate":"UP"},
-      {"ifindex":5,"ifname":"va","link":"vb","mtu":1500,"link_type":"ether","master":"br0",
-       "linkinfo":{"info_kind":"veth","info_slave_kind":"bridge"}},
-      {"ifindex":6,"ifname":"vb","link":"va","mtu":1500,"link_type":"ether",
-       "linkinfo":{"info_kind":"veth"}},
-      {"ifindex":8,"ifname":"flannel.1","link":"eth0","mtu":8951,"link_type":"ether",
-       "linkinfo":{"info_kind":"vxlan","info_data":{"id":1,"local":"10.0.0.5","link":"eth0"}}},
-      {"ifname":"broken"}
-    ]"#;
-
-    #[test]
-    fn links_parse_with_their_kinds() {
-        let links = parse_links(LINKS).unwrap();
-        assert_eq!(links.len(), 7, "entries without index or MTU are skipped");
-        let kinds: Vec<String> = links.iter().map(kind_of).collect();
-        assert_eq!(
-            kinds,
-            [
-                "loopback", "veth", "vxlan", "physical", "veth", "veth", "vxlan"
-            ]
-        );
-        assert!(links[1].link_other_netns);
-        assert_eq!(links[1].link_index, Some(7));
-        assert_eq!(links[4].link.as_deref(), Some("vb"));
-        assert_eq!(links[4].master.as_deref(), Some("br0"));
-        assert_eq!(links[2].info_data["remote"], "10.200.0.2");
-        assert!(parse_links("not json").is_err());
-        assert!(parse_links("{}").is_err());
+    fn l(ifindex: u32, name: &str, mtu: u32, kind: Option<&str>) -> Link {
+        Link {
+            ifindex,
+            name: name.into(),
+            mtu,
+            link_type: if ifindex == 1 { "loopback" } else { "ether" }.into(),
+            info_kind: kind.map(str::to_owned),
+            ..Link::default()
+        }
     }
 
-    #[test]
-    fn encapsulation_overheads_by_kind() {
-        let none = json!(null);
-        let cases: &[(&str, Value, Option<u32>)] = &[
-            ("vxlan", json!({"remote": "10.0.0.2"}), Some(50)),
-            ("vxlan", json!({"remote6": "fd00::2"}), Some(70)),
-            ("vxlan", json!({"group6": "ff05::100"}), Some(70)),
-            ("geneve", json!({"remote": "10.0.0.2"}), Some(50)),
-            ("geneve", json!({"remote6": "fd00::2"}), Some(70)),
-            ("wireguard", none.clone(), Some(60)),
-            ("ipip", json!({"remote": "10.0.0.2"}), Some(20)),
-            ("ipip", json!({"encap_type": "fou"}), Some(28)),
-            ("sit", none.clone(), Some(20)),
-            ("ip6tnl", json!({"encap_limit": 4}), Some(48)),
-            (
-                "ip6tnl",
-                json!({"encap_limit": 4, "ip6_tnl_f_ign_encap_limit": true}),
-                Some(40),
-            ),
-            ("ip6tnl", none.clone(), Some(40)),
-            ("gre", none.clone(), Some(24)),
-            ("gre", json!({"okey": "0.0.0.5", "ocsum": true}), Some(32)),
-            ("gre", json!({"ikey": "0.0.0.5"}), Some(24)),
-            ("gretap", json!({"oseq": true}), Some(42)),
-            ("ip6gre", none.clone(), Some(44)),
-            ("ip6gretap", json!({"encap_limit": 4}), Some(66)),
-        ];
-        for (kind, info, want) in cases {
-            let got = encapsulation(kind, info).unwrap().map(|e| e.overhead);
-            assert_eq!(got, *want, "{kind} {info}");
-        }
-        for plain in [
-            "veth", "bridge", "physical", "loopback", "macvlan", "vlan", "bond",
-        ] {
-            assert_eq!(encapsulation(plain, &none), Ok(None), "{plain}");
-        }
-        for unknown in ["xfrm", "vti", "erspan", "mystery"] {
-            assert!(encapsulation(unknown, &none).is_err(), "{unknown}");
-        }
-        let e = encapsulation("vxlan", &json!({"remote": "any", "local": "10.0.0.1"}))
-            .unwrap()
-            .unwrap();
-        assert_eq!(e.remote, None, "`any` is no remote");
-        assert!(!e.outer_ipv6);
-        assert!(e.breakdown.contains("8 VXLAN"));
+    /// lo; a veth whose peer is in another namespace; a VXLAN with a remote; the uplink; a
+    /// veth pair within the namespace (one end in a bridge); flannel.1 (VXLAN over eth0).
+    fn links() -> Vec<Link> {
+        let peer_elsewhere = Link {
+            link_index: Some(7),
+            link_other_netns: true,
+            ..l(2, "ulA", 1500, Some("veth"))
+        };
+        let overlay = Link {
+            tunnel: TunnelAttrs {
+                remote: Some("10.200.0.2".parse().unwrap()),
+                ..TunnelAttrs::default()
+            },
+            ..l(3, "ovA", 1500, Some("vxlan"))
+        };
+        let va = Link {
+            link: Some("vb".into()),
+            link_index: Some(6),
+            master: Some("br0".into()),
+            ..l(5, "va", 1500, Some("veth"))
+        };
+        let vb = Link {
+            link: Some("va".into()),
+            link_index: Some(5),
+            ..l(6, "vb", 1500, Some("veth"))
+        };
+        let flannel = Link {
+            link: Some("eth0".into()),
+            link_index: Some(4),
+            ..l(8, "flannel.1", 8951, Some("vxlan"))
+        };
+        vec![
+            l(1, "lo", 65536, None),
+            peer_elsewhere,
+            overlay,
+            l(4, "eth0", 9001, None),
+            va,
+            vb,
+            flannel,
+        ]
     }
 
-    const ROUTES: &str = r#"[
-      {"type":"unicast","dst":"default","gateway":"192.0.2.1","dev":"eth0","table":"main","flags":[]},
-      {"type":"unicast","dst":"10.99.0.0/16","dev":"ulA","table":"main","flags":[],"metrics":[{"mtu":1400}]},
-      {"type":"unicast","dst":"default","dev":"wg0","table":"51820","flags":[]},
-      {"type":"local","dst":"127.0.0.1","dev":"lo","table":"local","flags":[]},
-      {"dst":"10.1.0.0/16","nexthops":[{"dev":"ulA"}],"metrics":[{"mtu":{"lock":true,"value":1300}}]}
-    ]"#;
+    fn route(dst: &str, dev: &str, table: Option<&str>, mtu: Option<u32>) -> Route {
+        Route {
+            dst: dst.into(),
+            dev: Some(dev.into()),
+            table: table.map(str::to_owned),
+            mtu,
+            ipv6: false,
+        }
+    }
 
-    #[test]
-    fn routes_default_route_and_route_mtus() {
-        let routes = parse_routes(ROUTES, false);
-        assert_eq!(routes.len(), 5);
-        assert_eq!(routes[1].mtu, Some(1400));
-        assert_eq!(routes[4].dev.as_deref(), Some("ulA"));
-        assert_eq!(routes[4].mtu, Some(1300));
-        assert_eq!(default_route(&routes).unwrap().dev.as_deref(), Some("eth0"));
-        let v6 = parse_routes(r#"[{"dst":"default","dev":"eth1","table":"main"}]"#, true);
-        assert_eq!(default_route(&v6).unwrap().dev.as_deref(), Some("eth1"));
-        let only_other_table =
-            parse_routes(r#"[{"dst":"default","dev":"wg0","table":"51820"}]"#, false);
-        assert_eq!(default_route(&only_other_table), None);
-        assert!(parse_routes("", false).is_empty());
+    fn routes() -> Vec<Route> {
+        vec![
+            route("default", "eth0", Some("main"), None),
+            route("10.99.0.0/16", "ulA", Some("main"), Some(1400)),
+            route("default", "wg0", Some("51820"), None),
+            route("127.0.0.1", "lo", Some("local"), None),
+            route("10.1.0.0/16", "ulA", None, Some(1300)),
+        ]
     }
 
     fn netns(inode: u64) -> NetnsRef {
@@ -832,8 +569,8 @@ mod tests {
             },
         );
         Raw {
-            links: parse_links(LINKS),
-            routes: parse_routes(ROUTES, false),
+            links: Ok(links()),
+            routes: routes(),
             remote_routes,
             snmp: None,
         }
@@ -906,19 +643,20 @@ mod tests {
 
     #[test]
     fn veths_pair_across_namespaces_by_mutual_index() {
-        let a = r#"[{"ifindex":2,"link_index":7,"ifname":"ulA","mtu":1500,"link_type":"ether",
-                     "link_netnsid":0,"linkinfo":{"info_kind":"veth"}}]"#;
-        let b = r#"[{"ifindex":7,"link_index":2,"ifname":"ulB","mtu":1500,"link_type":"ether",
-                     "link_netnsid":0,"linkinfo":{"info_kind":"veth"}},
-                    {"ifindex":2,"link_index":9,"ifname":"other","mtu":1500,"link_type":"ether",
-                     "link_netnsid":1,"linkinfo":{"info_kind":"veth"}}]"#;
-        let mk = |inode, json: &str| {
+        let veth = |ifindex, name: &str, peer| Link {
+            link_index: Some(peer),
+            link_other_netns: true,
+            ..l(ifindex, name, 1500, Some("veth"))
+        };
+        let a = vec![veth(2, "ulA", 7)];
+        let b = vec![veth(7, "ulB", 2), veth(2, "other", 9)];
+        let mk = |inode, links: &[Link]| {
             let mut r = raw(None);
-            r.links = parse_links(json);
+            r.links = Ok(links.to_vec());
             assemble(&netns(inode), r)
         };
-        let mut all = vec![mk(10, a), mk(20, b)];
-        let links = HashMap::from([(10, parse_links(a).unwrap()), (20, parse_links(b).unwrap())]);
+        let mut all = vec![mk(10, &a), mk(20, &b)];
+        let links = HashMap::from([(10, a), (20, b)]);
         pair_veths(&mut all, &links);
         assert_eq!(
             all[0].interfaces[0].peer,
@@ -947,8 +685,8 @@ mod tests {
 
     #[test]
     fn the_hosts_namespace_is_found_and_read() {
-        // Reads this machine: /proc and `ip` exist wherever the agent runs; a failure here is
-        // the environment's, and must show.
+        // Reads this machine over rtnetlink (no capability needed for the agent's own
+        // namespace); a failure here is the environment's, and must show.
         let all = discover();
         let host = all.iter().find(|n| n.host).expect("the host's namespace");
         assert!(host.cgroups.is_empty());

@@ -2,7 +2,7 @@
 //! container's), and the named ones under `/run/netns`; which container each belongs to.
 
 use std::{
-    collections::{BTreeSet, HashMap, HashSet},
+    collections::{BTreeSet, HashMap},
     os::{fd::AsRawFd as _, unix::fs::MetadataExt as _},
     path::{Path, PathBuf},
 };
@@ -122,7 +122,8 @@ pub fn discover() -> Vec<NetnsRef> {
 fn in_netns<T: Send>(path: &Path, f: impl FnOnce() -> T + Send) -> Result<T, String> {
     std::thread::scope(|s| {
         s.spawn(|| {
-            let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let file = std::fs::File::open(path)
+                .map_err(|e| format!("{}: {e} (the namespace went away)", path.display()))?;
             let own = std::fs::metadata("/proc/thread-self/ns/net").map(|m| m.ino());
             if file.metadata().map(|m| m.ino()).ok() == own.ok() {
                 return Ok(f());
@@ -130,11 +131,14 @@ fn in_netns<T: Send>(path: &Path, f: impl FnOnce() -> T + Send) -> Result<T, Str
             // SAFETY: setns on an open namespace file; it changes only this thread, which
             // ends with this closure.
             if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-                return Err(format!(
-                    "setns({}): {}",
-                    path.display(),
-                    std::io::Error::last_os_error()
-                ));
+                let err = std::io::Error::last_os_error();
+                return Err(if err.raw_os_error() == Some(libc::EPERM) {
+                    "reading another network namespace's links and routes means entering it, \
+                     which needs CAP_SYS_ADMIN"
+                        .to_owned()
+                } else {
+                    format!("setns({}): {err}", path.display())
+                });
             }
             Ok(f())
         })
@@ -167,31 +171,6 @@ pub(crate) fn each_netns<T: Send>(
                 .collect()
         });
         out.extend(results);
-    }
-    out
-}
-
-/// The inodes of the network namespaces that exist now (with a process in them or a name).
-pub fn live_inodes() -> HashSet<u64> {
-    let mut out = HashSet::new();
-    let procs = std::fs::read_dir("/proc")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| {
-            e.file_name()
-                .to_str()
-                .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
-        })
-        .map(|e| e.path().join("ns/net"));
-    let named = NAMED_NETNS_DIRS
-        .iter()
-        .flat_map(|d| std::fs::read_dir(d).into_iter().flatten().flatten())
-        .map(|e| e.path());
-    for path in procs.chain(named) {
-        if let Ok(m) = std::fs::metadata(&path) {
-            out.insert(m.ino());
-        }
     }
     out
 }

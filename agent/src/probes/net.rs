@@ -375,6 +375,31 @@ pub fn track_netns_owners(ebpf: &mut Ebpf, path_of: impl Fn(u64) -> Option<Strin
     }
 }
 
+/// Network namespace inode → the cgroup whose traffic the receive hook counts there.
+pub fn netns_owners(ebpf: &Ebpf) -> HashMap<u32, u64> {
+    let Some(map) = ebpf.map(maps::NETNS_CGROUP) else {
+        return HashMap::new();
+    };
+    let Ok(map) = aya::maps::HashMap::<_, u32, u64>::try_from(map) else {
+        return HashMap::new();
+    };
+    map.iter()
+        .filter_map(Result::ok)
+        .filter(|(_, cgroup)| *cgroup != 0)
+        .collect()
+}
+
+/// The interfaces the probes keep figures for now.
+pub fn iface_keys(ebpf: &Ebpf) -> std::collections::HashSet<NetIfKey> {
+    let Some(map) = ebpf.map(maps::NET_IFACES) else {
+        return Default::default();
+    };
+    let Ok(map) = aya::maps::PerCpuHashMap::<_, NetIfKey, NetIfStats>::try_from(map) else {
+        return Default::default();
+    };
+    map.keys().filter_map(Result::ok).collect()
+}
+
 /// The (namespace, cgroup) pairs the transmit hook saw sending.
 fn read_senders(ebpf: &Ebpf) -> Vec<NetSenderKey> {
     let Some(map) = ebpf.map(maps::NET_SENDERS) else {
@@ -439,25 +464,25 @@ pub fn forget(ebpf: &mut Ebpf, cgroups: &[u64]) {
             let _ = map.remove(&k);
         }
     }
+    // Their namespaces went with them (a pod's namespace lives as long as its sandbox): their
+    // interfaces and drops too. Namespaces that belong to no container (the host's, a node's
+    // tunnels) stay; the maps' size bounds them.
+    let mut gone: Vec<u32> = Vec::new();
     if let Some(map) = ebpf.map_mut(maps::NETNS_CGROUP)
         && let Ok(mut map) = aya::maps::HashMap::<_, u32, u64>::try_from(map)
     {
-        let doomed: Vec<u32> = map
+        gone = map
             .iter()
             .filter_map(Result::ok)
             .filter(|(_, cgroup)| cgroups.contains(cgroup))
             .map(|(netns, _)| netns)
             .collect();
-        for netns in doomed {
-            let _ = map.remove(&netns);
+        for netns in &gone {
+            let _ = map.remove(netns);
         }
     }
-    let live: std::collections::HashSet<u32> = crate::netinfo::namespaces::live_inodes()
-        .into_iter()
-        .map(|i| i as u32)
-        .collect();
-    if !live.is_empty() {
-        forget_netns(ebpf, |netns| !live.contains(&netns));
+    if !gone.is_empty() {
+        forget_netns(ebpf, |netns| gone.contains(&netns));
     }
 }
 

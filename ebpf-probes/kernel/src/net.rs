@@ -392,7 +392,9 @@ fn on_packet<F: Fields>(skb: u64, dev: u64, tx: bool) {
         })
     } else {
         // SAFETY: a map lookup; the value is a plain u64.
-        unsafe { NETNS_CGROUP.get(&key.netns) }.copied()
+        unsafe { NETNS_CGROUP.get(&key.netns) }
+            .copied()
+            .filter(|c| *c != 0)
     };
     if let Some(cgroup) = owner {
         on_container_packet(
