@@ -91,6 +91,17 @@ impl TestCgroup {
         self.id
     }
 
+    /// All CPU time charged to the cgroup so far (v2 `cpu.stat` `usage_usec`, present without
+    /// the cpu controller), in seconds: every thread's, exit paths included.
+    pub fn cpu_usage_seconds(&self) -> f64 {
+        let stat = std::fs::read_to_string(self.path.join("cpu.stat"))
+            .unwrap_or_else(|e| panic!("reading {}/cpu.stat: {e}", self.path.display()));
+        stat.lines()
+            .find_map(|l| l.strip_prefix("usage_usec ")?.trim().parse::<f64>().ok())
+            .map(|us| us / 1e6)
+            .unwrap_or_else(|| panic!("no usage_usec in {}/cpu.stat", self.path.display()))
+    }
+
     /// Pids currently in the cgroup.
     pub fn procs(&self) -> Vec<i32> {
         std::fs::read_to_string(self.path.join("cgroup.procs"))

@@ -78,13 +78,18 @@ fn thread_churn_switches_match_rusage_and_nothing_is_lost() {
         0.05,
     );
     // Intervals lost to a busy task storage: each is one slice of one thread, a tiny fraction
-    // of the thousands of switches; the on-CPU time still matches the CPU time.
+    // of the thousands of switches; the on-CPU time still matches the CPU time the kernel
+    // charged to the cgroup.
     let busy = num(lost, "task_storage_busy");
     let all_switches = num(&truth, "nvcsw") + num(&truth, "nivcsw");
     assert!(
         busy <= 0.01 * all_switches,
         "task_storage_busy {busy} is not rare against {all_switches} switches: {lost}"
     );
-    let cpu = num(&truth, "utime_seconds") + num(&truth, "stime_seconds");
+    // Not getrusage's utime + stime: an exiting thread's time from the moment its counters are
+    // folded into the process's (`__exit_signal`) to its final switch is in no rusage total, and
+    // with thousands of short threads that exit path adds up (seen: 0.56 s of 4.4 s). The
+    // cgroup is charged every nanosecond, and holds only this workload.
+    let cpu = cgroup.cpu_usage_seconds();
     assert_within("on-CPU seconds", num(c, "oncpu_seconds"), cpu, 0.05);
 }
