@@ -294,3 +294,31 @@ pub fn sample(text: &str, series: &str) -> Option<f64> {
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse().ok())
 }
+
+/// Panics unless `promtool check metrics` (Debian package `prometheus`) has nothing to say
+/// about `exposition` (the classic text format).
+#[track_caller]
+pub fn assert_promtool_clean(exposition: &str) {
+    let promtool = tool("promtool", "apt-get install -y prometheus");
+    let mut check = Command::new(promtool)
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting promtool");
+    check
+        .stdin
+        .take()
+        .expect("promtool stdin")
+        .write_all(exposition.as_bytes())
+        .expect("feeding promtool");
+    let out = check.wait_with_output().expect("promtool");
+    assert!(
+        out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
+        "promtool check metrics ({}):\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

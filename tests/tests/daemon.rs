@@ -13,7 +13,6 @@
 //! Nothing is skipped: a missing tool fails the test with how to install it.
 
 use std::{
-    io::Write as _,
     net::{SocketAddr, TcpListener},
     path::{Path, PathBuf},
     process::{Child, Command, Output, Stdio},
@@ -24,7 +23,8 @@ use serde_json::Value;
 use stormwatch_tests::{
     Agent, TestCgroup, agent_bin, agent_output,
     daemon::{
-        Daemon, EXIT_DEADLINE, TempDir, free_port, http_get, sample, tool, url_encode, wait_for,
+        Daemon, EXIT_DEADLINE, TempDir, assert_promtool_clean, free_port, http_get, sample, tool,
+        url_encode, wait_for,
     },
     netns::{self, OuterDf, Overlay},
     require_bpf, run_in_cgroup, workload_result,
@@ -236,28 +236,7 @@ fn prometheus_scrapes_a_workloads_series_and_they_rise() {
         );
     }
     assert!(!classic.body.contains("# EOF"));
-    let promtool = tool("promtool", "apt-get install -y prometheus");
-    let mut check = Command::new(promtool)
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starting promtool");
-    check
-        .stdin
-        .take()
-        .expect("promtool stdin")
-        .write_all(classic.body.as_bytes())
-        .expect("feeding promtool");
-    let checked = check.wait_with_output().expect("promtool");
-    assert!(
-        checked.status.success() && checked.stdout.is_empty() && checked.stderr.is_empty(),
-        "promtool check metrics ({}):\n{}{}",
-        checked.status,
-        String::from_utf8_lossy(&checked.stdout),
-        String::from_utf8_lossy(&checked.stderr)
-    );
+    assert_promtool_clean(&classic.body);
 
     // OpenMetrics on request.
     let om = http_get(

@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use serde_json::Value;
 use stormwatch_tests::{
     Agent, TestCgroup, assert_within,
-    daemon::{Daemon, TempDir, tool, wait_for},
+    daemon::{Daemon, TempDir, assert_promtool_clean, wait_for},
     netns::{
         NODE_B_OVERLAY_IP, OVERLAY_DEV, OuterDf, Overlay, POD_DEV, UNDERLAY_A, delta, ping_counts,
         require_tools, sample_with,
@@ -874,29 +874,7 @@ fn the_daemon_exports_a_containers_network_series_and_the_mtu_inventory() {
     );
 
     // promtool has nothing to say about the exposition.
-    let mut check = std::process::Command::new(tool("promtool", "apt-get install -y prometheus"))
-        .args(["check", "metrics"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("starting promtool");
-    {
-        use std::io::Write as _;
-        check
-            .stdin
-            .take()
-            .expect("promtool stdin")
-            .write_all(m1.as_bytes())
-            .expect("feeding promtool");
-    }
-    let out = check.wait_with_output().expect("promtool");
-    assert!(
-        out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
-        "promtool check metrics: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_promtool_clean(&m1);
     drop(daemon);
     cg.remove();
 }

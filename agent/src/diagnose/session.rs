@@ -291,12 +291,8 @@ impl Session {
         let tick = self.ticks;
         let ctx = match self.contexts.get_mut(&id) {
             Some(ctx) => {
-                let period = if ctx.limits.cpu_quota_cores.is_some() {
-                    LIMITS_REFRESH_QUOTA
-                } else {
-                    LIMITS_REFRESH
-                };
-                if now.saturating_duration_since(ctx.limits_read_at) >= period {
+                if now.saturating_duration_since(ctx.limits_read_at) >= refresh_period(&ctx.limits)
+                {
                     ctx.limits = reader.limits(path);
                     ctx.limits_read_at = now;
                     ctx.threads_read_at = now;
@@ -315,11 +311,7 @@ impl Session {
                 let limits = reader.limits(path);
                 // Later refreshes are spread over the period by id, so that cgroups first seen
                 // together are not all re-read in the same tick.
-                let period = if limits.cpu_quota_cores.is_some() {
-                    LIMITS_REFRESH_QUOTA
-                } else {
-                    LIMITS_REFRESH
-                };
+                let period = refresh_period(&limits);
                 let stagger = Duration::from_millis(id % period.as_millis().max(1) as u64);
                 self.contexts.entry(id).or_insert(Context {
                     limits,
@@ -480,6 +472,16 @@ impl Session {
         }
         sort_findings(&mut findings);
         findings
+    }
+}
+
+/// How often a cgroup's full limits are re-read: more often with a quota, whose throttling
+/// counters feed the diagnosis.
+fn refresh_period(limits: &Limits) -> Duration {
+    if limits.cpu_quota_cores.is_some() {
+        LIMITS_REFRESH_QUOTA
+    } else {
+        LIMITS_REFRESH
     }
 }
 
