@@ -136,6 +136,7 @@ pub fn session_options(
         network: with_net.then(|| NetworkOptions {
             avail,
             v2_root: pipeline.resolver.root().to_path_buf(),
+            host_netns: pipeline.probes.host_netns,
         }),
     }
 }

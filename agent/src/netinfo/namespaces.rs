@@ -40,14 +40,17 @@ pub fn v2_cgroup_of(proc_cgroup: &str) -> Option<String> {
 }
 
 /// Every network namespace reachable from `/proc` and the named-namespace directories,
-/// grouped by inode.
-pub fn discover() -> Vec<NetnsRef> {
-    // The host's namespace is pid 1's; where pid 1 cannot be inspected (a sandbox's init),
-    // this process's own, which for a node agent (hostNetwork) is the host's.
-    let host = std::fs::metadata("/proc/1/ns/net")
-        .or_else(|_| std::fs::metadata("/proc/self/ns/net"))
-        .map(|m| m.ino())
-        .ok();
+/// grouped by inode. `host` is the host's namespace inode when the kernel fixes it (see
+/// `NET_NS_INIT_INO`); else it is pid 1's, and where pid 1 cannot be inspected (a sandbox's
+/// init, a container without CAP_SYS_PTRACE) this process's own — right for an agent on the
+/// host's network, which is why older kernels need `hostNetwork` for the host to be named.
+pub fn discover(host: Option<u64>) -> Vec<NetnsRef> {
+    let host = host.or_else(|| {
+        std::fs::metadata("/proc/1/ns/net")
+            .or_else(|_| std::fs::metadata("/proc/self/ns/net"))
+            .map(|m| m.ino())
+            .ok()
+    });
     let mut by_inode: HashMap<u64, NetnsRef> = HashMap::new();
     if let Ok(dir) = std::fs::read_dir("/proc") {
         for entry in dir.flatten() {
