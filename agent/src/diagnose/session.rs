@@ -32,7 +32,10 @@ use crate::{
     collect::{CgroupWindow, Window},
     host::{CpuTicks, Host, Steal, read_cpu_ticks, ticks_per_second},
     identity::limits::{CgroupLayout, Limits, read_limits, read_threads},
-    netinfo::{NetState, NetWatch, inventory::SeenInterface},
+    netinfo::{
+        NetState, NetWatch,
+        inventory::{InventoryCache, SeenInterface},
+    },
     report::network::NetAvailability,
 };
 
@@ -110,6 +113,9 @@ pub struct NetworkOptions {
     pub v2_root: PathBuf,
     /// The host's network namespace inode, when the kernel's BTF gives it.
     pub host_netns: Option<u64>,
+    /// How long the namespaces' links and routes may be reused while no namespace comes or
+    /// goes (see [`InventoryCache`]); zero for a one-off diagnosis.
+    pub inventory_max_age: Duration,
 }
 
 /// What the session knows of one cgroup's resources.
@@ -188,6 +194,8 @@ pub struct Session {
     /// Limits reads and thread counts done, for the self-metrics and the tests.
     pub limits_reads: u64,
     pub thread_reads: u64,
+    /// What the network inventory may reuse between diagnosis steps.
+    inventory: std::sync::Mutex<InventoryCache>,
 }
 
 impl Session {
@@ -226,6 +234,12 @@ impl Session {
             ticks_per_second: ticks_per_second(),
             limits_reads: 0,
             thread_reads: 0,
+            inventory: std::sync::Mutex::new(InventoryCache::new(
+                options
+                    .network
+                    .as_ref()
+                    .map_or(Duration::ZERO, |n| n.inventory_max_age),
+            )),
             options,
         }
     }
@@ -452,7 +466,11 @@ impl Session {
     /// namespaces that cannot be read.
     pub fn network(&self, seen: &HashMap<NetIfKey, SeenInterface>) -> Option<NetState> {
         let front = self.steps.front().unwrap_or(&self.current);
-        front.net.as_ref().map(|n| n.finish(seen))
+        let mut cache = self
+            .inventory
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        front.net.as_ref().map(|n| n.finish(seen, &mut cache))
     }
 
     /// Runs every rule over the window. `net` is [`Session::network`]'s state (read once by a

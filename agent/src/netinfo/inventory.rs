@@ -541,6 +541,55 @@ pub fn collect(namespaces: &[NetnsRef]) -> Vec<Namespace> {
     out
 }
 
+/// Links and routes of every namespace, kept for up to `max_age` while the set of namespaces
+/// stays the same (the daemon re-reads its inventory at every diagnosis step: entering each
+/// pod's namespace over rtnetlink every few seconds is most of its network cost, for MTUs that
+/// change once in a pod's life). The namespaces' processes and counters are always current.
+/// With a zero `max_age` nothing is kept.
+#[derive(Debug, Default)]
+pub struct InventoryCache {
+    max_age: std::time::Duration,
+    read: Option<(std::time::Instant, Vec<u64>, Vec<Namespace>)>,
+}
+
+impl InventoryCache {
+    pub fn new(max_age: std::time::Duration) -> Self {
+        Self {
+            max_age,
+            read: None,
+        }
+    }
+
+    /// [`collect`], or the last one with today's processes and counters.
+    pub fn collect(&mut self, namespaces: &[NetnsRef]) -> Vec<Namespace> {
+        let inodes: Vec<u64> = namespaces.iter().map(|n| n.inode).collect();
+        if let Some((at, read_inodes, read)) = &self.read
+            && at.elapsed() < self.max_age
+            && *read_inodes == inodes
+        {
+            let snmp = snmp_snapshot(namespaces);
+            return read
+                .iter()
+                .zip(namespaces)
+                .map(|(ns, now)| Namespace {
+                    name: now.name.clone(),
+                    pid: now.pid,
+                    cgroups: now.cgroups.iter().cloned().collect(),
+                    snmp: snmp.get(&ns.inode).copied(),
+                    ..ns.clone()
+                })
+                .collect();
+        }
+        let out = collect(namespaces);
+        // `collect` gives one entry per namespace, in order, except those that went away
+        // meanwhile: then it is not worth keeping.
+        if !self.max_age.is_zero() && out.len() == namespaces.len() {
+            self.read = Some((std::time::Instant::now(), inodes, out.clone()));
+        }
+        out
+    }
+}
+
 /// The network namespaces over a window: their counters at the start; at the end, the full
 /// inventory and the counters' change.
 pub struct NetWatch {
@@ -568,9 +617,14 @@ impl NetWatch {
         }
     }
 
-    /// `seen`: the interfaces the probes saw, for the namespaces that cannot be read.
-    pub fn finish(&self, seen: &HashMap<NetIfKey, SeenInterface>) -> NetState {
-        let mut namespaces = collect(&discover(self.host));
+    /// `seen`: the interfaces the probes saw, for the namespaces that cannot be read; `cache`
+    /// what may be reused of the last inventory.
+    pub fn finish(
+        &self,
+        seen: &HashMap<NetIfKey, SeenInterface>,
+        cache: &mut InventoryCache,
+    ) -> NetState {
+        let mut namespaces = cache.collect(&discover(self.host));
         add_seen(&mut namespaces, seen, self.host);
         let snmp = namespaces
             .iter()
@@ -869,6 +923,30 @@ mod tests {
         );
         let why = pod.error.as_deref().unwrap();
         assert!(why.starts_with("entering it needs CAP_SYS_ADMIN; interfaces as the probes"));
+    }
+
+    #[test]
+    fn the_cache_reuses_links_while_the_namespaces_stay() {
+        let host: Vec<NetnsRef> = discover(None).into_iter().filter(|n| n.host).collect();
+        let mut cache = InventoryCache::new(std::time::Duration::from_secs(60));
+        let first = cache.collect(&host);
+        let read_at = |c: &InventoryCache| c.read.as_ref().map(|r| r.0);
+        let at = read_at(&cache).expect("kept");
+        let second = cache.collect(&host);
+        assert_eq!(
+            read_at(&cache),
+            Some(at),
+            "the same namespaces: not re-read"
+        );
+        assert_eq!(first[0].interfaces, second[0].interfaces);
+        assert!(second[0].snmp.is_some(), "the counters are read every time");
+        // Another set of namespaces: read again.
+        assert!(cache.collect(&[]).is_empty());
+        assert_ne!(read_at(&cache), Some(at));
+        // A one-off diagnosis keeps nothing.
+        let mut none = InventoryCache::new(std::time::Duration::ZERO);
+        none.collect(&host);
+        assert!(none.read.is_none());
     }
 
     #[test]
