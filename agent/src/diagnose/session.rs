@@ -111,7 +111,7 @@ pub struct SessionOptions {
 pub struct NetworkOptions {
     pub avail: NetAvailability,
     pub v2_root: PathBuf,
-    /// The host's network namespace inode, when the kernel's BTF gives it.
+    /// The host's network namespace inode, when known.
     pub host_netns: Option<u64>,
     /// How long the namespaces' links and routes may be reused while no namespace comes or
     /// goes (see [`InventoryCache`]); zero for a one-off diagnosis.

@@ -141,7 +141,8 @@ pub struct Probes {
     pub status: Vec<ProbeStatus>,
     idle_hot_futexes: IdleKeys<HotFutexKey>,
     idle_lock_sites: IdleKeys<LockSiteKey>,
-    /// The host's network namespace inode, when the kernel's BTF gives it.
+    /// The host's network namespace inode, when known (the kernel's BTF gives it on 6.18 and
+    /// later; see [`crate::netinfo::namespaces::host_inode`]).
     pub host_netns: Option<u64>,
     netns_owners: net::NetnsOwners,
 }
@@ -295,7 +296,7 @@ impl Probes {
         if !status.iter().any(ProbeStatus::attached) {
             return Err(LoadError::NothingAttached);
         }
-        let host_netns = facts.init_netns;
+        let host_netns = crate::netinfo::namespaces::host_inode(facts.init_netns);
         drop(facts);
         // Parsing the kernel's BTF (several MB, for the loader and tp_btf) is the agent's
         // largest allocation and it is over now: give the memory back to the system instead of
