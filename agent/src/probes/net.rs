@@ -520,18 +520,7 @@ pub fn forget(ebpf: &mut Ebpf, cgroups: &[u64]) {
         remove_per_cpu_keys::<u64, CgroupNetStats>(ebpf, maps::CGROUP_NET, &[*id]);
     }
     // A removed container's namespaces: who sends from them and whom they belong to.
-    if let Some(map) = ebpf.map_mut(maps::NET_SENDERS)
-        && let Ok(mut map) = aya::maps::HashMap::<_, NetSenderKey, u8>::try_from(map)
-    {
-        let doomed: Vec<NetSenderKey> = map
-            .keys()
-            .filter_map(Result::ok)
-            .filter(|k| cgroups.contains(&k.cgroup))
-            .collect();
-        for k in doomed {
-            let _ = map.remove(&k);
-        }
-    }
+    remove_matching::<NetSenderKey, u8>(ebpf, maps::NET_SENDERS, |k| cgroups.contains(&k.cgroup));
     // Their namespaces went with them (a pod's namespace lives as long as its sandbox): their
     // interfaces and drops too. Namespaces that belong to no container (the host's, a node's
     // tunnels) stay; the maps' size bounds them.
@@ -557,21 +546,32 @@ pub fn forget(ebpf: &mut Ebpf, cgroups: &[u64]) {
 /// Forgets the interfaces and drops of network namespaces that no longer exist.
 pub fn forget_netns(ebpf: &mut Ebpf, gone: impl Fn(u32) -> bool) {
     remove_per_cpu_matching::<NetIfKey, NetIfStats>(ebpf, maps::NET_IFACES, |k| gone(k.netns));
-    if let Some(map) = ebpf.map_mut(maps::NET_IFINFO)
-        && let Ok(mut map) = aya::maps::HashMap::<_, NetIfKey, NetIfInfo>::try_from(map)
-    {
-        let doomed: Vec<NetIfKey> = map
-            .keys()
-            .filter_map(Result::ok)
-            .filter(|k| gone(k.netns))
-            .collect();
-        for k in doomed {
-            let _ = map.remove(&k);
-        }
-    }
+    remove_matching::<NetIfKey, NetIfInfo>(ebpf, maps::NET_IFINFO, |k| gone(k.netns));
     remove_per_cpu_matching::<NetDropKey, NetDropStats>(ebpf, maps::NET_DROPS, |k| {
         k.netns != 0 && gone(k.netns)
     });
+}
+
+/// Deletes the keys of a (not per-CPU) hash map for which `gone` holds.
+fn remove_matching<K: aya::Pod, V: aya::Pod>(
+    ebpf: &mut Ebpf,
+    name: &str,
+    gone: impl Fn(&K) -> bool,
+) {
+    let Some(Ok(mut map)) = ebpf
+        .map_mut(name)
+        .map(aya::maps::HashMap::<_, K, V>::try_from)
+    else {
+        return;
+    };
+    let doomed: Vec<K> = map
+        .keys()
+        .filter_map(Result::ok)
+        .filter(|k| gone(k))
+        .collect();
+    for k in doomed {
+        let _ = map.remove(&k);
+    }
 }
 
 /// Events the network probes could not record, by kind, summed over CPUs.
