@@ -3,7 +3,7 @@
 
 use std::{
     collections::{BTreeSet, HashMap},
-    os::{fd::AsRawFd as _, unix::fs::MetadataExt as _},
+    os::{fd::AsFd as _, unix::fs::MetadataExt as _},
     path::{Path, PathBuf},
 };
 
@@ -143,11 +143,12 @@ fn in_netns<T: Send>(path: &Path, f: impl FnOnce() -> T + Send) -> Result<T, Str
             if file.metadata().map(|m| m.ino()).ok() == own.ok() {
                 return Ok(f());
             }
-            // SAFETY: setns on an open namespace file; it changes only this thread, which
-            // ends with this closure.
-            if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-                let err = std::io::Error::last_os_error();
-                return Err(if err.raw_os_error() == Some(libc::EPERM) {
+            // setns changes only this thread, which ends with this closure.
+            use rustix::thread::{LinkNameSpaceType, move_into_link_name_space};
+            if let Err(err) =
+                move_into_link_name_space(file.as_fd(), Some(LinkNameSpaceType::Network))
+            {
+                return Err(if err == rustix::io::Errno::PERM {
                     "reading another network namespace's links and routes means entering it, \
                      which needs CAP_SYS_ADMIN"
                         .to_owned()
