@@ -17,5 +17,3 @@ pub mod privileges;
 pub mod probes;
 pub mod report;
 pub mod symbolize;
-#[cfg(test)]
-mod test_support;

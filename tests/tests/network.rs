@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use serde_json::Value;
 use stormwatch_tests::{
     Agent, TestCgroup, assert_within,
-    daemon::{Daemon, TempDir, assert_promtool_clean, wait_for},
+    daemon::{Daemon, assert_promtool_clean, wait_for, write_file},
     netns::{
         NODE_B_OVERLAY_IP, OVERLAY_DEV, OuterDf, Overlay, POD_DEV, UNDERLAY_A, delta, ping_counts,
         require_tools, sample_with,
@@ -770,8 +770,8 @@ fn the_daemon_exports_a_containers_network_series_and_the_mtu_inventory() {
     let cg = TestCgroup::new("net-daemon");
     let mut keep = run_in_cgroup(&mut net.pod().command(&["sleep", "120"]), &cg);
     // Room for the test's cgroup however many other cgroups this host has.
-    let dir = TempDir::new("net-daemon");
-    let config = dir.file("stormwatch.toml", "max_cgroups = 1000000\n");
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let config = write_file(dir.path(), "stormwatch.toml", "max_cgroups = 1000000\n");
     let daemon = Daemon::start(&["--config", config.to_str().expect("UTF-8 path")]);
     let m0 = metrics_after_collection(&daemon);
     let s0 = if_stats(net.pod(), POD_DEV);
