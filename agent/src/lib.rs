@@ -11,6 +11,7 @@ pub mod diagnose;
 pub mod export;
 pub mod host;
 pub mod identity;
+pub mod memory;
 pub mod netinfo;
 pub mod pipeline;
 pub mod privileges;
