@@ -13,7 +13,11 @@ use std::{
 
 use serde_json::Value;
 
-use crate::agent_bin;
+use crate::{TestCgroup, agent_bin};
+
+/// Starting a workload and joining its threads takes a moment: a trace of a workload lasts
+/// this much longer than the workload.
+pub const TRACE_MARGIN_SECONDS: f64 = 2.0;
 
 /// How long the agent may take to load and attach its probes.
 const ATTACH_TIMEOUT: Duration = Duration::from_secs(60);
@@ -134,6 +138,24 @@ impl Agent {
         let mut all = vec!["trace"];
         all.extend_from_slice(args);
         Self::start(&all)
+    }
+
+    /// `trace --json` long enough for a workload of `workload_seconds` started right after it:
+    /// of `cgroup` only when one is given, with `--force-tracepoints` when asked.
+    pub fn trace_workload(
+        workload_seconds: f64,
+        cgroup: Option<&TestCgroup>,
+        force_tracepoints: bool,
+    ) -> Self {
+        let duration = format!("{}", workload_seconds + TRACE_MARGIN_SECONDS);
+        let mut args = vec!["--json", "--duration", &duration];
+        if let Some(cgroup) = cgroup {
+            args.extend(["--cgroup", cgroup.rel_path()]);
+        }
+        if force_tracepoints {
+            args.push("--force-tracepoints");
+        }
+        Self::trace(&args)
     }
 
     /// Panics unless the agent is still running: called right after a workload exits, it

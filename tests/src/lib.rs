@@ -200,6 +200,29 @@ pub fn join_before_exec(cmd: &mut Command, procs: &Path) {
     }
 }
 
+/// Runs the test workload `bin --threads N --seconds S [extra]` in `cgroup` to its end: its
+/// result (`bin` is the test's `env!("CARGO_BIN_EXE_…")`).
+pub fn run_workload(
+    bin: &str,
+    threads: usize,
+    seconds: f64,
+    extra: &[&str],
+    cgroup: &TestCgroup,
+) -> Value {
+    let child = run_in_cgroup(
+        Command::new(bin)
+            .args([
+                "--threads",
+                &threads.to_string(),
+                "--seconds",
+                &seconds.to_string(),
+            ])
+            .args(extra),
+        cgroup,
+    );
+    workload_result(child)
+}
+
 /// Waits for a workload started by [`run_in_cgroup`] and parses the JSON line it printed.
 pub fn workload_result(child: Child) -> Value {
     let out = child.wait_with_output().expect("waiting for the workload");

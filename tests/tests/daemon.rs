@@ -26,7 +26,7 @@ use stormwatch_tests::{
         Daemon, EXIT_DEADLINE, assert_promtool_clean, free_port, http_get, sample, tool,
         url_encode, wait_for, write_file,
     },
-    netns::{self, OuterDf, Overlay},
+    netns::{self, OuterDf, Overlay, PingDf, ping_node_b},
     require_bpf, run_in_cgroup, workload_result,
 };
 
@@ -555,22 +555,12 @@ fn an_mtu_mismatch_is_a_finding_of_run() {
     let cgroup = TestCgroup::new("mtu-daemon");
     // A process of the container in node A's namespace, so that the namespace is the
     // container's.
-    let mut keep = run_in_cgroup(&mut net.a.command(&["sleep", "120"]), &cgroup);
+    let keep = net.a.resident(&cgroup);
     let daemon = Daemon::start(&["--config", config.to_str().unwrap()]);
     let mut ping = run_in_cgroup(
-        &mut net.a.command(&[
-            "ping",
-            "-q",
-            "-M",
-            "dont",
-            "-s",
-            "1472",
-            "-c",
-            "1000",
-            "-i",
-            "0.02",
-            netns::NODE_B_OVERLAY_IP,
-        ]),
+        &mut net
+            .a
+            .command(&ping_node_b(PingDf::Clear, 1472, 1000, "0.02", &[])),
         &cgroup,
     );
     let started = Instant::now();
@@ -596,10 +586,9 @@ fn an_mtu_mismatch_is_a_finding_of_run() {
     };
     eprintln!("after {:?}: {finding}", started.elapsed());
     assert!(finding.ends_with(" 1"), "an active finding is 1: {finding}");
-    for child in [&mut ping, &mut keep] {
-        let _ = child.kill();
-        let _ = child.wait();
-    }
+    let _ = ping.kill();
+    let _ = ping.wait();
+    drop(keep);
 }
 
 /// The one stderr line of a failed run, after checking the failure's shape.
