@@ -181,11 +181,7 @@ impl Agent {
 
     /// Its resident set size (VmRSS) in KiB, `None` once it has exited.
     pub fn rss_kib(&self) -> Option<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).ok()?;
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        crate::process_status(self.pid())?.vmrss
     }
 
     /// The stdout lines received so far.

@@ -223,6 +223,12 @@ pub fn run_workload(
     workload_result(child)
 }
 
+/// `/proc/<pid>/status`, parsed; `None` once the process is gone.
+pub fn process_status(pid: u32) -> Option<procfs_core::process::Status> {
+    use procfs_core::FromRead as _;
+    procfs_core::process::Status::from_file(format!("/proc/{pid}/status")).ok()
+}
+
 /// Waits for a workload started by [`run_in_cgroup`] and parses the JSON line it printed.
 pub fn workload_result(child: Child) -> Value {
     let out = child.wait_with_output().expect("waiting for the workload");

@@ -56,18 +56,16 @@ fn systemd_is_running() -> bool {
 }
 
 fn ctxt_switches(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_else(|e| panic!("reading /proc/{pid}/status of the container process: {e}"));
-    ["voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:"]
-        .iter()
-        .map(|key| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix(key))
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .unwrap_or_else(|| panic!("no {key} in /proc/{pid}/status:\n{status}"))
-        })
-        .sum()
+    let status = stormwatch_tests::process_status(pid)
+        .unwrap_or_else(|| panic!("reading /proc/{pid}/status of the container process"));
+    let (voluntary, involuntary) = (
+        status.voluntary_ctxt_switches,
+        status.nonvoluntary_ctxt_switches,
+    );
+    voluntary
+        .zip(involuntary)
+        .map(|(v, i)| v + i)
+        .unwrap_or_else(|| panic!("no context switch counts in /proc/{pid}/status: {status:?}"))
 }
 
 /// Everything the test created, undone on drop (also when the test fails): the container, the

@@ -63,11 +63,10 @@ fn interrupt(pid: u32) {
 
 /// VmHWM (peak resident set) of a process, in KiB.
 fn peak_rss_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+    use procfs_core::FromRead as _;
+    procfs_core::process::Status::from_file(format!("/proc/{pid}/status"))
+        .ok()?
+        .vmhwm
 }
 
 /// Starts a command and waits until a line on its stderr (or stdout) contains `ready`.
