@@ -50,6 +50,7 @@ use stormwatch_tests::{
     TestCgroup, agent_bin,
     daemon::{free_port, http_get, sample, tool},
     deploy::{documents, repo_file},
+    netns::{self, Netns, ping_counts, sample_with},
     num, run_in_cgroup, workload_result,
 };
 
@@ -795,6 +796,106 @@ fn the_pod_exports_network_series_for_a_workload() {
         f64::from(PINGS * (20 + 8 + PAYLOAD)),
         "IP bytes of {PINGS} pings of {PAYLOAD} bytes"
     );
+    // The pings went through the host's network namespace, which the pod cannot see (no host
+    // pids): the agent must still know it is the host's (the kernel's fixed inode, from BTF)
+    // and credit what it receives to no container — not to the first cgroup seen sending there.
+    let received = format!("stormwatch_network_packets_total{labels},direction=\"received\"}}");
+    assert_eq!(
+        sample(&text, &received).unwrap_or(0.0),
+        0.0,
+        "the host's namespace is no container's: {received} in\n{text}"
+    );
+}
+
+#[test]
+fn the_pod_names_the_interfaces_of_namespaces_it_cannot_enter() {
+    stormwatch_tests::require_bpf();
+    netns::require_tools();
+    let pod = Pod::from_manifest();
+    let running = RunningPod::start(&pod);
+    // Two namespaces joined by a veth pair with MTUs no default gives. The pod can neither
+    // enter them (CAP_SYS_ADMIN) nor see a process in them (its own pid namespace): what it
+    // knows of them comes from the kernel's `net_device`s, as its probes saw them.
+    let (a, b) = (Netns::new("podinv"), Netns::new("podinv"));
+    a.ip(&[
+        "link",
+        "add",
+        "swin0",
+        "mtu",
+        "1380",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "swin1",
+        "netns",
+        b.name(),
+    ]);
+    b.ip(&["link", "set", "swin1", "mtu", "1280"]);
+    a.ip(&["addr", "add", "10.231.0.1/24", "dev", "swin0"]);
+    b.ip(&["addr", "add", "10.231.0.2/24", "dev", "swin1"]);
+    a.ip(&["link", "set", "swin0", "up"]);
+    b.ip(&["link", "set", "swin1", "up"]);
+    let out = a.exec(&[
+        "ping",
+        "-q",
+        "-c",
+        "5",
+        "-i",
+        "0.1",
+        "-s",
+        "500",
+        "10.231.0.2",
+    ]);
+    let (sent, answered) = ping_counts(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(
+        (sent, answered),
+        (5, 5),
+        "the premise: the veth pair carries the pings"
+    );
+
+    let ifindex = |ns: &Netns, dev: &str| {
+        let out = ns.exec(&["cat", &format!("/sys/class/net/{dev}/ifindex")]);
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    let expect = [
+        (&a, "swin0", ifindex(&a, "swin0"), 1380.0),
+        (&b, "swin1", ifindex(&b, "swin1"), 1280.0),
+    ];
+    // The MTU inventory is refreshed with each diagnosis step.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let text = running.metrics();
+        let found: Vec<Option<f64>> = expect
+            .iter()
+            .map(|(ns, name, ifindex, _)| {
+                let netns = ns.inode().to_string();
+                sample_with(
+                    &text,
+                    "stormwatch_interface_mtu_bytes",
+                    &[
+                        ("netns", &netns),
+                        ("ifindex", ifindex),
+                        ("interface", name),
+                        ("kind", "veth"),
+                    ],
+                )
+            })
+            .collect();
+        if found.iter().all(Option::is_some) {
+            for ((_, name, _, mtu), got) in expect.iter().zip(found) {
+                assert_eq!(got, Some(*mtu), "{name}'s MTU as the pod exports it");
+            }
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the pod did not name swin0 and swin1 within a minute (found {found:?}):\n{text}\n\
+             logs:\n{}",
+            running.container.logs()
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
 }
 
 #[test]

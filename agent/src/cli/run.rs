@@ -212,7 +212,8 @@ impl Daemon {
             e.host_steal_seconds = crate::host::steal_seconds_since_boot();
             // The MTU inventory from the start (then re-read with each diagnosis step).
             if e.avail.net.any() {
-                let namespaces = crate::netinfo::namespaces::discover();
+                let host = pipeline.probes.host_netns;
+                let namespaces = crate::netinfo::namespaces::discover(host);
                 e.network
                     .set_inventory(&crate::netinfo::inventory::collect(&namespaces));
             }
@@ -266,7 +267,7 @@ impl Daemon {
                 );
                 update_network(p, &mut e, &window, ctx.identities);
                 if step_done {
-                    let net = self.session.network();
+                    let net = self.session.network(p.seen_interfaces());
                     // The inventory the diagnosis reads is the one the MTU gauges show.
                     if let Some(state) = &net {
                         e.network.set_inventory(&state.namespaces);
