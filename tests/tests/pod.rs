@@ -37,6 +37,7 @@
 use std::{
     collections::BTreeSet,
     net::SocketAddr,
+    os::unix::fs::PermissionsExt as _,
     path::{Path, PathBuf},
     process::{Command, Output, Stdio},
     sync::atomic::{AtomicUsize, Ordering},
@@ -47,7 +48,7 @@ use serde_json::Value as Json;
 use serde_yaml_ng::Value;
 use stormwatch_tests::{
     TestCgroup, agent_bin,
-    daemon::{TempDir, free_port, http_get, sample, tool},
+    daemon::{free_port, http_get, sample, tool},
     deploy::{documents, repo_file},
     netns::{self, Netns, ping_counts, sample_with},
     num, run_in_cgroup, workload_result,
@@ -97,7 +98,7 @@ struct Pod {
     /// The seccomp profile file the runtime applies.
     seccomp: PathBuf,
     /// The config files (ConfigMap data), written under this directory.
-    _config_dir: TempDir,
+    _config_dir: tempfile::TempDir,
 }
 
 /// Kubernetes quantities: "256Mi", "64M", "1Gi", "500m" (CPU), "2".
@@ -157,7 +158,7 @@ impl Pod {
         };
 
         // Volumes: hostPath, or a ConfigMap written to files.
-        let config_dir = TempDir::new("pod-config");
+        let config_dir = tempfile::tempdir().expect("a temp dir");
         let volumes = seq(&pod["volumes"]);
         let mounts = seq(&c["volumeMounts"])
             .iter()
@@ -177,7 +178,7 @@ impl Pod {
                                 && d["metadata"]["name"].as_str() == Some(cm)
                         })
                         .unwrap_or_else(|| panic!("no ConfigMap {cm} in the manifest"));
-                    let dir = config_dir.0.join(name);
+                    let dir = config_dir.path().join(name);
                     std::fs::create_dir(&dir).expect("a ConfigMap directory");
                     let data = map["data"].as_mapping().expect("ConfigMap data");
                     for (file, text) in data {
@@ -347,7 +348,11 @@ struct Image(String);
 impl Image {
     fn build() -> Self {
         let bin = agent_bin();
-        let root = TempDir::new("pod-image");
+        let root = tempfile::tempdir().expect("a temp dir");
+        // This directory becomes the image's `/`: 0755 like any root file system, not the 0700
+        // tempfile gives it.
+        std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o755))
+            .expect("chmod the image root");
         let mut files = vec![(bin.to_path_buf(), PathBuf::from("usr/local/bin/stormwatch"))];
         for lib in shared_libraries(bin) {
             let inside = lib.strip_prefix("/").expect("absolute").to_path_buf();
@@ -355,19 +360,22 @@ impl Image {
         }
         assert!(files.len() > 1, "the agent is dynamically linked (glibc)");
         for (from, to) in &files {
-            let to = root.0.join(to);
+            let to = root.path().join(to);
             std::fs::create_dir_all(to.parent().expect("a parent")).expect("image directories");
             // Dereferenced: the image has no symlink farm.
             std::fs::copy(from, &to)
                 .unwrap_or_else(|e| panic!("copying {} into the image: {e}", from.display()));
         }
-        let tar = root.0.with_extension("tar");
+        let tar = tempfile::Builder::new()
+            .suffix(".tar")
+            .tempfile()
+            .expect("a temp file for the image");
         succeed(
             Command::new("tar")
                 .arg("-C")
-                .arg(&root.0)
+                .arg(root.path())
                 .arg("-cf")
-                .arg(&tar)
+                .arg(tar.path())
                 .arg("."),
         );
         let tag = format!("localhost/{}:pod", unique("stormwatch"));
@@ -375,10 +383,9 @@ impl Image {
             podman()
                 .args(["import", "--quiet", "--change"])
                 .arg(r#"ENTRYPOINT ["/usr/local/bin/stormwatch"]"#)
-                .arg(&tar)
+                .arg(tar.path())
                 .arg(&tag),
         );
-        let _ = std::fs::remove_file(&tar);
         Image(tag)
     }
 }

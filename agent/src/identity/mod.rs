@@ -210,13 +210,13 @@ mod tests {
     /// exactly as on a real v2 mount.
     #[test]
     fn walks_resolves_and_forgets() {
-        let root = std::env::temp_dir().join(format!("sw-cg-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
         std::fs::create_dir_all(root.join("a.slice/b.scope")).unwrap();
         std::fs::write(root.join("a.slice/cgroup.procs"), "").unwrap();
         let ino = |p: &str| std::fs::metadata(root.join(p)).unwrap().ino();
         let (a, b) = (ino("a.slice"), ino("a.slice/b.scope"));
-        let mut r = CgroupResolver::new(root.clone());
+        let mut r = CgroupResolver::new(root.to_path_buf());
         assert!(r.refresh(&[a]).is_empty());
         assert_eq!(r.path(a), Some("/a.slice"));
         assert_eq!(r.path(b), Some("/a.slice/b.scope"));
@@ -236,6 +236,5 @@ mod tests {
         assert_eq!(r.refresh(&[a, b, u64::MAX]), HashSet::from([b, u64::MAX]));
         assert_eq!(r.path(b), None);
         assert_eq!(r.path(a), Some("/a.slice"));
-        std::fs::remove_dir_all(&root).unwrap();
     }
 }

@@ -301,11 +301,7 @@ impl Probes {
         // Parsing the kernel's BTF (several MB, for the loader and tp_btf) is the agent's
         // largest allocation and it is over now: give the memory back to the system instead of
         // keeping it in the allocator for the agent's lifetime.
-        #[cfg(target_env = "gnu")]
-        // SAFETY: malloc_trim has no preconditions.
-        unsafe {
-            libc::malloc_trim(0);
-        }
+        crate::memory::release_free_memory();
         let mut probes = Self {
             ebpf,
             status,
