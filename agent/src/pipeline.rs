@@ -12,7 +12,7 @@ use stormwatch_common::net::NetIfKey;
 
 use crate::{
     collect::{Snapshot, Window},
-    identity::{CgroupResolver, limits::Limits, workload::Identities},
+    identity::{CgroupResolver, limits::Limits, netns::NetnsOwners, workload::Identities},
     netinfo::inventory::SeenInterface,
     probes::{LoadOptions, Probes, locks},
     report::{Availability, ReportContext},
@@ -35,6 +35,10 @@ pub struct Pipeline {
     /// The interfaces the network probes saw: what the kernel said each is when they first saw
     /// it, and its MTU at its last packet.
     interfaces: HashMap<NetIfKey, SeenInterface>,
+    /// The host's network namespace inode, when known
+    /// ([`crate::netinfo::namespaces::host_inode`]).
+    pub host_netns: Option<u64>,
+    netns_owners: NetnsOwners,
 }
 
 impl Pipeline {
@@ -44,7 +48,8 @@ impl Pipeline {
         resolver.walk();
         let probes = Probes::load(options).context("loading the eBPF probes")?;
         let previous = Snapshot::read(&probes).context("reading the probes' maps")?;
-        Ok(Self {
+        let host_netns = crate::netinfo::namespaces::host_inode(probes.init_netns);
+        let mut pipeline = Self {
             probes,
             resolver,
             previous,
@@ -54,7 +59,12 @@ impl Pipeline {
             symbolizer: KernelSymbolizer::new(),
             identities: Identities::default(),
             interfaces: HashMap::new(),
-        })
+            host_netns,
+            netns_owners: NetnsOwners::default(),
+        };
+        // Nothing has been seen sending yet: the processes in each namespace say whose it is.
+        pipeline.track_netns_owners([]);
+        Ok(pipeline)
     }
 
     pub fn availability(&self) -> Availability {
@@ -102,12 +112,21 @@ impl Pipeline {
         self.previous = snapshot;
         self.previous.forget(&mut self.probes, &gone);
         self.note_interfaces(&window, !gone.is_empty());
+        self.track_netns_owners(window.net_ifaces.keys().map(|k| u64::from(k.netns)));
+        Ok(window)
+    }
+
+    /// Tells the receive probe which container each network namespace belongs to; `active`:
+    /// the namespaces that carried traffic since the last call.
+    fn track_netns_owners(&mut self, active: impl IntoIterator<Item = u64>) {
+        let senders = self.probes.netns_senders();
         let resolver = &self.resolver;
-        self.probes
-            .track_network_namespaces(window.net_ifaces.keys().map(|k| u64::from(k.netns)), |id| {
+        let owners = self
+            .netns_owners
+            .decide(self.host_netns, active, &senders, |id| {
                 resolver.path(id).map(str::to_owned)
             });
-        Ok(window)
+        self.probes.set_netns_owners(&owners);
     }
 
     /// The interfaces the probes saw, by (namespace inode, ifindex).

@@ -136,7 +136,7 @@ pub fn session_options(
         network: with_net.then(|| NetworkOptions {
             avail,
             v2_root: pipeline.resolver.root().to_path_buf(),
-            host_netns: pipeline.probes.host_netns,
+            host_netns: pipeline.host_netns,
             // A sliding window is the daemon's: it re-reads the inventory at every step.
             inventory_max_age: if span.is_some() {
                 INVENTORY_MAX_AGE

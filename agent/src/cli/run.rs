@@ -212,7 +212,7 @@ impl Daemon {
             e.host_steal_seconds = crate::host::steal_seconds_since_boot();
             // The MTU inventory from the start (then re-read with each diagnosis step).
             if e.avail.net.any() {
-                let host = pipeline.probes.host_netns;
+                let host = pipeline.host_netns;
                 let namespaces = crate::netinfo::namespaces::discover(host);
                 e.network
                     .set_inventory(&crate::netinfo::inventory::collect(&namespaces));

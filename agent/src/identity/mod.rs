@@ -10,6 +10,7 @@ pub mod container;
 pub mod kubelet;
 pub mod limits;
 pub mod mountinfo;
+pub mod netns;
 pub mod workload;
 
 use std::{

@@ -141,10 +141,9 @@ pub struct Probes {
     pub status: Vec<ProbeStatus>,
     idle_hot_futexes: IdleKeys<HotFutexKey>,
     idle_lock_sites: IdleKeys<LockSiteKey>,
-    /// The host's network namespace inode, when known (the kernel's BTF gives it on 6.18 and
-    /// later; see [`crate::netinfo::namespaces::host_inode`]).
-    pub host_netns: Option<u64>,
-    netns_owners: net::NetnsOwners,
+    /// The host's network namespace inode where the kernel fixes it (`NET_NS_INIT_INO`, from
+    /// BTF: 6.18 and later).
+    pub init_netns: Option<u64>,
 }
 
 /// Reads after which an entry of a bounded map that has not moved is deleted.
@@ -296,23 +295,19 @@ impl Probes {
         if !status.iter().any(ProbeStatus::attached) {
             return Err(LoadError::NothingAttached);
         }
-        let host_netns = crate::netinfo::namespaces::host_inode(facts.init_netns);
+        let init_netns = facts.init_netns;
         drop(facts);
         // Parsing the kernel's BTF (several MB, for the loader and tp_btf) is the agent's
         // largest allocation and it is over now: give the memory back to the system instead of
         // keeping it in the allocator for the agent's lifetime.
         crate::memory::release_free_memory();
-        let mut probes = Self {
+        Ok(Self {
             ebpf,
             status,
             idle_hot_futexes: IdleKeys::new(IDLE_READS_BEFORE_EVICTION),
             idle_lock_sites: IdleKeys::new(IDLE_READS_BEFORE_EVICTION),
-            host_netns,
-            netns_owners: net::NetnsOwners::default(),
-        };
-        // Nothing has been seen sending yet: the processes in each namespace say whose it is.
-        probes.track_network_namespaces([], |_| None);
-        Ok(probes)
+            init_netns,
+        })
     }
 
     pub fn is_attached(&self, tracepoint: &str) -> bool {
@@ -342,17 +337,22 @@ impl Probes {
         net::forget(&mut self.ebpf, cgroups);
     }
 
-    /// Tells the network receive probe which container each network namespace belongs to (from
-    /// the processes in it and the cgroups seen sending from it); call every collection with
-    /// the namespaces that carried traffic since the last. `path_of` names cgroup ids.
-    pub fn track_network_namespaces(
-        &mut self,
-        active: impl IntoIterator<Item = u64>,
-        path_of: impl Fn(u64) -> Option<String>,
-    ) {
+    /// Tells the network receive probe which container each network namespace belongs to
+    /// (namespace inode → cgroup id, 0 for nobody's), when it is attached.
+    pub fn set_netns_owners(&mut self, owners: &HashMap<u32, u64>) {
+        if self.is_attached(net::RECEIVE)
+            && let Err(e) = net::set_netns_owners(&mut self.ebpf, owners)
+        {
+            log::warn!("cannot tell the receive probe the namespaces' owners: {e:#}");
+        }
+    }
+
+    /// The (namespace, cgroup) pairs the transmit probe saw sending.
+    pub fn netns_senders(&self) -> Vec<stormwatch_common::net::NetSenderKey> {
         if self.is_attached(net::RECEIVE) {
-            self.netns_owners
-                .track(&mut self.ebpf, self.host_netns, active, path_of);
+            net::read_senders(&self.ebpf)
+        } else {
+            Vec::new()
         }
     }
 

@@ -12,11 +12,7 @@
 //! belongs to, for the receive hook. What no probe needs to measure (interfaces, MTUs,
 //! encapsulation, the kernel's own counters) is read in [`crate::netinfo`].
 
-use std::{
-    collections::{BTreeSet, HashMap, HashSet},
-    sync::OnceLock,
-    time::{Duration, Instant},
-};
+use std::{collections::HashMap, sync::OnceLock};
 
 use aya::Ebpf;
 use stormwatch_common::net::{
@@ -342,96 +338,6 @@ fn not_attached(tracepoint: &'static str, note: String) -> ProbeStatus {
     }
 }
 
-/// How often the processes' namespaces are re-read when nothing new shows up: a process moving
-/// into an existing namespace (a new container of a running pod) changes nothing until then.
-const NETNS_WALK_PERIOD: Duration = Duration::from_secs(60);
-/// At most this often otherwise: a storm of new namespaces walks `/proc` once a second, not per
-/// namespace.
-const NETNS_WALK_MIN_GAP: Duration = Duration::from_secs(1);
-
-/// Decides which container each network namespace belongs to, for the receive hook: the
-/// cgroup shared by everything that is known to live in it — the processes in it (when this
-/// process may inspect them: `/proc/<pid>/ns/net` needs ptrace access) and the cgroups whose
-/// sockets the transmit hook saw sending from it. The host's namespace and this process's
-/// belong to no one.
-///
-/// `/proc` is walked when a namespace the last walk did not consider carries traffic or sends,
-/// and at least every [`NETNS_WALK_PERIOD`]: not at every collection (thousands of processes on
-/// a busy node).
-#[derive(Debug, Default)]
-pub struct NetnsOwners {
-    /// Namespace inode → cgroup paths of its processes, from the last walk.
-    members: HashMap<u64, BTreeSet<String>>,
-    /// Namespaces the last walk found or already knew of.
-    considered: HashSet<u64>,
-    walked_at: Option<Instant>,
-}
-
-impl NetnsOwners {
-    /// `host` is the host's namespace inode when known without `/proc`; `active` the namespaces
-    /// that carried traffic since the last call; `path_of` names cgroup ids.
-    pub fn track(
-        &mut self,
-        ebpf: &mut Ebpf,
-        host: Option<u64>,
-        active: impl IntoIterator<Item = u64>,
-        path_of: impl Fn(u64) -> Option<String>,
-    ) {
-        let Ok(root) = crate::identity::find_v2_root() else {
-            return;
-        };
-        let senders = read_senders(ebpf);
-        let seen: HashSet<u64> = active
-            .into_iter()
-            .chain(senders.iter().map(|k| u64::from(k.netns)))
-            .collect();
-        let since = self.walked_at.map(|t| t.elapsed());
-        let stale = since.is_none_or(|s| s >= NETNS_WALK_PERIOD);
-        let news = seen.iter().any(|n| !self.considered.contains(n));
-        if stale || (news && since.is_none_or(|s| s >= NETNS_WALK_MIN_GAP)) {
-            self.members.clear();
-            self.considered = seen;
-            for ns in crate::netinfo::namespaces::discover(host) {
-                self.considered.insert(ns.inode);
-                // A namespace known only by name (no process seen in it) says nothing yet.
-                if !ns.host && !ns.cgroups.is_empty() {
-                    self.members.entry(ns.inode).or_default().extend(ns.cgroups);
-                }
-            }
-            self.walked_at = Some(Instant::now());
-        }
-        let mut members = self.members.clone();
-        for key in &senders {
-            if let Some(path) = path_of(key.cgroup) {
-                members
-                    .entry(u64::from(key.netns))
-                    .or_default()
-                    .insert(path);
-            }
-        }
-        let mut owners: HashMap<u32, u64> = members
-            .into_iter()
-            .filter_map(|(netns, paths)| {
-                let paths: Vec<String> = paths.into_iter().collect();
-                let owner = crate::netinfo::namespaces::cgroup_id(&root, &paths);
-                Some((u32::try_from(netns).ok()?, owner.unwrap_or(0)))
-            })
-            .collect();
-        // 0: nobody's (the kernel never claims a namespace that has an entry). The host's
-        // services send from the host's namespace: without this, the first one seen sending
-        // would be credited with everything the node receives.
-        for nobodys in [host, crate::netinfo::namespaces::own_inode()]
-            .into_iter()
-            .flatten()
-        {
-            owners.insert(nobodys as u32, 0);
-        }
-        if let Err(e) = set_netns_owners(ebpf, &owners) {
-            log::warn!("cannot tell the receive probe the namespaces' owners: {e:#}");
-        }
-    }
-}
-
 /// Network namespace inode → the cgroup whose traffic the receive hook counts there.
 pub fn netns_owners(ebpf: &Ebpf) -> HashMap<u32, u64> {
     let Some(map) = ebpf.map(maps::NETNS_CGROUP) else {
@@ -458,7 +364,7 @@ pub fn iface_keys(ebpf: &Ebpf) -> std::collections::HashSet<NetIfKey> {
 }
 
 /// The (namespace, cgroup) pairs the transmit hook saw sending.
-fn read_senders(ebpf: &Ebpf) -> Vec<NetSenderKey> {
+pub fn read_senders(ebpf: &Ebpf) -> Vec<NetSenderKey> {
     let Some(map) = ebpf.map(maps::NET_SENDERS) else {
         return Vec::new();
     };
