@@ -154,6 +154,16 @@ impl CgroupWindow {
         cpus: CpuSet::EMPTY,
     };
 
+    /// Whether the cgroup's own threads did anything in the window (ran, switched, waited on a
+    /// futex or a lock). A removed cgroup has no threads left, so it has none of these; network
+    /// figures are left out, since a socket keeps the cgroup that created it (and a namespace's
+    /// received traffic its owner) after that cgroup is removed.
+    pub fn threads_moved(&self) -> bool {
+        self.sched != SchedStats::ZERO
+            || self.futex != FutexStats::ZERO
+            || self.locks != LockStats::ZERO
+    }
+
     /// Distinct CPUs the cgroup's threads ran on in the window.
     pub fn cpus_used(&self) -> u32 {
         self.cpus.len()
@@ -287,7 +297,9 @@ impl Window {
     /// The change from `before` to `after`.
     pub fn between(before: &Snapshot, after: &Snapshot) -> Self {
         let mut regressions = 0;
-        let mut cgroups: HashMap<u64, CgroupWindow> = HashMap::new();
+        // Sized once: growing a map of thousands of these (over a kilobyte each) costs copies
+        // and fresh pages at every collection.
+        let mut cgroups: HashMap<u64, CgroupWindow> = HashMap::with_capacity(after.sched.len());
         for (id, d) in deltas(&before.sched, &after.sched, &mut regressions) {
             cgroups.entry(id).or_insert(CgroupWindow::ZERO).sched = d;
         }
@@ -336,7 +348,18 @@ impl Window {
 
     /// Adds a later, adjacent window to this one.
     pub fn extend(&mut self, later: &Window) {
+        self.extend_figures(later);
+        add_all(&mut self.hot_futexes, &later.hot_futexes);
+        add_all(&mut self.lock_sites, &later.lock_sites);
+        self.counter_regressions += later.counter_regressions;
+    }
+
+    /// Adds a later, adjacent window's per-cgroup and network figures only, without its hot
+    /// futexes, call sites and regression count (what the diagnosis rules read).
+    pub fn extend_figures(&mut self, later: &Window) {
         self.duration += later.duration;
+        self.cgroups
+            .reserve(later.cgroups.len().saturating_sub(self.cgroups.len()));
         for (id, w) in &later.cgroups {
             let e = self.cgroups.entry(*id).or_insert(CgroupWindow::ZERO);
             e.sched.add(&w.sched);
@@ -345,11 +368,8 @@ impl Window {
             e.net.add(&w.net);
             e.cpus.union(&w.cpus);
         }
-        add_all(&mut self.hot_futexes, &later.hot_futexes);
-        add_all(&mut self.lock_sites, &later.lock_sites);
         add_all(&mut self.net_ifaces, &later.net_ifaces);
         add_all(&mut self.net_drops, &later.net_drops);
-        self.counter_regressions += later.counter_regressions;
     }
 }
 

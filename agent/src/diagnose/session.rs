@@ -251,12 +251,7 @@ impl Session {
             t.thread_seconds += threads as f64 * secs;
             t.seconds += secs;
         }
-        let mut light = Window::empty();
-        light.duration = tick.duration;
-        light.cgroups = tick.cgroups.clone();
-        light.net_ifaces = tick.net_ifaces.clone();
-        light.net_drops = tick.net_drops.clone();
-        self.current.window.extend(&light);
+        self.current.window.extend_figures(tick);
         if self.current.window.duration < self.step {
             return false;
         }
