@@ -7,10 +7,15 @@
 //! per refresh), and ids whose directory is gone are forgotten.
 //!
 //! Telling that a cgroup is gone costs a stat of its directory, so it is not done for every
-//! cgroup every tick. A cgroup whose figures moved in the window was there during it, and a
-//! removed cgroup has no threads left to move them: it is checked once it goes idle — every
-//! tick for the first [`IDLE_CHECK_RECENT`] ticks of calm (when removal is likely: its processes
-//! just exited), then every [`IDLE_CHECK_EVERY`] ticks, spread over the ticks by id.
+//! cgroup every tick. The root's `cgroup.stat` (live and dying descendants: one small file)
+//! says whether any cgroup was created or removed since the last tick; when it changed, every
+//! cgroup with figures is checked, so a removal is noticed at the next tick. Otherwise only idle
+//! cgroups are checked: a cgroup whose figures moved in the window was there during it, and a
+//! removed cgroup has no threads left to move them. An idle one is checked every tick for the
+//! first [`IDLE_CHECK_RECENT`] ticks of calm (when removal is likely: its processes just
+//! exited), then every [`IDLE_CHECK_EVERY`] ticks, spread over the ticks by id; this also
+//! catches what the counts miss (a removal and a creation between two ticks, the removed
+//! cgroup freed by then).
 
 pub mod container;
 pub mod kubelet;
@@ -68,6 +73,8 @@ pub struct CgroupResolver {
     /// Ids with figures that a walk made after reading them did not find: removed (ids are
     /// never reused), so a later figure for them makes no walk again.
     unresolvable: HashSet<u64>,
+    /// The root's `cgroup.stat` at the last refresh.
+    hierarchy_stat: Option<String>,
     /// Stats of cgroup directories made by refreshes (for the tests and the benchmark).
     pub checks: u64,
 }
@@ -81,6 +88,7 @@ impl CgroupResolver {
             refreshes: 0,
             last_active: HashMap::new(),
             unresolvable: HashSet::new(),
+            hierarchy_stat: None,
             checks: 0,
         }
     }
@@ -115,6 +123,9 @@ impl CgroupResolver {
     ) -> HashSet<u64> {
         self.refreshes += 1;
         let tick = self.refreshes;
+        let hierarchy_stat = std::fs::read_to_string(self.root.join("cgroup.stat")).ok();
+        let hierarchy_changed = hierarchy_stat != self.hierarchy_stat;
+        self.hierarchy_stat = hierarchy_stat;
         let mut gone = HashSet::new();
         let mut missing = Vec::new();
         let mut unchecked = Vec::new();
@@ -127,14 +138,15 @@ impl CgroupResolver {
                 }
                 continue;
             }
-            if active(id) {
+            let due = if active(id) {
                 self.last_active.insert(id, tick);
-                unchecked.push(id);
-                continue;
-            }
-            let idle_for = tick - *self.last_active.entry(id).or_insert(tick);
-            let due =
-                idle_for <= IDLE_CHECK_RECENT || id.wrapping_add(tick) % IDLE_CHECK_EVERY == 0;
+                hierarchy_changed
+            } else {
+                let idle_for = tick - *self.last_active.entry(id).or_insert(tick);
+                hierarchy_changed
+                    || idle_for <= IDLE_CHECK_RECENT
+                    || id.wrapping_add(tick) % IDLE_CHECK_EVERY == 0
+            };
             if !due {
                 unchecked.push(id);
                 continue;
@@ -319,9 +331,10 @@ mod tests {
         std::fs::remove_dir_all(&root).unwrap();
     }
 
-    /// Which ids a refresh stats: none that moved, an idle one for a few ticks after it went
-    /// quiet and then once every [`IDLE_CHECK_EVERY`] ticks; a removed cgroup is forgotten at
-    /// the first check after its removal, and an id no walk finds makes no second walk.
+    /// Which ids a refresh stats: while the hierarchy's counts stay the same, none that moved,
+    /// an idle one for a few ticks after it went quiet and then once every [`IDLE_CHECK_EVERY`]
+    /// ticks; every one when the counts change. A removed cgroup is forgotten at the first
+    /// check after its removal, and an id no walk finds makes no second walk.
     #[test]
     fn checks_only_idle_cgroups_and_forgets_removed_ones() {
         let root = std::env::temp_dir().join(format!("sw-cg-idle-{}", std::process::id()));
@@ -365,6 +378,14 @@ mod tests {
         let found = (0..IDLE_CHECK_EVERY).find(|_| r.refresh(&live, |id| id == z).contains(&y));
         assert!(found.is_some(), "y not found removed");
         assert_eq!(r.path(y), None);
+
+        // A change of the hierarchy's counts makes every cgroup checked, those that moved too.
+        std::fs::write(root.join("cgroup.stat"), "nr_descendants 2\n").unwrap();
+        let checks = r.checks;
+        assert!(r.refresh(&[z], |_| true).is_empty());
+        assert_eq!(r.checks, checks + 1);
+        assert!(r.refresh(&[z], |_| true).is_empty());
+        assert_eq!(r.checks, checks + 1, "unchanged counts: no check");
 
         // An unknown id makes a walk, which also finds that z (not checked: it moved) is gone;
         // an id that walk did not find makes no second walk.
