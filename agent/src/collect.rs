@@ -252,27 +252,27 @@ pub struct Window {
 /// whose counters went backwards otherwise is a regression: its change over this window is
 /// unknown, so it is skipped and counted in `regressions` (re-adding its whole total would
 /// count history a second time).
-fn deltas<K: Copy + Eq + Hash, V: Counters>(
-    before: &HashMap<K, V>,
-    after: &HashMap<K, V>,
-    regressions: &mut u64,
-) -> Vec<(K, V)> {
-    after
-        .iter()
-        .filter_map(|(k, now)| {
-            let d = match before.get(k) {
-                Some(then) => match now.since(then) {
-                    Some(d) => d,
-                    None => {
-                        *regressions += 1;
-                        return None;
-                    }
-                },
-                None => *now,
-            };
-            (d != V::ZERO).then_some((*k, d))
-        })
-        .collect()
+///
+/// An iterator, so that the deltas go straight where they are kept (thousands of kilobyte-sized
+/// values: no intermediate copy).
+fn deltas<'a, K: Copy + Eq + Hash, V: Counters>(
+    before: &'a HashMap<K, V>,
+    after: &'a HashMap<K, V>,
+    regressions: &'a mut u64,
+) -> impl Iterator<Item = (K, V)> + 'a {
+    after.iter().filter_map(|(k, now)| {
+        let d = match before.get(k) {
+            Some(then) => match now.since(then) {
+                Some(d) => d,
+                None => {
+                    *regressions += 1;
+                    return None;
+                }
+            },
+            None => *now,
+        };
+        (d != V::ZERO).then_some((*k, d))
+    })
 }
 
 fn add_all<K: Copy + Eq + Hash, V: Counters>(into: &mut HashMap<K, V>, from: &HashMap<K, V>) {
@@ -316,21 +316,16 @@ impl Window {
             cgroups.entry(id).or_insert(CgroupWindow::ZERO).cpus = cpus;
         }
         let hot_futexes = deltas(&before.hot_futexes, &after.hot_futexes, &mut regressions)
-            .into_iter()
             .filter(|(_, v)| v.waits > 0)
             .collect();
         let lock_sites = deltas(&before.lock_sites, &after.lock_sites, &mut regressions)
-            .into_iter()
             .filter(|(_, v)| v.count > 0)
             .collect();
         // The MTU alone changes nothing: only interfaces that handled packets.
         let net_ifaces = deltas(&before.net_ifaces, &after.net_ifaces, &mut regressions)
-            .into_iter()
             .filter(|(_, v)| v.tx.packets + v.rx.packets > 0)
             .collect();
-        let net_drops = deltas(&before.net_drops, &after.net_drops, &mut regressions)
-            .into_iter()
-            .collect();
+        let net_drops = deltas(&before.net_drops, &after.net_drops, &mut regressions).collect();
         if regressions > 0 {
             log::debug!("{regressions} counter(s) went backwards; their change is skipped");
             UserLoss::CounterRegression.add(regressions);
@@ -354,6 +349,16 @@ impl Window {
         self.counter_regressions += later.counter_regressions;
     }
 
+    /// Adds one cgroup's figures over a later, adjacent window.
+    pub fn add_cgroup(&mut self, id: u64, w: &CgroupWindow) {
+        let e = self.cgroups.entry(id).or_insert(CgroupWindow::ZERO);
+        e.sched.add(&w.sched);
+        e.futex.add(&w.futex);
+        e.locks.add(&w.locks);
+        e.net.add(&w.net);
+        e.cpus.union(&w.cpus);
+    }
+
     /// Adds a later, adjacent window's per-cgroup and network figures only, without its hot
     /// futexes, call sites and regression count (what the diagnosis rules read).
     pub fn extend_figures(&mut self, later: &Window) {
@@ -361,12 +366,7 @@ impl Window {
         self.cgroups
             .reserve(later.cgroups.len().saturating_sub(self.cgroups.len()));
         for (id, w) in &later.cgroups {
-            let e = self.cgroups.entry(*id).or_insert(CgroupWindow::ZERO);
-            e.sched.add(&w.sched);
-            e.futex.add(&w.futex);
-            e.locks.add(&w.locks);
-            e.net.add(&w.net);
-            e.cpus.union(&w.cpus);
+            self.add_cgroup(*id, w);
         }
         add_all(&mut self.net_ifaces, &later.net_ifaces);
         add_all(&mut self.net_drops, &later.net_drops);
