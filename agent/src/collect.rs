@@ -433,6 +433,25 @@ mod tests {
         }
     }
 
+    /// Only what a cgroup's own threads do counts as their moving: received traffic and a
+    /// socket that outlived its cgroup do not keep a removed cgroup alive.
+    #[test]
+    fn threads_moved_leaves_network_figures_out() {
+        let mut w = CgroupWindow::ZERO;
+        assert!(!w.threads_moved());
+        w.net.rx_packets = 10;
+        assert!(!w.threads_moved(), "network figures alone");
+        let mut s = w;
+        s.sched.voluntary_switches = 1;
+        assert!(s.threads_moved());
+        let mut f = w;
+        f.futex.wakes = 1;
+        assert!(f.threads_moved());
+        let mut l = w;
+        l.locks.count[0] = 1;
+        assert!(l.threads_moved());
+    }
+
     #[test]
     fn quantile_of_nothing_is_none_and_zeros_are_zero() {
         assert_eq!(log2_quantile_ns(&Log2Histogram::ZERO, 0.5), None);
