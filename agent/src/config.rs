@@ -361,9 +361,8 @@ mod tests {
 
     #[test]
     fn precedence_is_flags_env_file_defaults() {
-        let dir = std::env::temp_dir().join(format!("sw-config-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let file = dir.join("c.toml");
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.toml");
         std::fs::write(
             &file,
             "listen = \"127.0.0.1:1\"\ninterval_seconds = 7\nmax_cgroups = 3\n",
@@ -404,7 +403,7 @@ mod tests {
         let empty_env = |_: &str| Some(String::new());
         assert!(Config::load(&Flags::default(), empty_env).is_ok());
         let missing = Flags {
-            config: Some(dir.join("missing.toml")),
+            config: Some(dir.path().join("missing.toml")),
             ..Flags::default()
         };
         let e = format!("{:#}", Config::load(&missing, no_env).unwrap_err());
@@ -412,7 +411,6 @@ mod tests {
             e.contains("cannot read config file") && !e.contains('\n'),
             "{e}"
         );
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

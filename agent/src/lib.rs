@@ -11,11 +11,10 @@ pub mod diagnose;
 pub mod export;
 pub mod host;
 pub mod identity;
+pub mod memory;
 pub mod netinfo;
 pub mod pipeline;
 pub mod privileges;
 pub mod probes;
 pub mod report;
 pub mod symbolize;
-#[cfg(test)]
-mod test_support;

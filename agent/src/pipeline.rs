@@ -8,10 +8,12 @@ use std::{
 };
 
 use anyhow::Context as _;
+use stormwatch_common::net::NetIfKey;
 
 use crate::{
     collect::{Snapshot, Window},
     identity::{CgroupResolver, limits::Limits, workload::Identities},
+    netinfo::inventory::SeenInterface,
     probes::{LoadOptions, Probes, locks},
     report::{Availability, ReportContext},
     symbolize::{CallSite, KernelSymbolizer},
@@ -30,6 +32,9 @@ pub struct Pipeline {
     call_sites: HashMap<u32, CallSite>,
     symbolizer: KernelSymbolizer,
     identities: Identities,
+    /// The interfaces the network probes saw: what the kernel said each is when they first saw
+    /// it, and its MTU at its last packet.
+    interfaces: HashMap<NetIfKey, SeenInterface>,
 }
 
 impl Pipeline {
@@ -48,6 +53,7 @@ impl Pipeline {
             call_sites: HashMap::new(),
             symbolizer: KernelSymbolizer::new(),
             identities: Identities::default(),
+            interfaces: HashMap::new(),
         })
     }
 
@@ -96,10 +102,46 @@ impl Pipeline {
         self.resolve_call_sites(&window);
         self.previous = snapshot;
         self.previous.forget(&mut self.probes, &gone);
+        self.note_interfaces(&window, !gone.is_empty());
         let resolver = &self.resolver;
         self.probes
-            .track_network_namespaces(|id| resolver.path(id).map(str::to_owned));
+            .track_network_namespaces(window.net_ifaces.keys().map(|k| u64::from(k.netns)), |id| {
+                resolver.path(id).map(str::to_owned)
+            });
         Ok(window)
+    }
+
+    /// The interfaces the probes saw, by (namespace inode, ifindex).
+    pub fn seen_interfaces(&self) -> &HashMap<NetIfKey, SeenInterface> {
+        &self.interfaces
+    }
+
+    /// Keeps [`Pipeline::seen_interfaces`] current: the kernel's record is read only when a
+    /// new interface carried traffic, or after cgroups were removed (their namespaces' entries
+    /// go with them).
+    fn note_interfaces(&mut self, window: &Window, forgot: bool) {
+        let mtus = &self.previous.net_ifaces;
+        let new = forgot
+            || window
+                .net_ifaces
+                .keys()
+                .any(|k| !self.interfaces.contains_key(k));
+        if !new {
+            for (k, i) in &mut self.interfaces {
+                if let Some(s) = mtus.get(k).filter(|s| s.mtu != 0) {
+                    i.mtu = s.mtu;
+                }
+            }
+            return;
+        }
+        let info = crate::probes::net::read_iface_info(self.probes.ebpf());
+        self.interfaces = info
+            .iter()
+            .map(|(k, info)| {
+                let mtu = mtus.get(k).map_or(0, |s| s.mtu);
+                (*k, SeenInterface::from_kernel(info, mtu))
+            })
+            .collect();
     }
 
     fn name_processes(&mut self, window: &Window) {

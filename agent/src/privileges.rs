@@ -108,6 +108,10 @@ impl Syscall {
     /// (EFAULT) — so that nothing is created, and an EPERM (or ENOSYS, the usual default of a
     /// profile) can only come from a seccomp filter or an LSM in front of the kernel.
     /// Returns the errno.
+    ///
+    /// Raw `syscall(2)` on purpose: neither rustix nor nix wraps `bpf(2)` or
+    /// `perf_event_open(2)`, and aya's wrappers are private to aya and only ever pass valid
+    /// attributes, which would create the very objects this trial must not create.
     fn trial_errno(self) -> i32 {
         let ret = match self {
             // SAFETY: a null attribute of size 0: the kernel reads no memory, and an unknown

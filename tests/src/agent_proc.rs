@@ -13,7 +13,11 @@ use std::{
 
 use serde_json::Value;
 
-use crate::agent_bin;
+use crate::{TestCgroup, agent_bin};
+
+/// Starting a workload and joining its threads takes a moment: a trace of a workload lasts
+/// this much longer than the workload.
+pub const TRACE_MARGIN_SECONDS: f64 = 2.0;
 
 /// How long the agent may take to load and attach its probes.
 const ATTACH_TIMEOUT: Duration = Duration::from_secs(60);
@@ -136,6 +140,24 @@ impl Agent {
         Self::start(&all)
     }
 
+    /// `trace --json` long enough for a workload of `workload_seconds` started right after it:
+    /// of `cgroup` only when one is given, with `--force-tracepoints` when asked.
+    pub fn trace_workload(
+        workload_seconds: f64,
+        cgroup: Option<&TestCgroup>,
+        force_tracepoints: bool,
+    ) -> Self {
+        let duration = format!("{}", workload_seconds + TRACE_MARGIN_SECONDS);
+        let mut args = vec!["--json", "--duration", &duration];
+        if let Some(cgroup) = cgroup {
+            args.extend(["--cgroup", cgroup.rel_path()]);
+        }
+        if force_tracepoints {
+            args.push("--force-tracepoints");
+        }
+        Self::trace(&args)
+    }
+
     /// Panics unless the agent is still running: called right after a workload exits, it
     /// proves the agent covered the workload's whole life (it started before the workload did).
     #[track_caller]
@@ -159,11 +181,7 @@ impl Agent {
 
     /// Its resident set size (VmRSS) in KiB, `None` once it has exited.
     pub fn rss_kib(&self) -> Option<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).ok()?;
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        crate::process_status(self.pid())?.vmrss
     }
 
     /// The stdout lines received so far.

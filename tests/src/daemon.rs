@@ -1,12 +1,11 @@
 //! `stormwatch run` from a test: start it on a free loopback port, scrape it, stop it; and the
-//! small HTTP client, temp directory and polling helpers that go with it.
+//! small HTTP client, file and polling helpers that go with it.
 
 use std::{
     io::{BufRead as _, BufReader, Read as _, Write as _},
     net::{SocketAddr, TcpListener, TcpStream},
-    path::PathBuf,
+    path::{Path, PathBuf},
     process::{Child, Command, ExitStatus, Stdio},
-    sync::atomic::{AtomicUsize, Ordering},
     thread::JoinHandle,
     time::{Duration, Instant},
 };
@@ -28,32 +27,11 @@ pub fn free_port() -> u16 {
         .expect("binding an ephemeral port on 127.0.0.1")
 }
 
-/// A directory removed on drop.
-pub struct TempDir(pub PathBuf);
-
-impl TempDir {
-    pub fn new(what: &str) -> Self {
-        static SEQ: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "sw-{what}-{}-{}",
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
-        Self(dir)
-    }
-
-    pub fn file(&self, name: &str, text: &str) -> PathBuf {
-        let path = self.0.join(name);
-        std::fs::write(&path, text).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
-        path
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+/// Writes `text` to `name` in `dir` (a `tempfile::TempDir` in the tests) and returns its path.
+pub fn write_file(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+    path
 }
 
 pub struct HttpResponse {

@@ -200,6 +200,35 @@ pub fn join_before_exec(cmd: &mut Command, procs: &Path) {
     }
 }
 
+/// Runs the test workload `bin --threads N --seconds S [extra]` in `cgroup` to its end: its
+/// result (`bin` is the test's `env!("CARGO_BIN_EXE_…")`).
+pub fn run_workload(
+    bin: &str,
+    threads: usize,
+    seconds: f64,
+    extra: &[&str],
+    cgroup: &TestCgroup,
+) -> Value {
+    let child = run_in_cgroup(
+        Command::new(bin)
+            .args([
+                "--threads",
+                &threads.to_string(),
+                "--seconds",
+                &seconds.to_string(),
+            ])
+            .args(extra),
+        cgroup,
+    );
+    workload_result(child)
+}
+
+/// `/proc/<pid>/status`, parsed; `None` once the process is gone.
+pub fn process_status(pid: u32) -> Option<procfs_core::process::Status> {
+    use procfs_core::FromRead as _;
+    procfs_core::process::Status::from_file(format!("/proc/{pid}/status")).ok()
+}
+
 /// Waits for a workload started by [`run_in_cgroup`] and parses the JSON line it printed.
 pub fn workload_result(child: Child) -> Value {
     let out = child.wait_with_output().expect("waiting for the workload");

@@ -7,8 +7,9 @@
 
 use std::{
     collections::HashMap,
+    ffi::OsStr,
     os::unix::fs::MetadataExt as _,
-    process::{Command, Output, Stdio},
+    process::{Child, Command, Output, Stdio},
     sync::atomic::{AtomicUsize, Ordering},
 };
 
@@ -28,6 +29,49 @@ pub fn run(cmd: &mut Command) -> Output {
         String::from_utf8_lossy(&out.stderr)
     );
     out
+}
+
+/// See [`Netns::resident`].
+pub struct Resident(Child);
+
+impl Drop for Resident {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// What a ping may do at a hop too small for it (`ping -M`).
+#[derive(Clone, Copy, Debug)]
+pub enum PingDf {
+    /// `-M do`: DF set, never fragmented; too big is an error (and a "packet too big").
+    Set,
+    /// `-M dont`: DF clear; a hop too small fragments it.
+    Clear,
+}
+
+/// The arguments of `ping -q` to node B's overlay address: `count` echo requests of `payload`
+/// bytes (IP packets 28 bytes larger), `interval` seconds apart, with `extra` options.
+pub fn ping_node_b(
+    df: PingDf,
+    payload: u32,
+    count: u32,
+    interval: &str,
+    extra: &[&str],
+) -> Vec<String> {
+    let df = match df {
+        PingDf::Set => "do",
+        PingDf::Clear => "dont",
+    };
+    let (payload, count) = (payload.to_string(), count.to_string());
+    [
+        "ping", "-q", "-M", df, "-s", &payload, "-c", &count, "-i", interval,
+    ]
+    .into_iter()
+    .chain(extra.iter().copied())
+    .chain([NODE_B_OVERLAY_IP])
+    .map(str::to_owned)
+    .collect()
 }
 
 /// Panics, saying how to install them, unless the tools the network tests need are here.
@@ -100,8 +144,17 @@ impl Netns {
         run(Command::new("ip").args(["-n", &self.name]).args(args));
     }
 
+    /// A process of `cgroup`'s in the namespace: the agent learns whose a namespace is from the
+    /// processes in it. Killed when dropped (drop it before removing the cgroup).
+    pub fn resident(&self, cgroup: &crate::TestCgroup) -> Resident {
+        Resident(crate::run_in_cgroup(
+            &mut self.command(&["sleep", "120"]),
+            cgroup,
+        ))
+    }
+
     /// A command that runs `args` in the namespace (for [`crate::run_in_cgroup`]).
-    pub fn command(&self, args: &[&str]) -> Command {
+    pub fn command(&self, args: &[impl AsRef<OsStr>]) -> Command {
         let mut c = Command::new("ip");
         c.args(["netns", "exec", &self.name]).args(args);
         c

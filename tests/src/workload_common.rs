@@ -4,7 +4,13 @@
 
 #![allow(dead_code)]
 
-use std::time::Duration;
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
 
 /// `--threads N --seconds S [--sleep-ms MS] [--fifo 1] [--inside I] [--outside O]`.
 pub struct Args {
@@ -212,4 +218,36 @@ pub fn burn(iterations: u32, seed: u64) -> u64 {
         );
     }
     x
+}
+
+/// `args.threads` threads, each calling `round` in a loop until `args.seconds` have passed;
+/// then the threads are joined and the JSON line printed, with the rounds made as `ops`.
+/// `round` is given a value of its thread's, which starts at the thread's index (what `round`
+/// computes goes there, so that it is not optimized away).
+pub fn run_rounds(args: &Args, round: impl Fn(&mut u64) + Copy + Send + 'static) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let workers: Vec<_> = (0..args.threads)
+        .map(|i| {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                let mut ops = 0u64;
+                let mut value = i as u64;
+                while !stop.load(Ordering::Relaxed) {
+                    round(&mut value);
+                    ops += 1;
+                }
+                std::hint::black_box(value);
+                (ops, SchedInfo::of_this_thread())
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs_f64(args.seconds));
+    stop.store(true, Ordering::Relaxed);
+    let (mut ops, mut sched) = (0, SchedInfo::default());
+    for w in workers {
+        let (o, s) = w.join().expect("worker panicked");
+        ops += o;
+        sched = sched.add(s);
+    }
+    report(&[("ops", ops.to_string())], sched);
 }

@@ -124,17 +124,7 @@ fn churn_of_500_cgroups_keeps_memory_flat_and_tables_free_of_removed_cgroups() {
         let (stop, samples) = (Arc::clone(&stop), Arc::clone(&samples));
         let pids = [json_agent.pid(), table_agent.pid()];
         std::thread::spawn(move || {
-            let rss = |pid: u32| -> Option<u64> {
-                std::fs::read_to_string(format!("/proc/{pid}/status"))
-                    .ok()?
-                    .lines()
-                    .find_map(|l| l.strip_prefix("VmRSS:"))?
-                    .trim()
-                    .trim_end_matches("kB")
-                    .trim()
-                    .parse()
-                    .ok()
-            };
+            let rss = |pid: u32| stormwatch_tests::process_status(pid)?.vmrss;
             while !stop.load(Ordering::Relaxed) {
                 if let (Some(a), Some(b)) = (rss(pids[0]), rss(pids[1])) {
                     samples.lock().unwrap().push((a, b));

@@ -23,10 +23,10 @@ use serde_json::Value;
 use stormwatch_tests::{
     Agent, TestCgroup, agent_bin, agent_output,
     daemon::{
-        Daemon, EXIT_DEADLINE, TempDir, assert_promtool_clean, free_port, http_get, sample, tool,
-        url_encode, wait_for,
+        Daemon, EXIT_DEADLINE, assert_promtool_clean, free_port, http_get, sample, tool,
+        url_encode, wait_for, write_file,
     },
-    netns::{self, OuterDf, Overlay},
+    netns::{self, OuterDf, Overlay, PingDf, ping_node_b},
     require_bpf, run_in_cgroup, workload_result,
 };
 
@@ -37,14 +37,15 @@ use stormwatch_tests::{
 struct Prometheus {
     child: Child,
     addr: SocketAddr,
-    dir: TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl Prometheus {
     fn start(target: SocketAddr) -> Self {
         let bin = tool("prometheus", "apt-get install -y prometheus");
-        let dir = TempDir::new("prometheus");
-        let config = dir.file(
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let config = write_file(
+            dir.path(),
             "prometheus.yml",
             &format!(
                 "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
@@ -53,12 +54,12 @@ impl Prometheus {
             ),
         );
         let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-        let log = std::fs::File::create(dir.0.join("prometheus.log")).expect("prometheus.log");
+        let log = std::fs::File::create(dir.path().join("prometheus.log")).expect("prometheus.log");
         let child = Command::new(bin)
             .arg(format!("--config.file={}", config.display()))
             .arg(format!(
                 "--storage.tsdb.path={}",
-                dir.0.join("data").display()
+                dir.path().join("data").display()
             ))
             .arg(format!("--web.listen-address={addr}"))
             .arg("--log.level=warn")
@@ -80,7 +81,7 @@ impl Prometheus {
     }
 
     fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.0.join("prometheus.log")).unwrap_or_default()
+        std::fs::read_to_string(self.dir.path().join("prometheus.log")).unwrap_or_default()
     }
 
     /// The `data.result` of an instant query.
@@ -268,8 +269,8 @@ fn prometheus_scrapes_a_workloads_series_and_they_rise() {
 #[test]
 fn removed_cgroups_leave_after_the_grace_period() {
     require_bpf();
-    let dir = TempDir::new("grace");
-    let config = dir.file("config.toml", "removed_grace_seconds = 3\n");
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let config = write_file(dir.path(), "config.toml", "removed_grace_seconds = 3\n");
     let daemon = Daemon::start(&["--config", config.to_str().unwrap()]);
     let cgroup = TestCgroup::new("grace");
     let rel = cgroup.rel_path().to_owned();
@@ -317,8 +318,8 @@ fn removed_cgroups_leave_after_the_grace_period() {
 #[test]
 fn the_cgroup_cap_counts_what_it_refuses() {
     require_bpf();
-    let dir = TempDir::new("cap");
-    let config = dir.file("config.toml", "max_cgroups = 1\n");
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let config = write_file(dir.path(), "config.toml", "max_cgroups = 1\n");
     let daemon = Daemon::start(&["--config", config.to_str().unwrap()]);
     // Something on the host (this test, the daemon itself) takes the one place.
     wait_for("one tracked cgroup", Duration::from_secs(10), || {
@@ -347,11 +348,12 @@ fn the_cgroup_cap_counts_what_it_refuses() {
 #[test]
 fn a_lock_storm_is_a_finding_while_it_lasts() {
     require_bpf();
-    let dir = TempDir::new("finding");
+    let dir = tempfile::tempdir().expect("a temp dir");
     // A short window (steps of 1 s) so that the finding comes and goes within seconds, and
     // lenient thresholds: this is about the finding's way to /metrics, not the rule's
     // calibration (tested in diagnose::rules), which a busy shared host could upset.
-    let config = dir.file(
+    let config = write_file(
+        dir.path(),
         "config.toml",
         "diagnosis_window_seconds = 3\n[thresholds]\nstorm_min_futex_wait_share = 0.01\n\
          storm_min_futex_waits_per_second = 1\nstorm_min_voluntary_switches_per_cpu_second = 1\n\
@@ -412,8 +414,9 @@ fn a_storm_after_calm_is_flagged_by_run_as_by_diagnose() {
     const CALM: Duration = Duration::from_secs(30);
     const WINDOW_SECONDS: u64 = 6;
     const STORM_SECONDS: u64 = 16;
-    let dir = TempDir::new("calm-storm");
-    let config = dir.file(
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let config = write_file(
+        dir.path(),
         "config.toml",
         &format!("diagnosis_window_seconds = {WINDOW_SECONDS}\n"),
     );
@@ -542,8 +545,9 @@ fn an_mtu_mismatch_is_a_finding_of_run() {
     require_bpf();
     netns::require_tools();
     const WINDOW_SECONDS: u64 = 6;
-    let dir = TempDir::new("mtu");
-    let config = dir.file(
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let config = write_file(
+        dir.path(),
         "config.toml",
         &format!("diagnosis_window_seconds = {WINDOW_SECONDS}\n"),
     );
@@ -551,22 +555,12 @@ fn an_mtu_mismatch_is_a_finding_of_run() {
     let cgroup = TestCgroup::new("mtu-daemon");
     // A process of the container in node A's namespace, so that the namespace is the
     // container's.
-    let mut keep = run_in_cgroup(&mut net.a.command(&["sleep", "120"]), &cgroup);
+    let keep = net.a.resident(&cgroup);
     let daemon = Daemon::start(&["--config", config.to_str().unwrap()]);
     let mut ping = run_in_cgroup(
-        &mut net.a.command(&[
-            "ping",
-            "-q",
-            "-M",
-            "dont",
-            "-s",
-            "1472",
-            "-c",
-            "1000",
-            "-i",
-            "0.02",
-            netns::NODE_B_OVERLAY_IP,
-        ]),
+        &mut net
+            .a
+            .command(&ping_node_b(PingDf::Clear, 1472, 1000, "0.02", &[])),
         &cgroup,
     );
     let started = Instant::now();
@@ -592,10 +586,9 @@ fn an_mtu_mismatch_is_a_finding_of_run() {
     };
     eprintln!("after {:?}: {finding}", started.elapsed());
     assert!(finding.ends_with(" 1"), "an active finding is 1: {finding}");
-    for child in [&mut ping, &mut keep] {
-        let _ = child.kill();
-        let _ = child.wait();
-    }
+    let _ = ping.kill();
+    let _ = ping.wait();
+    drop(keep);
 }
 
 /// The one stderr line of a failed run, after checking the failure's shape.
@@ -649,8 +642,9 @@ fn run_output(args: &[&str], env: &[(&str, &str)]) -> Output {
 
 #[test]
 fn bad_input_fails_with_one_line() {
-    let dir = TempDir::new("bad-input");
-    let unknown = dir.file(
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let unknown = write_file(
+        dir.path(),
         "unknown.toml",
         "listen = \"127.0.0.1:1\"\nscrape_port = 9\n",
     );
@@ -662,7 +656,11 @@ fn bad_input_fails_with_one_line() {
         line.contains("scrape_port") && line.contains("line 2"),
         "{line}"
     );
-    let nested = dir.file("nested.toml", "[thresholds]\nrunq_min_mean_secs = 1\n");
+    let nested = write_file(
+        dir.path(),
+        "nested.toml",
+        "[thresholds]\nrunq_min_mean_secs = 1\n",
+    );
     let line = one_error_line(
         &run_output(&["--config", nested.to_str().unwrap()], &[]),
         "unknown threshold",
@@ -683,7 +681,7 @@ fn bad_input_fails_with_one_line() {
         "malformed STORMWATCH_LISTEN",
     );
     assert!(line.contains("STORMWATCH_LISTEN"), "{line}");
-    let bad_listen = dir.file("listen.toml", "listen = \"0.0.0.0:99999\"\n");
+    let bad_listen = write_file(dir.path(), "listen.toml", "listen = \"0.0.0.0:99999\"\n");
     let line = one_error_line(
         &run_output(&["--config", bad_listen.to_str().unwrap()], &[]),
         "malformed listen in the file",
@@ -702,14 +700,14 @@ fn bad_input_fails_with_one_line() {
     drop(taken);
 
     // Unreadable config files: missing, and a directory.
-    let missing = dir.0.join("missing.toml");
+    let missing = dir.path().join("missing.toml");
     let line = one_error_line(
         &run_output(&["--config", missing.to_str().unwrap()], &[]),
         "missing config file",
     );
     assert!(line.contains("missing.toml"), "{line}");
     let line = one_error_line(
-        &run_output(&["--config", dir.0.to_str().unwrap()], &[]),
+        &run_output(&["--config", dir.path().to_str().unwrap()], &[]),
         "a directory as config file",
     );
     assert!(line.contains("cannot read config file"), "{line}");
@@ -726,8 +724,9 @@ fn bad_input_fails_with_one_line() {
 
 #[test]
 fn check_config_prints_the_effective_config() {
-    let dir = TempDir::new("check-config");
-    let file = dir.file(
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let file = write_file(
+        dir.path(),
         "config.toml",
         "listen = \"127.0.0.1:1111\"\ninterval_seconds = 9\nmax_cgroups = 7\n\
          [thresholds]\nrunq_min_mean_seconds = 0.5\n",

@@ -22,17 +22,14 @@ use std::process::Command;
 use serde_json::Value;
 use stormwatch_tests::{
     Agent, Finished, TestCgroup, assert_within, bpftrace::Bpftrace, cpus, num, require_bpf,
-    run_in_cgroup, workload_result,
+    run_in_cgroup, run_workload, workload_result,
 };
 
-const STORM_THREADS: &str = "32";
+const STORM_THREADS: usize = 32;
 const STORM_SECONDS: f64 = 3.0;
 /// Iterations of work inside and outside the lock: a critical section long enough (a couple of
 /// µs) that waiters give up spinning and sleep in futex_wait, many times a second.
 const STORM_WORK: &str = "2000";
-
-/// Starting the workload and joining its threads takes a moment; then margin.
-const MARGIN_SECONDS: f64 = 2.0;
 
 /// The futex ops the agent counts as waits (`op & 0x7f`, i.e. FUTEX_CMD_MASK without the
 /// private and clock-realtime flags): WAIT 0, LOCK_PI 6, WAIT_BITSET 9, WAIT_REQUEUE_PI 11,
@@ -54,20 +51,13 @@ fn futex_wait_script(cgroup: &TestCgroup) -> String {
 
 /// Runs the mutex storm in `cgroup` under `agent` and returns its JSON line.
 fn run_storm(cgroup: &TestCgroup, seconds: f64) -> Value {
-    let child = run_in_cgroup(
-        Command::new(env!("CARGO_BIN_EXE_mutex_storm")).args([
-            "--threads",
-            STORM_THREADS,
-            "--seconds",
-            &seconds.to_string(),
-            "--inside",
-            STORM_WORK,
-            "--outside",
-            STORM_WORK,
-        ]),
+    run_workload(
+        env!("CARGO_BIN_EXE_mutex_storm"),
+        STORM_THREADS,
+        seconds,
+        &["--inside", STORM_WORK, "--outside", STORM_WORK],
         cgroup,
-    );
-    workload_result(child)
+    )
 }
 
 /// The agent's futex figures of the cgroup.
@@ -82,14 +72,7 @@ fn mutex_storm_futex_waits_match_bpftrace_and_name_the_mutex() {
     require_bpf();
     let cgroup = TestCgroup::new("futex-storm");
     let bt = Bpftrace::start(&futex_wait_script(&cgroup));
-    let duration = format!("{}", STORM_SECONDS + MARGIN_SECONDS);
-    let mut agent = Agent::trace(&[
-        "--json",
-        "--duration",
-        &duration,
-        "--cgroup",
-        cgroup.rel_path(),
-    ]);
+    let mut agent = Agent::trace_workload(STORM_SECONDS, Some(&cgroup), false);
     let truth = run_storm(&cgroup, STORM_SECONDS);
     agent.assert_still_tracing("the mutex storm");
     let maps = bt.stop();
@@ -147,8 +130,7 @@ fn lost_events_list_every_reason() {
     require_bpf();
     let cgroup = TestCgroup::new("futex-lost");
     let seconds = 2.0;
-    let duration = format!("{}", seconds + MARGIN_SECONDS);
-    let mut agent = Agent::trace(&["--json", "--duration", &duration]);
+    let mut agent = Agent::trace_workload(seconds, None, false);
     let truth = run_storm(&cgroup, seconds);
     agent.assert_still_tracing("the mutex storm");
     let done = agent.finish();
@@ -231,24 +213,8 @@ fn spin_workload_shows_next_to_no_futex_waiting() {
     let cgroup = TestCgroup::new("futex-spin");
     let seconds = 3.0;
     let threads = 4 * cpus();
-    let duration = format!("{}", seconds + MARGIN_SECONDS);
-    let mut agent = Agent::trace(&[
-        "--json",
-        "--duration",
-        &duration,
-        "--cgroup",
-        cgroup.rel_path(),
-    ]);
-    let child = run_in_cgroup(
-        Command::new(env!("CARGO_BIN_EXE_spin")).args([
-            "--threads",
-            &threads.to_string(),
-            "--seconds",
-            &seconds.to_string(),
-        ]),
-        &cgroup,
-    );
-    let truth = workload_result(child);
+    let mut agent = Agent::trace_workload(seconds, Some(&cgroup), false);
+    let truth = run_workload(env!("CARGO_BIN_EXE_spin"), threads, seconds, &[], &cgroup);
     agent.assert_still_tracing("the spin workload");
     let done = agent.finish();
     let f = futex_of(&done, &cgroup);
@@ -294,28 +260,14 @@ fn mmap_storm_contends_mmap_lock(force_tracepoints: bool) {
     // others cannot spin on it and sleep in rwsem_down_write_slowpath.
     let threads = 4 * cpus();
     let bt = Bpftrace::start(&rwsem_write_script(&cgroup));
-    let duration = format!("{}", seconds + MARGIN_SECONDS);
-    let mut args = vec![
-        "--json",
-        "--duration",
-        &duration,
-        "--cgroup",
-        cgroup.rel_path(),
-    ];
-    if force_tracepoints {
-        args.push("--force-tracepoints");
-    }
-    let mut agent = Agent::trace(&args);
-    let child = run_in_cgroup(
-        Command::new(env!("CARGO_BIN_EXE_mmap_storm")).args([
-            "--threads",
-            &threads.to_string(),
-            "--seconds",
-            &seconds.to_string(),
-        ]),
+    let mut agent = Agent::trace_workload(seconds, Some(&cgroup), force_tracepoints);
+    let truth = run_workload(
+        env!("CARGO_BIN_EXE_mmap_storm"),
+        threads,
+        seconds,
+        &[],
         &cgroup,
     );
-    let truth = workload_result(child);
     agent.assert_still_tracing("the mmap storm");
     let maps = bt.stop();
     let done = agent.finish();

@@ -56,18 +56,16 @@ fn systemd_is_running() -> bool {
 }
 
 fn ctxt_switches(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_else(|e| panic!("reading /proc/{pid}/status of the container process: {e}"));
-    ["voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:"]
-        .iter()
-        .map(|key| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix(key))
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .unwrap_or_else(|| panic!("no {key} in /proc/{pid}/status:\n{status}"))
-        })
-        .sum()
+    let status = stormwatch_tests::process_status(pid)
+        .unwrap_or_else(|| panic!("reading /proc/{pid}/status of the container process"));
+    let (voluntary, involuntary) = (
+        status.voluntary_ctxt_switches,
+        status.nonvoluntary_ctxt_switches,
+    );
+    voluntary
+        .zip(involuntary)
+        .map(|(v, i)| v + i)
+        .unwrap_or_else(|| panic!("no context switch counts in /proc/{pid}/status: {status:?}"))
 }
 
 /// Everything the test created, undone on drop (also when the test fails): the container, the
@@ -80,7 +78,8 @@ struct Pod {
     created_cgroups: Vec<(PathBuf, Vec<String>)>,
     /// Files and directories created under /var/log, removed deepest first.
     created_logs: Vec<PathBuf>,
-    workdir: PathBuf,
+    /// The bundle and runc's state; removed when the pod is dropped, after `cleanup`.
+    workdir: tempfile::TempDir,
 }
 
 impl Pod {
@@ -125,7 +124,6 @@ impl Pod {
                 errors.push(format!("removing {}: {e}", p.display()));
             }
         }
-        let _ = std::fs::remove_dir_all(&self.workdir);
         errors
     }
 }
@@ -181,18 +179,21 @@ fn runc_container_in_kubepods_layout_is_named_and_its_switches_attributed() {
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_nanos();
-    let workdir = std::env::temp_dir().join(format!("sw-identity-{}-{stamp}", std::process::id()));
+    let workdir = tempfile::Builder::new()
+        .prefix("sw-identity-")
+        .tempdir()
+        .expect("a temp dir");
     let mut pod = Pod {
-        runc_root: workdir.join("runc-state"),
+        runc_root: workdir.path().join("runc-state"),
         name: format!("sw-identity-{}-{stamp}", std::process::id()),
         started: false,
         created_cgroups: Vec::new(),
         created_logs: Vec::new(),
-        workdir: workdir.clone(),
+        workdir,
     };
 
     // The rootfs: a static busybox and the `sh` link.
-    let bundle = workdir.join("bundle");
+    let bundle = pod.workdir.path().join("bundle");
     let bin = bundle.join("rootfs/bin");
     std::fs::create_dir_all(&bin).expect("creating the rootfs");
     std::fs::copy(busybox, bin.join("busybox")).expect("copying busybox into the rootfs");
@@ -275,7 +276,7 @@ fn runc_container_in_kubepods_layout_is_named_and_its_switches_attributed() {
     }
     // The detached container inherits runc's stdio: a pipe would stay open as long as the
     // container runs, so its stderr goes to a file.
-    let runc_log = workdir.join("runc-run.stderr");
+    let runc_log = pod.workdir.path().join("runc-run.stderr");
     let status = run
         .args(["run", "-d", "--bundle"])
         .arg(&bundle)

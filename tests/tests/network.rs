@@ -17,10 +17,10 @@ use std::collections::HashMap;
 use serde_json::Value;
 use stormwatch_tests::{
     Agent, TestCgroup, assert_within,
-    daemon::{Daemon, TempDir, assert_promtool_clean, wait_for},
+    daemon::{Daemon, assert_promtool_clean, wait_for, write_file},
     netns::{
-        NODE_B_OVERLAY_IP, OVERLAY_DEV, OuterDf, Overlay, POD_DEV, UNDERLAY_A, delta, ping_counts,
-        require_tools, sample_with,
+        NODE_B_OVERLAY_IP, OVERLAY_DEV, OuterDf, Overlay, POD_DEV, PingDf, UNDERLAY_A, delta,
+        ping_counts, ping_node_b, require_tools, sample_with,
     },
     num, require_bpf, run_in_cgroup,
 };
@@ -66,7 +66,11 @@ impl Watch {
 }
 
 /// Runs `args` in namespace `ns` from a process in `cgroup`, to completion: (stdout, success).
-fn run_in(ns: &stormwatch_tests::netns::Netns, args: &[&str], cgroup: &TestCgroup) -> String {
+fn run_in(
+    ns: &stormwatch_tests::netns::Netns,
+    args: &[impl AsRef<std::ffi::OsStr>],
+    cgroup: &TestCgroup,
+) -> String {
     let child = run_in_cgroup(&mut ns.command(args), cgroup);
     let out = child.wait_with_output().expect("waiting for the traffic");
     String::from_utf8_lossy(&out.stdout).into_owned()
@@ -155,33 +159,20 @@ fn overlay_as_large_as_its_underlay_fragments_and_is_found() {
     let (a_ns, b_ns) = (net.a.inode(), net.b.inode());
     // A process of the container in node A's namespace: what the namespace receives is the
     // container's (the agent learns whose a namespace is from the processes in it).
-    let mut keep = run_in_cgroup(&mut net.a.command(&["sleep", "120"]), &cg);
+    let keep = net.a.resident(&cg);
     let watch = Watch::start();
     let (a0, b0) = (net.a.snmp(), net.b.snmp());
     // 1472 bytes of ICMP payload: 1500-byte IP packets, the overlay's MTU, 1550 once
     // encapsulated. Without DF, something has to fragment them.
     let stdout = run_in(
         &net.a,
-        &[
-            "ping",
-            "-q",
-            "-M",
-            "dont",
-            "-s",
-            "1472",
-            "-c",
-            "200",
-            "-i",
-            "0.005",
-            NODE_B_OVERLAY_IP,
-        ],
+        &ping_node_b(PingDf::Clear, 1472, 200, "0.005", &[]),
         &cg,
     );
     let (sent, received) = ping_counts(&stdout);
     let (a1, b1) = (net.a.snmp(), net.b.snmp());
     let (report, diag) = watch.finish("the ping");
-    let _ = keep.kill();
-    let _ = keep.wait();
+    drop(keep);
 
     let frag_a = delta(&a0, &a1, "Ip.FragCreates") as f64;
     let reasm_a = delta(&a0, &a1, "Ip.ReasmReqds") as f64;
@@ -239,12 +230,7 @@ fn overlay_as_large_as_its_underlay_fragments_and_is_found() {
     );
 
     // The container: what ping sent and received, whole packets (before fragmentation).
-    let c = &report["containers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["cgroup"] == cg.rel_path())
-        .unwrap_or_else(|| panic!("{} not in the report", cg.rel_path()))["network"];
+    let c = container_network(&report, &cg);
     eprintln!("agent: container network {c}");
     assert_within(
         "packets the container sent",
@@ -298,33 +284,18 @@ fn pod_traffic_into_a_too_large_overlay_is_blackholed_and_found() {
     let cg = TestCgroup::new("net-blackhole");
     // Keeps a process of the container in the pod's namespace: that is how the agent ties
     // the namespace to the container.
-    let mut keep = run_in_cgroup(&mut net.pod().command(&["sleep", "120"]), &cg);
+    let keep = net.pod().resident(&cg);
     let watch = Watch::start();
     let a0 = net.a.snmp();
     let stdout = run_in(
         net.pod(),
-        &[
-            "ping",
-            "-q",
-            "-M",
-            "do",
-            "-s",
-            "1472",
-            "-c",
-            "50",
-            "-i",
-            "0.02",
-            "-W",
-            "1",
-            NODE_B_OVERLAY_IP,
-        ],
+        &ping_node_b(PingDf::Set, 1472, 50, "0.02", &["-W", "1"]),
         &cg,
     );
     let (sent, received) = ping_counts(&stdout);
     let a1 = net.a.snmp();
     let (report, diag) = watch.finish("the ping");
-    let _ = keep.kill();
-    let _ = keep.wait();
+    drop(keep);
 
     let frag_fails = delta(&a0, &a1, "Ip.FragFails") as f64;
     let unreach_out = delta(&a0, &a1, "IcmpMsg.OutType3") as f64;
@@ -371,12 +342,7 @@ fn pod_traffic_into_a_too_large_overlay_is_blackholed_and_found() {
         frag_fails,
         0.02,
     );
-    let c = &report["containers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["cgroup"] == cg.rel_path())
-        .unwrap_or_else(|| panic!("{} not in the report", cg.rel_path()))["network"];
+    let c = container_network(&report, &cg);
     assert_within(
         "packets the pod sent",
         num(c, "packets_sent"),
@@ -426,26 +392,47 @@ fn pod_traffic_into_a_too_large_overlay_is_blackholed_and_found() {
     cg.remove();
 }
 
-/// 300 pings from the pod to node B of 1450-byte packets (1422 bytes of payload): exactly the
-/// pod's and the overlay's MTU, DF set. ping's stdout.
-fn full_size_pings(net: &Overlay, cg: &TestCgroup) -> String {
+/// `count` pings from the pod to node B of 1450-byte packets (1422 bytes of payload): exactly
+/// the pod's and the overlay's MTU, DF set. ping's stdout.
+fn full_size_pings(net: &Overlay, cg: &TestCgroup, count: u32) -> String {
     run_in(
         net.pod(),
-        &[
-            "ping",
-            "-q",
-            "-M",
-            "do",
-            "-s",
-            "1422",
-            "-c",
-            "300",
-            "-i",
-            "0.005",
-            NODE_B_OVERLAY_IP,
-        ],
+        &ping_node_b(PingDf::Set, 1422, count, "0.005", &[]),
         cg,
     )
+}
+
+/// The `network` figures of the test's container in a report.
+fn container_network<'a>(report: &'a Value, cg: &TestCgroup) -> &'a Value {
+    &report["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["cgroup"] == cg.rel_path())
+        .unwrap_or_else(|| panic!("{} not in the report", cg.rel_path()))["network"]
+}
+
+/// The pod's eth0 as the agent saw it against the driver's counters over the same time
+/// (`driver`: a counter's change), with `sent` full-size pings at the MTU.
+fn assert_eth0_matches_its_driver(eth0: &Value, driver: impl Fn(&str) -> f64, sent: u64) {
+    assert_within(
+        "eth0 packets sent",
+        num(&eth0["tx"], "packets"),
+        driver("tx_packets"),
+        0.02,
+    );
+    assert_within(
+        "eth0 packets received",
+        num(&eth0["rx"], "packets"),
+        driver("rx_packets"),
+        0.02,
+    );
+    assert_within(
+        "eth0 packets at the MTU",
+        num(&eth0["tx"]["lengths"], "at_mtu"),
+        sent as f64,
+        0.02,
+    );
 }
 
 /// Counters of an interface, read from its driver.
@@ -465,16 +452,15 @@ fn right_mtus_give_no_finding_and_counts_match_the_interfaces() {
     let inodes = net.inodes();
     let (a_ns, pod_ns) = (net.a.inode(), net.pod().inode());
     let cg = TestCgroup::new("net-right");
-    let mut keep = run_in_cgroup(&mut net.pod().command(&["sleep", "120"]), &cg);
+    let keep = net.pod().resident(&cg);
     let watch = Watch::start();
     let (a0, s0) = (net.a.snmp(), if_stats(net.pod(), POD_DEV));
     // They fit.
-    let stdout = full_size_pings(&net, &cg);
+    let stdout = full_size_pings(&net, &cg, 300);
     let (sent, received) = ping_counts(&stdout);
     let (a1, s1) = (net.a.snmp(), if_stats(net.pod(), POD_DEV));
     let (report, diag) = watch.finish("the ping");
-    let _ = keep.kill();
-    let _ = keep.wait();
+    drop(keep);
     let d = |k: &str| (s1[k] - s0[k]) as f64;
     eprintln!(
         "ping {sent} sent / {received} received; pod eth0 tx {} packets {} bytes, rx {} \
@@ -494,12 +480,7 @@ fn right_mtus_give_no_finding_and_counts_match_the_interfaces() {
 
     // The container's traffic is what its namespace's only interface carried (the driver's
     // counters also count a couple of ARP packets, and link-layer headers in bytes).
-    let c = &report["containers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["cgroup"] == cg.rel_path())
-        .unwrap_or_else(|| panic!("{} not in the report", cg.rel_path()))["network"];
+    let c = container_network(&report, &cg);
     eprintln!("agent: container network {c}");
     assert_within(
         "packets sent",
@@ -529,24 +510,7 @@ fn right_mtus_give_no_finding_and_counts_match_the_interfaces() {
     // The interface probes against the driver's counters, and the MTU bucket.
     let eth0 = interface(&report, pod_ns, POD_DEV);
     eprintln!("agent: pod eth0 {eth0}");
-    assert_within(
-        "eth0 packets sent",
-        num(&eth0["tx"], "packets"),
-        d("tx_packets"),
-        0.02,
-    );
-    assert_within(
-        "eth0 packets received",
-        num(&eth0["rx"], "packets"),
-        d("rx_packets"),
-        0.02,
-    );
-    assert_within(
-        "eth0 packets at the MTU",
-        num(&eth0["tx"]["lengths"], "at_mtu"),
-        sent as f64,
-        0.02,
-    );
+    assert_eth0_matches_its_driver(eth0, d, sent);
     assert_eq!(num(&eth0["tx"]["lengths"], "over_mtu"), 0.0);
     assert_eq!(num(&eth0["tx"], "fragments"), 0.0);
     // Forwarded by node A into the overlay: at its MTU too, and nothing fragmented.
@@ -582,7 +546,7 @@ fn tcp_super_packets_count_as_their_segments() {
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    let mut keep = run_in_cgroup(&mut net.pod().command(&["sleep", "120"]), &cg);
+    let keep = net.pod().resident(&cg);
     let watch = Watch::start();
     let p0 = net.pod().snmp();
     let stdout = run_in(
@@ -594,8 +558,7 @@ fn tcp_super_packets_count_as_their_segments() {
     let (report, _diag) = watch.finish("iperf3");
     let _ = server.kill();
     let _ = server.wait();
-    let _ = keep.kill();
-    let _ = keep.wait();
+    drop(keep);
     assert!(
         stdout.contains("receiver"),
         "iperf3 did not finish: {stdout}"
@@ -606,12 +569,7 @@ fn tcp_super_packets_count_as_their_segments() {
     let out_segs = delta(&p0, &p1, "Tcp.OutSegs") as f64;
     let retrans = delta(&p0, &p1, "Tcp.RetransSegs") as f64;
     let in_segs = delta(&p0, &p1, "Tcp.InSegs") as f64;
-    let c = &report["containers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["cgroup"] == cg.rel_path())
-        .unwrap_or_else(|| panic!("{} not in the report", cg.rel_path()))["network"];
+    let c = container_network(&report, &cg);
     eprintln!("pod TCP: OutSegs {out_segs} RetransSegs {retrans} InSegs {in_segs}; agent: {c}");
     assert!(out_segs > 10_000.0, "iperf3 sent little: {out_segs}");
     assert!(
@@ -662,23 +620,7 @@ fn classic_tracepoint_fallback_counts_the_same() {
         "--force-tracepoints",
     ]);
     let s0 = if_stats(net.pod(), POD_DEV);
-    let stdout = run_in(
-        net.pod(),
-        &[
-            "ping",
-            "-q",
-            "-M",
-            "do",
-            "-s",
-            "1422",
-            "-c",
-            "200",
-            "-i",
-            "0.005",
-            NODE_B_OVERLAY_IP,
-        ],
-        &cg,
-    );
+    let stdout = full_size_pings(&net, &cg, 200);
     let (sent, _) = ping_counts(&stdout);
     let s1 = if_stats(net.pod(), POD_DEV);
     trace.assert_still_tracing("the ping");
@@ -706,24 +648,7 @@ fn classic_tracepoint_fallback_counts_the_same() {
         d("tx_packets"),
         d("rx_packets")
     );
-    assert_within(
-        "eth0 packets sent",
-        num(&eth0["tx"], "packets"),
-        d("tx_packets"),
-        0.02,
-    );
-    assert_within(
-        "eth0 packets received",
-        num(&eth0["rx"], "packets"),
-        d("rx_packets"),
-        0.02,
-    );
-    assert_within(
-        "eth0 packets at the MTU",
-        num(&eth0["tx"]["lengths"], "at_mtu"),
-        sent as f64,
-        0.02,
-    );
+    assert_eth0_matches_its_driver(eth0, d, sent);
     cg.remove();
 }
 
@@ -768,19 +693,18 @@ fn the_daemon_exports_a_containers_network_series_and_the_mtu_inventory() {
     let net = Overlay::new(1500, 1450, OuterDf::Set, Some(1450));
     let (a_ns, pod_ns) = (net.a.inode().to_string(), net.pod().inode().to_string());
     let cg = TestCgroup::new("net-daemon");
-    let mut keep = run_in_cgroup(&mut net.pod().command(&["sleep", "120"]), &cg);
+    let keep = net.pod().resident(&cg);
     // Room for the test's cgroup however many other cgroups this host has.
-    let dir = TempDir::new("net-daemon");
-    let config = dir.file("stormwatch.toml", "max_cgroups = 1000000\n");
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let config = write_file(dir.path(), "stormwatch.toml", "max_cgroups = 1000000\n");
     let daemon = Daemon::start(&["--config", config.to_str().expect("UTF-8 path")]);
     let m0 = metrics_after_collection(&daemon);
     let s0 = if_stats(net.pod(), POD_DEV);
-    let stdout = full_size_pings(&net, &cg);
+    let stdout = full_size_pings(&net, &cg, 300);
     let (sent, received) = ping_counts(&stdout);
     let s1 = if_stats(net.pod(), POD_DEV);
     let m1 = metrics_after_collection(&daemon);
-    let _ = keep.kill();
-    let _ = keep.wait();
+    drop(keep);
     assert_eq!((sent, received), (300, 300), "{stdout}");
     let d = |k: &str| (s1[k] - s0[k]) as f64;
 

@@ -37,6 +37,7 @@
 use std::{
     collections::BTreeSet,
     net::SocketAddr,
+    os::unix::fs::PermissionsExt as _,
     path::{Path, PathBuf},
     process::{Command, Output, Stdio},
     sync::atomic::{AtomicUsize, Ordering},
@@ -47,8 +48,9 @@ use serde_json::Value as Json;
 use serde_yaml_ng::Value;
 use stormwatch_tests::{
     TestCgroup, agent_bin,
-    daemon::{TempDir, free_port, http_get, sample, tool},
+    daemon::{free_port, http_get, sample, tool},
     deploy::{documents, repo_file},
+    netns::{self, Netns, ping_counts, sample_with},
     num, run_in_cgroup, workload_result,
 };
 
@@ -96,7 +98,7 @@ struct Pod {
     /// The seccomp profile file the runtime applies.
     seccomp: PathBuf,
     /// The config files (ConfigMap data), written under this directory.
-    _config_dir: TempDir,
+    _config_dir: tempfile::TempDir,
 }
 
 /// Kubernetes quantities: "256Mi", "64M", "1Gi", "500m" (CPU), "2".
@@ -156,7 +158,7 @@ impl Pod {
         };
 
         // Volumes: hostPath, or a ConfigMap written to files.
-        let config_dir = TempDir::new("pod-config");
+        let config_dir = tempfile::tempdir().expect("a temp dir");
         let volumes = seq(&pod["volumes"]);
         let mounts = seq(&c["volumeMounts"])
             .iter()
@@ -176,7 +178,7 @@ impl Pod {
                                 && d["metadata"]["name"].as_str() == Some(cm)
                         })
                         .unwrap_or_else(|| panic!("no ConfigMap {cm} in the manifest"));
-                    let dir = config_dir.0.join(name);
+                    let dir = config_dir.path().join(name);
                     std::fs::create_dir(&dir).expect("a ConfigMap directory");
                     let data = map["data"].as_mapping().expect("ConfigMap data");
                     for (file, text) in data {
@@ -346,7 +348,11 @@ struct Image(String);
 impl Image {
     fn build() -> Self {
         let bin = agent_bin();
-        let root = TempDir::new("pod-image");
+        let root = tempfile::tempdir().expect("a temp dir");
+        // This directory becomes the image's `/`: 0755 like any root file system, not the 0700
+        // tempfile gives it.
+        std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o755))
+            .expect("chmod the image root");
         let mut files = vec![(bin.to_path_buf(), PathBuf::from("usr/local/bin/stormwatch"))];
         for lib in shared_libraries(bin) {
             let inside = lib.strip_prefix("/").expect("absolute").to_path_buf();
@@ -354,19 +360,22 @@ impl Image {
         }
         assert!(files.len() > 1, "the agent is dynamically linked (glibc)");
         for (from, to) in &files {
-            let to = root.0.join(to);
+            let to = root.path().join(to);
             std::fs::create_dir_all(to.parent().expect("a parent")).expect("image directories");
             // Dereferenced: the image has no symlink farm.
             std::fs::copy(from, &to)
                 .unwrap_or_else(|e| panic!("copying {} into the image: {e}", from.display()));
         }
-        let tar = root.0.with_extension("tar");
+        let tar = tempfile::Builder::new()
+            .suffix(".tar")
+            .tempfile()
+            .expect("a temp file for the image");
         succeed(
             Command::new("tar")
                 .arg("-C")
-                .arg(&root.0)
+                .arg(root.path())
                 .arg("-cf")
-                .arg(&tar)
+                .arg(tar.path())
                 .arg("."),
         );
         let tag = format!("localhost/{}:pod", unique("stormwatch"));
@@ -374,10 +383,9 @@ impl Image {
             podman()
                 .args(["import", "--quiet", "--change"])
                 .arg(r#"ENTRYPOINT ["/usr/local/bin/stormwatch"]"#)
-                .arg(&tar)
+                .arg(tar.path())
                 .arg(&tag),
         );
-        let _ = std::fs::remove_file(&tar);
         Image(tag)
     }
 }
@@ -788,6 +796,106 @@ fn the_pod_exports_network_series_for_a_workload() {
         f64::from(PINGS * (20 + 8 + PAYLOAD)),
         "IP bytes of {PINGS} pings of {PAYLOAD} bytes"
     );
+    // The pings went through the host's network namespace, which the pod cannot see (no host
+    // pids): the agent must still know it is the host's (the kernel's fixed inode, from BTF)
+    // and credit what it receives to no container — not to the first cgroup seen sending there.
+    let received = format!("stormwatch_network_packets_total{labels},direction=\"received\"}}");
+    assert_eq!(
+        sample(&text, &received).unwrap_or(0.0),
+        0.0,
+        "the host's namespace is no container's: {received} in\n{text}"
+    );
+}
+
+#[test]
+fn the_pod_names_the_interfaces_of_namespaces_it_cannot_enter() {
+    stormwatch_tests::require_bpf();
+    netns::require_tools();
+    let pod = Pod::from_manifest();
+    let running = RunningPod::start(&pod);
+    // Two namespaces joined by a veth pair with MTUs no default gives. The pod can neither
+    // enter them (CAP_SYS_ADMIN) nor see a process in them (its own pid namespace): what it
+    // knows of them comes from the kernel's `net_device`s, as its probes saw them.
+    let (a, b) = (Netns::new("podinv"), Netns::new("podinv"));
+    a.ip(&[
+        "link",
+        "add",
+        "swin0",
+        "mtu",
+        "1380",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "swin1",
+        "netns",
+        b.name(),
+    ]);
+    b.ip(&["link", "set", "swin1", "mtu", "1280"]);
+    a.ip(&["addr", "add", "10.231.0.1/24", "dev", "swin0"]);
+    b.ip(&["addr", "add", "10.231.0.2/24", "dev", "swin1"]);
+    a.ip(&["link", "set", "swin0", "up"]);
+    b.ip(&["link", "set", "swin1", "up"]);
+    let out = a.exec(&[
+        "ping",
+        "-q",
+        "-c",
+        "5",
+        "-i",
+        "0.1",
+        "-s",
+        "500",
+        "10.231.0.2",
+    ]);
+    let (sent, answered) = ping_counts(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(
+        (sent, answered),
+        (5, 5),
+        "the premise: the veth pair carries the pings"
+    );
+
+    let ifindex = |ns: &Netns, dev: &str| {
+        let out = ns.exec(&["cat", &format!("/sys/class/net/{dev}/ifindex")]);
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    let expect = [
+        (&a, "swin0", ifindex(&a, "swin0"), 1380.0),
+        (&b, "swin1", ifindex(&b, "swin1"), 1280.0),
+    ];
+    // The MTU inventory is refreshed with each diagnosis step.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let text = running.metrics();
+        let found: Vec<Option<f64>> = expect
+            .iter()
+            .map(|(ns, name, ifindex, _)| {
+                let netns = ns.inode().to_string();
+                sample_with(
+                    &text,
+                    "stormwatch_interface_mtu_bytes",
+                    &[
+                        ("netns", &netns),
+                        ("ifindex", ifindex),
+                        ("interface", name),
+                        ("kind", "veth"),
+                    ],
+                )
+            })
+            .collect();
+        if found.iter().all(Option::is_some) {
+            for ((_, name, _, mtu), got) in expect.iter().zip(found) {
+                assert_eq!(got, Some(*mtu), "{name}'s MTU as the pod exports it");
+            }
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the pod did not name swin0 and swin1 within a minute (found {found:?}):\n{text}\n\
+             logs:\n{}",
+            running.container.logs()
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
 }
 
 #[test]

@@ -16,7 +16,7 @@ use std::{
 };
 
 use stormwatch_tests::{
-    daemon::{TempDir, tool},
+    daemon::tool,
     deploy::{manifest, repo_file},
 };
 
@@ -31,7 +31,7 @@ fn promtool() -> PathBuf {
 /// The CR's rule groups written as a plain rule file, with a copy of the test file beside it
 /// (its `rule_files` names the rule file relative to itself).
 struct RuleFiles {
-    _dir: TempDir,
+    _dir: tempfile::TempDir,
     rules: PathBuf,
     tests: PathBuf,
 }
@@ -39,11 +39,11 @@ struct RuleFiles {
 fn rule_files() -> RuleFiles {
     let cr = manifest("prometheusrule.yaml", "PrometheusRule");
     assert_eq!(cr["apiVersion"].as_str(), Some("monitoring.coreos.com/v1"));
-    let dir = TempDir::new("promrules");
-    let rules = dir.0.join("stormwatch.rules.yaml");
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let rules = dir.path().join("stormwatch.rules.yaml");
     let spec = serde_yaml_ng::to_string(&cr["spec"]).expect("encoding the rule groups");
     std::fs::write(&rules, spec).expect("writing the rule file");
-    let tests = dir.0.join("prometheusrule_test.yaml");
+    let tests = dir.path().join("prometheusrule_test.yaml");
     std::fs::copy(deploy("tests/prometheusrule_test.yaml"), &tests)
         .expect("copying deploy/tests/prometheusrule_test.yaml");
     RuleFiles {

@@ -21,18 +21,11 @@
 //! the lock so threads get preempted, and lock holders preempted make the others sleep), and
 //! the test checks they are (at least 500 each) so that 2% means something.
 
-use std::process::Command;
-
 use serde_json::Value;
-use stormwatch_tests::{
-    Agent, TestCgroup, assert_within, cpus, num, require_bpf, run_in_cgroup, workload_result,
-};
+use stormwatch_tests::{Agent, TestCgroup, assert_within, cpus, num, require_bpf, run_workload};
 
-const STORM_THREADS: &str = "32";
+const STORM_THREADS: usize = 32;
 const STORM_SECONDS: f64 = 3.0;
-
-/// Starting the workload and joining its threads takes a moment; then 1 s of margin.
-const MARGIN_SECONDS: f64 = 2.0;
 
 /// The three scheduler probes are in the report's `probes`, attached as `kind`.
 fn sched_probes_attached_as(report: &Value, kind: &str) {
@@ -53,28 +46,14 @@ fn sched_probes_attached_as(report: &Value, kind: &str) {
 fn mutex_storm_switches_match_rusage(force_tracepoints: bool) {
     require_bpf();
     let cgroup = TestCgroup::new("storm");
-    let duration = format!("{}", STORM_SECONDS + MARGIN_SECONDS);
-    let mut args = vec![
-        "--json",
-        "--duration",
-        &duration,
-        "--cgroup",
-        cgroup.rel_path(),
-    ];
-    if force_tracepoints {
-        args.push("--force-tracepoints");
-    }
-    let mut agent = Agent::trace(&args);
-    let child = run_in_cgroup(
-        Command::new(env!("CARGO_BIN_EXE_mutex_storm")).args([
-            "--threads",
-            STORM_THREADS,
-            "--seconds",
-            &STORM_SECONDS.to_string(),
-        ]),
+    let mut agent = Agent::trace_workload(STORM_SECONDS, Some(&cgroup), force_tracepoints);
+    let truth = run_workload(
+        env!("CARGO_BIN_EXE_mutex_storm"),
+        STORM_THREADS,
+        STORM_SECONDS,
+        &[],
         &cgroup,
     );
-    let truth = workload_result(child);
     agent.assert_still_tracing("the mutex storm");
     let done = agent.finish();
     sched_probes_attached_as(
@@ -134,7 +113,7 @@ fn mutex_storm_switches_match_rusage(force_tracepoints: bool) {
     // agent may be below by the thread count plus 10%; and above by no more than a migration
     // per thread (a thread moved after its read, just before exiting).
     if let Some(nr) = truth["nr_migrations"].as_f64() {
-        let threads: f64 = STORM_THREADS.parse().unwrap();
+        let threads = STORM_THREADS as f64;
         let got = num(c, "migrations");
         assert!(
             got <= nr + threads && got >= 0.9 * nr - threads,
@@ -165,19 +144,9 @@ fn spin_oncpu_matches_cpu_time() {
     require_bpf();
     let cgroup = TestCgroup::new("spin");
     let seconds = 3.0;
-    let threads = (2 * cpus()).to_string();
-    let duration = format!("{}", seconds + MARGIN_SECONDS);
-    let mut agent = Agent::trace(&["--json", "--duration", &duration]);
-    let child = run_in_cgroup(
-        Command::new(env!("CARGO_BIN_EXE_spin")).args([
-            "--threads",
-            &threads,
-            "--seconds",
-            &seconds.to_string(),
-        ]),
-        &cgroup,
-    );
-    let truth = workload_result(child);
+    let threads = 2 * cpus();
+    let mut agent = Agent::trace_workload(seconds, None, false);
+    let truth = run_workload(env!("CARGO_BIN_EXE_spin"), threads, seconds, &[], &cgroup);
     agent.assert_still_tracing("the spin workload");
     let done = agent.finish();
     sched_probes_attached_as(&done.report, "tp_btf");

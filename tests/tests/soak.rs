@@ -47,11 +47,9 @@ fn counters(text: &str) -> HashMap<String, f64> {
 }
 
 fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("daemon status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+    stormwatch_tests::process_status(pid)
+        .expect("the daemon's /proc/<pid>/status")
+        .vmrss
         .expect("VmRSS")
 }
 

@@ -13,11 +13,7 @@
 //! batch. 2% of the voluntary switches (the mutex's sleeps), 5% of the involuntary ones (fewer,
 //! so the per-thread exit switches weigh more).
 
-use std::process::Command;
-
-use stormwatch_tests::{
-    Agent, TestCgroup, assert_within, num, require_bpf, run_in_cgroup, workload_result,
-};
+use stormwatch_tests::{Agent, TestCgroup, assert_within, num, require_bpf, run_workload};
 
 /// Lost-event reasons that would mean a switch count or a cgroup's entry went missing.
 const LOSSES: [&str; 5] = [
@@ -33,18 +29,8 @@ fn thread_churn_switches_match_rusage_and_nothing_is_lost() {
     require_bpf();
     let cgroup = TestCgroup::new("thread-churn");
     let seconds = 4.0;
-    let duration = format!("{}", seconds + 2.0);
-    let mut agent = Agent::trace(&["--json", "--duration", &duration]);
-    let child = run_in_cgroup(
-        Command::new(env!("CARGO_BIN_EXE_thread_churn")).args([
-            "--threads",
-            "8",
-            "--seconds",
-            &seconds.to_string(),
-        ]),
-        &cgroup,
-    );
-    let truth = workload_result(child);
+    let mut agent = Agent::trace_workload(seconds, None, false);
+    let truth = run_workload(env!("CARGO_BIN_EXE_thread_churn"), 8, seconds, &[], &cgroup);
     agent.assert_still_tracing("the thread churn");
     let done = agent.finish();
     let c = done.container(&cgroup);

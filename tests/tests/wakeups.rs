@@ -16,19 +16,11 @@ use std::{os::unix::process::CommandExt as _, process::Command};
 use stormwatch_tests::{Agent, TestCgroup, cpus, num, require_bpf, run_in_cgroup, workload_result};
 
 const SECONDS: f64 = 3.0;
-const MARGIN_SECONDS: f64 = 2.0;
 
 fn storm(pinned: bool) -> (serde_json::Value, serde_json::Value) {
     require_bpf();
     let cgroup = TestCgroup::new(if pinned { "wake-pinned" } else { "wake-spread" });
-    let duration = format!("{}", SECONDS + MARGIN_SECONDS);
-    let mut agent = Agent::trace(&[
-        "--json",
-        "--duration",
-        &duration,
-        "--cgroup",
-        cgroup.rel_path(),
-    ]);
+    let mut agent = Agent::trace_workload(SECONDS, Some(&cgroup), false);
     let storm = env!("CARGO_BIN_EXE_mutex_storm");
     let seconds = SECONDS.to_string();
     let args = ["--threads", "16", "--seconds", &seconds];

@@ -66,11 +66,10 @@ fn interrupt(pid: u32) {
 
 /// VmHWM (peak resident set) of a process, in KiB.
 fn peak_rss_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+    use procfs_core::FromRead as _;
+    procfs_core::process::Status::from_file(format!("/proc/{pid}/status"))
+        .ok()?
+        .vmhwm
 }
 
 /// Starts a command and waits until a line on its stderr (or stdout) contains `ready`.
@@ -156,7 +155,11 @@ tracepoint:syscalls:sys_exit_futex /@start[tid]/ {
 
 /// Runs `stress-ng --<stressor> 2` for `seconds` and returns bogo ops per second (real time).
 fn stress(stressor: &str, seconds: u32) -> Result<f64> {
-    let yaml = std::env::temp_dir().join(format!("stormwatch-bench-{}.yaml", std::process::id()));
+    let yaml = tempfile::Builder::new()
+        .prefix("stormwatch-bench-")
+        .suffix(".yaml")
+        .tempfile()
+        .context("cannot create a temporary file for stress-ng's report")?;
     let status = Command::new("stress-ng")
         .args([
             &format!("--{stressor}"),
@@ -166,7 +169,7 @@ fn stress(stressor: &str, seconds: u32) -> Result<f64> {
             "--metrics-brief",
             "--yaml",
         ])
-        .arg(&yaml)
+        .arg(yaml.path())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
@@ -174,8 +177,7 @@ fn stress(stressor: &str, seconds: u32) -> Result<f64> {
     if !status.success() {
         bail!("stress-ng --{stressor} failed: {status}");
     }
-    let text = std::fs::read_to_string(&yaml)?;
-    let _ = std::fs::remove_file(&yaml);
+    let text = std::fs::read_to_string(yaml.path())?;
     text.lines()
         .find_map(|l| l.trim().strip_prefix("bogo-ops-per-second-real-time:"))
         .and_then(|v| v.trim().parse().ok())

@@ -136,9 +136,21 @@ pub fn session_options(
         network: with_net.then(|| NetworkOptions {
             avail,
             v2_root: pipeline.resolver.root().to_path_buf(),
+            host_netns: pipeline.probes.host_netns,
+            // A sliding window is the daemon's: it re-reads the inventory at every step.
+            inventory_max_age: if span.is_some() {
+                INVENTORY_MAX_AGE
+            } else {
+                Duration::ZERO
+            },
         }),
     }
 }
+
+/// How long the daemon reuses the namespaces' links and routes while no namespace comes or goes:
+/// an MTU changed by hand shows in the inventory within a minute (the probes' per-packet MTU at
+/// once).
+const INVENTORY_MAX_AGE: Duration = Duration::from_secs(60);
 
 /// Probes attached, of those tried.
 pub fn probes_attached(pipeline: &Pipeline) -> (usize, usize) {

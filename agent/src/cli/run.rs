@@ -213,7 +213,8 @@ impl Daemon {
             e.host_steal_seconds = crate::host::steal_seconds_since_boot();
             // The MTU inventory from the start (then re-read with each diagnosis step).
             if e.avail.net.any() {
-                let namespaces = crate::netinfo::namespaces::discover();
+                let host = pipeline.probes.host_netns;
+                let namespaces = crate::netinfo::namespaces::discover(host);
                 e.network
                     .set_inventory(&crate::netinfo::inventory::collect(&namespaces));
             }
@@ -264,7 +265,7 @@ impl Daemon {
                 let limits = self.session.latest_limits(window.cgroups.keys());
                 let ctx = p.report_context(&limits);
                 let judged = step_done.then(|| {
-                    let net = self.session.network();
+                    let net = self.session.network(p.seen_interfaces());
                     let findings = self.session.judge(p.paths(), net.as_ref());
                     (net, findings)
                 });

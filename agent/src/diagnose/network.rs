@@ -544,6 +544,17 @@ mod tests {
         }
     }
 
+    /// A node with a VXLAN (50 bytes of headers) at `overlay` over an uplink eth0 at `underlay`.
+    fn vxlan_node(overlay: u32, underlay: u32, counters: MtuCounters) -> NetnsFacts {
+        node(
+            vec![
+                iface("eth0", "physical", underlay),
+                tunnel("vxlan0", overlay, 50, underlay),
+            ],
+            counters,
+        )
+    }
+
     fn pod(mtu: u32, counters: MtuCounters) -> NetnsFacts {
         let mut eth0 = iface("eth0", "veth", mtu);
         eth0.peer = Some((100, 7));
@@ -585,124 +596,114 @@ mod tests {
 
     fn cases() -> Vec<Case> {
         let eth0 = iface("eth0", "physical", 1500);
-        let jumbo = iface("eth0", "physical", 9000);
-        vec![
+        // A VXLAN as large as its underlay: always a finding about the host, how grave
+        // depending on the traffic.
+        let overlay_as_large_as_underlay = [
             (
                 "overlay = underlay, fragments seen",
-                vec![node(
-                    vec![eth0.clone(), tunnel("vxlan0", 1500, 50, 1500)],
-                    FRAGMENTING,
-                )],
-                vec![("host", Severity::Warning)],
+                FRAGMENTING,
+                Severity::Warning,
             ),
             (
                 "overlay = underlay, packets lost",
-                vec![node(
-                    vec![eth0.clone(), tunnel("vxlan0", 1500, 50, 1500)],
-                    LOSING,
-                )],
-                vec![("host", Severity::Critical)],
+                LOSING,
+                Severity::Critical,
             ),
             (
                 "overlay = underlay, no traffic yet: still wrong",
-                vec![node(
-                    vec![eth0.clone(), tunnel("vxlan0", 1500, 50, 1500)],
-                    QUIET,
-                )],
-                vec![("host", Severity::Warning)],
+                QUIET,
+                Severity::Warning,
             ),
             (
                 "a few fragments are not enough to call it in use",
-                vec![node(
-                    vec![eth0.clone(), tunnel("vxlan0", 1500, 50, 1500)],
-                    FEW_FRAGMENTS,
-                )],
-                vec![("host", Severity::Warning)],
-            ),
-            (
-                "overlay = underlay - 50: right",
-                vec![node(
-                    vec![eth0.clone(), tunnel("vxlan0", 1450, 50, 1500)],
-                    FRAGMENTING,
-                )],
-                vec![],
-            ),
-            (
-                "wireguard at 1420 over 1500: right",
-                vec![node(
-                    vec![eth0.clone(), tunnel("wg0", 1420, 60, 1500)],
-                    QUIET,
-                )],
-                vec![],
-            ),
-            (
-                "pods at 1450 on a 9000 underlay: jumbo unused (overlay and pod)",
-                vec![
-                    node(vec![jumbo.clone(), tunnel("vxlan0", 1450, 50, 9000)], QUIET),
-                    pod(1450, QUIET),
-                ],
-                vec![("/kubepods/pod1", Severity::Info), ("host", Severity::Info)],
-            ),
-            (
-                "overlay at 8950 on 9000: right",
-                vec![
-                    node(vec![jumbo.clone(), tunnel("vxlan0", 8950, 50, 9000)], QUIET),
-                    pod(8950, QUIET),
-                ],
-                vec![],
-            ),
-            (
-                "pod 1500 behind a correct 1450 overlay, PTB seen: the pod is wrong",
-                vec![
-                    node(
-                        vec![eth0.clone(), tunnel("vxlan0", 1450, 50, 1500)],
-                        MtuCounters {
-                            ptb_sent: 200,
-                            ..QUIET
-                        },
-                    ),
-                    pod(1500, QUIET),
-                ],
-                vec![("/kubepods/pod1", Severity::Warning)],
-            ),
-            (
-                "pod 1500 behind a correct overlay, no sign: no finding (may stay on the node)",
-                vec![
-                    node(vec![eth0.clone(), tunnel("vxlan0", 1450, 50, 1500)], QUIET),
-                    pod(1500, QUIET),
-                ],
-                vec![],
-            ),
-            (
-                "pod 9000 on a 1500 host without tunnels, packets lost",
-                vec![node(vec![eth0.clone()], QUIET), pod(9000, LOSING)],
-                vec![("/kubepods/pod1", Severity::Critical)],
-            ),
-            (
-                "pod 1500 on a 1500 host without tunnels",
-                vec![node(vec![eth0.clone()], FRAGMENTING), pod(1500, QUIET)],
-                vec![],
-            ),
-            (
-                "docker at 1500 on a 9001 host: jumbo unused",
-                vec![
-                    node(vec![iface("eth0", "physical", 9001)], QUIET),
-                    pod(1500, QUIET),
-                ],
-                vec![("/kubepods/pod1", Severity::Info)],
-            ),
-            (
-                "unknown underlay: nothing to judge",
-                vec![node(
-                    vec![IfaceFacts {
-                        underlay: None,
-                        ..tunnel("vxlan0", 1500, 50, 1500)
-                    }],
-                    LOSING,
-                )],
-                vec![],
+                FEW_FRAGMENTS,
+                Severity::Warning,
             ),
         ]
+        .map(|(case, counters, severity)| {
+            (
+                case,
+                vec![vxlan_node(1500, 1500, counters)],
+                vec![("host", severity)],
+            )
+        });
+        overlay_as_large_as_underlay
+            .into_iter()
+            .chain([
+                (
+                    "overlay = underlay - 50: right",
+                    vec![vxlan_node(1450, 1500, FRAGMENTING)],
+                    vec![],
+                ),
+                (
+                    "wireguard at 1420 over 1500: right",
+                    vec![node(
+                        vec![eth0.clone(), tunnel("wg0", 1420, 60, 1500)],
+                        QUIET,
+                    )],
+                    vec![],
+                ),
+                (
+                    "pods at 1450 on a 9000 underlay: jumbo unused (overlay and pod)",
+                    vec![vxlan_node(1450, 9000, QUIET), pod(1450, QUIET)],
+                    vec![("/kubepods/pod1", Severity::Info), ("host", Severity::Info)],
+                ),
+                (
+                    "overlay at 8950 on 9000: right",
+                    vec![vxlan_node(8950, 9000, QUIET), pod(8950, QUIET)],
+                    vec![],
+                ),
+                (
+                    "pod 1500 behind a correct 1450 overlay, PTB seen: the pod is wrong",
+                    vec![
+                        vxlan_node(
+                            1450,
+                            1500,
+                            MtuCounters {
+                                ptb_sent: 200,
+                                ..QUIET
+                            },
+                        ),
+                        pod(1500, QUIET),
+                    ],
+                    vec![("/kubepods/pod1", Severity::Warning)],
+                ),
+                (
+                    "pod 1500 behind a correct overlay, no sign: no finding (may stay on the node)",
+                    vec![vxlan_node(1450, 1500, QUIET), pod(1500, QUIET)],
+                    vec![],
+                ),
+                (
+                    "pod 9000 on a 1500 host without tunnels, packets lost",
+                    vec![node(vec![eth0.clone()], QUIET), pod(9000, LOSING)],
+                    vec![("/kubepods/pod1", Severity::Critical)],
+                ),
+                (
+                    "pod 1500 on a 1500 host without tunnels",
+                    vec![node(vec![eth0.clone()], FRAGMENTING), pod(1500, QUIET)],
+                    vec![],
+                ),
+                (
+                    "docker at 1500 on a 9001 host: jumbo unused",
+                    vec![
+                        node(vec![iface("eth0", "physical", 9001)], QUIET),
+                        pod(1500, QUIET),
+                    ],
+                    vec![("/kubepods/pod1", Severity::Info)],
+                ),
+                (
+                    "unknown underlay: nothing to judge",
+                    vec![node(
+                        vec![IfaceFacts {
+                            underlay: None,
+                            ..tunnel("vxlan0", 1500, 50, 1500)
+                        }],
+                        LOSING,
+                    )],
+                    vec![],
+                ),
+            ])
+            .collect()
     }
 
     #[test]
@@ -730,13 +731,7 @@ mod tests {
     fn an_overlay_finding_carries_its_evidence_and_the_fix() {
         let facts = NetFacts {
             window_seconds: 10.0,
-            namespaces: vec![node(
-                vec![
-                    iface("eth0", "physical", 1500),
-                    tunnel("vxlan0", 1500, 50, 1500),
-                ],
-                LOSING,
-            )],
+            namespaces: vec![vxlan_node(1500, 1500, LOSING)],
         };
         let f = diagnose_network(&facts, &Thresholds::default()).remove(0);
         assert_eq!(f.evidence["overlay_mtu"], 1500.0);
@@ -759,16 +754,7 @@ mod tests {
     fn a_pod_finding_names_the_path_and_its_container() {
         let facts = NetFacts {
             window_seconds: 10.0,
-            namespaces: vec![
-                node(
-                    vec![
-                        iface("eth0", "physical", 1500),
-                        tunnel("vxlan0", 1450, 50, 1500),
-                    ],
-                    LOSING,
-                ),
-                pod(1500, QUIET),
-            ],
+            namespaces: vec![vxlan_node(1450, 1500, LOSING), pod(1500, QUIET)],
         };
         let f = diagnose_network(&facts, &Thresholds::default()).remove(0);
         assert_eq!(f.cgroup_id, 55);
@@ -782,16 +768,7 @@ mod tests {
     fn thresholds_move_the_verdict() {
         let facts = NetFacts {
             window_seconds: 10.0,
-            namespaces: vec![
-                node(
-                    vec![
-                        iface("eth0", "physical", 1500),
-                        tunnel("vxlan0", 1450, 50, 1500),
-                    ],
-                    FEW_FRAGMENTS,
-                ),
-                pod(1500, QUIET),
-            ],
+            namespaces: vec![vxlan_node(1450, 1500, FEW_FRAGMENTS), pod(1500, QUIET)],
         };
         assert!(diagnose_network(&facts, &Thresholds::default()).is_empty());
         let t = Thresholds {

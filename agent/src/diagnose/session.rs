@@ -26,11 +26,16 @@ use std::{
 
 use std::path::PathBuf;
 
+use stormwatch_common::net::NetIfKey;
+
 use crate::{
     collect::{CgroupWindow, Window},
     host::{CpuTicks, Host, Steal, read_cpu_ticks, ticks_per_second},
     identity::limits::{CgroupLayout, Limits, read_limits, read_threads},
-    netinfo::{NetState, NetWatch},
+    netinfo::{
+        NetState, NetWatch,
+        inventory::{InventoryCache, SeenInterface},
+    },
     report::network::NetAvailability,
 };
 
@@ -106,6 +111,11 @@ pub struct SessionOptions {
 pub struct NetworkOptions {
     pub avail: NetAvailability,
     pub v2_root: PathBuf,
+    /// The host's network namespace inode, when known.
+    pub host_netns: Option<u64>,
+    /// How long the namespaces' links and routes may be reused while no namespace comes or
+    /// goes (see [`InventoryCache`]); zero for a one-off diagnosis.
+    pub inventory_max_age: Duration,
 }
 
 /// What the session knows of one cgroup's resources.
@@ -150,13 +160,13 @@ struct Step {
 }
 
 impl Step {
-    fn new(throttling: &HashMap<u64, Throttling>, network: bool) -> Self {
+    fn new(throttling: &HashMap<u64, Throttling>, network: Option<&NetworkOptions>) -> Self {
         Self {
             window: Window::empty(),
             cgroups: Vec::new(),
             threads: HashMap::new(),
             throttling_at_start: throttling.clone(),
-            net: network.then(NetWatch::start),
+            net: network.map(|o| NetWatch::start(o.host_netns)),
             cpu_ticks: read_cpu_ticks(),
         }
     }
@@ -206,6 +216,8 @@ pub struct Session {
     /// Limits reads and thread counts done, for the self-metrics and the tests.
     pub limits_reads: u64,
     pub thread_reads: u64,
+    /// What the network inventory may reuse between diagnosis steps.
+    inventory: std::sync::Mutex<InventoryCache>,
 }
 
 impl Session {
@@ -234,7 +246,7 @@ impl Session {
             reader,
             step,
             steps: VecDeque::new(),
-            current: Step::new(&baseline, options.network.is_some()),
+            current: Step::new(&baseline, options.network.as_ref()),
             contexts: HashMap::new(),
             throttling: baseline.clone(),
             baseline,
@@ -244,6 +256,12 @@ impl Session {
             ticks_per_second: ticks_per_second(),
             limits_reads: 0,
             thread_reads: 0,
+            inventory: std::sync::Mutex::new(InventoryCache::new(
+                options
+                    .network
+                    .as_ref()
+                    .map_or(Duration::ZERO, |n| n.inventory_max_age),
+            )),
             options,
         }
     }
@@ -277,8 +295,7 @@ impl Session {
         if self.current.window.duration < self.step {
             return false;
         }
-        let network = self.options.network.is_some();
-        let mut next = Step::new(&self.throttling, network);
+        let mut next = Step::new(&self.throttling, self.options.network.as_ref());
         next.cpu_ticks = self.latest_cpu_ticks;
         let mut done = std::mem::replace(&mut self.current, next);
         done.complete();
@@ -468,10 +485,16 @@ impl Session {
     }
 
     /// The network over the window: the inventory now, and each namespace's kernel counters
-    /// since the window began. `None` without the network rules.
-    pub fn network(&self) -> Option<NetState> {
+    /// since the window began. `None` without the network rules. `seen`: the interfaces the
+    /// probes saw ([`crate::pipeline::Pipeline::seen_interfaces`]), the inventory of the
+    /// namespaces that cannot be read.
+    pub fn network(&self, seen: &HashMap<NetIfKey, SeenInterface>) -> Option<NetState> {
         let front = self.steps.front().unwrap_or(&self.current);
-        front.net.as_ref().map(NetWatch::finish)
+        let mut cache = self
+            .inventory
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        front.net.as_ref().map(|n| n.finish(seen, &mut cache))
     }
 
     /// Runs every rule over the window. `net` is [`Session::network`]'s state (read once by a

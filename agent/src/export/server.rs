@@ -79,7 +79,9 @@ impl Shared {
             .unwrap_or_else(PoisonError::into_inner)
             .take();
         drop(previous);
-        release_free_memory();
+        // The previous exposition and the windows it was made from are megabytes: without
+        // this, resident memory follows the largest collection ever made.
+        crate::memory::release_free_memory();
     }
 
     /// The rendering of the current state: the cached one, or a new one.
@@ -141,18 +143,6 @@ impl Shared {
             u64::MAX => now < STARTUP_ALLOWANCE,
             ms => now.saturating_sub(Duration::from_millis(ms)) <= self.stale_after,
         }
-    }
-}
-
-/// Gives the allocator's free pages back to the kernel. Each collection frees megabytes (the
-/// previous exposition, the windows of the tick) that glibc would otherwise keep mapped:
-/// without this, resident memory follows the largest collection ever made, not the current one.
-/// Costs well under a millisecond once per collection.
-fn release_free_memory() {
-    #[cfg(target_env = "gnu")]
-    // SAFETY: malloc_trim has no preconditions; it only returns free memory.
-    unsafe {
-        libc::malloc_trim(0);
     }
 }
 

@@ -303,8 +303,6 @@ mod tests {
         }
     }
 
-    use crate::test_support::TempDir;
-
     /// Lays out what the kubelet writes for one container.
     fn add_container(root: &Path, ns: &str, pod: &str, uid: &str, container: &str, id: &str) {
         let pod_dir = root.join("pods").join(format!("{ns}_{pod}_{uid}"));
@@ -321,8 +319,8 @@ mod tests {
 
     #[test]
     fn scans_and_looks_up_by_uid_and_id() {
-        let tmp = TempDir::new("kubelet-scan");
-        let root = &tmp.0;
+        let tmp = tempfile::tempdir().expect("a temp dir");
+        let root = tmp.path();
         std::fs::create_dir_all(root.join("containers")).expect("mkdir");
         add_container(root, "shop", "web-0", UID_1, "app", ID_A);
         add_container(root, "shop", "web-0", UID_1, "istio-proxy", ID_B);
@@ -370,8 +368,8 @@ mod tests {
 
     #[test]
     fn container_without_a_readable_target_is_still_named() {
-        let tmp = TempDir::new("kubelet-dangling");
-        let root = &tmp.0;
+        let tmp = tempfile::tempdir().expect("a temp dir");
+        let root = tmp.path();
         std::fs::create_dir_all(root.join("containers")).expect("mkdir");
         // Dangling symlink whose target points at a pods dir we cannot see (agent container
         // mounting only /var/log/containers).
@@ -394,8 +392,11 @@ mod tests {
 
     #[test]
     fn missing_dirs_give_nothing() {
-        let tmp = TempDir::new("kubelet-missing");
-        let names = KubeletNames::scan(&tmp.0.join("no-pods"), &tmp.0.join("no-containers"));
+        let tmp = tempfile::tempdir().expect("a temp dir");
+        let names = KubeletNames::scan(
+            &tmp.path().join("no-pods"),
+            &tmp.path().join("no-containers"),
+        );
         assert!(names.is_empty());
         assert_eq!(names.names(Some(UID_1), Some(ID_A)), PodNames::default());
     }

@@ -538,8 +538,6 @@ mod tests {
         }
     }
 
-    use crate::test_support::TempDir;
-
     fn write_files(dir: &Path, files: &[(&str, &str)]) {
         std::fs::create_dir_all(dir).expect("mkdir");
         for (name, text) in files {
@@ -551,13 +549,13 @@ mod tests {
 
     #[test]
     fn reads_a_v2_tree() {
-        let tmp = TempDir::new("limits-v2");
+        let tmp = tempfile::tempdir().expect("a temp dir");
         let layout = CgroupLayout {
-            v2_root: tmp.0.clone(),
+            v2_root: tmp.path().to_path_buf(),
             v1_roots: HashMap::new(),
         };
         write_files(
-            &tmp.0.join(REL.trim_start_matches('/')),
+            &tmp.path().join(REL.trim_start_matches('/')),
             &[
                 ("cgroup.procs", "1\n"),
                 ("cpu.max", "150000 100000\n"),
@@ -594,14 +592,18 @@ mod tests {
 
         // Unlimited quota, malformed cpuset, no pids controller: those are None / fall back.
         write_files(
-            &tmp.0.join(REL.trim_start_matches('/')),
+            &tmp.path().join(REL.trim_start_matches('/')),
             &[
                 ("cpu.max", "max 100000\n"),
                 ("cpuset.cpus.effective", "zz\n"),
             ],
         );
-        std::fs::remove_file(tmp.0.join(REL.trim_start_matches('/')).join("pids.current"))
-            .expect("rm");
+        std::fs::remove_file(
+            tmp.path()
+                .join(REL.trim_start_matches('/'))
+                .join("pids.current"),
+        )
+        .expect("rm");
         let got = read_limits(&layout, REL);
         assert_eq!(got.cpu_quota_cores, None);
         assert_eq!(got.cpuset_cpus, None);
@@ -614,10 +616,10 @@ mod tests {
 
     #[test]
     fn reads_a_hybrid_tree() {
-        let tmp = TempDir::new("limits-v1");
-        let v2_root = tmp.0.join("unified");
-        let cpu_root = tmp.0.join("cpu,cpuacct");
-        let cpuset_root = tmp.0.join("cpuset");
+        let tmp = tempfile::tempdir().expect("a temp dir");
+        let v2_root = tmp.path().join("unified");
+        let cpu_root = tmp.path().join("cpu,cpuacct");
+        let cpuset_root = tmp.path().join("cpuset");
         let layout = CgroupLayout {
             v2_root: v2_root.clone(),
             v1_roots: HashMap::from([

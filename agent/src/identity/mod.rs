@@ -299,13 +299,13 @@ mod tests {
     /// exactly as on a real v2 mount.
     #[test]
     fn walks_resolves_and_forgets() {
-        let root = std::env::temp_dir().join(format!("sw-cg-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
         std::fs::create_dir_all(root.join("a.slice/b.scope")).unwrap();
         std::fs::write(root.join("a.slice/cgroup.procs"), "").unwrap();
         let ino = |p: &str| std::fs::metadata(root.join(p)).unwrap().ino();
         let (a, b) = (ino("a.slice"), ino("a.slice/b.scope"));
-        let mut r = CgroupResolver::new(root.clone());
+        let mut r = CgroupResolver::new(root.to_path_buf());
         assert!(r.refresh(&[a], |_| false).is_empty());
         assert_eq!(r.path(a), Some("/a.slice"));
         assert_eq!(r.path(b), Some("/a.slice/b.scope"));
@@ -328,7 +328,6 @@ mod tests {
         );
         assert_eq!(r.path(b), None);
         assert_eq!(r.path(a), Some("/a.slice"));
-        std::fs::remove_dir_all(&root).unwrap();
     }
 
     /// Which ids a refresh stats: while the hierarchy's counts stay the same, none that moved,
@@ -337,14 +336,14 @@ mod tests {
     /// check after its removal, and an id no walk finds makes no second walk.
     #[test]
     fn checks_only_idle_cgroups_and_forgets_removed_ones() {
-        let root = std::env::temp_dir().join(format!("sw-cg-idle-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
         for d in ["x.scope", "y.scope", "z.scope"] {
             std::fs::create_dir_all(root.join(d)).unwrap();
         }
         let ino = |p: &str| std::fs::metadata(root.join(p)).unwrap().ino();
         let (x, y, z) = (ino("x.scope"), ino("y.scope"), ino("z.scope"));
-        let mut r = CgroupResolver::new(root.clone());
+        let mut r = CgroupResolver::new(root.to_path_buf());
         r.walk();
         let all = [x, y, z];
         for _ in 0..10 {
@@ -401,6 +400,5 @@ mod tests {
             walked,
             "no second walk for an id no walk found"
         );
-        std::fs::remove_dir_all(&root).unwrap();
     }
 }

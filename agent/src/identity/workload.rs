@@ -119,7 +119,8 @@ mod tests {
 
     #[test]
     fn names_a_kubelet_container_and_leaves_the_host_alone() {
-        let base = std::env::temp_dir().join(format!("sw-ident-{}", std::process::id()));
+        let base = tempfile::tempdir().unwrap();
+        let base = base.path();
         let pods = base.join("pods");
         let containers = base.join("containers");
         let uid = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0";
@@ -147,6 +148,5 @@ mod tests {
         assert_eq!(host, Identity::default());
         ids.retain(|id| id == 1);
         assert!(ids.get(7).is_none());
-        std::fs::remove_dir_all(&base).unwrap();
     }
 }

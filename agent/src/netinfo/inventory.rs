@@ -15,9 +15,11 @@ use std::collections::HashMap;
 use netlink_packet_route::AddressFamily;
 use serde::Serialize;
 
+use stormwatch_common::net::{NetIfInfo, NetIfKey};
+
 pub use super::encapsulation::Encapsulation;
 use super::{
-    encapsulation::encapsulation,
+    encapsulation::{TunnelAttrs, encapsulation},
     links::{Link, kind_of, links_from},
     namespaces::{NetnsRef, discover, each_netns},
     netlink::Rtnl,
@@ -385,6 +387,124 @@ pub fn pair_veths(namespaces: &mut [Namespace], links: &HashMap<u64, Vec<Link>>)
     }
 }
 
+/// An interface as the probes saw it: what the kernel's `net_device` said when they first saw
+/// it (name, kind, link type) and its MTU at its last packet. The inventory of the namespaces
+/// the agent cannot read over rtnetlink: entering another namespace takes CAP_SYS_ADMIN, and
+/// without the host's pid namespace most of them are not even visible in `/proc`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SeenInterface {
+    pub name: String,
+    pub kind: String,
+    pub mtu: u32,
+}
+
+/// `ARPHRD_*` link-layer types the inventory names (`linux/if_arp.h`).
+const ARPHRD_ETHER: u16 = 1;
+const ARPHRD_LOOPBACK: u16 = 772;
+const ARPHRD_NONE: u16 = 0xfffe;
+
+impl SeenInterface {
+    /// From the probes' record and the MTU at the last packet: the kind as [`kind_of`] names a
+    /// link read over rtnetlink (the link type's name for devices without a kind).
+    pub fn from_kernel(info: &NetIfInfo, mtu: u32) -> Self {
+        let text = |b: &[u8]| {
+            let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+            String::from_utf8_lossy(&b[..end]).into_owned()
+        };
+        let kind = match (text(&info.kind), info.link_type) {
+            (k, _) if !k.is_empty() => k,
+            (_, ARPHRD_LOOPBACK) => "loopback".to_owned(),
+            (_, ARPHRD_ETHER) => "physical".to_owned(),
+            (_, ARPHRD_NONE) => "other".to_owned(),
+            (_, t) => format!("link type {t}"),
+        };
+        Self {
+            name: text(&info.name),
+            kind,
+            mtu,
+        }
+    }
+
+    fn interface(&self, ifindex: u32) -> Interface {
+        // Only kinds that add nothing have a known overhead without the link's attributes: a
+        // tunnel's depends on its outer IP version and options, read over rtnetlink.
+        let (overhead, note) = match encapsulation(&self.kind, &TunnelAttrs::default()) {
+            Ok(None) => (Some(0), None),
+            Ok(Some(_)) => (
+                None,
+                Some(
+                    "a tunnel's overhead depends on its attributes, read over rtnetlink in its \
+                     namespace"
+                        .to_owned(),
+                ),
+            ),
+            Err(why) => (None, Some(why)),
+        };
+        Interface {
+            name: self.name.clone(),
+            ifindex,
+            kind: self.kind.clone(),
+            mtu: self.mtu,
+            encapsulation_overhead: overhead,
+            encapsulation: None,
+            encapsulation_note: note,
+            underlay: None,
+            peer: None,
+            master: None,
+            operstate: None,
+            uplink: false,
+        }
+    }
+}
+
+/// Why a namespace's interfaces are the probes' view.
+const SEEN_ONLY: &str = "interfaces as the probes saw them (those that carried traffic: name, \
+                         kind, MTU); links, routes and tunnels need rtnetlink inside the namespace";
+
+/// Adds what the probes saw in namespaces that could not be read: `seen` by (namespace inode,
+/// ifindex); `host` the host's namespace inode when known.
+pub fn add_seen(
+    out: &mut Vec<Namespace>,
+    seen: &HashMap<NetIfKey, SeenInterface>,
+    host: Option<u64>,
+) {
+    let mut by_netns: std::collections::BTreeMap<u64, Vec<Interface>> = Default::default();
+    for (k, i) in seen {
+        by_netns
+            .entry(u64::from(k.netns))
+            .or_default()
+            .push(i.interface(k.ifindex));
+    }
+    for (inode, mut interfaces) in by_netns {
+        interfaces.sort_by_key(|i| i.ifindex);
+        match out.iter_mut().find(|ns| ns.inode == inode) {
+            // Read over rtnetlink: that is the whole truth.
+            Some(ns) if ns.error.is_none() => {}
+            Some(ns) => {
+                ns.interfaces = interfaces;
+                let why = ns.error.take().unwrap_or_default();
+                ns.error = Some(format!("{why}; {SEEN_ONLY}"));
+            }
+            None => out.push(Namespace {
+                inode,
+                name: None,
+                host: Some(inode) == host,
+                pid: None,
+                cgroups: Vec::new(),
+                uplink: None,
+                uplink_mtu: None,
+                route_mtus: Vec::new(),
+                interfaces,
+                snmp: None,
+                error: Some(format!(
+                    "no process of it is visible to the agent; {SEEN_ONLY}"
+                )),
+            }),
+        }
+    }
+    out.sort_by_key(|n| (!n.host, n.inode));
+}
+
 /// The full inventory: every namespace, read once each.
 pub fn collect(namespaces: &[NetnsRef]) -> Vec<Namespace> {
     let raws = each_netns(namespaces, |_| read_here());
@@ -421,9 +541,60 @@ pub fn collect(namespaces: &[NetnsRef]) -> Vec<Namespace> {
     out
 }
 
+/// Links and routes of every namespace, kept for up to `max_age` while the set of namespaces
+/// stays the same (the daemon re-reads its inventory at every diagnosis step: entering each
+/// pod's namespace over rtnetlink every few seconds is most of its network cost, for MTUs that
+/// change once in a pod's life). The namespaces' processes and counters are always current.
+/// With a zero `max_age` nothing is kept.
+#[derive(Debug, Default)]
+pub struct InventoryCache {
+    max_age: std::time::Duration,
+    read: Option<(std::time::Instant, Vec<u64>, Vec<Namespace>)>,
+}
+
+impl InventoryCache {
+    pub fn new(max_age: std::time::Duration) -> Self {
+        Self {
+            max_age,
+            read: None,
+        }
+    }
+
+    /// [`collect`], or the last one with today's processes and counters.
+    pub fn collect(&mut self, namespaces: &[NetnsRef]) -> Vec<Namespace> {
+        let inodes: Vec<u64> = namespaces.iter().map(|n| n.inode).collect();
+        if let Some((at, read_inodes, read)) = &self.read
+            && at.elapsed() < self.max_age
+            && *read_inodes == inodes
+        {
+            let snmp = snmp_snapshot(namespaces);
+            return read
+                .iter()
+                .zip(namespaces)
+                .map(|(ns, now)| Namespace {
+                    name: now.name.clone(),
+                    pid: now.pid,
+                    cgroups: now.cgroups.iter().cloned().collect(),
+                    snmp: snmp.get(&ns.inode).copied(),
+                    ..ns.clone()
+                })
+                .collect();
+        }
+        let out = collect(namespaces);
+        // `collect` gives one entry per namespace, in order, except those that went away
+        // meanwhile: then it is not worth keeping.
+        if !self.max_age.is_zero() && out.len() == namespaces.len() {
+            self.read = Some((std::time::Instant::now(), inodes, out.clone()));
+        }
+        out
+    }
+}
+
 /// The network namespaces over a window: their counters at the start; at the end, the full
 /// inventory and the counters' change.
 pub struct NetWatch {
+    /// The host's namespace inode, when known without `/proc` (see [`discover`]).
+    host: Option<u64>,
     start: HashMap<u64, Snmp>,
     /// Namespaces that existed at the start (those whose counters could not be read then have
     /// no change to report).
@@ -437,16 +608,24 @@ pub struct NetState {
 }
 
 impl NetWatch {
-    pub fn start() -> Self {
-        let namespaces = discover();
+    pub fn start(host: Option<u64>) -> Self {
+        let namespaces = discover(host);
         Self {
+            host,
             start: snmp_snapshot(&namespaces),
             existed: namespaces.iter().map(|n| n.inode).collect(),
         }
     }
 
-    pub fn finish(&self) -> NetState {
-        let namespaces = collect(&discover());
+    /// `seen`: the interfaces the probes saw, for the namespaces that cannot be read; `cache`
+    /// what may be reused of the last inventory.
+    pub fn finish(
+        &self,
+        seen: &HashMap<NetIfKey, SeenInterface>,
+        cache: &mut InventoryCache,
+    ) -> NetState {
+        let mut namespaces = cache.collect(&discover(self.host));
+        add_seen(&mut namespaces, seen, self.host);
         let snmp = namespaces
             .iter()
             .filter_map(|ns| {
@@ -670,6 +849,106 @@ mod tests {
         assert_eq!(all[1].interfaces[1].peer, None, "index 9 exists nowhere");
     }
 
+    fn seen(name: &str, kind: &str, link_type: u16, mtu: u32) -> SeenInterface {
+        let mut info = NetIfInfo::ZERO;
+        info.name[..name.len()].copy_from_slice(name.as_bytes());
+        info.kind[..kind.len()].copy_from_slice(kind.as_bytes());
+        info.link_type = link_type;
+        SeenInterface::from_kernel(&info, mtu)
+    }
+
+    #[test]
+    fn the_kernels_record_names_kinds_like_rtnetlink() {
+        assert_eq!(
+            seen("eth0", "veth", ARPHRD_ETHER, 1450),
+            SeenInterface {
+                name: "eth0".into(),
+                kind: "veth".into(),
+                mtu: 1450
+            }
+        );
+        assert_eq!(seen("lo", "", ARPHRD_LOOPBACK, 65536).kind, "loopback");
+        assert_eq!(seen("ens5", "", ARPHRD_ETHER, 9001).kind, "physical");
+        assert_eq!(
+            seen("wg0", "wireguard", ARPHRD_NONE, 1420).kind,
+            "wireguard"
+        );
+        assert_eq!(seen("sit0", "", 776, 1480).kind, "link type 776");
+        // A full 15-character name (IFNAMSIZ with its NUL).
+        assert_eq!(seen("abcdefghijklmno", "", 1, 1500).name, "abcdefghijklmno");
+    }
+
+    #[test]
+    fn what_the_probes_saw_fills_namespaces_that_could_not_be_read() {
+        let key = |netns, ifindex| NetIfKey { netns, ifindex };
+        let seen_map = HashMap::from([
+            (key(7, 2), seen("ulA", "veth", ARPHRD_ETHER, 1500)),
+            (key(8, 3), seen("flannel.1", "vxlan", ARPHRD_ETHER, 1450)),
+            (key(8, 1), seen("lo", "", ARPHRD_LOOPBACK, 65536)),
+            (key(9, 2), seen("eth0", "veth", ARPHRD_ETHER, 1450)),
+        ]);
+        let readable = assemble(&netns(7), raw(None));
+        let mut unreadable = raw(None);
+        unreadable.links = Err("entering it needs CAP_SYS_ADMIN".into());
+        let mut out = vec![readable.clone(), assemble(&netns(9), unreadable)];
+        add_seen(&mut out, &seen_map, Some(8));
+        // Read over rtnetlink: untouched.
+        assert_eq!(out.iter().find(|n| n.inode == 7), Some(&readable));
+        // The host's (known by inode), not visible at all: first, from the probes.
+        assert_eq!(out[0].inode, 8);
+        assert!(out[0].host);
+        let names: Vec<&str> = out[0].interfaces.iter().map(|i| i.name.as_str()).collect();
+        assert_eq!(names, ["lo", "flannel.1"]);
+        let tunnel = &out[0].interfaces[1];
+        assert_eq!(
+            tunnel.encapsulation_overhead, None,
+            "outer IP version unknown"
+        );
+        assert!(tunnel.encapsulation_note.is_some());
+        assert_eq!(out[0].interfaces[0].encapsulation_overhead, Some(0));
+        assert!(
+            out[0]
+                .error
+                .as_deref()
+                .unwrap()
+                .contains("no process of it")
+        );
+        // Could not be entered: the reason stays, the probes' interfaces are added.
+        let pod = out.iter().find(|n| n.inode == 9).unwrap();
+        assert!(!pod.host);
+        assert_eq!(pod.interfaces.len(), 1);
+        assert_eq!(
+            (pod.interfaces[0].name.as_str(), pod.interfaces[0].mtu),
+            ("eth0", 1450)
+        );
+        let why = pod.error.as_deref().unwrap();
+        assert!(why.starts_with("entering it needs CAP_SYS_ADMIN; interfaces as the probes"));
+    }
+
+    #[test]
+    fn the_cache_reuses_links_while_the_namespaces_stay() {
+        let host: Vec<NetnsRef> = discover(None).into_iter().filter(|n| n.host).collect();
+        let mut cache = InventoryCache::new(std::time::Duration::from_secs(60));
+        let first = cache.collect(&host);
+        let read_at = |c: &InventoryCache| c.read.as_ref().map(|r| r.0);
+        let at = read_at(&cache).expect("kept");
+        let second = cache.collect(&host);
+        assert_eq!(
+            read_at(&cache),
+            Some(at),
+            "the same namespaces: not re-read"
+        );
+        assert_eq!(first[0].interfaces, second[0].interfaces);
+        assert!(second[0].snmp.is_some(), "the counters are read every time");
+        // Another set of namespaces: read again.
+        assert!(cache.collect(&[]).is_empty());
+        assert_ne!(read_at(&cache), Some(at));
+        // A one-off diagnosis keeps nothing.
+        let mut none = InventoryCache::new(std::time::Duration::ZERO);
+        none.collect(&host);
+        assert!(none.read.is_none());
+    }
+
     #[test]
     fn cgroup_lines() {
         assert_eq!(
@@ -687,7 +966,7 @@ mod tests {
     fn the_hosts_namespace_is_found_and_read() {
         // Reads this machine over rtnetlink (no capability needed for the agent's own
         // namespace); a failure here is the environment's, and must show.
-        let all = discover();
+        let all = discover(None);
         let host = all.iter().find(|n| n.host).expect("the host's namespace");
         assert!(host.cgroups.is_empty());
         let read = collect(std::slice::from_ref(host));

@@ -3,7 +3,7 @@
 
 use std::{
     collections::{BTreeSet, HashMap},
-    os::{fd::AsRawFd as _, unix::fs::MetadataExt as _},
+    os::{fd::AsFd as _, unix::fs::MetadataExt as _},
     path::{Path, PathBuf},
 };
 
@@ -39,15 +39,30 @@ pub fn v2_cgroup_of(proc_cgroup: &str) -> Option<String> {
         .filter(|p| !p.is_empty())
 }
 
+/// The initial pid namespace's inode (`PROC_PID_INIT_INO`, fixed since Linux 3.8).
+const PID_NS_INIT_INO: u64 = 0xEFFF_FFFC;
+
+/// The host's network namespace inode: `known` when the kernel fixes it (`NET_NS_INIT_INO`,
+/// from BTF); else, in the host's pid namespace, pid 1's — or this process's own where pid 1
+/// cannot be inspected (a sandbox's init), since a host process is on the host's network. In
+/// a container on an older kernel it is unknown: pid 1 there is the container's.
+pub fn host_inode(known: Option<u64>) -> Option<u64> {
+    let ino = |path: &str| std::fs::metadata(path).map(|m| m.ino());
+    known.or_else(|| {
+        (ino("/proc/self/ns/pid").ok() == Some(PID_NS_INIT_INO))
+            .then(|| {
+                ino("/proc/1/ns/net")
+                    .or_else(|_| ino("/proc/self/ns/net"))
+                    .ok()
+            })
+            .flatten()
+    })
+}
+
 /// Every network namespace reachable from `/proc` and the named-namespace directories,
-/// grouped by inode.
-pub fn discover() -> Vec<NetnsRef> {
-    // The host's namespace is pid 1's; where pid 1 cannot be inspected (a sandbox's init),
-    // this process's own, which for a node agent (hostNetwork) is the host's.
-    let host = std::fs::metadata("/proc/1/ns/net")
-        .or_else(|_| std::fs::metadata("/proc/self/ns/net"))
-        .map(|m| m.ino())
-        .ok();
+/// grouped by inode; the host's marked (see [`host_inode`] for `host`).
+pub fn discover(host: Option<u64>) -> Vec<NetnsRef> {
+    let host = host_inode(host);
     let mut by_inode: HashMap<u64, NetnsRef> = HashMap::new();
     if let Ok(dir) = std::fs::read_dir("/proc") {
         for entry in dir.flatten() {
@@ -128,11 +143,12 @@ fn in_netns<T: Send>(path: &Path, f: impl FnOnce() -> T + Send) -> Result<T, Str
             if file.metadata().map(|m| m.ino()).ok() == own.ok() {
                 return Ok(f());
             }
-            // SAFETY: setns on an open namespace file; it changes only this thread, which
-            // ends with this closure.
-            if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-                let err = std::io::Error::last_os_error();
-                return Err(if err.raw_os_error() == Some(libc::EPERM) {
+            // setns changes only this thread, which ends with this closure.
+            use rustix::thread::{LinkNameSpaceType, move_into_link_name_space};
+            if let Err(err) =
+                move_into_link_name_space(file.as_fd(), Some(LinkNameSpaceType::Network))
+            {
+                return Err(if err == rustix::io::Errno::PERM {
                     "reading another network namespace's links and routes means entering it, \
                      which needs CAP_SYS_ADMIN"
                         .to_owned()

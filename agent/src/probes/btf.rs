@@ -7,10 +7,17 @@
 //! (`enum skb_drop_reason`, for drop reason names), and the number of parameters of a
 //! tracepoint (whether `tcp_retransmit_skb` passes `err`).
 //!
-//! The file is read once at start-up ([`super::KernelFacts::probe`]); aya's loader parses the
-//! same bytes (aya-obj keeps its type table private, so it cannot answer these questions
-//! itself). Lean on memory: the blob is kept as read, with an index of where each type record
-//! starts; records are decoded when a lookup needs them (a few dozen lookups at load time).
+//! The file is read once at start-up ([`super::KernelFacts::probe`]): these bytes are indexed
+//! here, and parsed by aya-obj for the loader (`EbpfLoader::btf` is given that parse, so aya does
+//! not read the file again). Two parses remain because aya-obj 0.6's `Btf` cannot answer these
+//! questions: its one public lookup is `id_by_type_name_kind` (a name to a type id), while the
+//! type table (`type_by_id`, `types`), the strings (`string_at`, `type_name`) and the contents of
+//! a record (struct and union `members`, enum `variants`, a typedef's target, a `FuncProto`'s
+//! `params`) are all `pub(crate)`. The day aya-obj makes them public, this module can go.
+//!
+//! Lean on memory: the blob is kept as read, with an index of where each type record starts;
+//! records are decoded when a lookup needs them (a few dozen lookups at load time), and the
+//! index is dropped before the loader runs.
 
 use std::{ops::Range, path::Path};
 

@@ -85,6 +85,9 @@ pub struct KernelFacts {
     /// Whether the `task_struct` offsets the scheduler probes need were found (kept after
     /// `btf` is dropped).
     pub task_offsets: bool,
+    /// The inode of the host's network namespace, where the kernel gives it a fixed one
+    /// (`NET_NS_INIT_INO`, 6.18 and later): known without seeing any of the host's processes.
+    pub init_netns: Option<u64>,
 }
 
 impl KernelFacts {
@@ -94,6 +97,7 @@ impl KernelFacts {
             aya_btf: None,
             btf: None,
             task_offsets: false,
+            init_netns: None,
             btf_error: Some(why),
         };
         let btf = match Btf::from_file(VMLINUX_BTF) {
@@ -104,12 +108,22 @@ impl KernelFacts {
             Ok(aya_btf) => Self {
                 aya_btf: Some(aya_btf),
                 task_offsets: btf.member_offset("task_struct", "nvcsw").is_ok(),
+                init_netns: init_netns_inode(&btf),
                 btf: Some(btf),
                 btf_error: None,
             },
             Err(e) => unusable(format!("{VMLINUX_BTF}: {e}")),
         }
     }
+}
+
+/// `NET_NS_INIT_INO` of `enum init_ns_ino` (uapi `linux/nsfs.h`): the host's network namespace
+/// inode on kernels that fix it. Inode numbers are 32-bit, as the probes key them.
+fn init_netns_inode(btf: &Btf) -> Option<u64> {
+    btf.enum_values("init_ns_ino")?
+        .into_iter()
+        .find(|(name, _)| name == "NET_NS_INIT_INO")
+        .map(|(_, v)| u64::from(v as u32))
 }
 
 /// A probe family: a name, the globals it needs set before load, and how it attaches.
@@ -127,6 +141,10 @@ pub struct Probes {
     pub status: Vec<ProbeStatus>,
     idle_hot_futexes: IdleKeys<HotFutexKey>,
     idle_lock_sites: IdleKeys<LockSiteKey>,
+    /// The host's network namespace inode, when known (the kernel's BTF gives it on 6.18 and
+    /// later; see [`crate::netinfo::namespaces::host_inode`]).
+    pub host_netns: Option<u64>,
+    netns_owners: net::NetnsOwners,
 }
 
 /// Reads after which an entry of a bounded map that has not moved is deleted.
@@ -278,23 +296,22 @@ impl Probes {
         if !status.iter().any(ProbeStatus::attached) {
             return Err(LoadError::NothingAttached);
         }
+        let host_netns = crate::netinfo::namespaces::host_inode(facts.init_netns);
         drop(facts);
         // Parsing the kernel's BTF (several MB, for the loader and tp_btf) is the agent's
         // largest allocation and it is over now: give the memory back to the system instead of
         // keeping it in the allocator for the agent's lifetime.
-        #[cfg(target_env = "gnu")]
-        // SAFETY: malloc_trim has no preconditions.
-        unsafe {
-            libc::malloc_trim(0);
-        }
+        crate::memory::release_free_memory();
         let mut probes = Self {
             ebpf,
             status,
             idle_hot_futexes: IdleKeys::new(IDLE_READS_BEFORE_EVICTION),
             idle_lock_sites: IdleKeys::new(IDLE_READS_BEFORE_EVICTION),
+            host_netns,
+            netns_owners: net::NetnsOwners::default(),
         };
         // Nothing has been seen sending yet: the processes in each namespace say whose it is.
-        probes.track_network_namespaces(|_| None);
+        probes.track_network_namespaces([], |_| None);
         Ok(probes)
     }
 
@@ -326,11 +343,16 @@ impl Probes {
     }
 
     /// Tells the network receive probe which container each network namespace belongs to (from
-    /// the processes in it and the cgroups seen sending from it); call every collection.
-    /// `path_of` names cgroup ids.
-    pub fn track_network_namespaces(&mut self, path_of: impl Fn(u64) -> Option<String>) {
+    /// the processes in it and the cgroups seen sending from it); call every collection with
+    /// the namespaces that carried traffic since the last. `path_of` names cgroup ids.
+    pub fn track_network_namespaces(
+        &mut self,
+        active: impl IntoIterator<Item = u64>,
+        path_of: impl Fn(u64) -> Option<String>,
+    ) {
         if self.is_attached(net::RECEIVE) {
-            net::track_netns_owners(&mut self.ebpf, path_of);
+            self.netns_owners
+                .track(&mut self.ebpf, self.host_netns, active, path_of);
         }
     }
 
@@ -451,6 +473,15 @@ pub fn per_cpu_map_sizes(cpus: u32, max_cgroups: usize) -> Vec<(&'static str, u3
         preallocated
             .into_iter()
             .map(|(name, default, per_cpu_bytes)| (name, fit(default, per_cpu_bytes))),
+    )
+    // One entry per interface in NET_IFACES: the same bound.
+    .chain(
+        preallocated
+            .iter()
+            .find(|p| p.0 == net::maps::NET_IFACES)
+            .map(|&(_, default, per_cpu_bytes)| {
+                (net::maps::NET_IFINFO, fit(default, per_cpu_bytes))
+            }),
     )
     .collect()
 }

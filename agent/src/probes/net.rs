@@ -13,14 +13,15 @@
 //! encapsulation, the kernel's own counters) is read in [`crate::netinfo`].
 
 use std::{
-    collections::{BTreeSet, HashMap},
+    collections::{BTreeSet, HashMap, HashSet},
     sync::OnceLock,
+    time::{Duration, Instant},
 };
 
 use aya::Ebpf;
 use stormwatch_common::net::{
-    CgroupNetStats, NetDropKey, NetDropStats, NetIfKey, NetIfStats, NetProbeError, NetSenderKey,
-    globals, maps, programs,
+    CgroupNetStats, NetDropKey, NetDropStats, NetIfInfo, NetIfKey, NetIfStats, NetProbeError,
+    NetSenderKey, globals, maps, programs,
 };
 
 use super::{
@@ -40,7 +41,7 @@ pub const CONTAINER_PROBES: [&str; 2] = [XMIT, RECEIVE];
 
 /// (global, struct, member path): what the programs read, from BTF. `sk_buff.end` is an offset
 /// from `head` on 64-bit kernels (`NET_SKBUFF_DATA_USES_OFFSET`), the only ones we build for.
-const BTF_OFFSETS: [(&str, &str, &[&str]); 21] = [
+const BTF_OFFSETS: [(&str, &str, &[&str]); 25] = [
     (globals::SKB_LEN_OFFSET, "sk_buff", &["len"]),
     (globals::SKB_HEAD_OFFSET, "sk_buff", &["head"]),
     (globals::SKB_DATA_OFFSET, "sk_buff", &["data"]),
@@ -77,6 +78,14 @@ const BTF_OFFSETS: [(&str, &str, &[&str]); 21] = [
     (globals::DEV_IFINDEX_OFFSET, "net_device", &["ifindex"]),
     (globals::DEV_NET_OFFSET, "net_device", &["nd_net", "net"]),
     (globals::NET_INUM_OFFSET, "net", &["ns", "inum"]),
+    (globals::DEV_NAME_OFFSET, "net_device", &["name"]),
+    (globals::DEV_TYPE_OFFSET, "net_device", &["type"]),
+    (
+        globals::DEV_LINK_OPS_OFFSET,
+        "net_device",
+        &["rtnl_link_ops"],
+    ),
+    (globals::LINK_OPS_KIND_OFFSET, "rtnl_link_ops", &["kind"]),
     (globals::SOCK_SOCKET_OFFSET, "sock", &["sk_socket"]),
     (globals::SOCKET_FILE_OFFSET, "socket", &["file"]),
     (
@@ -333,45 +342,93 @@ fn not_attached(tracepoint: &'static str, note: String) -> ProbeStatus {
     }
 }
 
+/// How often the processes' namespaces are re-read when nothing new shows up: a process moving
+/// into an existing namespace (a new container of a running pod) changes nothing until then.
+const NETNS_WALK_PERIOD: Duration = Duration::from_secs(60);
+/// At most this often otherwise: a storm of new namespaces walks `/proc` once a second, not per
+/// namespace.
+const NETNS_WALK_MIN_GAP: Duration = Duration::from_secs(1);
+
 /// Decides which container each network namespace belongs to, for the receive hook: the
 /// cgroup shared by everything that is known to live in it — the processes in it (when this
 /// process may inspect them: `/proc/<pid>/ns/net` needs ptrace access) and the cgroups whose
-/// sockets the transmit hook saw sending from it. The host's namespace (this process's) belongs
-/// to no one. `path_of` names cgroup ids.
-pub fn track_netns_owners(ebpf: &mut Ebpf, path_of: impl Fn(u64) -> Option<String>) {
-    let Ok(root) = crate::identity::find_v2_root() else {
-        return;
-    };
-    let mut members: HashMap<u64, BTreeSet<String>> = HashMap::new();
-    for ns in crate::netinfo::namespaces::discover() {
-        // A namespace known only by name (no process seen in it) says nothing yet.
-        if !ns.host && !ns.cgroups.is_empty() {
-            members.entry(ns.inode).or_default().extend(ns.cgroups);
+/// sockets the transmit hook saw sending from it. The host's namespace and this process's
+/// belong to no one.
+///
+/// `/proc` is walked when a namespace the last walk did not consider carries traffic or sends,
+/// and at least every [`NETNS_WALK_PERIOD`]: not at every collection (thousands of processes on
+/// a busy node).
+#[derive(Debug, Default)]
+pub struct NetnsOwners {
+    /// Namespace inode → cgroup paths of its processes, from the last walk.
+    members: HashMap<u64, BTreeSet<String>>,
+    /// Namespaces the last walk found or already knew of.
+    considered: HashSet<u64>,
+    walked_at: Option<Instant>,
+}
+
+impl NetnsOwners {
+    /// `host` is the host's namespace inode when known without `/proc`; `active` the namespaces
+    /// that carried traffic since the last call; `path_of` names cgroup ids.
+    pub fn track(
+        &mut self,
+        ebpf: &mut Ebpf,
+        host: Option<u64>,
+        active: impl IntoIterator<Item = u64>,
+        path_of: impl Fn(u64) -> Option<String>,
+    ) {
+        let Ok(root) = crate::identity::find_v2_root() else {
+            return;
+        };
+        let senders = read_senders(ebpf);
+        let seen: HashSet<u64> = active
+            .into_iter()
+            .chain(senders.iter().map(|k| u64::from(k.netns)))
+            .collect();
+        let since = self.walked_at.map(|t| t.elapsed());
+        let stale = since.is_none_or(|s| s >= NETNS_WALK_PERIOD);
+        let news = seen.iter().any(|n| !self.considered.contains(n));
+        if stale || (news && since.is_none_or(|s| s >= NETNS_WALK_MIN_GAP)) {
+            self.members.clear();
+            self.considered = seen;
+            for ns in crate::netinfo::namespaces::discover(host) {
+                self.considered.insert(ns.inode);
+                // A namespace known only by name (no process seen in it) says nothing yet.
+                if !ns.host && !ns.cgroups.is_empty() {
+                    self.members.entry(ns.inode).or_default().extend(ns.cgroups);
+                }
+            }
+            self.walked_at = Some(Instant::now());
         }
-    }
-    let senders = read_senders(ebpf);
-    for key in &senders {
-        if let Some(path) = path_of(key.cgroup) {
-            members
-                .entry(u64::from(key.netns))
-                .or_default()
-                .insert(path);
+        let mut members = self.members.clone();
+        for key in &senders {
+            if let Some(path) = path_of(key.cgroup) {
+                members
+                    .entry(u64::from(key.netns))
+                    .or_default()
+                    .insert(path);
+            }
         }
-    }
-    let mut owners: HashMap<u32, u64> = members
-        .into_iter()
-        .filter_map(|(netns, paths)| {
-            let paths: Vec<String> = paths.into_iter().collect();
-            let owner = crate::netinfo::namespaces::cgroup_id(&root, &paths);
-            Some((u32::try_from(netns).ok()?, owner.unwrap_or(0)))
-        })
-        .collect();
-    // 0: nobody's (the kernel never claims a namespace that has an entry).
-    if let Some(own) = crate::netinfo::namespaces::own_inode() {
-        owners.insert(own as u32, 0);
-    }
-    if let Err(e) = set_netns_owners(ebpf, &owners) {
-        log::warn!("cannot tell the receive probe the namespaces' owners: {e:#}");
+        let mut owners: HashMap<u32, u64> = members
+            .into_iter()
+            .filter_map(|(netns, paths)| {
+                let paths: Vec<String> = paths.into_iter().collect();
+                let owner = crate::netinfo::namespaces::cgroup_id(&root, &paths);
+                Some((u32::try_from(netns).ok()?, owner.unwrap_or(0)))
+            })
+            .collect();
+        // 0: nobody's (the kernel never claims a namespace that has an entry). The host's
+        // services send from the host's namespace: without this, the first one seen sending
+        // would be credited with everything the node receives.
+        for nobodys in [host, crate::netinfo::namespaces::own_inode()]
+            .into_iter()
+            .flatten()
+        {
+            owners.insert(nobodys as u32, 0);
+        }
+        if let Err(e) = set_netns_owners(ebpf, &owners) {
+            log::warn!("cannot tell the receive probe the namespaces' owners: {e:#}");
+        }
     }
 }
 
@@ -436,6 +493,17 @@ pub fn read_ifaces(ebpf: &Ebpf) -> anyhow::Result<HashMap<NetIfKey, NetIfStats>>
     read_per_cpu_hash(ebpf, maps::NET_IFACES, NetIfStats::ZERO, |t, v| t.add(v))
 }
 
+/// What each interface the probes saw is, as the kernel described it when they first saw it.
+pub fn read_iface_info(ebpf: &Ebpf) -> HashMap<NetIfKey, NetIfInfo> {
+    let Some(map) = ebpf.map(maps::NET_IFINFO) else {
+        return HashMap::new();
+    };
+    let Ok(map) = aya::maps::HashMap::<_, NetIfKey, NetIfInfo>::try_from(map) else {
+        return HashMap::new();
+    };
+    map.iter().filter_map(Result::ok).collect()
+}
+
 pub fn read_drops(ebpf: &Ebpf) -> anyhow::Result<HashMap<NetDropKey, NetDropStats>> {
     read_per_cpu_hash(
         ebpf,
@@ -452,18 +520,7 @@ pub fn forget(ebpf: &mut Ebpf, cgroups: &[u64]) {
         remove_per_cpu_keys::<u64, CgroupNetStats>(ebpf, maps::CGROUP_NET, &[*id]);
     }
     // A removed container's namespaces: who sends from them and whom they belong to.
-    if let Some(map) = ebpf.map_mut(maps::NET_SENDERS)
-        && let Ok(mut map) = aya::maps::HashMap::<_, NetSenderKey, u8>::try_from(map)
-    {
-        let doomed: Vec<NetSenderKey> = map
-            .keys()
-            .filter_map(Result::ok)
-            .filter(|k| cgroups.contains(&k.cgroup))
-            .collect();
-        for k in doomed {
-            let _ = map.remove(&k);
-        }
-    }
+    remove_matching::<NetSenderKey, u8>(ebpf, maps::NET_SENDERS, |k| cgroups.contains(&k.cgroup));
     // Their namespaces went with them (a pod's namespace lives as long as its sandbox): their
     // interfaces and drops too. Namespaces that belong to no container (the host's, a node's
     // tunnels) stay; the maps' size bounds them.
@@ -489,9 +546,32 @@ pub fn forget(ebpf: &mut Ebpf, cgroups: &[u64]) {
 /// Forgets the interfaces and drops of network namespaces that no longer exist.
 pub fn forget_netns(ebpf: &mut Ebpf, gone: impl Fn(u32) -> bool) {
     remove_per_cpu_matching::<NetIfKey, NetIfStats>(ebpf, maps::NET_IFACES, |k| gone(k.netns));
+    remove_matching::<NetIfKey, NetIfInfo>(ebpf, maps::NET_IFINFO, |k| gone(k.netns));
     remove_per_cpu_matching::<NetDropKey, NetDropStats>(ebpf, maps::NET_DROPS, |k| {
         k.netns != 0 && gone(k.netns)
     });
+}
+
+/// Deletes the keys of a (not per-CPU) hash map for which `gone` holds.
+fn remove_matching<K: aya::Pod, V: aya::Pod>(
+    ebpf: &mut Ebpf,
+    name: &str,
+    gone: impl Fn(&K) -> bool,
+) {
+    let Some(Ok(mut map)) = ebpf
+        .map_mut(name)
+        .map(aya::maps::HashMap::<_, K, V>::try_from)
+    else {
+        return;
+    };
+    let doomed: Vec<K> = map
+        .keys()
+        .filter_map(Result::ok)
+        .filter(|k| gone(k))
+        .collect();
+    for k in doomed {
+        let _ = map.remove(&k);
+    }
 }
 
 /// Events the network probes could not record, by kind, summed over CPUs.

@@ -544,6 +544,7 @@ mod user {
     unsafe impl aya::Pod for LockSiteValue {}
     unsafe impl aya::Pod for net::NetIfKey {}
     unsafe impl aya::Pod for net::NetIfStats {}
+    unsafe impl aya::Pod for net::NetIfInfo {}
     unsafe impl aya::Pod for net::NetDropKey {}
     unsafe impl aya::Pod for net::NetDropStats {}
     unsafe impl aya::Pod for net::CgroupNetStats {}
@@ -584,6 +585,7 @@ mod tests {
             size_of::<NetIfStats>(),
             2 * size_of::<NetDirStats>() + 4 * 2
         );
+        assert_eq!(size_of::<NetIfInfo>(), 16 * 2 + 8);
         assert_eq!(size_of::<NetDropKey>(), 4 * 4);
         assert_eq!(size_of::<NetDropStats>(), 8);
         assert_eq!(size_of::<CgroupNetStats>(), 8 * 7 + 2 * buckets);
@@ -676,6 +678,9 @@ pub mod net {
         pub const CGROUP_NET: &str = "CGROUP_NET";
         /// Per-CPU hash: [`super::NetIfKey`] → [`super::NetIfStats`].
         pub const NET_IFACES: &str = "NET_IFACES";
+        /// Hash: [`super::NetIfKey`] → [`super::NetIfInfo`], written when an interface is
+        /// first seen.
+        pub const NET_IFINFO: &str = "NET_IFINFO";
         /// Per-CPU hash: [`super::NetDropKey`] → [`super::NetDropStats`].
         pub const NET_DROPS: &str = "NET_DROPS";
         /// Hash: network namespace inode (u32) → cgroup id (u64) its received traffic is
@@ -710,6 +715,11 @@ pub mod net {
         pub const DEV_NET_OFFSET: &str = "DEV_NET_OFFSET";
         /// `net.ns.inum`: the network namespace's inode number.
         pub const NET_INUM_OFFSET: &str = "NET_INUM_OFFSET";
+        /// `net_device`: `name`, `type`, `rtnl_link_ops`; `rtnl_link_ops`: `kind`.
+        pub const DEV_NAME_OFFSET: &str = "DEV_NAME_OFFSET";
+        pub const DEV_TYPE_OFFSET: &str = "DEV_TYPE_OFFSET";
+        pub const DEV_LINK_OPS_OFFSET: &str = "DEV_LINK_OPS_OFFSET";
+        pub const LINK_OPS_KIND_OFFSET: &str = "LINK_OPS_KIND_OFFSET";
         /// `sk_buff.sk`: the socket that sends the packet.
         pub const SKB_SK_OFFSET: &str = "SKB_SK_OFFSET";
         /// `sock.__sk_common.skc_family` and `.skc_state`: only full IPv4/IPv6 sockets count.
@@ -861,6 +871,31 @@ pub mod net {
             rx: NetDirStats::ZERO,
             mtu: 0,
             _pad: 0,
+        };
+    }
+
+    /// What the kernel's `struct net_device` says an interface is, recorded by the probes when
+    /// they first see it: the inventory of namespaces the agent cannot enter (that takes
+    /// CAP_SYS_ADMIN) or cannot even see (no host pid namespace).
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct NetIfInfo {
+        /// `dev->name`, NUL-padded.
+        pub name: [u8; 16],
+        /// `dev->rtnl_link_ops->kind` (`veth`, `vxlan`, ...), NUL-padded; empty for devices
+        /// no link type created (physical NICs, loopback).
+        pub kind: [u8; 16],
+        /// `dev->type`: the ARPHRD_* link-layer type.
+        pub link_type: u16,
+        pub _pad: [u8; 6],
+    }
+
+    impl NetIfInfo {
+        pub const ZERO: Self = Self {
+            name: [0; 16],
+            kind: [0; 16],
+            link_type: 0,
+            _pad: [0; 6],
         };
     }
 

@@ -18,15 +18,15 @@
 //! without them (`HAVE_NET_OFFSETS` 0) the tracing programs record nothing.
 
 use aya_ebpf::{
-    helpers::bpf_probe_read_kernel,
+    helpers::{bpf_probe_read_kernel, bpf_probe_read_kernel_str_bytes},
     macros::{btf_tracepoint, map, tracepoint},
     maps::{HashMap, PerCpuArray, PerCpuHashMap},
     programs::{BtfTracePointContext, TracePointContext},
 };
 use stormwatch_common::net::{
-    CgroupNetStats, ETH_P_IP_BE, ETH_P_IPV6_BE, NetDirStats, NetDropKey, NetDropStats, NetIfKey,
-    NetIfStats, NetProbeError, NetSenderKey, classify_ipv4, classify_ipv6, is_ptb, len_bucket,
-    len_bucket_of,
+    CgroupNetStats, ETH_P_IP_BE, ETH_P_IPV6_BE, NetDirStats, NetDropKey, NetDropStats, NetIfInfo,
+    NetIfKey, NetIfStats, NetProbeError, NetSenderKey, classify_ipv4, classify_ipv6, is_ptb,
+    len_bucket, len_bucket_of,
 };
 
 use crate::shared::{BPF_NOEXIST, count_in, global_u32, per_cpu_slot_or};
@@ -48,6 +48,12 @@ static CGROUP_NET: PerCpuHashMap<u64, CgroupNetStats> =
 #[map(name = "NET_IFACES")]
 static NET_IFACES: PerCpuHashMap<NetIfKey, NetIfStats> =
     PerCpuHashMap::with_max_entries(MAX_IFACES, 0);
+
+/// What each interface in `NET_IFACES` is (name, kind, link type), written when the probes
+/// first see it: no other way gives the agent the names of interfaces in namespaces it may not
+/// enter.
+#[map(name = "NET_IFINFO")]
+static NET_IFINFO: HashMap<NetIfKey, NetIfInfo> = HashMap::with_max_entries(MAX_IFACES, 0);
 
 #[map(name = "NET_DROPS")]
 static NET_DROPS: PerCpuHashMap<NetDropKey, NetDropStats> =
@@ -93,6 +99,14 @@ static DEV_IFINDEX_OFFSET: u32 = 0;
 static DEV_NET_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
 static NET_INUM_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static DEV_NAME_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static DEV_TYPE_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static DEV_LINK_OPS_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static LINK_OPS_KIND_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
 static SKB_SK_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
@@ -266,6 +280,27 @@ fn iface_key<F: Fields>(dev: u64) -> Option<NetIfKey> {
     Some(NetIfKey { netns, ifindex })
 }
 
+/// Records what a newly seen interface is. Once per interface (and again after the agent
+/// forgets it), so `bpf_probe_read_kernel` is no cost here; a device renamed after its first
+/// packet keeps the name it had then, which the agent corrects where it can read the namespace.
+#[inline(always)]
+fn note_iface(dev: u64, key: &NetIfKey) {
+    let mut info = NetIfInfo::ZERO;
+    if let Some(name) = read::<[u8; 16]>(dev, global_u32(&DEV_NAME_OFFSET)) {
+        info.name = name;
+    }
+    info.link_type = read::<u16>(dev, global_u32(&DEV_TYPE_OFFSET)).unwrap_or(0);
+    if let Some(ops) = read::<u64>(dev, global_u32(&DEV_LINK_OPS_OFFSET))
+        && ops != 0
+        && let Some(kind) = read::<u64>(ops, global_u32(&LINK_OPS_KIND_OFFSET))
+        && kind != 0
+    {
+        // SAFETY: a kernel string, read with the helper that bounds it by the buffer.
+        let _ = unsafe { bpf_probe_read_kernel_str_bytes(kind as *const u8, &mut info.kind) };
+    }
+    let _ = NET_IFINFO.insert(key, &info, BPF_NOEXIST);
+}
+
 /// What the IP header says: (fragment, ICMP packet too big).
 #[inline(always)]
 fn inspect_ip(l3: u64, protocol: u16) -> (bool, bool) {
@@ -355,13 +390,20 @@ fn on_packet<F: Fields>(skb: u64, dev: u64, tx: bool) {
     }
     let (fragment, ptb) = inspect_ip(l3, protocol);
 
-    let Some(stats) = slot(
-        &NET_IFACES,
-        &key,
-        &NetIfStats::ZERO,
-        NetProbeError::IfaceMapFull,
-    ) else {
-        return;
+    let stats = match NET_IFACES.get_ptr_mut(&key) {
+        Some(stats) => stats,
+        None => {
+            note_iface(dev, &key);
+            let Some(stats) = slot(
+                &NET_IFACES,
+                &key,
+                &NetIfStats::ZERO,
+                NetProbeError::IfaceMapFull,
+            ) else {
+                return;
+            };
+            stats
+        }
     };
     // SAFETY: this CPU's slot.
     let stats = unsafe { &mut *stats };

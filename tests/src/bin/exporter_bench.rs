@@ -25,7 +25,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use stormwatch_tests::{TestCgroup, agent_bin, run_in_cgroup};
+use stormwatch_tests::{TestCgroup, agent_bin, process_status, run_in_cgroup};
 
 struct Args {
     cgroups: usize,
@@ -92,20 +92,14 @@ fn cpu_seconds(pid: u32) -> f64 {
     ticks / hz
 }
 
-/// A `/proc/<pid>/status` field in MiB (VmRSS, VmHWM).
-fn status_mib(pid: u32, field: &str) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix(field)?
-                .trim()
-                .strip_suffix("kB")?
-                .trim()
-                .parse::<f64>()
-                .ok()
-        })
-        .map_or(0.0, |kb| kb / 1024.0)
+/// Resident set size and its peak (VmRSS, VmHWM) of a process in MiB; 0 once it is gone.
+fn rss_mib(pid: u32) -> (f64, f64) {
+    let status = process_status(pid);
+    let mib = |kib: Option<u64>| kib.map_or(0.0, |kib| kib as f64 / 1024.0);
+    (
+        mib(status.as_ref().and_then(|s| s.vmrss)),
+        mib(status.as_ref().and_then(|s| s.vmhwm)),
+    )
 }
 
 /// What Prometheus 2.x/3.x sends.
@@ -253,7 +247,7 @@ fn main() {
     let (cpu0, t0) = (cpu_seconds(pid), Instant::now());
     std::thread::sleep(Duration::from_secs_f64(args.seconds));
     let idle_cpu = (cpu_seconds(pid) - cpu0) / t0.elapsed().as_secs_f64();
-    let idle_rss = status_mib(pid, "VmRSS:");
+    let (idle_rss, _) = rss_mib(pid);
     let c1 = collections();
 
     // 2. With scrapes, as Prometheus makes them.
@@ -283,8 +277,7 @@ fn main() {
         }
     }
     let scrape_cpu = (cpu_seconds(pid) - cpu1) / t1.elapsed().as_secs_f64();
-    let rss = status_mib(pid, "VmRSS:");
-    let hwm = status_mib(pid, "VmHWM:");
+    let (rss, hwm) = rss_mib(pid);
     let c2 = collections();
     let render = sample(addr, "stormwatch_render_duration_seconds").unwrap_or(0.0);
 

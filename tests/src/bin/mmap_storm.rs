@@ -13,65 +13,35 @@
 #[path = "../workload_common.rs"]
 mod common;
 
-use std::{
-    sync::{
-        Arc,
-        atomic::{AtomicBool, Ordering},
-    },
-    time::Duration,
-};
-
-use common::SchedInfo;
-
 /// Size of each mapping: a few pages, so the work per round is the lock, not page clearing.
 const MAP_BYTES: usize = 4 * 4096;
 
 fn main() {
     let args = common::parse_args("mmap_storm");
-    let stop = Arc::new(AtomicBool::new(false));
-    let workers: Vec<_> = (0..args.threads)
-        .map(|_| {
-            let stop = Arc::clone(&stop);
-            std::thread::spawn(move || {
-                let mut ops = 0u64;
-                while !stop.load(Ordering::Relaxed) {
-                    // SAFETY: a fresh private anonymous mapping, written within its bounds and
-                    // unmapped before the next round; nothing else refers to it.
-                    unsafe {
-                        let p = libc::mmap(
-                            std::ptr::null_mut(),
-                            MAP_BYTES,
-                            libc::PROT_READ | libc::PROT_WRITE,
-                            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                            -1,
-                            0,
-                        );
-                        assert!(
-                            p != libc::MAP_FAILED,
-                            "mmap: {}",
-                            std::io::Error::last_os_error()
-                        );
-                        std::ptr::write_volatile(p.cast::<u8>(), 1);
-                        assert_eq!(
-                            libc::munmap(p, MAP_BYTES),
-                            0,
-                            "munmap: {}",
-                            std::io::Error::last_os_error()
-                        );
-                    }
-                    ops += 1;
-                }
-                (ops, SchedInfo::of_this_thread())
-            })
-        })
-        .collect();
-    std::thread::sleep(Duration::from_secs_f64(args.seconds));
-    stop.store(true, Ordering::Relaxed);
-    let (mut ops, mut sched) = (0, SchedInfo::default());
-    for w in workers {
-        let (o, s) = w.join().expect("worker panicked");
-        ops += o;
-        sched = sched.add(s);
-    }
-    common::report(&[("ops", ops.to_string())], sched);
+    common::run_rounds(&args, |_| {
+        // SAFETY: a fresh private anonymous mapping, written within its bounds and unmapped
+        // before the next round; nothing else refers to it.
+        unsafe {
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                MAP_BYTES,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert!(
+                p != libc::MAP_FAILED,
+                "mmap: {}",
+                std::io::Error::last_os_error()
+            );
+            std::ptr::write_volatile(p.cast::<u8>(), 1);
+            assert_eq!(
+                libc::munmap(p, MAP_BYTES),
+                0,
+                "munmap: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+    });
 }

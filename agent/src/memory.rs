@@ -1,0 +1,22 @@
+//! Giving the allocator's free memory back to the system.
+//!
+//! glibc's malloc keeps the pages of freed blocks mapped for reuse, and only trims the top of the
+//! main heap on its own: the agent's resident memory would follow the largest allocation it ever
+//! made (the kernel's BTF at load time, the largest collection and exposition since), not what it
+//! holds now. Issue 12 bounds the agent's resident memory, so the two moments that free megabytes
+//! (after the load, after each exposition replaces the previous one) hand them back. Measured
+//! with `exporter_bench --cgroups 300` (1,300 cgroups tracked on the shared test VM): 39–50 MiB
+//! resident with the trims, 50–61 MiB without.
+//!
+//! `malloc_trim(3)` is a glibc function, not a system call: neither rustix nor nix wraps it (they
+//! wrap the kernel's interface, and the allocator is not part of it), hence the one `unsafe` call.
+
+/// Returns the allocator's free pages to the kernel. Costs well under a millisecond; a no-op
+/// with other C libraries (malloc_trim is glibc's).
+pub fn release_free_memory() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim has no preconditions: it only releases memory no block holds.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
