@@ -154,6 +154,16 @@ impl CgroupWindow {
         cpus: CpuSet::EMPTY,
     };
 
+    /// Whether the cgroup's own threads did anything in the window (ran, switched, waited on a
+    /// futex or a lock). A removed cgroup has no threads left, so it has none of these; network
+    /// figures are left out, since a socket keeps the cgroup that created it (and a namespace's
+    /// received traffic its owner) after that cgroup is removed.
+    pub fn threads_moved(&self) -> bool {
+        self.sched != SchedStats::ZERO
+            || self.futex != FutexStats::ZERO
+            || self.locks != LockStats::ZERO
+    }
+
     /// Distinct CPUs the cgroup's threads ran on in the window.
     pub fn cpus_used(&self) -> u32 {
         self.cpus.len()
@@ -242,27 +252,27 @@ pub struct Window {
 /// whose counters went backwards otherwise is a regression: its change over this window is
 /// unknown, so it is skipped and counted in `regressions` (re-adding its whole total would
 /// count history a second time).
-fn deltas<K: Copy + Eq + Hash, V: Counters>(
-    before: &HashMap<K, V>,
-    after: &HashMap<K, V>,
-    regressions: &mut u64,
-) -> Vec<(K, V)> {
-    after
-        .iter()
-        .filter_map(|(k, now)| {
-            let d = match before.get(k) {
-                Some(then) => match now.since(then) {
-                    Some(d) => d,
-                    None => {
-                        *regressions += 1;
-                        return None;
-                    }
-                },
-                None => *now,
-            };
-            (d != V::ZERO).then_some((*k, d))
-        })
-        .collect()
+///
+/// An iterator, so that the deltas go straight where they are kept (thousands of kilobyte-sized
+/// values: no intermediate copy).
+fn deltas<'a, K: Copy + Eq + Hash, V: Counters>(
+    before: &'a HashMap<K, V>,
+    after: &'a HashMap<K, V>,
+    regressions: &'a mut u64,
+) -> impl Iterator<Item = (K, V)> + 'a {
+    after.iter().filter_map(|(k, now)| {
+        let d = match before.get(k) {
+            Some(then) => match now.since(then) {
+                Some(d) => d,
+                None => {
+                    *regressions += 1;
+                    return None;
+                }
+            },
+            None => *now,
+        };
+        (d != V::ZERO).then_some((*k, d))
+    })
 }
 
 fn add_all<K: Copy + Eq + Hash, V: Counters>(into: &mut HashMap<K, V>, from: &HashMap<K, V>) {
@@ -287,7 +297,9 @@ impl Window {
     /// The change from `before` to `after`.
     pub fn between(before: &Snapshot, after: &Snapshot) -> Self {
         let mut regressions = 0;
-        let mut cgroups: HashMap<u64, CgroupWindow> = HashMap::new();
+        // Sized once: growing a map of thousands of these (over a kilobyte each) costs copies
+        // and fresh pages at every collection.
+        let mut cgroups: HashMap<u64, CgroupWindow> = HashMap::with_capacity(after.sched.len());
         for (id, d) in deltas(&before.sched, &after.sched, &mut regressions) {
             cgroups.entry(id).or_insert(CgroupWindow::ZERO).sched = d;
         }
@@ -304,21 +316,16 @@ impl Window {
             cgroups.entry(id).or_insert(CgroupWindow::ZERO).cpus = cpus;
         }
         let hot_futexes = deltas(&before.hot_futexes, &after.hot_futexes, &mut regressions)
-            .into_iter()
             .filter(|(_, v)| v.waits > 0)
             .collect();
         let lock_sites = deltas(&before.lock_sites, &after.lock_sites, &mut regressions)
-            .into_iter()
             .filter(|(_, v)| v.count > 0)
             .collect();
         // The MTU alone changes nothing: only interfaces that handled packets.
         let net_ifaces = deltas(&before.net_ifaces, &after.net_ifaces, &mut regressions)
-            .into_iter()
             .filter(|(_, v)| v.tx.packets + v.rx.packets > 0)
             .collect();
-        let net_drops = deltas(&before.net_drops, &after.net_drops, &mut regressions)
-            .into_iter()
-            .collect();
+        let net_drops = deltas(&before.net_drops, &after.net_drops, &mut regressions).collect();
         if regressions > 0 {
             log::debug!("{regressions} counter(s) went backwards; their change is skipped");
             UserLoss::CounterRegression.add(regressions);
@@ -336,20 +343,33 @@ impl Window {
 
     /// Adds a later, adjacent window to this one.
     pub fn extend(&mut self, later: &Window) {
-        self.duration += later.duration;
-        for (id, w) in &later.cgroups {
-            let e = self.cgroups.entry(*id).or_insert(CgroupWindow::ZERO);
-            e.sched.add(&w.sched);
-            e.futex.add(&w.futex);
-            e.locks.add(&w.locks);
-            e.net.add(&w.net);
-            e.cpus.union(&w.cpus);
-        }
+        self.extend_figures(later);
         add_all(&mut self.hot_futexes, &later.hot_futexes);
         add_all(&mut self.lock_sites, &later.lock_sites);
+        self.counter_regressions += later.counter_regressions;
+    }
+
+    /// Adds one cgroup's figures over a later, adjacent window.
+    pub fn add_cgroup(&mut self, id: u64, w: &CgroupWindow) {
+        let e = self.cgroups.entry(id).or_insert(CgroupWindow::ZERO);
+        e.sched.add(&w.sched);
+        e.futex.add(&w.futex);
+        e.locks.add(&w.locks);
+        e.net.add(&w.net);
+        e.cpus.union(&w.cpus);
+    }
+
+    /// Adds a later, adjacent window's per-cgroup and network figures only, without its hot
+    /// futexes, call sites and regression count (what the diagnosis rules read).
+    pub fn extend_figures(&mut self, later: &Window) {
+        self.duration += later.duration;
+        self.cgroups
+            .reserve(later.cgroups.len().saturating_sub(self.cgroups.len()));
+        for (id, w) in &later.cgroups {
+            self.add_cgroup(*id, w);
+        }
         add_all(&mut self.net_ifaces, &later.net_ifaces);
         add_all(&mut self.net_drops, &later.net_drops);
-        self.counter_regressions += later.counter_regressions;
     }
 }
 
@@ -411,6 +431,25 @@ mod tests {
             let upper = bucket_upper_ns(log2_bucket(v));
             assert!(v <= upper && upper < 2 * v, "{v} -> {upper}");
         }
+    }
+
+    /// Only what a cgroup's own threads do counts as their moving: received traffic and a
+    /// socket that outlived its cgroup do not keep a removed cgroup alive.
+    #[test]
+    fn threads_moved_leaves_network_figures_out() {
+        let mut w = CgroupWindow::ZERO;
+        assert!(!w.threads_moved());
+        w.net.rx_packets = 10;
+        assert!(!w.threads_moved(), "network figures alone");
+        let mut s = w;
+        s.sched.voluntary_switches = 1;
+        assert!(s.threads_moved());
+        let mut f = w;
+        f.futex.wakes = 1;
+        assert!(f.threads_moved());
+        let mut l = w;
+        l.locks.count[0] = 1;
+        assert!(l.threads_moved());
     }
 
     #[test]

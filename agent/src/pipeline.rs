@@ -100,7 +100,8 @@ impl Pipeline {
         let snapshot = Snapshot::read(&self.probes).context("reading the probes' maps")?;
         let window = Window::between(&self.previous, &snapshot);
         let ids: HashSet<u64> = snapshot.cgroup_ids().copied().collect();
-        let gone: Vec<u64> = self.resolver.refresh(&ids).into_iter().collect();
+        let active = |id: u64| window.cgroups.get(&id).is_some_and(|w| w.threads_moved());
+        let gone: Vec<u64> = self.resolver.refresh(&ids, active).into_iter().collect();
         for id in &ids {
             if let Some(path) = self.resolver.path(*id) {
                 self.paths.entry(*id).or_insert_with(|| path.to_owned());

@@ -5,7 +5,10 @@
 //!   against empty tp_btf programs on the same tracepoints (the floor), stormwatch's scheduler
 //!   probes, all of stormwatch's probes, and a bpftrace script doing comparable work;
 //! - futex: `stress-ng --futex 2`, against stormwatch's futex and lock probes and a bpftrace
-//!   script timing futex waits per cgroup.
+//!   script timing futex waits per cgroup;
+//! - a realistic workload: a lock storm (`mutex_storm` from tests/src/bin: threads contending on
+//!   one futex-based mutex, as a pthread or JVM monitor storm does) counting its own operations,
+//!   against the daemon as deployed (`stormwatch run`, default configuration).
 //!
 //! Results are printed as a Markdown table; the README carries the last run.
 
@@ -19,7 +22,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
-use crate::{build_release, say};
+use crate::{build_release, cargo, root, run_cmd, say};
 
 /// Starts a tracer, given the stormwatch binary and the measurement's length in seconds.
 type Starter = Box<dyn Fn(&Path, u32) -> Result<Running>>;
@@ -197,10 +200,26 @@ fn median(v: &[f64]) -> f64 {
     }
 }
 
+/// A measured workload: what the table calls it and its unit, and how to run it for a number
+/// of seconds, returning its throughput in that unit.
+struct Workload {
+    shown: String,
+    unit: &'static str,
+    run: Box<dyn Fn(u32) -> Result<f64>>,
+}
+
+fn stress_ng(stressor: &'static str) -> Workload {
+    Workload {
+        shown: format!("`stress-ng --{stressor} 2`"),
+        unit: "bogo ops/s",
+        run: Box::new(move |seconds| stress(stressor, seconds)),
+    }
+}
+
 fn bench(
     bin: &Path,
     title: &str,
-    stressor: &str,
+    workload: &Workload,
     tracers: Vec<Tracer>,
     rounds: u32,
     seconds: u32,
@@ -220,7 +239,7 @@ fn bench(
                 Some(start) => Some(start(bin, seconds)?),
                 None => None,
             };
-            let ops = stress(stressor, seconds)?;
+            let ops = (workload.run)(seconds)?;
             if let Some(r) = running
                 && let Some(rss) = r.stop()?
             {
@@ -231,10 +250,11 @@ fn bench(
     }
     let base = median(&rows[0].ops);
     let mut out = format!(
-        "\n{title}: `stress-ng --{stressor} 2`, {rounds} interleaved rounds of {seconds} s\n\n\
-         | tracer | bogo ops/s (median) | ratio to none | loss | ratio per round (min–max) | \
+        "\n{title}: {}, {rounds} interleaved rounds of {seconds} s\n\n\
+         | tracer | {} (median) | ratio to none | loss | ratio per round (min–max) | \
          tracer peak RSS |\n\
-         |---|---:|---:|---:|---:|---:|\n"
+         |---|---:|---:|---:|---:|---:|\n",
+        workload.shown, workload.unit
     );
     for row in &rows {
         let m = median(&row.ops);
@@ -270,7 +290,7 @@ pub fn run(rounds: u32, seconds: u32) -> Result<()> {
     let sched = bench(
         &bin,
         "Scheduler probes",
-        "switch",
+        &stress_ng("switch"),
         vec![
             Tracer {
                 name: "none",
@@ -299,7 +319,7 @@ pub fn run(rounds: u32, seconds: u32) -> Result<()> {
     let futex = bench(
         &bin,
         "Futex and lock probes",
-        "futex",
+        &stress_ng("futex"),
         vec![
             Tracer {
                 name: "none",
@@ -317,7 +337,114 @@ pub fn run(rounds: u32, seconds: u32) -> Result<()> {
         rounds,
         seconds,
     )?;
-    println!("{sched}{futex}");
+    let storm = lock_storm(&bin, rounds, seconds)?;
+    println!("{sched}{futex}{storm}");
     println!("{}", crate::bench_daemon::run()?);
     Ok(())
+}
+
+/// Threads of the lock storm: twice the CPUs of the 2-vCPU machines this is run on, so that a
+/// holder is preempted and waiters sleep in the kernel (what makes a storm a storm).
+const STORM_THREADS: u32 = 4;
+
+/// The realistic workload's row: a lock storm's own throughput without the agent and with the
+/// daemon as deployed.
+pub fn lock_storm(bin: &Path, rounds: u32, seconds: u32) -> Result<String> {
+    say("building mutex_storm (release)");
+    run_cmd(cargo().args([
+        "build",
+        "--release",
+        "--package",
+        "stormwatch-tests",
+        "--bin",
+        "mutex_storm",
+    ]))?;
+    let storm = root().join("target/release/mutex_storm");
+    let workload = Workload {
+        shown: format!(
+            "lock storm (`mutex_storm --threads {STORM_THREADS}`: one futex-based mutex, \
+             a few hundred ns of work inside and outside it)"
+        ),
+        unit: "lock acquisitions/s",
+        run: Box::new(move |seconds| mutex_storm(&storm, seconds)),
+    };
+    bench(
+        bin,
+        "Realistic workload",
+        &workload,
+        vec![
+            Tracer {
+                name: "none",
+                start: None,
+            },
+            Tracer {
+                name: "stormwatch run (default configuration)",
+                start: Some(stormwatch_run()),
+            },
+        ],
+        rounds,
+        seconds,
+    )
+}
+
+/// Runs the lock storm for `seconds`; its acquisitions per second (its own count, over the
+/// time it ran).
+fn mutex_storm(storm: &Path, seconds: u32) -> Result<f64> {
+    let out = Command::new(storm)
+        .args(["--threads", &STORM_THREADS.to_string()])
+        .args(["--seconds", &seconds.to_string()])
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .with_context(|| format!("cannot start {}", storm.display()))?;
+    if !out.status.success() {
+        bail!("{} failed: {}", storm.display(), out.status);
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let ops = json_number(&stdout, "ops")
+        .with_context(|| format!("no \"ops\" in mutex_storm's output: {stdout}"))?;
+    Ok(ops / f64::from(seconds))
+}
+
+/// A number field of a one-line JSON object (mutex_storm's report).
+fn json_number(line: &str, field: &str) -> Option<f64> {
+    let rest = line.split_once(&format!("\"{field}\":"))?.1;
+    let end = rest
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(rest.len());
+    rest[..end].parse().ok()
+}
+
+/// `stormwatch run` as deployed: default configuration (5 s interval, every probe), serving
+/// on a free port.
+fn stormwatch_run() -> Starter {
+    Box::new(|bin: &Path, _seconds: u32| {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .context("no free port")?
+            .port();
+        let mut cmd = Command::new(bin);
+        cmd.args(["run", "--listen", &format!("127.0.0.1:{port}")]);
+        start_until(cmd, "serving http://", false)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_storm_count() {
+        let line = r#"{"pid":12,"mutex_addr":"0x5f","ops":123456,"nvcsw":7}"#;
+        assert_eq!(json_number(line, "ops"), Some(123456.0));
+        assert_eq!(json_number(line, "nvcsw"), Some(7.0));
+        assert_eq!(json_number(line, "missing"), None);
+    }
+
+    #[test]
+    fn median_of_odd_and_even_counts() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert!(median(&[]).is_nan());
+    }
 }

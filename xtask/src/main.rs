@@ -48,6 +48,10 @@ enum Task {
         /// Only the daemon's cost at 200 / 1,000 / 2,000 live cgroups (no probe benchmarks).
         #[arg(long)]
         daemon_only: bool,
+        /// Only the realistic workload: a lock storm's throughput with and without
+        /// `stormwatch run`.
+        #[arg(long, conflicts_with = "daemon_only")]
+        lock_storm_only: bool,
     },
 }
 
@@ -61,9 +65,14 @@ fn main() -> ExitCode {
             rounds,
             seconds,
             daemon_only,
+            lock_storm_only,
         } => setup::run().and_then(|()| {
             if daemon_only {
                 bench_daemon::run().map(|table| println!("{table}"))
+            } else if lock_storm_only {
+                build_release()
+                    .and_then(|bin| bench::lock_storm(&bin, rounds, seconds))
+                    .map(|table| println!("{table}"))
             } else {
                 bench::run(rounds, seconds)
             }

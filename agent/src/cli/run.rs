@@ -1,9 +1,10 @@
 //! `stormwatch run`: the daemon. Keeps the probes attached and serves Prometheus metrics.
 //!
 //! Threads: the collection loop runs on the main thread (inside `block_on`), which owns the
-//! pipeline and is the only one to touch BPF maps; one tokio worker thread serves HTTP from
-//! the last rendering, so a slow collection never delays a scrape and a scrape never
-//! triggers a collection.
+//! pipeline and is the only one to touch BPF maps; one tokio worker thread serves HTTP. The
+//! first scrape after a collection renders the exporter's state (under its lock, which the
+//! collection holds only to update that state, not while it reads maps or diagnoses), so a slow
+//! collection does not delay a scrape and a scrape never triggers a collection.
 //!
 //! Start-up order: configuration (bad input fails before anything else), the listening socket
 //! (a taken port fails before the probes load), the HTTP server (`/readyz` answers 503 while
@@ -87,7 +88,7 @@ async fn daemon(config: Config) -> anyhow::Result<u8> {
     exporter.histograms = config.histograms;
     let exporter = Arc::new(Mutex::new(exporter));
     let renderer = Renderer::new(Arc::clone(&exporter));
-    let shared = Arc::new(Shared::new(interval, renderer.render()));
+    let shared = Arc::new(Shared::new(interval, move || renderer.render()));
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(server::serve(listener, Arc::clone(&shared), async {
         let _ = stop_rx.await;
@@ -122,7 +123,7 @@ async fn daemon(config: Config) -> anyhow::Result<u8> {
             return Err(err);
         }
     };
-    shared.publish(renderer.render());
+    shared.publish();
     // (Unless a signal came while attaching: then the loop below ends at once.)
     shared.set_ready(!*stopping.borrow());
     // The loop starts now: /healthz counts from here, whatever the interval.
@@ -147,7 +148,7 @@ async fn daemon(config: Config) -> anyhow::Result<u8> {
         if *stopping.borrow() {
             break;
         }
-        shared.publish(renderer.render());
+        shared.publish();
         shared.ran();
     }
     let detaching = Instant::now();
@@ -243,18 +244,32 @@ impl Daemon {
     fn collect(&mut self) {
         let started = Instant::now();
         let window = self.pipeline.tick();
+        // What the self-metrics show, read before taking the exporter's lock.
+        let own = OwnFigures {
+            lost_events: self.pipeline.probes.probe_errors(),
+            programs: program_stats(&self.pipeline),
+            bpf_stats_enabled: self._bpf_stats.is_some() || sysctl_bpf_stats(),
+            host_steal_seconds: crate::host::steal_seconds_since_boot(),
+        };
         let exporter = Arc::clone(&self.exporter);
-        let mut e = exporter.lock().unwrap_or_else(PoisonError::into_inner);
         match window {
             Ok(window) => {
                 let p = &self.pipeline;
                 let resolver = &p.resolver;
+                // The diagnosis first, without the exporter's lock: a scrape renders under it,
+                // and waits only while the exporter's state is updated.
                 let step_done = self
                     .session
                     .observe(&window, |id| resolver.path(id), started);
                 let alive = |id: u64| resolver.path(id).is_some();
                 let limits = self.session.latest_limits(window.cgroups.keys());
                 let ctx = p.report_context(&limits);
+                let judged = step_done.then(|| {
+                    let net = self.session.network(p.seen_interfaces());
+                    let findings = self.session.judge(p.paths(), net.as_ref());
+                    (net, findings)
+                });
+                let mut e = exporter.lock().unwrap_or_else(PoisonError::into_inner);
                 e.cgroups.apply(
                     &Tick {
                         window: &window,
@@ -266,13 +281,11 @@ impl Daemon {
                     alive,
                 );
                 update_network(p, &mut e, &window, ctx.identities);
-                if step_done {
-                    let net = self.session.network(p.seen_interfaces());
+                if let Some((net, findings)) = judged {
                     // The inventory the diagnosis reads is the one the MTU gauges show.
                     if let Some(state) = &net {
                         e.network.set_inventory(&state.namespaces);
                     }
-                    let findings = self.session.judge(p.paths(), net.as_ref());
                     e.findings = findings
                         .iter()
                         .map(|f| ActiveFinding::new(f, ctx.identities.get(&f.cgroup_id)))
@@ -284,16 +297,33 @@ impl Daemon {
                 let session = &self.session;
                 self.pipeline
                     .forget_names(|id| session.contains(id), |_| false);
+                own.set(&mut e, started);
             }
             Err(err) => {
+                let mut e = exporter.lock().unwrap_or_else(PoisonError::into_inner);
                 e.collection_errors += 1;
                 log::warn!("collection failed: {err:#}");
+                own.set(&mut e, started);
             }
         }
-        e.lost_events = self.pipeline.probes.probe_errors();
-        e.programs = program_stats(&self.pipeline);
-        e.bpf_stats_enabled = self._bpf_stats.is_some() || sysctl_bpf_stats();
-        e.host_steal_seconds = crate::host::steal_seconds_since_boot();
+    }
+}
+
+/// The daemon's own figures of one collection.
+struct OwnFigures {
+    lost_events: Vec<(&'static str, u64)>,
+    programs: Vec<ProgramStats>,
+    bpf_stats_enabled: bool,
+    host_steal_seconds: Option<f64>,
+}
+
+impl OwnFigures {
+    /// Sets them, with the collection's duration (from `started`).
+    fn set(self, e: &mut Exporter, started: Instant) {
+        e.lost_events = self.lost_events;
+        e.programs = self.programs;
+        e.bpf_stats_enabled = self.bpf_stats_enabled;
+        e.host_steal_seconds = self.host_steal_seconds;
         e.collection_duration.observe(started.elapsed());
         e.last_collection_unix_seconds = SystemTime::now()
             .duration_since(UNIX_EPOCH)

@@ -143,8 +143,13 @@ struct ThreadTime {
 #[derive(Debug)]
 struct Step {
     /// The per-cgroup and network figures of the step (the hot-futex and lock-site details,
-    /// which no rule reads, are left out).
+    /// which no rule reads, are left out). Once the step is complete, its per-cgroup figures
+    /// move to `cgroups`.
     window: Window,
+    /// A completed step's per-cgroup figures, sorted by id: a hash map's table is at most 7/8
+    /// full and a power of two in size, so with values of over a kilobyte this takes half
+    /// the memory or less, for each step the window holds.
+    cgroups: Vec<(u64, CgroupWindow)>,
     threads: HashMap<u64, ThreadTime>,
     /// Each cgroup's cumulative throttling when the step began (latest known value).
     throttling_at_start: HashMap<u64, Throttling>,
@@ -158,11 +163,28 @@ impl Step {
     fn new(throttling: &HashMap<u64, Throttling>, network: Option<&NetworkOptions>) -> Self {
         Self {
             window: Window::empty(),
+            cgroups: Vec::new(),
             threads: HashMap::new(),
             throttling_at_start: throttling.clone(),
             net: network.map(|o| NetWatch::start(o.host_netns)),
             cpu_ticks: read_cpu_ticks(),
         }
+    }
+}
+
+impl Step {
+    /// Moves the per-cgroup figures of a completed step into their compact form.
+    fn complete(&mut self) {
+        let mut cgroups: Vec<(u64, CgroupWindow)> = std::mem::take(&mut self.window.cgroups)
+            .into_iter()
+            .collect();
+        cgroups.sort_unstable_by_key(|(id, _)| *id);
+        self.cgroups = cgroups;
+    }
+
+    fn contains(&self, id: u64) -> bool {
+        self.window.cgroups.contains_key(&id)
+            || self.cgroups.binary_search_by_key(&id, |(k, _)| *k).is_ok()
     }
 }
 
@@ -269,18 +291,14 @@ impl Session {
             t.thread_seconds += threads as f64 * secs;
             t.seconds += secs;
         }
-        let mut light = Window::empty();
-        light.duration = tick.duration;
-        light.cgroups = tick.cgroups.clone();
-        light.net_ifaces = tick.net_ifaces.clone();
-        light.net_drops = tick.net_drops.clone();
-        self.current.window.extend(&light);
+        self.current.window.extend_figures(tick);
         if self.current.window.duration < self.step {
             return false;
         }
         let mut next = Step::new(&self.throttling, self.options.network.as_ref());
         next.cpu_ticks = self.latest_cpu_ticks;
-        let done = std::mem::replace(&mut self.current, next);
+        let mut done = std::mem::replace(&mut self.current, next);
+        done.complete();
         self.steps.push_back(done);
         if let Some(span) = self.options.span {
             while self.steps.len() > 1 {
@@ -354,7 +372,7 @@ impl Session {
         self.steps
             .iter()
             .chain([&self.current])
-            .any(|s| s.window.cgroups.contains_key(&id))
+            .any(|s| s.contains(id))
     }
 
     /// Forgets the context of cgroups that are gone (`alive` false) and no longer in the window.
@@ -380,6 +398,12 @@ impl Session {
         let mut total = Window::empty();
         for s in self.steps.iter().chain([&self.current]) {
             total.extend(&s.window);
+            total
+                .cgroups
+                .reserve(s.cgroups.len().saturating_sub(total.cgroups.len()));
+            for (id, w) in &s.cgroups {
+                total.add_cgroup(*id, w);
+            }
         }
         total
     }

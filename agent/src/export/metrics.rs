@@ -648,8 +648,9 @@ impl Collector for StateCollector {
     }
 }
 
-/// Renders the exposition once per collection, in OpenMetrics; scrapes serve the result (in
-/// the format and encoding each asks for, see [`Rendered`]).
+/// Renders the exposition in OpenMetrics, at most once per collection (when the first scrape
+/// after it asks, see [`super::server::Shared`]); scrapes serve the result (in the format and
+/// encoding each asks for, see [`Rendered`]).
 pub struct Renderer {
     registry: Registry,
     exporter: Arc<Mutex<Exporter>>,

@@ -2,10 +2,10 @@
 //!
 //! The collection loop (`stormwatch run`) owns the pipeline: every interval it reads a
 //! window, adds it to per-cgroup running totals ([`state`]), runs the diagnosis rules over a
-//! sliding window ([`diagnosis`]), and renders the exposition once, in OpenMetrics
-//! ([`metrics`]). The HTTP handlers ([`server`]) hand out that rendering, converted to the
-//! classic text format ([`classic`]) and gzip-compressed only when a scraper asks, once per
-//! collection whatever the number of scrapers.
+//! sliding window ([`diagnosis`]). The first scrape after a collection renders the exposition,
+//! in OpenMetrics ([`metrics`]); the HTTP handlers ([`server`]) hand out that rendering,
+//! converted to the classic text format ([`classic`]) and gzip-compressed only when a scraper
+//! asks: at most once per collection whatever the number of scrapers, never when none asks.
 
 pub mod classic;
 pub mod metrics;

@@ -1,11 +1,15 @@
 //! The HTTP side: `/metrics`, `/healthz`, `/readyz`. Handlers only read what the collection
-//! loop published (the last rendering and two flags): a scrape never reads a BPF map, never
-//! waits for a collection, and never fails.
+//! loop published (the exporter's state and two flags): a scrape never reads a BPF map, never
+//! triggers a collection, and never fails.
+//!
+//! The exposition is rendered by the first scrape after a collection, not by the collection:
+//! with Prometheus scraping every 15 s and collections every 5 s, two renderings in three
+//! would be thrown away unread, and between scrapes no rendering is held in memory.
 
 use std::{
     future::Future,
     sync::{
-        Arc, RwLock,
+        Arc, Mutex, PoisonError, RwLock,
         atomic::{AtomicBool, AtomicU64, Ordering},
     },
     time::{Duration, Instant},
@@ -28,9 +32,18 @@ pub const CLASSIC_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8
 /// How long `/healthz` waits for the first collection (loading and attaching the probes).
 const STARTUP_ALLOWANCE: Duration = Duration::from_secs(120);
 
+/// Makes a rendering of the current state.
+pub type Render = Box<dyn Fn() -> Rendered + Send + Sync>;
+
 /// What the collection loop publishes for the handlers.
 pub struct Shared {
-    rendered: RwLock<Arc<Rendered>>,
+    render: Render,
+    /// The last rendering and the state generation it shows; `None` until a scrape asks.
+    rendered: RwLock<Option<(u64, Arc<Rendered>)>>,
+    /// Bumped by the collection loop each time the state changes.
+    generation: AtomicU64,
+    /// Held while rendering, so that scrapes arriving together render once.
+    rendering: Mutex<()>,
     ready: AtomicBool,
     started: Instant,
     /// Milliseconds from `started` to the end of the last collection loop run; `u64::MAX`
@@ -41,9 +54,14 @@ pub struct Shared {
 }
 
 impl Shared {
-    pub fn new(interval: Duration, first: Rendered) -> Self {
+    /// `render` renders the state as it is when called (it must read a consistent state: the
+    /// collection changes it under one lock).
+    pub fn new(interval: Duration, render: impl Fn() -> Rendered + Send + Sync + 'static) -> Self {
         Self {
-            rendered: RwLock::new(Arc::new(first)),
+            render: Box::new(render),
+            rendered: RwLock::new(None),
+            generation: AtomicU64::new(0),
+            rendering: Mutex::new(()),
             ready: AtomicBool::new(false),
             started: Instant::now(),
             last_run_ms: AtomicU64::new(u64::MAX),
@@ -51,23 +69,52 @@ impl Shared {
         }
     }
 
-    pub fn publish(&self, rendered: Rendered) {
-        let rendered = Arc::new(rendered);
-        let previous = match self.rendered.write() {
-            Ok(mut r) => std::mem::replace(&mut *r, rendered),
-            Err(poisoned) => std::mem::replace(&mut *poisoned.into_inner(), rendered),
-        };
+    /// The state changed (a collection ran): the next scrape renders it afresh. The previous
+    /// rendering is dropped now, so that it holds no memory until then.
+    pub fn publish(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        let previous = self
+            .rendered
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
         drop(previous);
         // The previous exposition and the windows it was made from are megabytes: without
         // this, resident memory follows the largest collection ever made.
         crate::memory::release_free_memory();
     }
 
+    /// The rendering of the current state: the cached one, or a new one.
     pub fn current(&self) -> Arc<Rendered> {
-        match self.rendered.read() {
-            Ok(r) => Arc::clone(&r),
-            Err(poisoned) => Arc::clone(&poisoned.into_inner()),
+        let cached = || {
+            let generation = self.generation.load(Ordering::Acquire);
+            self.rendered
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .as_ref()
+                .filter(|(g, _)| *g == generation)
+                .map(|(_, r)| Arc::clone(r))
+        };
+        if let Some(r) = cached() {
+            return r;
         }
+        let _one = self
+            .rendering
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        // Another scrape may have rendered while this one waited.
+        if let Some(r) = cached() {
+            return r;
+        }
+        // Read before rendering: if a collection changes the state meanwhile, this rendering is
+        // cached under the older generation and the next scrape renders again.
+        let generation = self.generation.load(Ordering::Acquire);
+        let rendered = Arc::new((self.render)());
+        *self
+            .rendered
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = Some((generation, Arc::clone(&rendered)));
+        rendered
     }
 
     pub fn set_ready(&self, ready: bool) {
@@ -163,8 +210,8 @@ async fn metrics(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Respo
         (Format::Classic, CLASSIC_CONTENT_TYPE)
     };
     let gzip = wants_gzip(&header_list(&headers, header::ACCEPT_ENCODING));
-    // The first scrape of a variant after a collection converts or compresses it: a few
-    // milliseconds on this worker, which only serves scrapes and probes.
+    // The first scrape after a collection renders, and the first of a variant converts or
+    // compresses it: milliseconds on this worker, which only serves scrapes and probes.
     let body = rendered.body(format, gzip);
     let mut response = (
         [
@@ -302,7 +349,9 @@ mod tests {
         use std::io::Read as _;
         let om = "# HELP sw_x Things.\n# TYPE sw_x counter\nsw_x_total 3\n# EOF\n";
         let classic = super::super::classic::from_openmetrics(om);
-        let shared = Arc::new(Shared::new(Duration::from_secs(1), Rendered::new(om)));
+        let shared = Arc::new(Shared::new(Duration::from_secs(1), move || {
+            Rendered::new(om)
+        }));
         let gunzip = |b: &[u8]| {
             let mut s = String::new();
             flate2::read::GzDecoder::new(b)
@@ -338,9 +387,38 @@ mod tests {
         assert_eq!(body_of(r).await, om.as_bytes());
     }
 
+    /// One rendering per collection, made by the first scrape that needs it; none before.
+    #[test]
+    fn renders_once_per_collection_when_scraped() {
+        let count = Arc::new(AtomicU64::new(0));
+        let counted = Arc::clone(&count);
+        let shared = Shared::new(Duration::from_secs(1), move || {
+            let n = counted.fetch_add(1, Ordering::AcqRel) + 1;
+            Rendered::new(format!("sw_renders {n}\n# EOF\n"))
+        });
+        let text = |r: Arc<Rendered>| r.body(Format::OpenMetrics, false);
+        assert_eq!(
+            count.load(Ordering::Acquire),
+            0,
+            "nothing rendered before a scrape"
+        );
+        assert_eq!(text(shared.current()), "sw_renders 1\n# EOF\n");
+        assert_eq!(text(shared.current()), "sw_renders 1\n# EOF\n");
+        shared.publish();
+        shared.publish();
+        assert_eq!(
+            count.load(Ordering::Acquire),
+            1,
+            "collections do not render"
+        );
+        assert_eq!(text(shared.current()), "sw_renders 2\n# EOF\n");
+        assert_eq!(text(shared.current()), "sw_renders 2\n# EOF\n");
+        assert_eq!(count.load(Ordering::Acquire), 2);
+    }
+
     #[test]
     fn health_and_readiness() {
-        let shared = Shared::new(Duration::from_secs(1), Rendered::new("# EOF\n"));
+        let shared = Shared::new(Duration::from_secs(1), || Rendered::new("# EOF\n"));
         assert!(shared.is_healthy(), "healthy while starting");
         assert!(!shared.is_ready());
         shared.ran();

@@ -5,6 +5,17 @@
 //! host and usually at `/sys/fs/cgroup/unified` on a hybrid one; the mount table says which.
 //! The id → path map is a cache: it is re-walked only when an unknown id shows up (at most once
 //! per refresh), and ids whose directory is gone are forgotten.
+//!
+//! Telling that a cgroup is gone costs a stat of its directory, so it is not done for every
+//! cgroup every tick. The root's `cgroup.stat` (live and dying descendants: one small file)
+//! says whether any cgroup was created or removed since the last tick; when it changed, every
+//! cgroup with figures is checked, so a removal is noticed at the next tick. Otherwise only idle
+//! cgroups are checked: a cgroup whose figures moved in the window was there during it, and a
+//! removed cgroup has no threads left to move them. An idle one is checked every tick for the
+//! first [`IDLE_CHECK_RECENT`] ticks of calm (when removal is likely: its processes just
+//! exited), then every [`IDLE_CHECK_EVERY`] ticks, spread over the ticks by id; this also
+//! catches what the counts miss (a removal and a creation between two ticks, the removed
+//! cgroup freed by then).
 
 pub mod container;
 pub mod kubelet;
@@ -15,7 +26,7 @@ pub mod workload;
 
 use std::{
     collections::{HashMap, HashSet},
-    os::unix::fs::MetadataExt,
+    os::unix::fs::{DirEntryExt, MetadataExt},
     path::{Path, PathBuf},
     time::Instant,
 };
@@ -44,11 +55,29 @@ pub fn find_v2_root() -> Result<PathBuf, CgroupError> {
     v2_root_from_mountinfo(&mountinfo).ok_or(CgroupError::NoV2Hierarchy)
 }
 
+/// A cgroup that went idle is checked every tick for this many ticks.
+pub const IDLE_CHECK_RECENT: u64 = 3;
+/// After that, an idle cgroup is checked once every this many ticks.
+pub const IDLE_CHECK_EVERY: u64 = 6;
+/// Ids a walk did not find are remembered up to this many (then the memory starts over).
+const UNRESOLVABLE_MAX: usize = 65_536;
+
 /// The cgroup id → path cache.
 pub struct CgroupResolver {
     root: PathBuf,
     paths: HashMap<u64, String>,
     last_walk: Option<Instant>,
+    /// Refreshes so far (the tick count of the idle checks).
+    refreshes: u64,
+    /// Known ids by the refresh in which their figures last moved.
+    last_active: HashMap<u64, u64>,
+    /// Ids with figures that a walk made after reading them did not find: removed (ids are
+    /// never reused), so a later figure for them makes no walk again.
+    unresolvable: HashSet<u64>,
+    /// The root's `cgroup.stat` at the last refresh.
+    hierarchy_stat: Option<String>,
+    /// Stats of cgroup directories made by refreshes (for the tests and the benchmark).
+    pub checks: u64,
 }
 
 impl CgroupResolver {
@@ -57,6 +86,11 @@ impl CgroupResolver {
             root,
             paths: HashMap::new(),
             last_walk: None,
+            refreshes: 0,
+            last_active: HashMap::new(),
+            unresolvable: HashSet::new(),
+            hierarchy_stat: None,
+            checks: 0,
         }
     }
 
@@ -78,34 +112,84 @@ impl CgroupResolver {
         self.paths.get(&id).map(String::as_str)
     }
 
-    /// Checks the ids in `ids`: a known id whose directory is gone (or now has another inode)
-    /// is forgotten, and an unknown id makes one walk of the hierarchy. Returns the ids that
-    /// are gone. Callers pass ids read before this call, so a cgroup that exists is always
-    /// found by the walk. Cost: one stat per known id, one walk only when something is new.
-    pub fn refresh<'a>(&mut self, ids: impl IntoIterator<Item = &'a u64>) -> HashSet<u64> {
+    /// Checks the ids in `ids` (every id with figures; `active` says whose figures moved in
+    /// the window just read): an unknown id makes one walk of the hierarchy, and a known id
+    /// whose idle check is due (see the module's documentation) is forgotten when its directory
+    /// is gone (or now has another inode). Returns the ids that are gone. Callers pass ids read
+    /// before this call, so a cgroup that exists is always found by the walk.
+    pub fn refresh<'a>(
+        &mut self,
+        ids: impl IntoIterator<Item = &'a u64>,
+        active: impl Fn(u64) -> bool,
+    ) -> HashSet<u64> {
+        self.refreshes += 1;
+        let tick = self.refreshes;
+        let hierarchy_stat = std::fs::read_to_string(self.root.join("cgroup.stat")).ok();
+        let hierarchy_changed = hierarchy_stat != self.hierarchy_stat;
+        self.hierarchy_stat = hierarchy_stat;
         let mut gone = HashSet::new();
         let mut missing = Vec::new();
+        let mut unchecked = Vec::new();
         for &id in ids {
-            match self.paths.get(&id) {
-                Some(rel) => {
-                    let full = self.root.join(rel.trim_start_matches('/'));
-                    if std::fs::metadata(full).map(|m| m.ino()).ok() != Some(id) {
-                        self.paths.remove(&id);
-                        gone.insert(id);
-                    }
+            if !self.paths.contains_key(&id) {
+                if self.unresolvable.contains(&id) {
+                    gone.insert(id);
+                } else {
+                    missing.push(id);
                 }
-                None => missing.push(id),
+                continue;
+            }
+            let due = if active(id) {
+                self.last_active.insert(id, tick);
+                hierarchy_changed
+            } else {
+                let idle_for = tick - *self.last_active.entry(id).or_insert(tick);
+                hierarchy_changed
+                    || idle_for <= IDLE_CHECK_RECENT
+                    || id.wrapping_add(tick) % IDLE_CHECK_EVERY == 0
+            };
+            if !due {
+                unchecked.push(id);
+                continue;
+            }
+            self.checks += 1;
+            if !self.exists(id) {
+                self.paths.remove(&id);
+                self.last_active.remove(&id);
+                gone.insert(id);
             }
         }
         if !missing.is_empty() {
             self.walk();
-            gone.extend(
-                missing
-                    .into_iter()
-                    .filter(|id| !self.paths.contains_key(id)),
-            );
+            // The walk replaced the cache: what it did not find is gone, checked or not.
+            for id in unchecked {
+                if !self.paths.contains_key(&id) {
+                    self.last_active.remove(&id);
+                    gone.insert(id);
+                }
+            }
+            if self.unresolvable.len() > UNRESOLVABLE_MAX {
+                self.unresolvable.clear();
+            }
+            for id in missing {
+                if self.paths.contains_key(&id) {
+                    self.last_active.insert(id, tick);
+                } else {
+                    self.unresolvable.insert(id);
+                    gone.insert(id);
+                }
+            }
         }
         gone
+    }
+
+    /// Whether the directory of a known id is still there with that inode.
+    fn exists(&self, id: u64) -> bool {
+        let Some(rel) = self.paths.get(&id) else {
+            return false;
+        };
+        let full = self.root.join(rel.trim_start_matches('/'));
+        std::fs::metadata(full).map(|m| m.ino()).ok() == Some(id)
     }
 
     /// When the hierarchy was last walked.
@@ -114,30 +198,35 @@ impl CgroupResolver {
     }
 
     /// Walks the whole hierarchy, replacing the cache: ids of removed cgroups are dropped.
+    /// A directory's inode comes with its entry in the parent's listing (cgroupfs gives the
+    /// cgroup id there as it does to stat), so only the root is stat'ed.
     pub fn walk(&mut self) {
-        let mut paths = HashMap::new();
-        let mut stack = vec![(self.root.clone(), String::from("/"))];
-        while let Some((dir, rel)) = stack.pop() {
-            let Ok(meta) = std::fs::metadata(&dir) else {
-                continue;
-            };
-            paths.insert(meta.ino(), rel.clone());
-            let Ok(entries) = std::fs::read_dir(&dir) else {
-                continue;
-            };
-            for entry in entries.flatten() {
-                // Cgroup directories are real directories; control files are not.
-                if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                    let name = entry.file_name().to_string_lossy().into_owned();
-                    let child_rel = if rel == "/" {
-                        format!("/{name}")
-                    } else {
-                        format!("{rel}/{name}")
-                    };
-                    stack.push((entry.path(), child_rel));
+        let mut paths = HashMap::with_capacity(self.paths.len());
+        if let Ok(meta) = std::fs::metadata(&self.root) {
+            paths.insert(meta.ino(), String::from("/"));
+            let mut stack = vec![(self.root.clone(), String::from("/"))];
+            while let Some((dir, rel)) = stack.pop() {
+                let Ok(entries) = std::fs::read_dir(&dir) else {
+                    continue;
+                };
+                for entry in entries.flatten() {
+                    // Cgroup directories are real directories; control files are not.
+                    if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                        let name = entry.file_name().to_string_lossy().into_owned();
+                        let child_rel = if rel == "/" {
+                            format!("/{name}")
+                        } else {
+                            format!("{rel}/{name}")
+                        };
+                        paths.insert(entry.ino(), child_rel.clone());
+                        stack.push((entry.path(), child_rel));
+                    }
                 }
             }
         }
+        let paths_known = &paths;
+        self.last_active
+            .retain(|id, _| paths_known.contains_key(id));
         self.paths = paths;
         self.last_walk = Some(Instant::now());
     }
@@ -218,7 +307,7 @@ mod tests {
         let ino = |p: &str| std::fs::metadata(root.join(p)).unwrap().ino();
         let (a, b) = (ino("a.slice"), ino("a.slice/b.scope"));
         let mut r = CgroupResolver::new(root.to_path_buf());
-        assert!(r.refresh(&[a]).is_empty());
+        assert!(r.refresh(&[a], |_| false).is_empty());
         assert_eq!(r.path(a), Some("/a.slice"));
         assert_eq!(r.path(b), Some("/a.slice/b.scope"));
         assert_eq!(r.path(ino("")), Some("/"));
@@ -234,8 +323,83 @@ mod tests {
         );
         assert!(r.lookup_user_path("/nope").is_err());
         std::fs::remove_dir_all(root.join("a.slice/b.scope")).unwrap();
-        assert_eq!(r.refresh(&[a, b, u64::MAX]), HashSet::from([b, u64::MAX]));
+        assert_eq!(
+            r.refresh(&[a, b, u64::MAX], |_| false),
+            HashSet::from([b, u64::MAX])
+        );
         assert_eq!(r.path(b), None);
         assert_eq!(r.path(a), Some("/a.slice"));
+    }
+
+    /// Which ids a refresh stats: while the hierarchy's counts stay the same, none that moved,
+    /// an idle one for a few ticks after it went quiet and then once every [`IDLE_CHECK_EVERY`]
+    /// ticks; every one when the counts change. A removed cgroup is forgotten at the first
+    /// check after its removal, and an id no walk finds makes no second walk.
+    #[test]
+    fn checks_only_idle_cgroups_and_forgets_removed_ones() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        for d in ["x.scope", "y.scope", "z.scope"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        let ino = |p: &str| std::fs::metadata(root.join(p)).unwrap().ino();
+        let (x, y, z) = (ino("x.scope"), ino("y.scope"), ino("z.scope"));
+        let mut r = CgroupResolver::new(root.to_path_buf());
+        r.walk();
+        let all = [x, y, z];
+        for _ in 0..10 {
+            assert!(r.refresh(&all, |_| true).is_empty());
+        }
+        assert_eq!(r.checks, 0, "cgroups whose threads moved are not stat'ed");
+
+        // x is removed: its threads are gone first, so it is idle in the next window.
+        std::fs::remove_dir_all(root.join("x.scope")).unwrap();
+        let checks = r.checks;
+        assert_eq!(r.refresh(&all, |id| id != x), HashSet::from([x]));
+        assert_eq!(r.checks, checks + 1);
+        assert_eq!(r.path(x), None);
+
+        // y goes quiet: checked in each of its first IDLE_CHECK_RECENT idle ticks, then once
+        // every IDLE_CHECK_EVERY ticks.
+        let live = [y, z];
+        let checks = r.checks;
+        for _ in 0..IDLE_CHECK_RECENT {
+            assert!(r.refresh(&live, |id| id == z).is_empty());
+        }
+        assert_eq!(r.checks, checks + IDLE_CHECK_RECENT);
+        let checks = r.checks;
+        for _ in 0..4 * IDLE_CHECK_EVERY {
+            assert!(r.refresh(&live, |id| id == z).is_empty());
+        }
+        assert_eq!(r.checks, checks + 4);
+
+        // Removed after a long calm: forgotten within IDLE_CHECK_EVERY ticks.
+        std::fs::remove_dir_all(root.join("y.scope")).unwrap();
+        let found = (0..IDLE_CHECK_EVERY).find(|_| r.refresh(&live, |id| id == z).contains(&y));
+        assert!(found.is_some(), "y not found removed");
+        assert_eq!(r.path(y), None);
+
+        // A change of the hierarchy's counts makes every cgroup checked, those that moved too.
+        std::fs::write(root.join("cgroup.stat"), "nr_descendants 2\n").unwrap();
+        let checks = r.checks;
+        assert!(r.refresh(&[z], |_| true).is_empty());
+        assert_eq!(r.checks, checks + 1);
+        assert!(r.refresh(&[z], |_| true).is_empty());
+        assert_eq!(r.checks, checks + 1, "unchanged counts: no check");
+
+        // An unknown id makes a walk, which also finds that z (not checked: it moved) is gone;
+        // an id that walk did not find makes no second walk.
+        std::fs::remove_dir_all(root.join("z.scope")).unwrap();
+        assert_eq!(
+            r.refresh(&[z, u64::MAX], |_| true),
+            HashSet::from([z, u64::MAX])
+        );
+        let walked = r.last_walk();
+        assert_eq!(r.refresh(&[u64::MAX], |_| true), HashSet::from([u64::MAX]));
+        assert_eq!(
+            r.last_walk(),
+            walked,
+            "no second walk for an id no walk found"
+        );
     }
 }
