@@ -305,8 +305,12 @@ pub fn run(rounds: u32, seconds: u32) -> Result<()> {
                 start: Some(stormwatch("sched")),
             },
             Tracer {
-                name: "stormwatch, all probes",
+                name: "stormwatch trace, all probes",
                 start: Some(stormwatch("sched,futex,locks,net")),
+            },
+            Tracer {
+                name: "stormwatch run (default configuration, as deployed)",
+                start: Some(stormwatch_run()),
             },
             Tracer {
                 name: "bpftrace: switches + run-queue histogram per cgroup",
@@ -328,6 +332,10 @@ pub fn run(rounds: u32, seconds: u32) -> Result<()> {
             Tracer {
                 name: "stormwatch --probes futex,locks",
                 start: Some(stormwatch("futex,locks")),
+            },
+            Tracer {
+                name: "stormwatch run (default configuration, as deployed)",
+                start: Some(stormwatch_run()),
             },
             Tracer {
                 name: "bpftrace: futex wait time per cgroup",
