@@ -8,7 +8,7 @@ use std::{
 };
 
 use anyhow::Context as _;
-use stormwatch_common::net::NetIfKey;
+use stormwatch_common::net::{NetIfInfo, NetIfKey};
 
 use crate::{
     collect::{Snapshot, Window},
@@ -33,8 +33,8 @@ pub struct Pipeline {
     symbolizer: KernelSymbolizer,
     identities: Identities,
     /// The interfaces the network probes saw: what the kernel said each is when they first saw
-    /// it, and its MTU at its last packet.
-    interfaces: HashMap<NetIfKey, SeenInterface>,
+    /// it.
+    interfaces: HashMap<NetIfKey, NetIfInfo>,
     /// The host's network namespace inode, when known
     /// ([`crate::netinfo::namespaces::host_inode`]).
     pub host_netns: Option<u64>,
@@ -122,45 +122,38 @@ impl Pipeline {
     fn track_netns_owners(&mut self, active: impl IntoIterator<Item = u64>) {
         let senders = self.probes.netns_senders();
         let resolver = &self.resolver;
-        let owners = self
-            .netns_owners
-            .decide(self.host_netns, active, &senders, |id| {
-                resolver.path(id).map(str::to_owned)
-            });
+        let owners =
+            self.netns_owners
+                .decide(resolver.root(), self.host_netns, active, &senders, |id| {
+                    resolver.path(id).map(str::to_owned)
+                });
         self.probes.set_netns_owners(&owners);
     }
 
-    /// The interfaces the probes saw, by (namespace inode, ifindex).
-    pub fn seen_interfaces(&self) -> &HashMap<NetIfKey, SeenInterface> {
-        &self.interfaces
-    }
-
-    /// Keeps [`Pipeline::seen_interfaces`] current: the kernel's record is read only when a
-    /// new interface carried traffic, or after cgroups were removed (their namespaces' entries
-    /// go with them).
-    fn note_interfaces(&mut self, window: &Window, forgot: bool) {
+    /// The interfaces the probes saw, by (namespace inode, ifindex): the kernel's record of
+    /// each, with its MTU at its last packet (from the latest snapshot).
+    pub fn seen_interfaces(&self) -> HashMap<NetIfKey, SeenInterface> {
         let mtus = &self.previous.net_ifaces;
-        let new = forgot
-            || window
-                .net_ifaces
-                .keys()
-                .any(|k| !self.interfaces.contains_key(k));
-        if !new {
-            for (k, i) in &mut self.interfaces {
-                if let Some(s) = mtus.get(k).filter(|s| s.mtu != 0) {
-                    i.mtu = s.mtu;
-                }
-            }
-            return;
-        }
-        let info = crate::probes::net::read_iface_info(self.probes.ebpf());
-        self.interfaces = info
+        self.interfaces
             .iter()
             .map(|(k, info)| {
                 let mtu = mtus.get(k).map_or(0, |s| s.mtu);
                 (*k, SeenInterface::from_kernel(info, mtu))
             })
-            .collect();
+            .collect()
+    }
+
+    /// Keeps the kernel's interface records current: they are read only when a new interface
+    /// carried traffic, or after cgroups were removed (their namespaces' entries go with them).
+    fn note_interfaces(&mut self, window: &Window, forgot: bool) {
+        let new = forgot
+            || window
+                .net_ifaces
+                .keys()
+                .any(|k| !self.interfaces.contains_key(k));
+        if new {
+            self.interfaces = crate::probes::net::read_iface_info(self.probes.ebpf());
+        }
     }
 
     fn name_processes(&mut self, window: &Window) {

@@ -74,7 +74,7 @@ pub async fn run(args: DiagnoseArgs) -> anyhow::Result<u8> {
         }
         next += interval;
     }
-    let net = session.network(pipeline.seen_interfaces());
+    let net = session.network(&pipeline.seen_interfaces());
     let findings = session.judge(pipeline.paths(), net.as_ref());
     let window = session.window();
     let limits = session.window_limits(&window);

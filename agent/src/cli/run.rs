@@ -265,7 +265,7 @@ impl Daemon {
                 let limits = self.session.latest_limits(window.cgroups.keys());
                 let ctx = p.report_context(&limits);
                 let judged = step_done.then(|| {
-                    let net = self.session.network(p.seen_interfaces());
+                    let net = self.session.network(&p.seen_interfaces());
                     let findings = self.session.judge(p.paths(), net.as_ref());
                     (net, findings)
                 });

@@ -115,7 +115,7 @@ pub async fn run(args: TraceArgs) -> anyhow::Result<()> {
     }
 
     if args.json {
-        let net = session.network(pipeline.seen_interfaces());
+        let net = session.network(&pipeline.seen_interfaces());
         let net_avail = pipeline.availability().net;
         let findings = session.judge(pipeline.paths(), net.as_ref());
         let limits = session.window_limits(&total);

@@ -4,6 +4,7 @@
 
 use std::{
     collections::{BTreeSet, HashMap, HashSet},
+    path::Path,
     time::{Duration, Instant},
 };
 
@@ -37,19 +38,18 @@ pub struct NetnsOwners {
 }
 
 impl NetnsOwners {
-    /// Namespace inode → owning cgroup id (0: nobody's). `host` is the host's namespace inode
+    /// Namespace inode → owning cgroup id (0: nobody's), cgroups named under `v2_root`. `host` is
+    /// the host's namespace inode
     /// when known; `active` the namespaces that carried traffic since the last call; `senders`
     /// the (namespace, cgroup) pairs the transmit probe saw sending; `path_of` names cgroup ids.
     pub fn decide(
         &mut self,
+        v2_root: &Path,
         host: Option<u64>,
         active: impl IntoIterator<Item = u64>,
         senders: &[NetSenderKey],
         path_of: impl Fn(u64) -> Option<String>,
     ) -> HashMap<u32, u64> {
-        let Ok(root) = super::find_v2_root() else {
-            return HashMap::new();
-        };
         let seen: HashSet<u64> = active
             .into_iter()
             .chain(senders.iter().map(|k| u64::from(k.netns)))
@@ -82,7 +82,7 @@ impl NetnsOwners {
             .into_iter()
             .filter_map(|(netns, paths)| {
                 let paths: Vec<String> = paths.into_iter().collect();
-                let owner = namespaces::cgroup_id(&root, &paths);
+                let owner = namespaces::cgroup_id(v2_root, &paths);
                 Some((u32::try_from(netns).ok()?, owner.unwrap_or(0)))
             })
             .collect();
@@ -127,14 +127,20 @@ mod tests {
         ];
         let mut owners = NetnsOwners::default();
         let path_of = |id: u64| (id == 42).then(|| path.clone());
-        let decided = owners.decide(Some(u64::from(host)), [], &senders, path_of);
+        let decided = owners.decide(&root, Some(u64::from(host)), [], &senders, path_of);
         assert_eq!(decided.get(&host), Some(&0), "the host's: nobody's");
         // A cgroup below the root is an owner; the root itself is nobody.
         let expected = if path == "/" { 0 } else { inode };
         assert_eq!(decided.get(&pod), Some(&expected));
         // Nothing new: no second walk of /proc.
         let walked = owners.walked_at;
-        owners.decide(Some(u64::from(host)), [u64::from(pod)], &senders, path_of);
+        owners.decide(
+            &root,
+            Some(u64::from(host)),
+            [u64::from(pod)],
+            &senders,
+            path_of,
+        );
         assert_eq!(owners.walked_at, walked);
     }
 }

@@ -593,7 +593,7 @@ impl InventoryCache {
 /// The network namespaces over a window: their counters at the start; at the end, the full
 /// inventory and the counters' change.
 pub struct NetWatch {
-    /// The host's namespace inode, when known without `/proc` (see [`discover`]).
+    /// The host's namespace inode, when known (see [`super::namespaces::host_inode`]).
     host: Option<u64>,
     start: HashMap<u64, Snmp>,
     /// Namespaces that existed at the start (those whose counters could not be read then have
@@ -649,7 +649,7 @@ mod tests {
 
     use super::*;
     use crate::netinfo::encapsulation::TunnelAttrs;
-    use crate::netinfo::namespaces::v2_cgroup_of;
+    use crate::netinfo::namespaces::{host_inode, v2_cgroup_of};
 
     fn l(ifindex: u32, name: &str, mtu: u32, kind: Option<&str>) -> Link {
         Link {
@@ -927,7 +927,10 @@ mod tests {
 
     #[test]
     fn the_cache_reuses_links_while_the_namespaces_stay() {
-        let host: Vec<NetnsRef> = discover(None).into_iter().filter(|n| n.host).collect();
+        let host: Vec<NetnsRef> = discover(host_inode(None))
+            .into_iter()
+            .filter(|n| n.host)
+            .collect();
         let mut cache = InventoryCache::new(std::time::Duration::from_secs(60));
         let first = cache.collect(&host);
         let read_at = |c: &InventoryCache| c.read.as_ref().map(|r| r.0);
@@ -966,7 +969,7 @@ mod tests {
     fn the_hosts_namespace_is_found_and_read() {
         // Reads this machine over rtnetlink (no capability needed for the agent's own
         // namespace); a failure here is the environment's, and must show.
-        let all = discover(None);
+        let all = discover(host_inode(None));
         let host = all.iter().find(|n| n.host).expect("the host's namespace");
         assert!(host.cgroups.is_empty());
         let read = collect(std::slice::from_ref(host));

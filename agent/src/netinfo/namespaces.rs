@@ -60,9 +60,8 @@ pub fn host_inode(known: Option<u64>) -> Option<u64> {
 }
 
 /// Every network namespace reachable from `/proc` and the named-namespace directories,
-/// grouped by inode; the host's marked (see [`host_inode`] for `host`).
+/// grouped by inode; `host` (from [`host_inode`]) is marked as the host's.
 pub fn discover(host: Option<u64>) -> Vec<NetnsRef> {
-    let host = host_inode(host);
     let mut by_inode: HashMap<u64, NetnsRef> = HashMap::new();
     if let Ok(dir) = std::fs::read_dir("/proc") {
         for entry in dir.flatten() {
