@@ -6,6 +6,8 @@
 //! - `promtool check metrics` (same package) must find nothing to say about the classic text
 //!   format the daemon serves.
 //! - Removed cgroups leave after the grace period; the cgroup cap counts what it refuses.
+//! - BPF run-time statistics (host-wide) stay off unless `bpf_stats = true`: the kernel's own
+//!   run counts of the daemon's programs (`/proc/<pid>/fdinfo`) stay at 0.
 //! - Bad input fails with one `stormwatch:` line on stderr; SIGTERM/SIGINT exit 0 within 2 s.
 //! - deploy/daemonset.yaml validates against the Kubernetes schemas in strict mode
 //!   (`kubernetes-validate`, from PyPI).
@@ -540,6 +542,68 @@ fn a_storm_after_calm_is_flagged_by_run_as_by_diagnose() {
 /// `stormwatch_finding` covers every rule of `diagnose`, the network's included: an overlay
 /// as large as its underlay (every full-size inner packet 50 bytes too big once encapsulated),
 /// with traffic that fragments, is an `mtu_mismatch` of the daemon within two windows.
+/// The run counts the kernel keeps for each of the daemon's BPF programs (`run_cnt` in
+/// `/proc/<pid>/fdinfo/<fd>` of its program fds): they move only while BPF run-time statistics
+/// are on, which is host-wide.
+fn program_run_counts(daemon: &Daemon) -> Vec<u64> {
+    let dir = format!("/proc/{}/fdinfo", daemon.child.id());
+    std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{dir}: {e}"))
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .filter(|info| info.lines().any(|l| l.starts_with("prog_type:")))
+        .map(|info| {
+            info.lines()
+                .find_map(|l| l.strip_prefix("run_cnt:"))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or_else(|| panic!("a program's fdinfo without run_cnt:\n{info}"))
+        })
+        .collect()
+}
+
+/// Switches enough for every scheduler program to run: a thread that sleeps briefly, often.
+fn make_switches() {
+    for _ in 0..200 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn bpf_run_time_statistics_stay_off_unless_asked() {
+    require_bpf();
+    let sysctl = std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled")
+        .expect("/proc/sys/kernel/bpf_stats_enabled");
+    assert_eq!(
+        sysctl.trim(),
+        "0",
+        "the premise: the host has not turned BPF statistics on itself"
+    );
+    // The default configuration: the kernel counts no program runs.
+    let daemon = Daemon::start(&[]);
+    make_switches();
+    std::thread::sleep(Duration::from_secs(2));
+    let counts = program_run_counts(&daemon);
+    assert!(!counts.is_empty(), "the daemon holds its programs' fds");
+    assert!(
+        counts.iter().all(|&n| n == 0),
+        "BPF statistics on without being asked: run counts {counts:?}"
+    );
+    daemon.stop(libc::SIGTERM);
+
+    // Asked for (and allowed: root has CAP_SYS_ADMIN): the same programs are counted.
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let config = write_file(dir.path(), "config.toml", "bpf_stats = true\n");
+    let daemon = Daemon::start(&["--config", config.to_str().unwrap()]);
+    make_switches();
+    std::thread::sleep(Duration::from_secs(2));
+    let counts = program_run_counts(&daemon);
+    assert!(
+        counts.iter().any(|&n| n > 0),
+        "bpf_stats = true: some program's runs are counted, got {counts:?}"
+    );
+    daemon.stop(libc::SIGTERM);
+}
+
 #[test]
 fn an_mtu_mismatch_is_a_finding_of_run() {
     require_bpf();
