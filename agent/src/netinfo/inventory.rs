@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 
-use netlink_packet_route::AddressFamily;
+use netlink_packet_route::{AddressFamily, link::LinkLayerType};
 use serde::Serialize;
 
 use stormwatch_common::net::{NetIfInfo, NetIfKey};
@@ -20,7 +20,7 @@ use stormwatch_common::net::{NetIfInfo, NetIfKey};
 pub use super::encapsulation::Encapsulation;
 use super::{
     encapsulation::{TunnelAttrs, encapsulation},
-    links::{Link, kind_of, links_from},
+    links::{Link, kind_from, kind_of, link_type, links_from},
     namespaces::{NetnsRef, discover, each_netns},
     netlink::Rtnl,
     routes::{Route, default_route, route_from},
@@ -398,11 +398,6 @@ pub struct SeenInterface {
     pub mtu: u32,
 }
 
-/// `ARPHRD_*` link-layer types the inventory names (`linux/if_arp.h`).
-const ARPHRD_ETHER: u16 = 1;
-const ARPHRD_LOOPBACK: u16 = 772;
-const ARPHRD_NONE: u16 = 0xfffe;
-
 impl SeenInterface {
     /// From the probes' record and the MTU at the last packet: the kind as [`kind_of`] names a
     /// link read over rtnetlink (the link type's name for devices without a kind).
@@ -411,16 +406,13 @@ impl SeenInterface {
             let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
             String::from_utf8_lossy(&b[..end]).into_owned()
         };
-        let kind = match (text(&info.kind), info.link_type) {
-            (k, _) if !k.is_empty() => k,
-            (_, ARPHRD_LOOPBACK) => "loopback".to_owned(),
-            (_, ARPHRD_ETHER) => "physical".to_owned(),
-            (_, ARPHRD_NONE) => "other".to_owned(),
-            (_, t) => format!("link type {t}"),
-        };
+        let kind = text(&info.kind);
         Self {
             name: text(&info.name),
-            kind,
+            kind: kind_from(
+                Some(kind.as_str()).filter(|k| !k.is_empty()),
+                &link_type(LinkLayerType::from(info.link_type)),
+            ),
             mtu,
         }
     }
@@ -849,6 +841,11 @@ mod tests {
         assert_eq!(all[1].interfaces[1].peer, None, "index 9 exists nowhere");
     }
 
+    /// `ARPHRD_*` from `linux/if_arp.h`, as the kernel's `dev->type` holds them.
+    const ARPHRD_ETHER: u16 = 1;
+    const ARPHRD_LOOPBACK: u16 = 772;
+    const ARPHRD_NONE: u16 = 0xfffe;
+
     fn seen(name: &str, kind: &str, link_type: u16, mtu: u32) -> SeenInterface {
         let mut info = NetIfInfo::ZERO;
         info.name[..name.len()].copy_from_slice(name.as_bytes());
@@ -873,7 +870,8 @@ mod tests {
             seen("wg0", "wireguard", ARPHRD_NONE, 1420).kind,
             "wireguard"
         );
-        assert_eq!(seen("sit0", "", 776, 1480).kind, "link type 776");
+        // Other link types by rtnetlink's name for them, as `kind_of` gives it.
+        assert_eq!(seen("sit0", "", 776, 1480).kind, "sit");
         // A full 15-character name (IFNAMSIZ with its NUL).
         assert_eq!(seen("abcdefghijklmno", "", 1, 1500).name, "abcdefghijklmno");
     }

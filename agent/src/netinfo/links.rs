@@ -40,8 +40,14 @@ pub struct Link {
 /// The kind of a link: its rtnetlink kind, else `loopback` or `physical` (a driver's device
 /// without rtnetlink kind: a NIC, virtio-net, ENA…).
 pub fn kind_of(link: &Link) -> String {
-    match (&link.info_kind, link.link_type.as_str()) {
-        (Some(k), _) => k.clone(),
+    kind_from(link.info_kind.as_deref(), &link.link_type)
+}
+
+/// The kind of a link from its rtnetlink kind (`IFLA_INFO_KIND`, or the kernel's
+/// `rtnl_link_ops->kind`) and its link-layer type's name ([`link_type`]).
+pub fn kind_from(info_kind: Option<&str>, link_type: &str) -> String {
+    match (info_kind, link_type) {
+        (Some(k), _) => k.to_owned(),
         (None, "loopback") => "loopback".to_owned(),
         (None, "ether") => "physical".to_owned(),
         (None, "none") => "other".to_owned(),
@@ -49,7 +55,8 @@ pub fn kind_of(link: &Link) -> String {
     }
 }
 
-fn link_type(t: LinkLayerType) -> String {
+/// The name of a link-layer type (`ARPHRD_*`, as `dev->type` and rtnetlink's header give it).
+pub fn link_type(t: LinkLayerType) -> String {
     match t {
         LinkLayerType::Ether => "ether".to_owned(),
         LinkLayerType::Loopback => "loopback".to_owned(),
