@@ -93,7 +93,7 @@ pub struct Peer {
 }
 
 /// One interface of one namespace.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Interface {
     pub name: String,
     pub ifindex: u32,
@@ -117,7 +117,7 @@ pub struct Interface {
 }
 
 /// One namespace, read in full.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Namespace {
     pub inode: u64,
     pub name: Option<String>,
@@ -231,12 +231,9 @@ fn assemble(ns: &NetnsRef, raw: Raw) -> Namespace {
                 host: ns.host,
                 pid: ns.pid,
                 cgroups: ns.cgroups.iter().cloned().collect(),
-                uplink: None,
-                uplink_mtu: None,
-                route_mtus: Vec::new(),
-                interfaces: Vec::new(),
                 snmp: raw.snmp,
                 error: Some(e),
+                ..Namespace::default()
             };
         }
     };
@@ -438,13 +435,8 @@ impl SeenInterface {
             kind: self.kind.clone(),
             mtu: self.mtu,
             encapsulation_overhead: overhead,
-            encapsulation: None,
             encapsulation_note: note,
-            underlay: None,
-            peer: None,
-            master: None,
-            operstate: None,
-            uplink: false,
+            ..Interface::default()
         }
     }
 }
@@ -479,18 +471,12 @@ pub fn add_seen(
             }
             None => out.push(Namespace {
                 inode,
-                name: None,
                 host: Some(inode) == host,
-                pid: None,
-                cgroups: Vec::new(),
-                uplink: None,
-                uplink_mtu: None,
-                route_mtus: Vec::new(),
                 interfaces,
-                snmp: None,
                 error: Some(format!(
                     "no process of it is visible to the agent; {SEEN_ONLY}"
                 )),
+                ..Namespace::default()
             }),
         }
     }
