@@ -3,7 +3,7 @@
 //! trace must not fail.
 //!
 //! Ground truth is again the workload's own getrusage (see `sched_accuracy.rs`) and CPU time
-//! (5%). The short-lived workload switches only a few hundred times, so besides 2% the switch
+//! (`ONCPU_TOLERANCE`). The short-lived workload switches only a few hundred times, so besides 2% the switch
 //! counts get a slack of a few switches per cause, each of which getrusage sees and the cgroup
 //! rightly does not, or the other way round:
 //! - the forked child's switches before it has joined the cgroup (its write to `cgroup.procs`
@@ -20,7 +20,8 @@ use std::{process::Command, time::Duration};
 
 use serde_json::Value;
 use stormwatch_tests::{
-    Agent, TestCgroup, assert_within, num, require_bpf, run_in_cgroup, workload_result,
+    Agent, ONCPU_TOLERANCE, TestCgroup, assert_within, num, require_bpf, run_in_cgroup,
+    workload_result,
 };
 
 /// Worker threads of each workload.
@@ -43,7 +44,7 @@ fn check_figures(what: &str, c: &Value, truth: &Value) {
         &format!("{what}: on-CPU seconds"),
         num(c, "oncpu_seconds"),
         num(truth, "utime_seconds") + num(truth, "stime_seconds"),
-        0.05,
+        ONCPU_TOLERANCE,
     );
 }
 

@@ -47,7 +47,7 @@ use std::{
 use serde_json::Value as Json;
 use serde_yaml_ng::Value;
 use stormwatch_tests::{
-    TestCgroup, agent_bin,
+    ONCPU_TOLERANCE, TestCgroup, agent_bin,
     daemon::{free_port, http_get, sample, tool},
     deploy::{documents, repo_file},
     netns::{self, Netns, ping_counts, sample_with},
@@ -711,7 +711,7 @@ fn the_pod_runs_as_the_manifest_says() {
     let oncpu = sample(&text, &oncpu_series).expect("on-CPU time");
     let kernel_oncpu = usage_usec / 1e6;
     assert!(
-        (oncpu - kernel_oncpu).abs() <= 0.05 * kernel_oncpu,
+        (oncpu - kernel_oncpu).abs() <= ONCPU_TOLERANCE * kernel_oncpu,
         "on-CPU {oncpu} s vs the cgroup's cpu.stat {kernel_oncpu} s"
     );
     let switches: f64 = ["voluntary", "involuntary"]

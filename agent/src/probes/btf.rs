@@ -519,5 +519,19 @@ mod tests {
         assert_eq!(niv, nv + 8);
         btf.first_member_offset("task_struct", &["__state", "state"])
             .unwrap();
+        // A path through an embedded struct adds up its steps.
+        let se = btf.member_offset("task_struct", "se").unwrap();
+        let sum = btf
+            .member_offset("sched_entity", "sum_exec_runtime")
+            .unwrap();
+        assert_eq!(
+            btf.offset_of("task_struct", &["se", "sum_exec_runtime"])
+                .unwrap(),
+            se + sum
+        );
+        assert!(
+            sum > 0,
+            "sum_exec_runtime is not sched_entity's first member"
+        );
     }
 }

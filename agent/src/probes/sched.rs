@@ -75,6 +75,14 @@ impl ProbeFamily for SchedProbes {
                 Ok(off) => values.push((globals::TASK_CPU_OFFSET, off)),
                 Err(err) => log::warn!("task_struct cpu: {err}; wake-ups are not told apart"),
             }
+            // On-CPU time as the scheduler charges it; without it the probes fall back to the
+            // clock, which also counts time the hypervisor stole from the vCPU.
+            match btf.offset_of("task_struct", &["se", "sum_exec_runtime"]) {
+                Ok(off) => values.push((globals::TASK_RUNTIME_OFFSET, off)),
+                Err(err) => log::warn!(
+                    "task_struct se.sum_exec_runtime: {err}; on-CPU time falls back to the clock"
+                ),
+            }
         }
         values.extend(tracepoint_offsets(&[
             (

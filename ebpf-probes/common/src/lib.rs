@@ -54,6 +54,9 @@ pub mod globals {
     pub const TASK_NIVCSW_OFFSET: &str = "TASK_NIVCSW_OFFSET";
     /// `offsetof(struct task_struct, exit_state)`.
     pub const TASK_EXIT_STATE_OFFSET: &str = "TASK_EXIT_STATE_OFFSET";
+    /// `offsetof(struct task_struct, se.sum_exec_runtime)`: the CPU time the scheduler charged
+    /// the thread (what `getrusage` and the cgroup's `cpu.stat` add up).
+    pub const TASK_RUNTIME_OFFSET: &str = "TASK_RUNTIME_OFFSET";
     /// Classic tracepoint fallback: offset of `next_pid` in the `sched_switch` record.
     pub const TP_SWITCH_NEXT_PID_OFFSET: &str = "TP_SWITCH_NEXT_PID_OFFSET";
     /// Classic tracepoint fallback: offset of `pid` in the `sched_wakeup` record.
@@ -157,7 +160,9 @@ pub struct SchedStats {
     pub involuntary_switches: u64,
     /// Times a thread resumed on a different CPU than the one it last ran on.
     pub migrations: u64,
-    /// Time on a CPU, credited when the thread is switched out.
+    /// Time on a CPU, credited when the thread is switched out: the scheduler's own charge
+    /// (`se.sum_exec_runtime` deltas), so time the hypervisor stole from the vCPU is not in it,
+    /// exactly as it is not in `cpu.stat` or `getrusage`.
     pub oncpu_ns: u64,
     /// Time blocked (switched out not runnable, until woken), credited when the thread next
     /// leaves the CPU.
@@ -201,6 +206,9 @@ pub const TASK_WAKE_KNOWN: u32 = 1 << 4;
 pub const TASK_HAS_WAKER: u32 = 1 << 5;
 /// `TaskState::flags`: the state was initialised (a fresh task storage is all zeros).
 pub const TASK_SEEN: u32 = 1 << 6;
+/// `TaskState::flags`: `runtime_ns` holds the thread's `se.sum_exec_runtime` as of its last
+/// switch-out (classic tracepoints, which cannot read the incoming thread's).
+pub const TASK_HAS_RUNTIME_BASELINE: u32 = 1 << 7;
 
 /// Per-thread scratch state, in task storage. Intervals are credited to the thread's cgroup when
 /// the thread leaves the CPU, because only then is it `current`, and
@@ -220,6 +228,8 @@ pub struct TaskState {
     pub nvcsw: u64,
     /// `task_struct::nivcsw` at the last switch-out.
     pub nivcsw: u64,
+    /// `task_struct::se.sum_exec_runtime` at the last switch-out (classic tracepoints only).
+    pub runtime_ns: u64,
     pub last_cpu: u32,
     pub flags: u32,
     /// The CPU `sched_waking` ran on for the pending wake-up (the waker's).
@@ -234,6 +244,7 @@ impl TaskState {
         offcpu_pending_ns: 0,
         nvcsw: 0,
         nivcsw: 0,
+        runtime_ns: 0,
         last_cpu: 0,
         flags: 0,
         waker_cpu: 0,
@@ -245,10 +256,16 @@ impl TaskState {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OnCpu {
+    /// `bpf_ktime_get_ns()` at the switch-in.
     pub since_ns: u64,
+    /// The thread's `se.sum_exec_runtime` at the switch-in (valid with [`ON_CPU_HAS_RUNTIME`]).
+    pub since_runtime_ns: u64,
     pub tid: u32,
-    pub _pad: u32,
+    pub flags: u32,
 }
+
+/// `OnCpu::flags`: `since_runtime_ns` is valid (tp_btf, which has the incoming task).
+pub const ON_CPU_HAS_RUNTIME: u32 = 1 << 0;
 
 /// What the probes could not record, as indices into the `PROBE_ERRORS` per-CPU array. Each is
 /// documented for users in the README ("Lost events").
@@ -563,8 +580,8 @@ mod tests {
             size_of::<SchedStats>(),
             8 * 5 + 3 * size_of::<Log2Histogram>()
         );
-        assert_eq!(size_of::<TaskState>(), 8 * 5 + 4 * 4);
-        assert_eq!(size_of::<OnCpu>(), 8 + 4 * 2);
+        assert_eq!(size_of::<TaskState>(), 8 * 6 + 4 * 4);
+        assert_eq!(size_of::<OnCpu>(), 8 * 2 + 4 * 2);
         assert_eq!(size_of::<FutexStats>(), 8 * 4 + size_of::<Log2Histogram>());
         assert_eq!(size_of::<FutexInflight>(), 8 * 2 + 4 * 2);
         assert_eq!(size_of::<HotFutexKey>(), 8 * 2 + 4 * 2);
