@@ -31,7 +31,7 @@ use stormwatch_common::net::NetIfKey;
 use crate::{
     collect::{CgroupWindow, Window},
     host::{CpuTicks, Host, Steal, read_cpu_ticks, ticks_per_second},
-    identity::limits::{CgroupLayout, Limits, read_limits, read_threads},
+    identity::limits::{CgroupLayout, Limits, read_limits, read_threads, refresh_limits},
     netinfo::{
         NetState, NetWatch,
         inventory::{InventoryCache, SeenInterface},
@@ -68,6 +68,12 @@ pub trait ResourceReader {
     /// Quota, cpuset, threads, cumulative throttling and pressure of the cgroup at `path`
     /// (relative to the v2 root).
     fn limits(&self, path: &str) -> Limits;
+    /// The same, read again knowing `previous` (a reader may then skip what cannot have
+    /// changed).
+    fn refresh(&self, path: &str, previous: &Limits) -> Limits {
+        let _ = previous;
+        self.limits(path)
+    }
     /// Only the thread count: cheap enough to read whenever activity changes.
     fn threads(&self, path: &str) -> Option<u64>;
 }
@@ -75,6 +81,9 @@ pub trait ResourceReader {
 impl ResourceReader for CgroupLayout {
     fn limits(&self, path: &str) -> Limits {
         read_limits(self, path)
+    }
+    fn refresh(&self, path: &str, previous: &Limits) -> Limits {
+        refresh_limits(self, path, previous)
     }
     fn threads(&self, path: &str) -> Option<u64> {
         read_threads(self, path)
@@ -328,7 +337,7 @@ impl Session {
             Some(ctx) => {
                 if now.saturating_duration_since(ctx.limits_read_at) >= refresh_period(&ctx.limits)
                 {
-                    ctx.limits = reader.limits(path);
+                    ctx.limits = reader.refresh(path, &ctx.limits);
                     ctx.limits_read_at = now;
                     ctx.threads_read_at = now;
                     ctx.activity_at_count = activity;

@@ -125,15 +125,29 @@ impl CgroupLayout {
 /// Reads the resource context of the cgroup at `rel_path` (relative to the hierarchy roots,
 /// as the cgroup id resolver gives it). Best effort; see the module docs for the rules.
 pub fn read_limits(layout: &CgroupLayout, rel_path: &str) -> Limits {
+    read(layout, rel_path, None)
+}
+
+/// Reads the resource context again, as [`read_limits`], knowing what the last read found.
+/// Throttling counters move only while the cgroup has a quota of its own (the bandwidth timer
+/// that counts them runs only then), so when neither the last read nor this one finds a quota
+/// the counters are carried over instead of read: `cpu.stat` is the costly file (reading it
+/// flushes the cgroup's per-CPU statistics under a global lock; seen as a tenth of the
+/// daemon's CPU time with 1,000 cgroups).
+pub fn refresh_limits(layout: &CgroupLayout, rel_path: &str, previous: &Limits) -> Limits {
+    read(layout, rel_path, Some(previous))
+}
+
+fn read(layout: &CgroupLayout, rel_path: &str, previous: Option<&Limits>) -> Limits {
     let Some(rel) = safe_relative(rel_path) else {
         return Limits::default();
     };
     let v2 = layout.v2_root.join(&rel);
-    let v2_file = |name: &str| read(&v2.join(name));
+    let v2_file = |name: &str| read_file(&v2.join(name));
     let v1_file = |controller: &str, name: &str| {
         layout
             .v1_dir(controller, &rel)
-            .and_then(|dir| read(&dir.join(name)))
+            .and_then(|dir| read_file(&dir.join(name)))
     };
 
     let cpu_quota_cores = v2_file("cpu.max")
@@ -155,16 +169,25 @@ pub fn read_limits(layout: &CgroupLayout, rel_path: &str) -> Limits {
         .or_else(|| count_ids(&v2_file("cgroup.threads")?))
         .or_else(|| count_ids(&v1_file("cpu", "tasks")?));
 
-    // v2 cpu.stat exists even without the cpu controller, but then has no throttling keys;
-    // hence the per-key fallback.
-    let v2_stat = v2_file("cpu.stat");
-    let v1_stat = v1_file("cpu", "cpu.stat");
-    let v2_key = |key: &str| v2_stat.as_deref().and_then(|t| flat_keyed(t, key));
-    let v1_key = |key: &str| v1_stat.as_deref().and_then(|t| flat_keyed(t, key));
-    let throttled_periods = v2_key("nr_throttled").or_else(|| v1_key("nr_throttled"));
-    let throttled_seconds = v2_key("throttled_usec")
-        .map(|us| us as f64 / 1e6)
-        .or_else(|| v1_key("throttled_time").map(|ns| ns as f64 / 1e9));
+    let (throttled_periods, throttled_seconds) = match previous {
+        Some(p) if p.cpu_quota_cores.is_none() && cpu_quota_cores.is_none() => {
+            (p.throttled_periods, p.throttled_seconds)
+        }
+        _ => {
+            // v2 cpu.stat exists even without the cpu controller, but then has no throttling
+            // keys; hence the per-key fallback.
+            let v2_stat = v2_file("cpu.stat");
+            let v1_stat = v1_file("cpu", "cpu.stat");
+            let v2_key = |key: &str| v2_stat.as_deref().and_then(|t| flat_keyed(t, key));
+            let v1_key = |key: &str| v1_stat.as_deref().and_then(|t| flat_keyed(t, key));
+            (
+                v2_key("nr_throttled").or_else(|| v1_key("nr_throttled")),
+                v2_key("throttled_usec")
+                    .map(|us| us as f64 / 1e6)
+                    .or_else(|| v1_key("throttled_time").map(|ns| ns as f64 / 1e9)),
+            )
+        }
+    };
 
     let pressure = v2_file("cpu.pressure")
         .map(|t| parse_pressure(&t))
@@ -189,12 +212,12 @@ pub fn read_threads(layout: &CgroupLayout, rel_path: &str) -> Option<u64> {
     let v1 = |controller: &str, name: &str| {
         layout
             .v1_dir(controller, &rel)
-            .and_then(|dir| read(&dir.join(name)))
+            .and_then(|dir| read_file(&dir.join(name)))
     };
-    read(&v2.join("pids.current"))
+    read_file(&v2.join("pids.current"))
         .and_then(|t| parse_u64(&t))
         .or_else(|| parse_u64(&v1("pids", "pids.current")?))
-        .or_else(|| count_ids(&read(&v2.join("cgroup.threads"))?))
+        .or_else(|| count_ids(&read_file(&v2.join("cgroup.threads"))?))
         .or_else(|| count_ids(&v1("cpu", "tasks")?))
 }
 
@@ -202,7 +225,7 @@ pub fn read_threads(layout: &CgroupLayout, rel_path: &str) -> Option<u64> {
 /// caller can difference over its own window). v2 only: v1 has no PSI.
 pub fn read_cpu_pressure(layout: &CgroupLayout, rel_path: &str) -> Pressure {
     safe_relative(rel_path)
-        .and_then(|rel| read(&layout.v2_root.join(rel).join("cpu.pressure")))
+        .and_then(|rel| read_file(&layout.v2_root.join(rel).join("cpu.pressure")))
         .map(|t| parse_pressure(&t))
         .unwrap_or_default()
 }
@@ -217,7 +240,7 @@ fn safe_relative(rel_path: &str) -> Option<PathBuf> {
 
 /// Reading a PSI file with PSI disabled fails with EOPNOTSUPP; that, like a missing file, is
 /// just "no value".
-fn read(path: &Path) -> Option<String> {
+fn read_file(path: &Path) -> Option<String> {
     std::fs::read_to_string(path).ok()
 }
 
@@ -674,5 +697,35 @@ mod tests {
         assert_eq!(got.cpu_quota_cores, None);
         assert_eq!(got.threads, Some(3));
         assert_eq!(got.throttled_periods, Some(2));
+        // A refresh without a quota now and before carries the throttling counters over (they
+        // cannot move without a quota) and does not read cpu.stat; with a quota it reads them.
+        write_files(
+            &cpu_root.join(rel),
+            &[(
+                "cpu.stat",
+                "nr_periods 9\nnr_throttled 7\nthrottled_time 3000000000\n",
+            )],
+        );
+        let carried = refresh_limits(&layout, REL, &got);
+        assert_eq!(carried.throttled_periods, Some(2));
+        assert_eq!(carried.throttled_seconds, Some(1.5));
+        write_files(&cpu_root.join(rel), &[("cpu.cfs_quota_us", "50000\n")]);
+        let read = refresh_limits(&layout, REL, &carried);
+        assert_eq!(read.cpu_quota_cores, Some(0.5));
+        assert_eq!(read.throttled_periods, Some(7));
+        assert_eq!(read.throttled_seconds, Some(3.0));
+        // The quota removed: the last read had one, so the counters are read once more.
+        write_files(&cpu_root.join(rel), &[("cpu.cfs_quota_us", "-1\n")]);
+        write_files(
+            &cpu_root.join(rel),
+            &[(
+                "cpu.stat",
+                "nr_periods 9\nnr_throttled 8\nthrottled_time 3000000000\n",
+            )],
+        );
+        assert_eq!(
+            refresh_limits(&layout, REL, &read).throttled_periods,
+            Some(8)
+        );
     }
 }

@@ -59,6 +59,11 @@ pub fn host_inode(known: Option<u64>) -> Option<u64> {
     })
 }
 
+/// The inode in a `/proc/<pid>/ns/net` link's text, `net:[4026531840]`.
+fn netns_inode_of_link(link: &str) -> Option<u64> {
+    link.strip_prefix("net:[")?.strip_suffix(']')?.parse().ok()
+}
+
 /// Every network namespace reachable from `/proc` and the named-namespace directories,
 /// grouped by inode; `host` (from [`host_inode`]) is marked as the host's.
 pub fn discover(host: Option<u64>) -> Vec<NetnsRef> {
@@ -73,10 +78,16 @@ pub fn discover(host: Option<u64>) -> Vec<NetnsRef> {
                 continue;
             };
             let path = entry.path().join("ns/net");
-            let Ok(meta) = std::fs::metadata(&path) else {
+            // The link's text (`net:[<inode>]`) rather than a stat through it: following the
+            // link makes the kernel build a path to the namespace's file, per process, per walk.
+            let Some(inode) = std::fs::read_link(&path)
+                .ok()
+                .as_deref()
+                .and_then(|l| l.to_str())
+                .and_then(netns_inode_of_link)
+            else {
                 continue;
             };
-            let inode = meta.ino();
             let is_host = Some(inode) == host;
             let ns = by_inode.entry(inode).or_insert_with(|| NetnsRef {
                 inode,
@@ -220,4 +231,22 @@ pub fn cgroup_id(cgroup_root: &Path, paths: &[String]) -> Option<u64> {
 /// The inode of this process's network namespace (its own is always readable).
 pub fn own_inode() -> Option<u64> {
     std::fs::metadata("/proc/self/ns/net").ok().map(|m| m.ino())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_netns_link_names_the_inode_a_stat_through_it_finds() {
+        assert_eq!(netns_inode_of_link("net:[4026531840]"), Some(4026531840));
+        assert_eq!(netns_inode_of_link("mnt:[4026531840]"), None);
+        assert_eq!(netns_inode_of_link("net:[x]"), None);
+        let link = std::fs::read_link("/proc/self/ns/net").expect("our own netns link");
+        let stat = std::fs::metadata("/proc/self/ns/net").expect("stat through it");
+        assert_eq!(
+            netns_inode_of_link(link.to_str().expect("text")),
+            Some(stat.ino())
+        );
+    }
 }
