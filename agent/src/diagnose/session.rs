@@ -217,6 +217,8 @@ pub struct Session {
     /// Throttling when the session started, for the counters "since the agent started".
     baseline: HashMap<u64, Throttling>,
     ticks: u64,
+    /// The tick at which the current step began (0: when the session started).
+    current_began: u64,
     /// The host, read once when the session starts.
     host: Host,
     /// The host's CPU time counters at the last tick, and their unit.
@@ -260,6 +262,7 @@ impl Session {
             throttling: baseline.clone(),
             baseline,
             ticks: 0,
+            current_began: 0,
             host: Host::read(),
             latest_cpu_ticks: None,
             ticks_per_second: ticks_per_second(),
@@ -307,6 +310,7 @@ impl Session {
         let mut next = Step::new(&self.throttling, self.options.network.as_ref());
         next.cpu_ticks = self.latest_cpu_ticks;
         let mut done = std::mem::replace(&mut self.current, next);
+        self.current_began = self.ticks;
         done.complete();
         self.steps.push_back(done);
         if let Some(span) = self.options.span {
@@ -503,7 +507,14 @@ impl Session {
             .inventory
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        front.net.as_ref().map(|n| n.finish(seen, &mut cache))
+        // A step that began at the latest tick found the namespaces of this very moment.
+        let now = (self.ticks > 0 && self.current_began == self.ticks)
+            .then_some(self.current.net.as_ref())
+            .flatten();
+        front.net.as_ref().map(|n| match now {
+            Some(fresh) => n.finish_with(fresh.walk(), seen, &mut cache),
+            None => n.finish(seen, &mut cache),
+        })
     }
 
     /// Runs every rule over the window. `net` is [`Session::network`]'s state (read once by a

@@ -577,6 +577,9 @@ pub struct NetWatch {
     /// Namespaces that existed at the start (those whose counters could not be read then have
     /// no change to report).
     existed: std::collections::HashSet<u64>,
+    /// The namespaces found at the start: another window that ends at that very moment reuses
+    /// them (a walk of `/proc` per process is the costly part).
+    walk: Vec<NetnsRef>,
 }
 
 /// The inventory at the end of a window, and each namespace's counters over it.
@@ -592,7 +595,13 @@ impl NetWatch {
             host,
             start: snmp_snapshot(&namespaces),
             existed: namespaces.iter().map(|n| n.inode).collect(),
+            walk: namespaces,
         }
+    }
+
+    /// The namespaces found when this window started.
+    pub fn walk(&self) -> &[NetnsRef] {
+        &self.walk
     }
 
     /// `seen`: the interfaces the probes saw, for the namespaces that cannot be read; `cache`
@@ -602,7 +611,18 @@ impl NetWatch {
         seen: &HashMap<NetIfKey, SeenInterface>,
         cache: &mut InventoryCache,
     ) -> NetState {
-        let mut namespaces = cache.collect(&discover(self.host));
+        self.finish_with(&discover(self.host), seen, cache)
+    }
+
+    /// [`finish`](Self::finish) with the namespaces found now (`walk`: found by a window that
+    /// starts at this moment).
+    pub fn finish_with(
+        &self,
+        walk: &[NetnsRef],
+        seen: &HashMap<NetIfKey, SeenInterface>,
+        cache: &mut InventoryCache,
+    ) -> NetState {
+        let mut namespaces = cache.collect(walk);
         add_seen(&mut namespaces, seen, self.host);
         let snmp = namespaces
             .iter()
