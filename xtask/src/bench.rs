@@ -320,8 +320,18 @@ pub fn run(rounds: u32, seconds: u32) -> Result<()> {
         rounds,
         seconds,
     )?;
-    let futex = bench(
-        &bin,
+    let futex = futex(&bin, rounds, seconds)?;
+    let storm = lock_storm(&bin, rounds, seconds)?;
+    println!("{sched}{futex}{storm}");
+    println!("{}", crate::bench_daemon::run()?);
+    Ok(())
+}
+
+/// The futex stressor with the futex and lock probes, the daemon, and bpftrace timing futex
+/// waits.
+pub fn futex(bin: &Path, rounds: u32, seconds: u32) -> Result<String> {
+    bench(
+        bin,
         "Futex and lock probes",
         &stress_ng("futex"),
         vec![
@@ -344,11 +354,7 @@ pub fn run(rounds: u32, seconds: u32) -> Result<()> {
         ],
         rounds,
         seconds,
-    )?;
-    let storm = lock_storm(&bin, rounds, seconds)?;
-    println!("{sched}{futex}{storm}");
-    println!("{}", crate::bench_daemon::run()?);
-    Ok(())
+    )
 }
 
 /// Threads of the lock storm: twice the CPUs of the 2-vCPU machines this is run on, so that a

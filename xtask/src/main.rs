@@ -52,6 +52,9 @@ enum Task {
         /// `stormwatch run`.
         #[arg(long, conflicts_with = "daemon_only")]
         lock_storm_only: bool,
+        /// Only the futex stressor's table (futex and lock probes against bpftrace).
+        #[arg(long, conflicts_with_all = ["daemon_only", "lock_storm_only"])]
+        futex_only: bool,
     },
 }
 
@@ -66,12 +69,17 @@ fn main() -> ExitCode {
             seconds,
             daemon_only,
             lock_storm_only,
+            futex_only,
         } => setup::run().and_then(|()| {
             if daemon_only {
                 bench_daemon::run().map(|table| println!("{table}"))
             } else if lock_storm_only {
                 build_release()
                     .and_then(|bin| bench::lock_storm(&bin, rounds, seconds))
+                    .map(|table| println!("{table}"))
+            } else if futex_only {
+                build_release()
+                    .and_then(|bin| bench::futex(&bin, rounds, seconds))
                     .map(|table| println!("{table}"))
             } else {
                 bench::run(rounds, seconds)
