@@ -211,13 +211,6 @@ impl Daemon {
             e.programs = program_stats(&pipeline);
             e.bpf_stats_enabled = bpf_stats.is_some() || sysctl_bpf_stats();
             e.host_steal_seconds = crate::host::steal_seconds_since_boot();
-            // The MTU inventory from the start (then re-read with each diagnosis step).
-            if e.avail.net.any() {
-                let host = pipeline.host_netns;
-                let namespaces = crate::netinfo::namespaces::discover(host);
-                e.network
-                    .set_inventory(&crate::netinfo::inventory::collect(&namespaces));
-            }
         }
         let session = Session::new(
             session_options(
@@ -229,8 +222,18 @@ impl Daemon {
             cgroupfs_reader(),
             pipeline.resolver.known(),
         );
-        // The host as the session read it: /metrics and the rules describe the same host.
-        exporter.lock().unwrap_or_else(PoisonError::into_inner).host = Some(session.host().clone());
+        {
+            let mut e = exporter.lock().unwrap_or_else(PoisonError::into_inner);
+            // The host as the session read it: /metrics and the rules describe the same host.
+            e.host = Some(session.host().clone());
+            // The MTU inventory from the start (then re-read with each diagnosis step), of the
+            // namespaces the session's first step just found (the session has the network
+            // rules exactly when network probes are attached).
+            if let Some(walk) = session.current_walk() {
+                e.network
+                    .set_inventory(&crate::netinfo::inventory::collect(walk));
+            }
+        }
         Ok(Self {
             pipeline,
             exporter,

@@ -35,6 +35,7 @@ use crate::{
     netinfo::{
         NetState, NetWatch,
         inventory::{InventoryCache, SeenInterface},
+        namespaces::NetnsRef,
     },
     report::network::NetAvailability,
 };
@@ -70,8 +71,7 @@ pub trait ResourceReader {
     fn limits(&self, path: &str) -> Limits;
     /// The same, read again knowing `previous` (a reader may then skip what cannot have
     /// changed).
-    fn refresh(&self, path: &str, previous: &Limits) -> Limits {
-        let _ = previous;
+    fn refresh(&self, path: &str, _previous: &Limits) -> Limits {
         self.limits(path)
     }
     /// Only the thread count: cheap enough to read whenever activity changes.
@@ -217,8 +217,6 @@ pub struct Session {
     /// Throttling when the session started, for the counters "since the agent started".
     baseline: HashMap<u64, Throttling>,
     ticks: u64,
-    /// The tick at which the current step began (0: when the session started).
-    current_began: u64,
     /// The host, read once when the session starts.
     host: Host,
     /// The host's CPU time counters at the last tick, and their unit.
@@ -262,7 +260,6 @@ impl Session {
             throttling: baseline.clone(),
             baseline,
             ticks: 0,
-            current_began: 0,
             host: Host::read(),
             latest_cpu_ticks: None,
             ticks_per_second: ticks_per_second(),
@@ -310,7 +307,6 @@ impl Session {
         let mut next = Step::new(&self.throttling, self.options.network.as_ref());
         next.cpu_ticks = self.latest_cpu_ticks;
         let mut done = std::mem::replace(&mut self.current, next);
-        self.current_began = self.ticks;
         done.complete();
         self.steps.push_back(done);
         if let Some(span) = self.options.span {
@@ -378,6 +374,12 @@ impl Session {
             (ctx.limits.throttled_periods, ctx.limits.throttled_seconds),
         );
         ctx.limits.threads
+    }
+
+    /// The network namespaces found when the current step began (`None` without the network
+    /// rules).
+    pub fn current_walk(&self) -> Option<&[NetnsRef]> {
+        self.current.net.as_ref().map(NetWatch::walk)
     }
 
     /// Whether a cgroup has figures in the window (its name must be kept until it leaves).
@@ -507,8 +509,9 @@ impl Session {
             .inventory
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        // A step that began at the latest tick found the namespaces of this very moment.
-        let now = (self.ticks > 0 && self.current_began == self.ticks)
+        // A step that has no tick yet, after ticks, began at the latest one (every tick lasts
+        // some time): it found the namespaces of this very moment.
+        let now = (self.ticks > 0 && self.current.window.duration.is_zero())
             .then_some(self.current.net.as_ref())
             .flatten();
         front.net.as_ref().map(|n| match now {

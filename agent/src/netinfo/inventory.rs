@@ -574,11 +574,9 @@ pub struct NetWatch {
     /// The host's namespace inode, when known (see [`super::namespaces::host_inode`]).
     host: Option<u64>,
     start: HashMap<u64, Snmp>,
-    /// Namespaces that existed at the start (those whose counters could not be read then have
-    /// no change to report).
-    existed: std::collections::HashSet<u64>,
-    /// The namespaces found at the start: another window that ends at that very moment reuses
-    /// them (a walk of `/proc` per process is the costly part).
+    /// The namespaces found at the start: those whose counters could not be read then have no
+    /// change to report; and another window that ends at that very moment reuses them (a walk
+    /// of `/proc` per process is the costly part).
     walk: Vec<NetnsRef>,
 }
 
@@ -594,7 +592,6 @@ impl NetWatch {
         Self {
             host,
             start: snmp_snapshot(&namespaces),
-            existed: namespaces.iter().map(|n| n.inode).collect(),
             walk: namespaces,
         }
     }
@@ -631,7 +628,7 @@ impl NetWatch {
                 let change = match self.start.get(&ns.inode) {
                     Some(then) => now.since(then),
                     // Created during the window: its counters started at zero.
-                    None if !self.existed.contains(&ns.inode) => now,
+                    None if !self.walk.iter().any(|w| w.inode == ns.inode) => now,
                     None => return None,
                 };
                 Some((ns.inode, change))
