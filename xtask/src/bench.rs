@@ -297,7 +297,7 @@ pub fn run(rounds: u32, seconds: u32) -> Result<()> {
                 start: None,
             },
             Tracer {
-                name: "empty tp_btf sched_switch + sched_wakeup (floor)",
+                name: "empty tp_btf programs on the same four tracepoints (floor)",
                 start: Some(stormwatch("empty-sched")),
             },
             Tracer {

@@ -499,10 +499,15 @@ impl ProbeFamily for EmptySchedProbes {
     }
 
     fn attach(&self, ebpf: &mut Ebpf, facts: &KernelFacts) -> Vec<ProbeStatus> {
-        use stormwatch_common::programs::{BENCH_EMPTY_SWITCH, BENCH_EMPTY_WAKEUP};
+        use stormwatch_common::programs::{
+            BENCH_EMPTY_SWITCH, BENCH_EMPTY_WAKEUP, BENCH_EMPTY_WAKEUP_NEW, BENCH_EMPTY_WAKING,
+        };
+        // The same four tracepoints as the scheduler probes.
         [
             (sched::SWITCH, BENCH_EMPTY_SWITCH),
             (sched::WAKEUP, BENCH_EMPTY_WAKEUP),
+            (sched::WAKEUP_NEW, BENCH_EMPTY_WAKEUP_NEW),
+            (sched::WAKING, BENCH_EMPTY_WAKING),
         ]
         .into_iter()
         .map(|(tracepoint, program)| {

@@ -75,6 +75,26 @@ impl ProbeFamily for SchedProbes {
                 Ok(off) => values.push((globals::TASK_CPU_OFFSET, off)),
                 Err(err) => log::warn!("task_struct cpu: {err}; wake-ups are not told apart"),
             }
+            // The outgoing task's cgroup id by direct loads instead of a helper call.
+            let cgroup_path = [
+                (
+                    globals::TASK_CGROUPS_OFFSET,
+                    "task_struct",
+                    &["cgroups"][..],
+                ),
+                (
+                    globals::CSS_SET_DFL_CGRP_OFFSET,
+                    "css_set",
+                    &["dfl_cgrp"][..],
+                ),
+                (globals::CGROUP_KN_OFFSET, "cgroup", &["kn"][..]),
+                (globals::KERNFS_NODE_ID_OFFSET, "kernfs_node", &["id"][..]),
+            ]
+            .map(|(global, root, path)| btf.offset_of(root, path).map(|off| (global, off)));
+            if cgroup_path.iter().all(Result::is_ok) {
+                values.extend(cgroup_path.into_iter().flatten());
+                values.push((globals::HAVE_TASK_CGROUP_OFFSETS, 1));
+            }
             // On-CPU time as the scheduler charges it; without it the probes fall back to the
             // clock, which also counts time the hypervisor stole from the vCPU.
             match btf.offset_of("task_struct", &["se", "sum_exec_runtime"]) {

@@ -68,6 +68,15 @@ pub mod globals {
     /// `offsetof(struct task_struct, cpu)` (or `thread_info.cpu`): the CPU whose run queue a
     /// woken thread was put on.
     pub const TASK_CPU_OFFSET: &str = "TASK_CPU_OFFSET";
+    /// `task_struct.cgroups` and `css_set.dfl_cgrp`: from a task to its cgroup v2 (`struct cgroup`).
+    pub const TASK_CGROUPS_OFFSET: &str = "TASK_CGROUPS_OFFSET";
+    pub const CSS_SET_DFL_CGRP_OFFSET: &str = "CSS_SET_DFL_CGRP_OFFSET";
+    /// `cgroup.kn` and `kernfs_node.id`: from a `struct cgroup` to its id.
+    pub const CGROUP_KN_OFFSET: &str = "CGROUP_KN_OFFSET";
+    pub const KERNFS_NODE_ID_OFFSET: &str = "KERNFS_NODE_ID_OFFSET";
+    /// 1 when the four offsets above are set: a task's cgroup id can be read from its
+    /// `task_struct` with direct loads.
+    pub const HAVE_TASK_CGROUP_OFFSETS: &str = "HAVE_TASK_CGROUP_OFFSETS";
     /// `sys_enter_futex`: offsets of `uaddr` and `op`.
     pub const TP_FUTEX_UADDR_OFFSET: &str = "TP_FUTEX_UADDR_OFFSET";
     pub const TP_FUTEX_OP_OFFSET: &str = "TP_FUTEX_OP_OFFSET";
@@ -103,6 +112,8 @@ pub mod programs {
     pub const LOCK_END_TP: &str = "lock_contention_end_tp";
     pub const BENCH_EMPTY_SWITCH: &str = "bench_empty_switch";
     pub const BENCH_EMPTY_WAKEUP: &str = "bench_empty_wakeup";
+    pub const BENCH_EMPTY_WAKEUP_NEW: &str = "bench_empty_wakeup_new";
+    pub const BENCH_EMPTY_WAKING: &str = "bench_empty_waking";
 }
 
 /// Number of log2 buckets in a latency histogram. Bucket `b` counts values `v` (in ns) with
@@ -211,10 +222,8 @@ pub const TASK_SEEN: u32 = 1 << 6;
 pub const TASK_HAS_RUNTIME_BASELINE: u32 = 1 << 7;
 
 /// Per-thread scratch state, in task storage. Intervals are credited to the thread's cgroup when
-/// the thread leaves the CPU, because only then is it `current`, and
-/// `bpf_get_current_cgroup_id()` names its cgroup without reading kernel structures. When it went
-/// on the CPU is not kept here but in the CPU's [`OnCpu`] slot, so that a switch touches only the
-/// outgoing thread's state.
+/// the thread leaves the CPU. When it went on the CPU is not kept here but in the CPU's [`OnCpu`]
+/// slot, so that a switch touches only the outgoing thread's state.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TaskState {
@@ -746,10 +755,10 @@ pub mod net {
         /// sockets (ICMP, TCP control, neighbour discovery) do not.
         pub const SOCK_SOCKET_OFFSET: &str = "SOCK_SOCKET_OFFSET";
         pub const SOCKET_FILE_OFFSET: &str = "SOCKET_FILE_OFFSET";
-        /// `sock.sk_cgrp_data.cgroup`, `cgroup.kn`, `kernfs_node.id`: a socket's cgroup v2 id.
+        /// `sock.sk_cgrp_data.cgroup`, then `cgroup.kn`, `kernfs_node.id` (shared with the
+        /// scheduler probes): a socket's cgroup v2 id.
         pub const SOCK_CGROUP_OFFSET: &str = "SOCK_CGROUP_OFFSET";
-        pub const CGROUP_KN_OFFSET: &str = "CGROUP_KN_OFFSET";
-        pub const KERNFS_NODE_ID_OFFSET: &str = "KERNFS_NODE_ID_OFFSET";
+        pub use crate::globals::{CGROUP_KN_OFFSET, KERNFS_NODE_ID_OFFSET};
         /// Classic tracepoints: `skbaddr` of `net_dev_start_xmit` and `netif_receive_skb`.
         pub const TP_XMIT_SKB_OFFSET: &str = "TP_XMIT_SKB_OFFSET";
         pub const TP_RECEIVE_SKB_OFFSET: &str = "TP_RECEIVE_SKB_OFFSET";

@@ -29,7 +29,9 @@ use stormwatch_common::net::{
     len_bucket, len_bucket_of,
 };
 
-use crate::shared::{BPF_NOEXIST, count_in, global_u32, per_cpu_slot_or};
+use crate::shared::{
+    BPF_NOEXIST, CGROUP_KN_OFFSET, KERNFS_NODE_ID_OFFSET, count_in, global_u32, per_cpu_slot_or,
+};
 
 const MAX_CGROUPS: u32 = 4096;
 /// Interfaces of the host and every container's namespace: two per pod (a veth pair) plus
@@ -119,10 +121,6 @@ static SOCK_SOCKET_OFFSET: u32 = 0;
 static SOCKET_FILE_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
 static SOCK_CGROUP_OFFSET: u32 = 0;
-#[unsafe(no_mangle)]
-static CGROUP_KN_OFFSET: u32 = 0;
-#[unsafe(no_mangle)]
-static KERNFS_NODE_ID_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
 static TP_XMIT_SKB_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]

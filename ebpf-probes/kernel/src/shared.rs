@@ -33,6 +33,13 @@ pub fn global_u32(value: &u32) -> u32 {
     unsafe { core::ptr::read_volatile(value) }
 }
 
+/// `cgroup.kn` and `kernfs_node.id`, from BTF: a `struct cgroup`'s id (the scheduler and network
+/// probes both go from a cgroup pointer to its id).
+#[unsafe(no_mangle)]
+pub static CGROUP_KN_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+pub static KERNFS_NODE_ID_OFFSET: u32 = 0;
+
 pub const BPF_NOEXIST: u64 = 1;
 /// Map flag: entries allocated on insert rather than all at creation.
 pub const BPF_F_NO_PREALLOC: u32 = 1;
