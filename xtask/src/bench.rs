@@ -287,8 +287,18 @@ fn bench(
 
 pub fn run(rounds: u32, seconds: u32) -> Result<()> {
     let bin: PathBuf = build_release()?;
-    let sched = bench(
-        &bin,
+    let sched = sched(&bin, rounds, seconds)?;
+    let futex = futex(&bin, rounds, seconds)?;
+    let storm = lock_storm(&bin, rounds, seconds)?;
+    println!("{sched}{futex}{storm}");
+    println!("{}", crate::bench_daemon::run()?);
+    Ok(())
+}
+
+/// The switch storm with the floor, the scheduler probes, all probes, the daemon and bpftrace.
+pub fn sched(bin: &Path, rounds: u32, seconds: u32) -> Result<String> {
+    bench(
+        bin,
         "Scheduler probes",
         &stress_ng("switch"),
         vec![
@@ -319,12 +329,7 @@ pub fn run(rounds: u32, seconds: u32) -> Result<()> {
         ],
         rounds,
         seconds,
-    )?;
-    let futex = futex(&bin, rounds, seconds)?;
-    let storm = lock_storm(&bin, rounds, seconds)?;
-    println!("{sched}{futex}{storm}");
-    println!("{}", crate::bench_daemon::run()?);
-    Ok(())
+    )
 }
 
 /// The futex stressor with the futex and lock probes, the daemon, and bpftrace timing futex

@@ -55,6 +55,10 @@ enum Task {
         /// Only the futex stressor's table (futex and lock probes against bpftrace).
         #[arg(long, conflicts_with_all = ["daemon_only", "lock_storm_only"])]
         futex_only: bool,
+        /// Only the switch storm's table (the floor, the scheduler probes, all probes, the
+        /// daemon, bpftrace).
+        #[arg(long, conflicts_with_all = ["daemon_only", "lock_storm_only", "futex_only"])]
+        sched_only: bool,
     },
 }
 
@@ -70,6 +74,7 @@ fn main() -> ExitCode {
             daemon_only,
             lock_storm_only,
             futex_only,
+            sched_only,
         } => setup::run().and_then(|()| {
             if daemon_only {
                 bench_daemon::run().map(|table| println!("{table}"))
@@ -80,6 +85,10 @@ fn main() -> ExitCode {
             } else if futex_only {
                 build_release()
                     .and_then(|bin| bench::futex(&bin, rounds, seconds))
+                    .map(|table| println!("{table}"))
+            } else if sched_only {
+                build_release()
+                    .and_then(|bin| bench::sched(&bin, rounds, seconds))
                     .map(|table| println!("{table}"))
             } else {
                 bench::run(rounds, seconds)
