@@ -75,7 +75,8 @@ pub struct ContainerReport {
     pub kernel_locks: Option<BTreeMap<&'static str, LockWait>>,
     /// The futex words waited on longest in this window, hottest first.
     pub hot_futexes: Option<Vec<HotFutex>>,
-    /// The kernel call sites that waited longest for a lock in this window.
+    /// The kernel call sites that waited longest for a lock in this window, from the waits of at
+    /// least `LOCK_SITE_MIN_WAIT_NS` (10 µs; shorter ones count in `kernel_locks` only).
     pub kernel_lock_sites: Option<Vec<LockSite>>,
     /// What the container's sockets sent and received.
     pub network: Option<network::NetworkSummary>,

@@ -239,14 +239,17 @@ fn spin_workload_shows_next_to_no_futex_waiting() {
 
 /// The mmap storm's write-side `mmap_lock` contentions, counted and timed by bpftrace: each
 /// `contention_begin` with exactly `LCB_F_WRITE` (4: an rw_semaphore's writer about to sleep)
-/// of the cgroup, paired with its thread's `contention_end` on the same lock.
+/// of the cgroup, paired with its thread's `contention_end` on the same lock. `@long_waits`
+/// counts those of at least `LOCK_SITE_MIN_WAIT_NS`, the waits whose call site the agent takes.
 fn rwsem_write_script(cgroup: &TestCgroup) -> String {
     let path = cgroup.path().display();
+    let long = stormwatch_common::LOCK_SITE_MIN_WAIT_NS;
     format!(
         "tracepoint:lock:contention_begin /cgroup == cgroupid(\"{path}\") && args->flags == 4/ \
          {{ @start[tid] = nsecs; @lock[tid] = args->lock_addr; }}\n\
          tracepoint:lock:contention_end /@start[tid] && @lock[tid] == args->lock_addr/ {{ \
-         @wait_ns = sum(nsecs - @start[tid]); @waits = count(); \
+         $w = nsecs - @start[tid]; @wait_ns = sum($w); @waits = count(); \
+         if ($w >= {long}) {{ @long_waits = count(); }} \
          delete(@start[tid]); delete(@lock[tid]); }}\n\
          END {{ clear(@start); clear(@lock); }}\n"
     )
@@ -331,6 +334,35 @@ fn mmap_storm_contends_mmap_lock(force_tracepoints: bool) {
         "kernel_lock_sites should name an mmap/munmap caller of down_write* (rwsem_write): \
          {sites:?}"
     );
+    // The call sites cover exactly the waits of at least LOCK_SITE_MIN_WAIT_NS: their
+    // rwsem_write counts add up to bpftrace's count of such waits (the storm has only a few
+    // write-side sites, all within the list's top entries), and each site's longest wait is
+    // at least that long.
+    let bt_long = maps.require("@long_waits") as f64;
+    let long_s = stormwatch_common::LOCK_SITE_MIN_WAIT_NS as f64 / 1e9;
+    let write_sites: Vec<&Value> = sites
+        .iter()
+        .filter(|s| s["kind"] == "rwsem_write")
+        .collect();
+    let site_count: f64 = write_sites.iter().map(|s| num(s, "count")).sum();
+    eprintln!("rwsem_write waits >= {long_s} s: sites {site_count}, bpftrace {bt_long}");
+    assert!(
+        bt_long >= 50.0,
+        "the mmap storm's writers should sleep at least {long_s} s many times \
+         (bpftrace saw {bt_long}): {truth}"
+    );
+    assert_within(
+        "rwsem_write site contentions >= 10 us",
+        site_count,
+        bt_long,
+        0.10,
+    );
+    for s in &write_sites {
+        assert!(
+            num(s, "max_wait_seconds") >= long_s,
+            "a call site's longest wait is at least {long_s} s: {s}"
+        );
+    }
 }
 
 #[test]

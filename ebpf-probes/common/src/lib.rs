@@ -531,9 +531,12 @@ pub struct LockInflight {
     pub lock: u64,
     pub start_ns: u64,
     pub flags: u32,
-    /// Kernel stack id in `LOCK_STACKS`, or negative when none was taken.
-    pub stack_id: i32,
+    pub _pad: u32,
 }
+
+/// The shortest kernel-lock wait whose call site the probes take (a kernel stack walk, which
+/// costs more than most spinlock waits last): 10 µs. Every wait counts in its cgroup's figures.
+pub const LOCK_SITE_MIN_WAIT_NS: u64 = 10_000;
 
 /// A contended call site: a kernel stack, in one cgroup, for one lock kind.
 #[repr(C)]

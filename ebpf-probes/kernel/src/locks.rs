@@ -8,13 +8,18 @@
 //! time; the slot cannot be evicted). A mutex reports `MUTEX|SPIN` before optimistic spinning
 //! and `MUTEX` again before it sleeps, with one `contention_end`: the first begin's time is kept.
 //!
-//! Call sites: `get_stackid` with `BPF_F_REUSE_STACKID`, so that a hash collision replaces the
-//! old stack instead of failing; the per-site figures keep the id, and the agent reads each
-//! site's stack in the window it appears. Stacks are cut at [`STACK_DEPTH`] frames, as
-//! `perf lock contention` cuts them (at 8 after skipping 4): enough to reach the call site, and
-//! the map holds 12 frames per stack instead of 127. The stack walk is by far the costliest part
-//! of a contention's probe (measured on a 2-vCPU VM under an mmap_lock storm: about 8 µs per
-//! `contention_begin` with it, 0.8 µs without); the shorter depth did not measurably shorten it.
+//! Call sites: the kernel stack, taken at `contention_end` (which fires in the same function as
+//! `contention_begin`: the lock's slow path, so the stack is the same) and only for waits of at
+//! least [`SITE_MIN_WAIT_NS`]. The stack walk is by far the costliest part of these probes
+//! (measured on a 2-vCPU VM under an mmap_lock storm: about 8 µs per contention with it, 0.8 µs
+//! without), more than most spinlock waits last; taken for every contention, it would make a
+//! storm of short spinlock waits cost the node more than the waits themselves. Every
+//! contention still counts in its cgroup's figures; the call-site list is of the waits that
+//! lasted at least that long. `get_stackid` with `BPF_F_REUSE_STACKID`, so that a hash
+//! collision replaces the old stack instead of failing; the per-site figures keep the id, and
+//! the agent reads each site's stack in the window it appears. Stacks are cut at
+//! [`STACK_DEPTH`] frames, as `perf lock contention` cuts them (at 8 after skipping 4): enough to
+//! reach the call site.
 
 use aya_ebpf::{
     btf_maps::StackTrace,
@@ -36,6 +41,9 @@ const MAX_STACKS: usize = 4096;
 /// the lock's slow path and lock function (a few frames), then the call site the agent names
 /// (the first frame outside locking code) and its callers.
 const STACK_DEPTH: usize = 12;
+/// The shortest wait whose call site is taken (10 µs; see the module's documentation). The
+/// agent names it in its output from the shared crate.
+const SITE_MIN_WAIT_NS: u64 = stormwatch_common::LOCK_SITE_MIN_WAIT_NS;
 
 /// Preallocated, as `CGROUP_SCHED` (contentions happen in scheduler paths too); the agent sizes
 /// it to at least `max_cgroups`.
@@ -81,19 +89,14 @@ pub fn lock_contention_begin_btf(ctx: BtfTracePointContext) -> i32 {
     // TP_PROTO(void *lock, unsigned int flags)
     let lock: u64 = ctx.arg(0);
     let flags: u64 = ctx.arg(1);
-    let stack_id = ctx.get_stackid(&LOCK_STACKS, STACK_FLAGS);
-    begin(
-        lock,
-        flags as u32,
-        stack_id.map(|id| id as i32).unwrap_or(-1),
-    );
+    begin(lock, flags as u32);
     0
 }
 
 #[btf_tracepoint(function = "contention_end")]
 pub fn lock_contention_end_btf(ctx: BtfTracePointContext) -> i32 {
     let lock: u64 = ctx.arg(0);
-    end(lock);
+    end(lock, || ctx.get_stackid(&LOCK_STACKS, STACK_FLAGS));
     0
 }
 
@@ -107,8 +110,7 @@ pub fn lock_contention_begin_tp(ctx: TracePointContext) -> i32 {
         )
     };
     if let (Ok(lock), Ok(flags)) = fields {
-        let stack_id = ctx.get_stackid(&LOCK_STACKS, STACK_FLAGS);
-        begin(lock, flags, stack_id.map(|id| id as i32).unwrap_or(-1));
+        begin(lock, flags);
     }
     0
 }
@@ -117,23 +119,20 @@ pub fn lock_contention_begin_tp(ctx: TracePointContext) -> i32 {
 pub fn lock_contention_end_tp(ctx: TracePointContext) -> i32 {
     // SAFETY: a bounds-checked read from the tracepoint record.
     if let Ok(lock) = unsafe { ctx.read_at::<u64>(global_u32(&TP_LOCK_ADDR_OFFSET) as usize) } {
-        end(lock);
+        end(lock, || ctx.get_stackid(&LOCK_STACKS, STACK_FLAGS));
     }
     0
 }
 
 #[inline(always)]
-fn begin(lock: u64, flags: u32, stack_id: i32) {
-    if stack_id < 0 {
-        count_error(ProbeError::LockStackFailed);
-    }
+fn begin(lock: u64, flags: u32) {
     // SAFETY: a helper with no preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
     let waiter = LockInflight {
         lock,
         start_ns: now,
         flags,
-        stack_id,
+        _pad: 0,
     };
     if spins(flags) {
         let Some(slot) = LOCK_SPINNING.get_ptr_mut(0) else {
@@ -160,8 +159,10 @@ fn begin(lock: u64, flags: u32, stack_id: i32) {
     *slot = waiter;
 }
 
+/// `stack_id` takes the current kernel stack's id in `LOCK_STACKS`, called only for a wait long
+/// enough to have its call site taken.
 #[inline(always)]
-fn end(lock: u64) {
+fn end(lock: u64, stack_id: impl FnOnce() -> Result<core::ffi::c_long, i32>) {
     // SAFETY: a helper with no preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
     let mut waiter = None;
@@ -206,10 +207,17 @@ fn end(lock: u64) {
             stats.wait_ns[kind] += waited;
         }
     }
-    if w.stack_id >= 0 {
+    if waited < SITE_MIN_WAIT_NS {
+        return;
+    }
+    let Ok(stack_id) = stack_id() else {
+        count_error(ProbeError::LockStackFailed);
+        return;
+    };
+    {
         let key = LockSiteKey {
             cgroup_id,
-            stack_id: w.stack_id as u32,
+            stack_id: stack_id as u32,
             kind: kind as u32,
         };
         let zero = LockSiteValue {
