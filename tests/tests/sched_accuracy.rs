@@ -190,3 +190,52 @@ fn spin_oncpu_matches_cpu_time() {
         0.02,
     );
 }
+
+/// Off-CPU time (blocked, from the switch-out that blocked to the wake-up that ended it) against
+/// the sleeper's own clock. Its workers sleep 5 ms at a time and time each sleep call; its main
+/// thread times its wait for them. Each such wall time holds the block itself, the run-queue
+/// wait after the wake-up and a few µs on the CPU; the kernel's run_delay of every thread (the
+/// workload's `run_delay_seconds`) bounds the second part and its CPU time (`utime + stime`)
+/// the third. So the process's time blocked lies between the timed waits minus both and the
+/// timed waits; the agent's figure must fall in that bracket (2% and 10 ms either side: the
+/// forked child's few blocks before it joins the cgroup, the main thread's blocks around
+/// spawning and printing, which nothing times).
+#[test]
+fn sleeper_offcpu_is_its_timed_sleeps() {
+    require_bpf();
+    let cgroup = TestCgroup::new("offcpu-sleeper");
+    let seconds = 3.0;
+    let threads = cpus();
+    let mut agent = Agent::trace_workload(seconds, Some(&cgroup), false);
+    let truth = run_workload(
+        env!("CARGO_BIN_EXE_sleeper"),
+        threads,
+        seconds,
+        &["--sleep-ms", "5"],
+        &cgroup,
+    );
+    agent.assert_still_tracing("the sleeper");
+    let done = agent.finish();
+    let c = done.container(&cgroup);
+    let offcpu = num(c, "offcpu_seconds");
+    let timed = num(&truth, "slept_seconds") + num(&truth, "joined_seconds");
+    let run_delay = num(&truth, "run_delay_seconds");
+    let cpu = num(&truth, "utime_seconds") + num(&truth, "stime_seconds");
+    let (low, high) = (
+        (timed - run_delay - cpu) * 0.98 - 0.010,
+        timed * 1.02 + 0.010,
+    );
+    eprintln!(
+        "sleeper {threads} threads: agent offcpu {offcpu} s; timed waits {timed} s, run_delay \
+         {run_delay} s, cpu {cpu} s: bracket {low:.4}..{high:.4}; workload {truth}"
+    );
+    assert!(
+        num(&truth, "ops") >= 100.0 * threads as f64,
+        "the sleeper should have slept hundreds of times per thread: {truth}"
+    );
+    assert!(
+        (low..=high).contains(&offcpu),
+        "off-CPU {offcpu} s outside [{low:.4}, {high:.4}] (timed waits {timed} s, run_delay \
+         {run_delay} s): {c}"
+    );
+}

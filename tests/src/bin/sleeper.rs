@@ -3,7 +3,11 @@
 //! workload whose every wake-up is one run-queue latency sample. With `--fifo 1` all its threads are
 //! SCHED_FIFO (priority 1), as latency-critical threads are: on busy CPUs they preempt the
 //! running thread as soon as they wake instead of waiting for its slice or the next tick. Then
-//! the same JSON line as `spin`, with the number of sleeps as `ops`.
+//! the same JSON line as `spin`, with the number of sleeps as `ops`, the wall time the workers
+//! spent in their sleep calls as `slept_seconds`, and the wall time the main thread spent
+//! waiting for them to finish as `joined_seconds`: between them, an upper bound of the
+//! process's time blocked (each call's wall time also holds its run-queue wait after the
+//! wake-up and a few µs on the CPU).
 
 #[path = "../workload_common.rs"]
 mod common;
@@ -26,20 +30,32 @@ fn main() {
     let workers: Vec<_> = (0..args.threads)
         .map(|_| {
             std::thread::spawn(move || {
-                let mut wakeups = 0u64;
+                let (mut wakeups, mut slept) = (0u64, Duration::ZERO);
                 while Instant::now() < deadline {
+                    let before = Instant::now();
                     std::thread::sleep(nap);
+                    slept += before.elapsed();
                     wakeups += 1;
                 }
-                (wakeups, SchedInfo::of_this_thread())
+                (wakeups, slept, SchedInfo::of_this_thread())
             })
         })
         .collect();
-    let (mut wakeups, mut sched) = (0, SchedInfo::default());
+    let (mut wakeups, mut slept, mut sched) = (0, Duration::ZERO, SchedInfo::default());
+    let joining = Instant::now();
     for w in workers {
-        let (n, s) = w.join().expect("worker panicked");
+        let (n, s, info) = w.join().expect("worker panicked");
         wakeups += n;
-        sched = sched.add(s);
+        slept += s;
+        sched = sched.add(info);
     }
-    common::report(&[("ops", wakeups.to_string())], sched);
+    let joined = joining.elapsed();
+    common::report(
+        &[
+            ("ops", wakeups.to_string()),
+            ("slept_seconds", format!("{:.6}", slept.as_secs_f64())),
+            ("joined_seconds", format!("{:.6}", joined.as_secs_f64())),
+        ],
+        sched,
+    );
 }
