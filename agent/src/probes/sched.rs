@@ -95,6 +95,21 @@ impl ProbeFamily for SchedProbes {
                 values.extend(cgroup_path.into_iter().flatten());
                 values.push((globals::HAVE_TASK_CGROUP_OFFSETS, 1));
             }
+            // The run queue's clock for the times stamped, instead of a helper call.
+            let rq_clock = [
+                (
+                    globals::TASK_CFS_RQ_OFFSET,
+                    "task_struct",
+                    &["se", "cfs_rq"][..],
+                ),
+                (globals::CFS_RQ_RQ_OFFSET, "cfs_rq", &["rq"][..]),
+                (globals::RQ_CLOCK_OFFSET, "rq", &["clock"][..]),
+            ]
+            .map(|(global, root, path)| btf.offset_of(root, path).map(|off| (global, off)));
+            if rq_clock.iter().all(Result::is_ok) {
+                values.extend(rq_clock.into_iter().flatten());
+                values.push((globals::HAVE_RQ_CLOCK, 1));
+            }
             // On-CPU time as the scheduler charges it; without it the probes fall back to the
             // clock, which also counts time the hypervisor stole from the vCPU.
             match btf.offset_of("task_struct", &["se", "sum_exec_runtime"]) {

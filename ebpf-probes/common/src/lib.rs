@@ -77,6 +77,13 @@ pub mod globals {
     /// 1 when the four offsets above are set: a task's cgroup id can be read from its
     /// `task_struct` with direct loads.
     pub const HAVE_TASK_CGROUP_OFFSETS: &str = "HAVE_TASK_CGROUP_OFFSETS";
+    /// `task_struct.se.cfs_rq`, `cfs_rq.rq`, `rq.clock`: from a task to its run queue's clock
+    /// (needs CONFIG_FAIR_GROUP_SCHED, for `cfs_rq.rq`).
+    pub const TASK_CFS_RQ_OFFSET: &str = "TASK_CFS_RQ_OFFSET";
+    pub const CFS_RQ_RQ_OFFSET: &str = "CFS_RQ_RQ_OFFSET";
+    pub const RQ_CLOCK_OFFSET: &str = "RQ_CLOCK_OFFSET";
+    /// 1 when the three offsets above are set.
+    pub const HAVE_RQ_CLOCK: &str = "HAVE_RQ_CLOCK";
     /// `sys_enter_futex`: offsets of `uaddr` and `op`.
     pub const TP_FUTEX_UADDR_OFFSET: &str = "TP_FUTEX_UADDR_OFFSET";
     pub const TP_FUTEX_OP_OFFSET: &str = "TP_FUTEX_OP_OFFSET";
