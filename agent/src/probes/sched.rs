@@ -75,41 +75,31 @@ impl ProbeFamily for SchedProbes {
                 Ok(off) => values.push((globals::TASK_CPU_OFFSET, off)),
                 Err(err) => log::warn!("task_struct cpu: {err}; wake-ups are not told apart"),
             }
-            // The outgoing task's cgroup id by direct loads instead of a helper call.
-            let cgroup_path = [
-                (
-                    globals::TASK_CGROUPS_OFFSET,
-                    "task_struct",
-                    &["cgroups"][..],
-                ),
-                (
-                    globals::CSS_SET_DFL_CGRP_OFFSET,
-                    "css_set",
-                    &["dfl_cgrp"][..],
-                ),
-                (globals::CGROUP_KN_OFFSET, "cgroup", &["kn"][..]),
-                (globals::KERNFS_NODE_ID_OFFSET, "kernfs_node", &["id"][..]),
-            ]
-            .map(|(global, root, path)| btf.offset_of(root, path).map(|off| (global, off)));
-            if cgroup_path.iter().all(Result::is_ok) {
-                values.extend(cgroup_path.into_iter().flatten());
-                values.push((globals::HAVE_TASK_CGROUP_OFFSETS, 1));
-            }
-            // The run queue's clock for the times stamped, instead of a helper call.
-            let rq_clock = [
-                (
-                    globals::TASK_CFS_RQ_OFFSET,
-                    "task_struct",
-                    &["se", "cfs_rq"][..],
-                ),
-                (globals::CFS_RQ_RQ_OFFSET, "cfs_rq", &["rq"][..]),
-                (globals::RQ_CLOCK_OFFSET, "rq", &["clock"][..]),
-            ]
-            .map(|(global, root, path)| btf.offset_of(root, path).map(|off| (global, off)));
-            if rq_clock.iter().all(Result::is_ok) {
-                values.extend(rq_clock.into_iter().flatten());
-                values.push((globals::HAVE_RQ_CLOCK, 1));
-            }
+            // The outgoing task's cgroup id, and the run queue's clock for the times stamped,
+            // by direct loads instead of helper calls: each path all or nothing.
+            values.extend(pointer_path(
+                btf,
+                &[
+                    (globals::TASK_CGROUPS_OFFSET, "task_struct", &["cgroups"]),
+                    (globals::CSS_SET_DFL_CGRP_OFFSET, "css_set", &["dfl_cgrp"]),
+                    (globals::CGROUP_KN_OFFSET, "cgroup", &["kn"]),
+                    (globals::KERNFS_NODE_ID_OFFSET, "kernfs_node", &["id"]),
+                ],
+                globals::HAVE_TASK_CGROUP_OFFSETS,
+            ));
+            values.extend(pointer_path(
+                btf,
+                &[
+                    (
+                        globals::TASK_CFS_RQ_OFFSET,
+                        "task_struct",
+                        &["se", "cfs_rq"],
+                    ),
+                    (globals::CFS_RQ_RQ_OFFSET, "cfs_rq", &["rq"]),
+                    (globals::RQ_CLOCK_OFFSET, "rq", &["clock"]),
+                ],
+                globals::HAVE_RQ_CLOCK,
+            ));
             // On-CPU time as the scheduler charges it; without it the probes fall back to the
             // clock, which also counts time the hypervisor stole from the vCPU.
             match btf.offset_of("task_struct", &["se", "sum_exec_runtime"]) {
@@ -172,6 +162,26 @@ impl ProbeFamily for SchedProbes {
             note: waking.err(),
         });
         status
+    }
+}
+
+/// The offsets of a chain of pointer loads, `(global, struct, member path)` each, and `flag` set
+/// to 1, when BTF has every one; nothing when it lacks any (the probes then take the helper).
+fn pointer_path(
+    btf: &super::btf::Btf,
+    steps: &[(&'static str, &str, &[&str])],
+    flag: &'static str,
+) -> Vec<(&'static str, u32)> {
+    let offsets: Option<Vec<(&'static str, u32)>> = steps
+        .iter()
+        .map(|(global, root, path)| btf.offset_of(root, path).ok().map(|off| (*global, off)))
+        .collect();
+    match offsets {
+        Some(mut offsets) => {
+            offsets.push((flag, 1));
+            offsets
+        }
+        None => Vec::new(),
     }
 }
 

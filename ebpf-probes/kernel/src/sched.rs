@@ -283,10 +283,15 @@ fn task_cgroup_id(task: *const u8) -> u64 {
         // SAFETY: a helper with no preconditions; the only task passed here is `current`.
         return unsafe { bpf_get_current_cgroup_id() };
     }
-    let css_set: *const u8 = typed(task, global_u32(&TASK_CGROUPS_OFFSET));
-    let cgroup: *const u8 = typed(css_set, global_u32(&CSS_SET_DFL_CGRP_OFFSET));
-    let kn: *const u8 = typed(cgroup, global_u32(&CGROUP_KN_OFFSET));
-    typed(kn, global_u32(&KERNFS_NODE_ID_OFFSET))
+    let cgroup = follow(
+        task,
+        &[
+            global_u32(&TASK_CGROUPS_OFFSET),
+            global_u32(&CSS_SET_DFL_CGRP_OFFSET),
+            global_u32(&CGROUP_KN_OFFSET),
+        ],
+    );
+    typed(cgroup, global_u32(&KERNFS_NODE_ID_OFFSET))
 }
 
 /// The clock of a BTF-typed task's run queue (`task->se.cfs_rq->rq->clock`), or
@@ -297,9 +302,24 @@ fn rq_clock(task: *const u8) -> u64 {
         // SAFETY: a helper with no preconditions.
         return unsafe { bpf_ktime_get_ns() };
     }
-    let cfs_rq: *const u8 = typed(task, global_u32(&TASK_CFS_RQ_OFFSET));
-    let rq: *const u8 = typed(cfs_rq, global_u32(&CFS_RQ_RQ_OFFSET));
+    let rq = follow(
+        task,
+        &[
+            global_u32(&TASK_CFS_RQ_OFFSET),
+            global_u32(&CFS_RQ_RQ_OFFSET),
+        ],
+    );
     typed(rq, global_u32(&RQ_CLOCK_OFFSET))
+}
+
+/// Follows a chain of pointer fields from a BTF-typed pointer: each load's result is the next
+/// base (the verifier types each from BTF).
+#[inline(always)]
+fn follow<const N: usize>(mut base: *const u8, offsets: &[u32; N]) -> *const u8 {
+    for &offset in offsets {
+        base = typed(base, offset);
+    }
+    base
 }
 
 /// A field of a BTF-typed kernel pointer (tp_btf arguments), loaded directly.
