@@ -214,25 +214,23 @@ fn end(lock: u64, stack_id: impl FnOnce() -> Result<core::ffi::c_long, i32>) {
         count_error(ProbeError::LockStackFailed);
         return;
     };
-    {
-        let key = LockSiteKey {
-            cgroup_id,
-            stack_id: stack_id as u32,
-            kind: kind as u32,
-        };
-        let zero = LockSiteValue {
-            count: 0,
-            wait_ns: 0,
-            max_wait_ns: 0,
-        };
-        if let Some(v) = per_cpu_slot(&LOCK_SITES, &key, &zero, ProbeError::LockSiteFull) {
-            // SAFETY: this CPU's slot.
-            let v = unsafe { &mut *v };
-            v.count += 1;
-            v.wait_ns += waited;
-            if waited > v.max_wait_ns {
-                v.max_wait_ns = waited;
-            }
+    let key = LockSiteKey {
+        cgroup_id,
+        stack_id: stack_id as u32,
+        kind: kind as u32,
+    };
+    let zero = LockSiteValue {
+        count: 0,
+        wait_ns: 0,
+        max_wait_ns: 0,
+    };
+    if let Some(v) = per_cpu_slot(&LOCK_SITES, &key, &zero, ProbeError::LockSiteFull) {
+        // SAFETY: this CPU's slot.
+        let v = unsafe { &mut *v };
+        v.count += 1;
+        v.wait_ns += waited;
+        if waited > v.max_wait_ns {
+            v.max_wait_ns = waited;
         }
     }
 }
