@@ -135,13 +135,53 @@ impl ProbeFamily for SchedProbes {
     fn attach(&self, ebpf: &mut Ebpf, facts: &KernelFacts) -> Vec<ProbeStatus> {
         // tp_btf needs the task_struct offsets as well as BTF itself.
         let have_offsets = facts.task_offsets;
-        let mut status: Vec<ProbeStatus> = PROGRAMS
-            .iter()
-            .map(|(tracepoint, btf_prog, tp_prog)| {
-                let btf_prog = have_offsets.then_some(*btf_prog);
-                attach_preferring_btf(ebpf, facts, tracepoint, btf_prog, tp_prog)
-            })
-            .collect();
+        let [switch, wakeups @ ..] = &PROGRAMS;
+        let (tracepoint, btf_prog, tp_prog) = *switch;
+        let switch = attach_preferring_btf(
+            ebpf,
+            facts,
+            tracepoint,
+            have_offsets.then_some(btf_prog),
+            tp_prog,
+        );
+        // The wake-ups attach as the switch did, or not at all: the two kinds keep different
+        // clocks (the run queue's with tp_btf, `bpf_ktime_get_ns()` with classic tracepoints)
+        // and hand wake-ups over differently (task storage, `PENDING_WAKEUPS`), so a family
+        // half of each would compute intervals across two clocks or never see its wake-ups.
+        let btf = switch.kind == Some(AttachKind::TpBtf);
+        let why_classic = switch.note.clone();
+        let mut status = vec![switch];
+        for &(tracepoint, btf_prog, tp_prog) in wakeups {
+            status.push(match (btf, &facts.aya_btf) {
+                (true, Some(aya_btf)) => {
+                    let (_, event) = tracepoint.split_once(':').expect("category:event");
+                    match super::attach_btf(ebpf, btf_prog, event, aya_btf) {
+                        Ok(()) => ProbeStatus {
+                            tracepoint,
+                            kind: Some(AttachKind::TpBtf),
+                            note: None,
+                        },
+                        Err(err) => ProbeStatus {
+                            tracepoint,
+                            kind: None,
+                            note: Some(format!(
+                                "tp_btf failed ({err:#}); not attached as a classic tracepoint \
+                                 beside a tp_btf sched_switch"
+                            )),
+                        },
+                    }
+                }
+                _ => {
+                    let mut classic = attach_preferring_btf(ebpf, facts, tracepoint, None, tp_prog);
+                    if classic.note.is_none() {
+                        classic.note = why_classic
+                            .as_ref()
+                            .map(|why| format!("as sched_switch: {why}"));
+                    }
+                    classic
+                }
+            });
+        }
         // Local and remote wake-ups are told apart only where `sched_wakeup` reaches the
         // thread's task storage (tp_btf); with classic tracepoints there are no wake-up kinds.
         let wakeup_btf = status
