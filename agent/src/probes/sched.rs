@@ -77,16 +77,7 @@ impl ProbeFamily for SchedProbes {
             }
             // The outgoing task's cgroup id, and the run queue's clock for the times stamped,
             // by direct loads instead of helper calls: each path all or nothing.
-            values.extend(pointer_path(
-                btf,
-                &[
-                    (globals::TASK_CGROUPS_OFFSET, "task_struct", &["cgroups"]),
-                    (globals::CSS_SET_DFL_CGRP_OFFSET, "css_set", &["dfl_cgrp"]),
-                    (globals::CGROUP_KN_OFFSET, "cgroup", &["kn"]),
-                    (globals::KERNFS_NODE_ID_OFFSET, "kernfs_node", &["id"]),
-                ],
-                globals::HAVE_TASK_CGROUP_OFFSETS,
-            ));
+            values.extend(task_cgroup_path(btf));
             values.extend(pointer_path(
                 btf,
                 &[
@@ -203,6 +194,21 @@ impl ProbeFamily for SchedProbes {
         });
         status
     }
+}
+
+/// From a task to its cgroup v2 id (`task->cgroups->dfl_cgrp->kn->id`), for the probes that
+/// read the outgoing or current task's cgroup by loads rather than a helper call.
+pub(crate) fn task_cgroup_path(btf: &super::btf::Btf) -> Vec<(&'static str, u32)> {
+    pointer_path(
+        btf,
+        &[
+            (globals::TASK_CGROUPS_OFFSET, "task_struct", &["cgroups"]),
+            (globals::CSS_SET_DFL_CGRP_OFFSET, "css_set", &["dfl_cgrp"]),
+            (globals::CGROUP_KN_OFFSET, "cgroup", &["kn"]),
+            (globals::KERNFS_NODE_ID_OFFSET, "kernfs_node", &["id"]),
+        ],
+        globals::HAVE_TASK_CGROUP_OFFSETS,
+    )
 }
 
 /// The offsets of a chain of pointer loads, `(global, struct, member path)` each, and `flag` set

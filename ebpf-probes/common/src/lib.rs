@@ -426,16 +426,18 @@ impl FutexStats {
     };
 }
 
-/// A futex call in progress, in the calling thread's task storage (`start_ns` 0: none).
+/// A futex call in progress, in the calling thread's task storage.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FutexInflight {
+    /// When a wait began (the clock is read for waits only: nothing else is timed).
     pub start_ns: u64,
     /// The futex word's address (0 when the call names several, as futex_waitv may).
     pub uaddr: u64,
-    /// One of [`futex_class`].
+    /// One of [`futex_class`], or 0 for a call that neither waits nor wakes.
     pub class: u32,
-    pub _pad: u32,
+    /// 1 from the call's entry to its exit: an exit that finds 0 had its entry unseen.
+    pub in_flight: u32,
 }
 
 /// A futex word of one process in one cgroup.

@@ -7,11 +7,16 @@
 //! most one syscall at a time, so one slot per thread is all it takes, and it cannot be
 //! evicted); the exit credits the current cgroup (the caller's own, since the caller is
 //! `current` at syscall exit).
+//!
+//! These run on every futex call of every thread, so each step is the cheap one: record fields
+//! are loaded directly where the layout is the usual one, the clock is read for waits only,
+//! the cgroup id is four loads from the current task (as the scheduler probes), and the
+//! process's name is read only for a futex word not yet in the map.
 
 use aya_ebpf::{
+    EbpfContext,
     helpers::{
-        bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
-        bpf_ktime_get_ns, bpf_probe_read_user,
+        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user,
     },
     macros::{btf_map, map, tracepoint},
     maps::PerCpuHashMap,
@@ -23,6 +28,7 @@ use stormwatch_common::{
 
 use crate::shared::{
     BPF_F_NO_PREALLOC, TaskStorage, count_error, current_task, global_u32, per_cpu_slot,
+    task_cgroup_id,
 };
 
 const MAX_CGROUPS: u32 = 4096;
@@ -62,8 +68,27 @@ static TP_FUTEX_WAITV_NR_OFFSET: u32 = 24;
 #[unsafe(no_mangle)]
 static TP_SYS_EXIT_RET_OFFSET: u32 = 16;
 
+/// The layout the kernel gives every syscall's trace record (`struct syscall_trace_enter`: the
+/// 8-byte common header, the syscall number, then each argument as an 8-byte slot from byte 16;
+/// `struct syscall_trace_exit`: the return value at 16). The agent still reads each field's
+/// offset from the event's format; where it is the usual one the field is loaded directly from
+/// the record, a load the verifier checks at a constant offset, instead of by a helper call.
+const SYSCALL_ARG0: u32 = 16;
+const SYSCALL_ARG1: u32 = 24;
+
+/// The 8-byte field at `offset` (a global the agent set from the format) of the tracepoint's
+/// record, loaded directly when `offset` is `usual`.
 #[inline(always)]
-fn field_u64(ctx: &TracePointContext, offset: u32) -> Option<u64> {
+fn field_u64<const USUAL: u32>(ctx: &TracePointContext, offset: u32) -> Option<u64> {
+    if offset == USUAL {
+        // SAFETY: the record is at least `USUAL + 8` bytes (the format says the field is
+        // there); the verifier checks a context load at a constant offset.
+        return Some(unsafe {
+            *(ctx.as_ptr() as *const u8)
+                .add(USUAL as usize)
+                .cast::<u64>()
+        });
+    }
     // SAFETY: bounds-checked read from the tracepoint record.
     unsafe { ctx.read_at::<u64>(offset as usize) }.ok()
 }
@@ -71,8 +96,8 @@ fn field_u64(ctx: &TracePointContext, offset: u32) -> Option<u64> {
 #[tracepoint]
 pub fn futex_enter(ctx: TracePointContext) -> i32 {
     let (Some(uaddr), Some(op)) = (
-        field_u64(&ctx, global_u32(&TP_FUTEX_UADDR_OFFSET)),
-        field_u64(&ctx, global_u32(&TP_FUTEX_OP_OFFSET)),
+        field_u64::<SYSCALL_ARG0>(&ctx, global_u32(&TP_FUTEX_UADDR_OFFSET)),
+        field_u64::<SYSCALL_ARG1>(&ctx, global_u32(&TP_FUTEX_OP_OFFSET)),
     ) else {
         return 0;
     };
@@ -82,7 +107,7 @@ pub fn futex_enter(ctx: TracePointContext) -> i32 {
 
 #[tracepoint]
 pub fn futex_wait_enter(ctx: TracePointContext) -> i32 {
-    if let Some(uaddr) = field_u64(&ctx, global_u32(&TP_FUTEX2_UADDR_OFFSET)) {
+    if let Some(uaddr) = field_u64::<SYSCALL_ARG0>(&ctx, global_u32(&TP_FUTEX2_UADDR_OFFSET)) {
         enter(uaddr, futex_class::WAIT);
     }
     0
@@ -90,7 +115,7 @@ pub fn futex_wait_enter(ctx: TracePointContext) -> i32 {
 
 #[tracepoint]
 pub fn futex_wake_enter(ctx: TracePointContext) -> i32 {
-    if let Some(uaddr) = field_u64(&ctx, global_u32(&TP_FUTEX2_UADDR_OFFSET)) {
+    if let Some(uaddr) = field_u64::<SYSCALL_ARG0>(&ctx, global_u32(&TP_FUTEX2_UADDR_OFFSET)) {
         enter(uaddr, futex_class::WAKE);
     }
     0
@@ -102,8 +127,8 @@ const FUTEX_WAITV_UADDR: usize = 8;
 #[tracepoint]
 pub fn futex_waitv_enter(ctx: TracePointContext) -> i32 {
     let (Some(waiters), Some(nr)) = (
-        field_u64(&ctx, global_u32(&TP_FUTEX_WAITV_WAITERS_OFFSET)),
-        field_u64(&ctx, global_u32(&TP_FUTEX_WAITV_NR_OFFSET)),
+        field_u64::<SYSCALL_ARG0>(&ctx, global_u32(&TP_FUTEX_WAITV_WAITERS_OFFSET)),
+        field_u64::<SYSCALL_ARG1>(&ctx, global_u32(&TP_FUTEX_WAITV_NR_OFFSET)),
     ) else {
         return 0;
     };
@@ -123,48 +148,59 @@ pub fn futex_waitv_enter(ctx: TracePointContext) -> i32 {
 /// Attached to `sys_exit_futex` and to the futex2 exits: all `sys_exit_*` records are alike.
 #[tracepoint]
 pub fn futex_exit(ctx: TracePointContext) -> i32 {
-    if let Some(ret) = field_u64(&ctx, global_u32(&TP_SYS_EXIT_RET_OFFSET)) {
+    if let Some(ret) = field_u64::<SYSCALL_ARG0>(&ctx, global_u32(&TP_SYS_EXIT_RET_OFFSET)) {
         exit(ret as i64);
     }
     0
 }
 
 /// Every futex call's entry is kept, those that neither wait nor wake too (as class 0), so that
-/// an exit without a kept entry really is one whose entry we did not see.
+/// an exit without a kept entry really is one whose entry we did not see. Only a wait reads the
+/// clock: nothing else is timed.
 #[inline(always)]
 fn enter(uaddr: u64, class: u32) {
     let Some(call) = FUTEX_INFLIGHT.get_or_create(current_task()) else {
         count_error(ProbeError::FutexStorageBusy);
         return;
     };
-    // SAFETY: a helper with no preconditions.
-    call.start_ns = unsafe { bpf_ktime_get_ns() };
+    if class == futex_class::WAIT {
+        // SAFETY: a helper with no preconditions.
+        call.start_ns = unsafe { bpf_ktime_get_ns() };
+    }
     call.uaddr = uaddr;
     call.class = class;
+    call.in_flight = 1;
 }
 
 #[inline(always)]
 fn exit(ret: i64) {
-    let pid_tgid = bpf_get_current_pid_tgid();
-    // SAFETY: a helper with no preconditions.
-    let now = unsafe { bpf_ktime_get_ns() };
-    let Some(slot) = FUTEX_INFLIGHT.get(current_task()) else {
+    let task = current_task();
+    let Some(slot) = FUTEX_INFLIGHT.get(task) else {
         // No storage at all: the thread's first futex call since attach began before it.
         count_error(ProbeError::FutexUnpairedExit);
         return;
     };
     let call = *slot;
-    slot.start_ns = 0;
-    if call.start_ns == 0 || now < call.start_ns {
+    slot.in_flight = 0;
+    if call.in_flight == 0 {
         // The slot was consumed by the previous exit: this call's entry was not seen.
         count_error(ProbeError::FutexUnpairedExit);
         return;
     }
-    if call.class == 0 {
+    let waited = if call.class == futex_class::WAIT {
+        // SAFETY: a helper with no preconditions.
+        let now = unsafe { bpf_ktime_get_ns() };
+        if now < call.start_ns {
+            count_error(ProbeError::FutexUnpairedExit);
+            return;
+        }
+        now - call.start_ns
+    } else if call.class == 0 {
         return;
-    }
-    // SAFETY: a helper with no preconditions.
-    let cgroup_id = unsafe { bpf_get_current_cgroup_id() };
+    } else {
+        0
+    };
+    let cgroup_id = task_cgroup_id(task as *const u8);
     let Some(stats) = per_cpu_slot(
         &CGROUP_FUTEX,
         &cgroup_id,
@@ -177,7 +213,6 @@ fn exit(ret: i64) {
     let stats = unsafe { &mut *stats };
     match call.class {
         futex_class::WAIT => {
-            let waited = now - call.start_ns;
             stats.wait.record(waited);
             if ret == -ETIMEDOUT {
                 stats.timeouts += 1;
@@ -185,7 +220,7 @@ fn exit(ret: i64) {
                 stats.eagain += 1;
             }
             if call.uaddr != 0 {
-                record_hot(cgroup_id, (pid_tgid >> 32) as u32, call.uaddr, waited);
+                record_hot(cgroup_id, call.uaddr, waited);
             }
         }
         futex_class::WAKE => {
@@ -198,22 +233,30 @@ fn exit(ret: i64) {
     }
 }
 
+/// Credits a wait to its futex word. The process's name is read only for a word not yet in the
+/// map.
 #[inline(always)]
-fn record_hot(cgroup_id: u64, tgid: u32, uaddr: u64, waited: u64) {
+fn record_hot(cgroup_id: u64, uaddr: u64, waited: u64) {
     let key = HotFutexKey {
         cgroup_id,
         uaddr,
-        tgid,
+        tgid: (bpf_get_current_pid_tgid() >> 32) as u32,
         _pad: 0,
     };
-    let zero = HotFutexValue {
-        waits: 0,
-        wait_ns: 0,
-        max_wait_ns: 0,
-        comm: bpf_get_current_comm().unwrap_or([0; 16]),
-    };
-    let Some(v) = per_cpu_slot(&HOT_FUTEXES, &key, &zero, ProbeError::HotFutexFull) else {
-        return;
+    let v = match HOT_FUTEXES.get_ptr_mut(&key) {
+        Some(v) => v,
+        None => {
+            let zero = HotFutexValue {
+                waits: 0,
+                wait_ns: 0,
+                max_wait_ns: 0,
+                comm: bpf_get_current_comm().unwrap_or([0; 16]),
+            };
+            let Some(v) = per_cpu_slot(&HOT_FUTEXES, &key, &zero, ProbeError::HotFutexFull) else {
+                return;
+            };
+            v
+        }
     };
     // SAFETY: this CPU's slot.
     let v = unsafe { &mut *v };

@@ -40,8 +40,8 @@ use stormwatch_common::{
 };
 
 use crate::shared::{
-    BPF_NOEXIST, CGROUP_KN_OFFSET, KERNFS_NODE_ID_OFFSET, TaskStorage, count_error, current_task,
-    global_u32, per_cpu_slot,
+    BPF_NOEXIST, TaskStorage, count_error, current_task, follow, global_u32, per_cpu_slot,
+    task_cgroup_id, typed,
 };
 
 /// Default capacities; the agent sets the cgroup map's before load.
@@ -80,14 +80,6 @@ static TASK_EXIT_STATE_OFFSET: u32 = 0;
 static TASK_CPU_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
 static TASK_RUNTIME_OFFSET: u32 = 0;
-#[unsafe(no_mangle)]
-static TASK_CGROUPS_OFFSET: u32 = 0;
-#[unsafe(no_mangle)]
-static CSS_SET_DFL_CGRP_OFFSET: u32 = 0;
-/// 1 when `TASK_CGROUPS_OFFSET`, `CSS_SET_DFL_CGRP_OFFSET`, `CGROUP_KN_OFFSET` and
-/// `KERNFS_NODE_ID_OFFSET` are set.
-#[unsafe(no_mangle)]
-static HAVE_TASK_CGROUP_OFFSETS: u32 = 0;
 /// `task_struct.se.cfs_rq`, `cfs_rq.rq`, `rq.clock`: from a task to its run queue's clock.
 #[unsafe(no_mangle)]
 static TASK_CFS_RQ_OFFSET: u32 = 0;
@@ -275,25 +267,6 @@ fn apply_wakeup(st: &mut TaskState, now: u64, remote: Option<bool>) {
     }
 }
 
-/// The cgroup v2 id of a BTF-typed task: `task->cgroups->dfl_cgrp->kn->id`, what
-/// `bpf_get_current_cgroup_id()` returns for `current`, without the helper call.
-#[inline(always)]
-fn task_cgroup_id(task: *const u8) -> u64 {
-    if global_u32(&HAVE_TASK_CGROUP_OFFSETS) != 1 {
-        // SAFETY: a helper with no preconditions; the only task passed here is `current`.
-        return unsafe { bpf_get_current_cgroup_id() };
-    }
-    let cgroup = follow(
-        task,
-        &[
-            global_u32(&TASK_CGROUPS_OFFSET),
-            global_u32(&CSS_SET_DFL_CGRP_OFFSET),
-            global_u32(&CGROUP_KN_OFFSET),
-        ],
-    );
-    typed(cgroup, global_u32(&KERNFS_NODE_ID_OFFSET))
-}
-
 /// The clock of a BTF-typed task's run queue (`task->se.cfs_rq->rq->clock`), or
 /// `bpf_ktime_get_ns()` where the kernel's BTF lacks that path. See the module's documentation.
 #[inline(always)]
@@ -310,25 +283,6 @@ fn rq_clock(task: *const u8) -> u64 {
         ],
     );
     typed(rq, global_u32(&RQ_CLOCK_OFFSET))
-}
-
-/// Follows a chain of pointer fields from a BTF-typed pointer: each load's result is the next
-/// base (the verifier types each from BTF).
-#[inline(always)]
-fn follow<const N: usize>(mut base: *const u8, offsets: &[u32; N]) -> *const u8 {
-    for &offset in offsets {
-        base = typed(base, offset);
-    }
-    base
-}
-
-/// A field of a BTF-typed kernel pointer (tp_btf arguments), loaded directly.
-#[inline(always)]
-fn typed<T: Copy>(base: *const u8, offset: u32) -> T {
-    // SAFETY: `base` is a BTF-typed task_struct pointer from the tracepoint's arguments and
-    // `offset` a field of task_struct found in the running kernel's BTF; the verifier checks
-    // the access against the type and makes the load fault-tolerant.
-    unsafe { core::ptr::read_volatile(base.wrapping_add(offset as usize) as *const T) }
 }
 
 // ---- entry points: classic tracepoints (kernels without BTF for tp_btf) ---------------------

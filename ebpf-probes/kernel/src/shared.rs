@@ -1,7 +1,7 @@
 //! Maps and helpers used by more than one probe family.
 use aya_ebpf::{
     bindings::{BPF_LOCAL_STORAGE_GET_F_CREATE, bpf_map_type, task_struct},
-    helpers::{bpf_get_current_task_btf, bpf_task_storage_get},
+    helpers::{bpf_get_current_cgroup_id, bpf_get_current_task_btf, bpf_task_storage_get},
     macros::map,
     maps::{PerCpuArray, PerCpuHashMap},
 };
@@ -39,6 +39,56 @@ pub fn global_u32(value: &u32) -> u32 {
 pub static CGROUP_KN_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
 pub static KERNFS_NODE_ID_OFFSET: u32 = 0;
+
+/// `task_struct.cgroups` and `css_set.dfl_cgrp`: with the two above, from a task to its cgroup
+/// v2 id. 1 in `HAVE_TASK_CGROUP_OFFSETS` when all four are set.
+#[unsafe(no_mangle)]
+pub static TASK_CGROUPS_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+pub static CSS_SET_DFL_CGRP_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+pub static HAVE_TASK_CGROUP_OFFSETS: u32 = 0;
+
+/// The cgroup v2 id of a BTF-typed task: `task->cgroups->dfl_cgrp->kn->id`, what
+/// `bpf_get_current_cgroup_id()` returns for `current`, by four direct loads instead of the
+/// helper call (which walks the same pointers under `rcu_read_lock`). Without the offsets, the
+/// helper: only `current` may be passed here.
+#[inline(always)]
+pub fn task_cgroup_id(task: *const u8) -> u64 {
+    if global_u32(&HAVE_TASK_CGROUP_OFFSETS) != 1 {
+        // SAFETY: a helper with no preconditions; callers pass `current` only.
+        return unsafe { bpf_get_current_cgroup_id() };
+    }
+    let cgroup = follow(
+        task,
+        &[
+            global_u32(&TASK_CGROUPS_OFFSET),
+            global_u32(&CSS_SET_DFL_CGRP_OFFSET),
+            global_u32(&CGROUP_KN_OFFSET),
+        ],
+    );
+    typed(cgroup, global_u32(&KERNFS_NODE_ID_OFFSET))
+}
+
+/// Follows a chain of pointer fields from a BTF-typed pointer: each load's result is the next
+/// base (the verifier types each from BTF).
+#[inline(always)]
+pub fn follow<const N: usize>(mut base: *const u8, offsets: &[u32; N]) -> *const u8 {
+    for &offset in offsets {
+        base = typed(base, offset);
+    }
+    base
+}
+
+/// A field of a BTF-typed kernel pointer (tp_btf arguments, `bpf_get_current_task_btf()`),
+/// loaded directly.
+#[inline(always)]
+pub fn typed<T: Copy>(base: *const u8, offset: u32) -> T {
+    // SAFETY: `base` is a BTF-typed kernel pointer and `offset` a field of its type found in the
+    // running kernel's BTF; the verifier checks the access against the type and makes the load
+    // fault-tolerant.
+    unsafe { core::ptr::read_volatile(base.wrapping_add(offset as usize) as *const T) }
+}
 
 pub const BPF_NOEXIST: u64 = 1;
 /// Map flag: entries allocated on insert rather than all at creation.
