@@ -10,6 +10,8 @@
 //!   one futex-based mutex, as a pthread or JVM monitor storm does) counting its own operations,
 //!   against the daemon as deployed (`stormwatch run`, default configuration).
 //!
+//! - what each BPF program costs per run under the first two (`bench_programs`).
+//!
 //! Results are printed as a Markdown table; the README carries the last run.
 
 use std::{
@@ -25,7 +27,7 @@ use anyhow::{Context as _, Result, bail};
 use crate::{build_release, cargo, root, run_cmd, say};
 
 /// Starts a tracer, given the stormwatch binary and the measurement's length in seconds.
-type Starter = Box<dyn Fn(&Path, u32) -> Result<Running>>;
+pub(crate) type Starter = Box<dyn Fn(&Path, u32) -> Result<Running>>;
 
 /// A tracer configuration: how to start it, or `None` for no tracing.
 struct Tracer {
@@ -33,12 +35,12 @@ struct Tracer {
     start: Option<Starter>,
 }
 
-struct Running {
+pub(crate) struct Running {
     child: Child,
 }
 
 impl Running {
-    fn stop(mut self) -> Result<Option<u64>> {
+    pub(crate) fn stop(mut self) -> Result<Option<u64>> {
         let rss = peak_rss_kib(self.child.id());
         // SIGINT: stormwatch detaches and exits; bpftrace prints its maps and exits.
         interrupt(self.child.id());
@@ -106,7 +108,7 @@ fn start_until(mut cmd: Command, ready: &'static str, on_stdout: bool) -> Result
     Ok(Running { child })
 }
 
-fn stormwatch(probes: &'static str) -> Starter {
+pub(crate) fn stormwatch(probes: &'static str) -> Starter {
     Box::new(move |bin: &Path, seconds: u32| {
         let mut cmd = Command::new(bin);
         cmd.args([
@@ -123,7 +125,7 @@ fn stormwatch(probes: &'static str) -> Starter {
     })
 }
 
-fn bpftrace(script: &'static str) -> Starter {
+pub(crate) fn bpftrace(script: &'static str) -> Starter {
     Box::new(move |_bin: &Path, _seconds: u32| {
         let mut cmd = Command::new("bpftrace");
         cmd.args(["-e", script]);
@@ -133,7 +135,7 @@ fn bpftrace(script: &'static str) -> Starter {
 
 /// What bpftrace users write for the same figures: switches per cgroup and a run-queue
 /// latency histogram per cgroup.
-const BPFTRACE_SCHED: &str = r#"
+pub(crate) const BPFTRACE_SCHED: &str = r#"
 tracepoint:sched:sched_wakeup,tracepoint:sched:sched_wakeup_new { @qt[args->pid] = nsecs; }
 tracepoint:sched:sched_switch {
   @switches[cgroup] = count();
@@ -144,13 +146,20 @@ tracepoint:sched:sched_switch {
 "#;
 
 /// Futex wait time per cgroup, as a bpftrace user would measure it.
-const BPFTRACE_FUTEX: &str = r#"
+pub(crate) const BPFTRACE_FUTEX: &str = r#"
 tracepoint:syscalls:sys_enter_futex /(args->op & 0x7f) == 0 || (args->op & 0x7f) == 9/ {
   @start[tid] = nsecs;
 }
 tracepoint:syscalls:sys_exit_futex /@start[tid]/ {
   @wait_ns[cgroup] = sum(nsecs - @start[tid]); @waits[cgroup] = count(); delete(@start[tid]);
 }
+"#;
+
+/// Empty programs on the futex syscall's tracepoints: what attaching there costs by itself
+/// (every thread's every system call takes the kernel's slow path while they are attached).
+pub(crate) const BPFTRACE_EMPTY_FUTEX: &str = r#"
+tracepoint:syscalls:sys_enter_futex { }
+tracepoint:syscalls:sys_exit_futex { }
 "#;
 
 /// Runs `stress-ng --<stressor> 2` for `seconds` and returns bogo ops per second (real time).
@@ -190,7 +199,7 @@ struct Row {
     rss_kib: Vec<u64>,
 }
 
-fn median(v: &[f64]) -> f64 {
+pub(crate) fn median(v: &[f64]) -> f64 {
     let mut v = v.to_vec();
     v.sort_by(f64::total_cmp);
     match v.len() {
@@ -290,7 +299,8 @@ pub fn run(rounds: u32, seconds: u32) -> Result<()> {
     let sched = sched(&bin, rounds, seconds)?;
     let futex = futex(&bin, rounds, seconds)?;
     let storm = lock_storm(&bin, rounds, seconds)?;
-    println!("{sched}{futex}{storm}");
+    let programs = crate::bench_programs::run(&bin, seconds, 3)?;
+    println!("{sched}{futex}{storm}{programs}");
     println!("{}", crate::bench_daemon::run()?);
     Ok(())
 }
@@ -343,6 +353,10 @@ pub fn futex(bin: &Path, rounds: u32, seconds: u32) -> Result<String> {
             Tracer {
                 name: "none",
                 start: None,
+            },
+            Tracer {
+                name: "empty programs on sys_enter/exit_futex (floor, bpftrace)",
+                start: Some(bpftrace(BPFTRACE_EMPTY_FUTEX)),
             },
             Tracer {
                 name: "stormwatch --probes futex,locks",
@@ -436,7 +450,7 @@ fn json_number(line: &str, field: &str) -> Option<f64> {
 
 /// `stormwatch run` as deployed: default configuration (5 s interval, every probe), serving
 /// on a free port.
-fn stormwatch_run() -> Starter {
+pub(crate) fn stormwatch_run() -> Starter {
     Box::new(|bin: &Path, _seconds: u32| {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())

@@ -8,6 +8,7 @@
 
 mod bench;
 mod bench_daemon;
+mod bench_programs;
 mod setup;
 
 use std::{
@@ -59,6 +60,13 @@ enum Task {
         /// daemon, bpftrace).
         #[arg(long, conflicts_with_all = ["daemon_only", "lock_storm_only", "futex_only"])]
         sched_only: bool,
+        /// Only what each BPF program costs per run (the kernel's run-time statistics) under
+        /// the switch storm and the futex stressor, stormwatch's against the floor and bpftrace.
+        #[arg(long, conflicts_with_all = ["daemon_only", "lock_storm_only", "futex_only", "sched_only"])]
+        programs: bool,
+        /// Runs per tracer for `--programs`.
+        #[arg(long, default_value = "3")]
+        repeats: u32,
     },
 }
 
@@ -75,8 +83,14 @@ fn main() -> ExitCode {
             lock_storm_only,
             futex_only,
             sched_only,
+            programs,
+            repeats,
         } => setup::run().and_then(|()| {
-            if daemon_only {
+            if programs {
+                build_release()
+                    .and_then(|bin| bench_programs::run(&bin, seconds, repeats))
+                    .map(|table| println!("{table}"))
+            } else if daemon_only {
                 bench_daemon::run().map(|table| println!("{table}"))
             } else if lock_storm_only {
                 build_release()

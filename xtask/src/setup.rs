@@ -27,6 +27,10 @@ const PACKAGES: &[(&str, &str)] = &[
     ("libzstd-dev", "LLVM 22 is linked with zstd"),
     ("stress-ng", "workloads for the tests and the benchmark"),
     ("bpftrace", "an independent measurement for the tests"),
+    (
+        "bpftool",
+        "reads the BPF programs' run-time statistics for `xtask bench`",
+    ),
     ("iproute2", "network namespaces for the tests"),
     ("iputils-ping", "sized pings for the network tests"),
     ("iperf3", "TCP traffic for the network tests and benchmark"),

@@ -1,0 +1,277 @@
+//! What each BPF program costs per run, from the kernel's own run-time statistics: the noise of
+//! a throughput ratio (±10% between minutes on a small VM) hides differences of tens of
+//! nanoseconds per event that these show directly.
+//!
+//! For each workload and tracer: the kernel's statistics are switched on
+//! (`kernel.bpf_stats_enabled`, put back as it was afterwards), the tracer is started, every
+//! loaded program's run count and run time are read (`bpftool prog show`), the workload runs,
+//! and they are read again. Programs loaded before the tracer started are left out (other
+//! software's programs on the host). The statistics add the cost of reading the clock twice to
+//! every run: an empty program is the floor to compare with, and it is measured the same way
+//! (the `floor` rows).
+
+use std::{collections::HashMap, path::Path, process::Command};
+
+use anyhow::{Context as _, Result, bail};
+
+use crate::{
+    bench::{self, Starter},
+    say,
+};
+
+/// One program's run count and total run time, by program id.
+#[derive(Clone)]
+struct Sample {
+    name: String,
+    runs: u64,
+    ns: u64,
+}
+
+/// Every loaded program, from `bpftool -j prog show` (which leaves out the run fields of a
+/// program that has not run while statistics were on: zero).
+fn snapshot() -> Result<HashMap<u64, Sample>> {
+    let out = Command::new("bpftool")
+        .args(["-j", "prog", "show"])
+        .output()
+        .context("cannot run bpftool")?;
+    if !out.status.success() {
+        bail!(
+            "bpftool prog show: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    parse_programs(&out.stdout)
+}
+
+fn parse_programs(json: &[u8]) -> Result<HashMap<u64, Sample>> {
+    let list: Vec<serde_json::Value> =
+        serde_json::from_slice(json).context("bpftool's output is not a JSON list")?;
+    let mut out = HashMap::new();
+    for p in list {
+        let id = p["id"].as_u64().context("a program without an id")?;
+        out.insert(
+            id,
+            Sample {
+                name: p["name"].as_str().unwrap_or("?").to_owned(),
+                runs: p["run_cnt"].as_u64().unwrap_or(0),
+                ns: p["run_time_ns"].as_u64().unwrap_or(0),
+            },
+        );
+    }
+    Ok(out)
+}
+
+const STATS_SYSCTL: &str = "/proc/sys/kernel/bpf_stats_enabled";
+
+/// `kernel.bpf_stats_enabled` on for as long as this lives, then as it was.
+struct StatsOn {
+    was: String,
+}
+
+impl StatsOn {
+    fn new() -> Result<Self> {
+        let was = std::fs::read_to_string(STATS_SYSCTL)
+            .with_context(|| format!("cannot read {STATS_SYSCTL}"))?;
+        std::fs::write(STATS_SYSCTL, "1")
+            .with_context(|| format!("cannot turn on {STATS_SYSCTL}"))?;
+        Ok(Self { was })
+    }
+}
+
+impl Drop for StatsOn {
+    fn drop(&mut self) {
+        let _ = std::fs::write(STATS_SYSCTL, self.was.trim());
+    }
+}
+
+/// Programs that ran fewer times in a measurement are not shown: their mean is a few samples.
+const MIN_RUNS: u64 = 1000;
+
+/// A snapshot once the tracer's programs are all loaded: a tracer may say it is ready before
+/// the last of them is (bpftrace prints "Attaching" first), so wait until two snapshots 300 ms
+/// apart hold the same programs, and new ones.
+fn settled(before_tracer: &HashMap<u64, Sample>) -> Result<HashMap<u64, Sample>> {
+    let new_ids = |s: &HashMap<u64, Sample>| {
+        let mut ids: Vec<u64> = s
+            .keys()
+            .filter(|id| !before_tracer.contains_key(id))
+            .copied()
+            .collect();
+        ids.sort_unstable();
+        ids
+    };
+    let mut last = snapshot()?;
+    for _ in 0..50 {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let now = snapshot()?;
+        let ids = new_ids(&now);
+        if !ids.is_empty() && ids == new_ids(&last) {
+            return Ok(now);
+        }
+        last = now;
+    }
+    bail!("the tracer's programs did not settle within 15 s")
+}
+
+/// Per program of a tracer: (name, runs, ns) over one run of the workload.
+fn measure(
+    bin: &Path,
+    start: &Starter,
+    workload: &[&str],
+    seconds: u32,
+) -> Result<Vec<(String, u64, u64)>> {
+    let before_tracer = snapshot()?;
+    let running = start(bin, seconds)?;
+    let before = settled(&before_tracer)?;
+    let status = Command::new(workload[0])
+        .args(&workload[1..])
+        .args(["-t", &seconds.to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .with_context(|| format!("cannot start {}", workload[0]))?;
+    let after = snapshot()?;
+    running.stop()?;
+    anyhow::ensure!(status.success(), "{workload:?} failed: {status}");
+    let mut out: Vec<(String, u64, u64)> = after
+        .into_iter()
+        .filter(|(id, _)| !before_tracer.contains_key(id))
+        .filter_map(|(id, a)| {
+            let b = before.get(&id)?;
+            let runs = a.runs.checked_sub(b.runs)?;
+            (runs >= MIN_RUNS).then(|| (a.name.clone(), runs, a.ns.saturating_sub(b.ns)))
+        })
+        .collect();
+    out.sort();
+    Ok(out)
+}
+
+/// A tracer's programs over `repeats` runs: per program name, each run's ns per run and the runs
+/// per second.
+struct Costs {
+    tracer: &'static str,
+    by_program: Vec<(String, Vec<f64>, Vec<f64>)>,
+}
+
+fn costs(
+    bin: &Path,
+    tracer: &'static str,
+    start: &Starter,
+    workload: &[&str],
+    seconds: u32,
+    repeats: u32,
+) -> Result<Costs> {
+    let mut by_program: Vec<(String, Vec<f64>, Vec<f64>)> = Vec::new();
+    for repeat in 1..=repeats {
+        say(&format!(
+            "programs: {tracer} under {workload:?}, {repeat}/{repeats}"
+        ));
+        // Several programs of one tracer can share a name (bpftrace's, one per probe): they are
+        // summed, as the program name is what the table can show.
+        let mut summed: Vec<(String, u64, u64)> = Vec::new();
+        for (name, runs, ns) in measure(bin, start, workload, seconds)? {
+            match summed.iter_mut().find(|(n, _, _)| *n == name) {
+                Some(s) => {
+                    s.1 += runs;
+                    s.2 += ns;
+                }
+                None => summed.push((name, runs, ns)),
+            }
+        }
+        for (name, runs, ns) in summed {
+            let per_run = ns as f64 / runs as f64;
+            let rate = runs as f64 / f64::from(seconds);
+            match by_program.iter_mut().find(|(n, _, _)| *n == name) {
+                Some(p) => {
+                    p.1.push(per_run);
+                    p.2.push(rate);
+                }
+                None => by_program.push((name, vec![per_run], vec![rate])),
+            }
+        }
+    }
+    Ok(Costs { tracer, by_program })
+}
+
+fn table(workload: &str, seconds: u32, repeats: u32, rows: &[Costs]) -> String {
+    let mut out = format!(
+        "\nPer program under {workload}, {repeats} runs of {seconds} s each (kernel BPF \
+         run-time statistics)\n\n\
+         | tracer | program | runs/s (median) | ns per run (median) | ns per run (min–max) |\n\
+         |---|---|---:|---:|---:|\n"
+    );
+    for costs in rows {
+        for (name, per_run, rate) in &costs.by_program {
+            let lo = per_run.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = per_run.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            out.push_str(&format!(
+                "| {} | `{name}` | {:.0} | {:.0} | {lo:.0}–{hi:.0} |\n",
+                costs.tracer,
+                bench::median(rate),
+                bench::median(per_run),
+            ));
+        }
+    }
+    out
+}
+
+/// The switch storm and the futex stressor, each with the floor, stormwatch's probes, the daemon
+/// as deployed and bpftrace.
+pub fn run(bin: &Path, seconds: u32, repeats: u32) -> Result<String> {
+    let _stats = StatsOn::new()?;
+    let switch = ["stress-ng", "--switch", "2"];
+    let sched: Vec<(&'static str, Starter)> = vec![
+        (
+            "empty tp_btf programs (floor)",
+            bench::stormwatch("empty-sched"),
+        ),
+        ("stormwatch --probes sched", bench::stormwatch("sched")),
+        ("stormwatch run", bench::stormwatch_run()),
+        (
+            "bpftrace (switch-storm script)",
+            bench::bpftrace(bench::BPFTRACE_SCHED),
+        ),
+    ];
+    let mut rows = Vec::new();
+    for (tracer, start) in &sched {
+        rows.push(costs(bin, tracer, start, &switch, seconds, repeats)?);
+    }
+    let mut out = table("`stress-ng --switch 2`", seconds, repeats, &rows);
+
+    let futex = ["stress-ng", "--futex", "2"];
+    let tracers: Vec<(&'static str, Starter)> = vec![
+        (
+            "empty programs on sys_enter/exit_futex (floor, bpftrace)",
+            bench::bpftrace(bench::BPFTRACE_EMPTY_FUTEX),
+        ),
+        ("stormwatch --probes futex", bench::stormwatch("futex")),
+        ("stormwatch run", bench::stormwatch_run()),
+        (
+            "bpftrace (futex script)",
+            bench::bpftrace(bench::BPFTRACE_FUTEX),
+        ),
+    ];
+    let mut rows = Vec::new();
+    for (tracer, start) in &tracers {
+        rows.push(costs(bin, tracer, start, &futex, seconds, repeats)?);
+    }
+    out.push_str(&table("`stress-ng --futex 2`", seconds, repeats, &rows));
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_bpftools_list_with_and_without_run_fields() {
+        let json = br#"[{"id":7,"type":"tracing","name":"sched_switch_bt","run_time_ns":2450,"run_cnt":10},
+                        {"id":9,"type":"tracepoint","name":"futex_exit"}]"#;
+        let p = parse_programs(json).unwrap();
+        assert_eq!(p.len(), 2);
+        assert_eq!(p[&7].name, "sched_switch_bt");
+        assert_eq!((p[&7].runs, p[&7].ns), (10, 2450));
+        assert_eq!((p[&9].runs, p[&9].ns), (0, 0));
+        assert!(parse_programs(b"{}").is_err());
+    }
+}
