@@ -123,6 +123,84 @@ fn mutex_storm_futex_waits_match_bpftrace_and_name_the_mutex() {
     );
 }
 
+/// Every futex call of one cgroup by class and outcome, counted by bpftrace at the syscall
+/// tracepoints with the agent's classes: waits (as [`WAIT_OPS_PREDICATE`]) and how many returned
+/// ETIMEDOUT or EAGAIN; wake calls (WAKE 1, WAKE_BITSET 10, WAKE_OP 5, and the requeues and
+/// UNLOCK_PI: 3, 4, 12, 7) and the waiters the first three report woken.
+fn futex_calls_script(cgroup: &TestCgroup) -> String {
+    let path = cgroup.path().display();
+    format!(
+        "tracepoint:syscalls:sys_enter_futex /cgroup == cgroupid(\"{path}\")/ {{ \
+         @op[tid] = args->op & 0x7f; @in[tid] = 1; }}\n\
+         tracepoint:syscalls:sys_exit_futex /@in[tid]/ {{ $op = @op[tid]; \
+         if ($op == 0 || $op == 9 || $op == 6 || $op == 13 || $op == 11) {{ @waits = count(); \
+         if (args->ret == -110) {{ @timeouts = count(); }} \
+         if (args->ret == -11) {{ @eagain = count(); }} }} \
+         if ($op == 1 || $op == 10 || $op == 5 || $op == 3 || $op == 4 || $op == 12 || \
+         $op == 7) {{ @wakes = count(); }} \
+         if (($op == 1 || $op == 10 || $op == 5) && args->ret > 0) {{ @woken = sum(args->ret); }} \
+         delete(@op[tid]); delete(@in[tid]); }}\n\
+         END {{ clear(@op); clear(@in); }}\n"
+    )
+}
+
+/// Wakes, waiters woken, timeouts and EAGAIN returns: a workload whose calls' outcomes are
+/// known (`src/bin/futex_calls.rs`) counts them from the return values, and bpftrace counts
+/// the cgroup's calls at the same tracepoints. The agent must match bpftrace exactly (both
+/// attach before the workload starts and stop after it exits) and see at least every call the
+/// workload made (its runtime may add a few of its own, which bpftrace sees too).
+#[test]
+fn futex_wakes_timeouts_and_eagain_match_the_calls_made() {
+    require_bpf();
+    let cgroup = TestCgroup::new("futex-calls");
+    let bt = Bpftrace::start(&futex_calls_script(&cgroup));
+    let mut agent = Agent::trace_workload(2.0, Some(&cgroup), false);
+    let child = run_in_cgroup(
+        Command::new(env!("CARGO_BIN_EXE_futex_calls")).args([
+            "--wakes",
+            "200",
+            "--eagain",
+            "300",
+            "--timeouts",
+            "20",
+            "--woken",
+            "100",
+        ]),
+        &cgroup,
+    );
+    let truth = workload_result(child);
+    agent.assert_still_tracing("the futex calls");
+    let maps = bt.stop();
+    let done = agent.finish();
+    let f = futex_of(&done, &cgroup);
+    eprintln!("futex calls: agent {f}; workload {truth}; bpftrace {maps:?}");
+    // The workload's own counts, from its calls' return values.
+    assert_eq!(truth["timeouts"], 20, "{truth}");
+    assert_eq!(truth["eagain"], 300, "{truth}");
+    assert_eq!(truth["woken"], 100, "{truth}");
+    for (agent_field, bt_map, workload_field) in [
+        ("waits", "@waits", "wait_calls"),
+        ("wakes", "@wakes", "wake_calls"),
+        ("woken", "@woken", "woken"),
+        ("timeouts", "@timeouts", "timeouts"),
+        ("eagain", "@eagain", "eagain"),
+    ] {
+        let agent_count = num(f, agent_field);
+        let bt_count = maps.require(bt_map) as f64;
+        let made = truth[workload_field]
+            .as_f64()
+            .unwrap_or_else(|| panic!("workload's {workload_field}: {truth}"));
+        assert_eq!(
+            agent_count, bt_count,
+            "futex {agent_field}: agent {agent_count}, bpftrace {bt_count} ({f})"
+        );
+        assert!(
+            agent_count >= made,
+            "futex {agent_field}: agent {agent_count} < the {made} the workload made ({truth})"
+        );
+    }
+}
+
 /// The figures every report must carry about what the probes could not record: each reason a
 /// count.
 #[test]
