@@ -219,44 +219,63 @@ fn table(workload: &str, seconds: u32, repeats: u32, rows: &[Costs]) -> String {
 /// as deployed and bpftrace.
 pub fn run(bin: &Path, seconds: u32, repeats: u32) -> Result<String> {
     let _stats = StatsOn::new()?;
-    let switch = ["stress-ng", "--switch", "2"];
-    let sched: Vec<(&'static str, Starter)> = vec![
-        (
-            "empty tp_btf programs (floor)",
-            bench::stormwatch("empty-sched"),
-        ),
-        ("stormwatch --probes sched", bench::stormwatch("sched")),
-        ("stormwatch run", bench::stormwatch_run()),
-        (
-            "bpftrace (switch-storm script)",
-            bench::bpftrace(bench::BPFTRACE_SCHED),
-        ),
-    ];
-    let mut rows = Vec::new();
-    for (tracer, start) in &sched {
-        rows.push(costs(bin, tracer, start, &switch, seconds, repeats)?);
-    }
-    let mut out = table("`stress-ng --switch 2`", seconds, repeats, &rows);
+    let sched = workload(
+        bin,
+        &["stress-ng", "--switch", "2"],
+        vec![
+            (
+                "empty tp_btf programs (floor)",
+                bench::stormwatch("empty-sched"),
+            ),
+            ("stormwatch --probes sched", bench::stormwatch("sched")),
+            ("stormwatch run", bench::stormwatch_run()),
+            (
+                "bpftrace (switch-storm script)",
+                bench::bpftrace(bench::BPFTRACE_SCHED),
+            ),
+        ],
+        seconds,
+        repeats,
+    )?;
+    let futex = workload(
+        bin,
+        &["stress-ng", "--futex", "2"],
+        vec![
+            (
+                "empty programs on sys_enter/exit_futex (floor, bpftrace)",
+                bench::bpftrace(bench::BPFTRACE_EMPTY_FUTEX),
+            ),
+            ("stormwatch --probes futex", bench::stormwatch("futex")),
+            ("stormwatch run", bench::stormwatch_run()),
+            (
+                "bpftrace (futex script)",
+                bench::bpftrace(bench::BPFTRACE_FUTEX),
+            ),
+        ],
+        seconds,
+        repeats,
+    )?;
+    Ok(sched + &futex)
+}
 
-    let futex = ["stress-ng", "--futex", "2"];
-    let tracers: Vec<(&'static str, Starter)> = vec![
-        (
-            "empty programs on sys_enter/exit_futex (floor, bpftrace)",
-            bench::bpftrace(bench::BPFTRACE_EMPTY_FUTEX),
-        ),
-        ("stormwatch --probes futex", bench::stormwatch("futex")),
-        ("stormwatch run", bench::stormwatch_run()),
-        (
-            "bpftrace (futex script)",
-            bench::bpftrace(bench::BPFTRACE_FUTEX),
-        ),
-    ];
+/// One workload's table: each tracer in turn, `repeats` runs each.
+fn workload(
+    bin: &Path,
+    command: &[&str],
+    tracers: Vec<(&'static str, Starter)>,
+    seconds: u32,
+    repeats: u32,
+) -> Result<String> {
     let mut rows = Vec::new();
     for (tracer, start) in &tracers {
-        rows.push(costs(bin, tracer, start, &futex, seconds, repeats)?);
+        rows.push(costs(bin, tracer, start, command, seconds, repeats)?);
     }
-    out.push_str(&table("`stress-ng --futex 2`", seconds, repeats, &rows));
-    Ok(out)
+    Ok(table(
+        &format!("`{}`", command.join(" ")),
+        seconds,
+        repeats,
+        &rows,
+    ))
 }
 
 #[cfg(test)]
