@@ -37,14 +37,8 @@ impl ProbeFamily for FutexProbes {
         "futex"
     }
 
-    fn globals(&self, facts: &KernelFacts) -> Vec<(&'static str, u32)> {
-        // The caller's cgroup id by loads from the current task, as the scheduler probes.
-        let mut values = facts
-            .btf
-            .as_ref()
-            .map(super::sched::task_cgroup_path)
-            .unwrap_or_default();
-        values.extend(tracepoint_offsets(&[
+    fn globals(&self, _facts: &KernelFacts) -> Vec<(&'static str, u32)> {
+        tracepoint_offsets(&[
             (
                 globals::TP_FUTEX_UADDR_OFFSET,
                 "syscalls",
@@ -81,8 +75,7 @@ impl ProbeFamily for FutexProbes {
                 "sys_exit_futex",
                 "ret",
             ),
-        ]));
-        values
+        ])
     }
 
     fn attach(&self, ebpf: &mut Ebpf, _facts: &KernelFacts) -> Vec<ProbeStatus> {

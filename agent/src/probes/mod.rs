@@ -19,7 +19,7 @@ use aya::{
     maps::{PerCpuArray, PerCpuHashMap, PerCpuValues},
     programs::{BtfTracePoint, TracePoint},
 };
-use stormwatch_common::{ProbeError as KernelProbeError, maps};
+use stormwatch_common::{ProbeError as KernelProbeError, globals, maps};
 use thiserror::Error;
 
 use stormwatch_common::{HotFutexKey, HotFutexValue, LockSiteKey, LockSiteValue};
@@ -252,8 +252,10 @@ impl Probes {
 
         // Globals must all be set before the single load of the object. Names come from the
         // shared crate; a missing one is set to 0 and the family that needs it degrades.
-        let values: Vec<(&'static str, u32)> =
-            families.iter().flat_map(|f| f.globals(&facts)).collect();
+        let values: Vec<(&'static str, u32)> = shared_globals(&facts)
+            .into_iter()
+            .chain(families.iter().flat_map(|f| f.globals(&facts)))
+            .collect();
         // Our parse of the kernel's BTF is only for offsets: free it before the loader works.
         // The loader reuses aya's parse (kernel BTF is several MB; three copies at once would
         // set the agent's peak memory).
@@ -759,6 +761,45 @@ pub(crate) fn attach_preferring_btf(
                 None => format!("tracepoint failed ({err:#})"),
             }),
         },
+    }
+}
+
+/// The globals of the kernel crate's shared code, whichever families load: from a task to its
+/// cgroup v2 id (`task->cgroups->dfl_cgrp->kn->id`), which the scheduler, futex and lock probes
+/// read by loads rather than a helper call (`shared::task_cgroup_id`).
+fn shared_globals(facts: &KernelFacts) -> Vec<(&'static str, u32)> {
+    let Some(btf) = &facts.btf else {
+        return Vec::new();
+    };
+    pointer_path(
+        btf,
+        &[
+            (globals::TASK_CGROUPS_OFFSET, "task_struct", &["cgroups"]),
+            (globals::CSS_SET_DFL_CGRP_OFFSET, "css_set", &["dfl_cgrp"]),
+            (globals::CGROUP_KN_OFFSET, "cgroup", &["kn"]),
+            (globals::KERNFS_NODE_ID_OFFSET, "kernfs_node", &["id"]),
+        ],
+        globals::HAVE_TASK_CGROUP_OFFSETS,
+    )
+}
+
+/// The offsets of a chain of pointer loads, `(global, struct, member path)` each, and `flag` set
+/// to 1, when BTF has every one; nothing when it lacks any (the probes then take the helper).
+pub(crate) fn pointer_path(
+    btf: &Btf,
+    steps: &[(&'static str, &str, &[&str])],
+    flag: &'static str,
+) -> Vec<(&'static str, u32)> {
+    let offsets: Option<Vec<(&'static str, u32)>> = steps
+        .iter()
+        .map(|(global, root, path)| btf.offset_of(root, path).ok().map(|off| (*global, off)))
+        .collect();
+    match offsets {
+        Some(mut offsets) => {
+            offsets.push((flag, 1));
+            offsets
+        }
+        None => Vec::new(),
     }
 }
 

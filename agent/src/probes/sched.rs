@@ -7,7 +7,7 @@ use stormwatch_common::{SchedStats, globals, maps, programs};
 
 use super::{
     AttachKind, KernelFacts, ProbeFamily, ProbeStatus, attach_preferring_btf, btf_offsets,
-    read_per_cpu_hash_with, tracepoint_offsets,
+    pointer_path, read_per_cpu_hash_with, tracepoint_offsets,
 };
 use crate::counters::Counters as _;
 
@@ -75,9 +75,9 @@ impl ProbeFamily for SchedProbes {
                 Ok(off) => values.push((globals::TASK_CPU_OFFSET, off)),
                 Err(err) => log::warn!("task_struct cpu: {err}; wake-ups are not told apart"),
             }
-            // The outgoing task's cgroup id, and the run queue's clock for the times stamped,
-            // by direct loads instead of helper calls: each path all or nothing.
-            values.extend(task_cgroup_path(btf));
+            // The run queue's clock for the times stamped, by direct loads instead of a helper
+            // call: all or nothing (the task's cgroup id path is set for every family, by
+            // `shared_globals`).
             values.extend(pointer_path(
                 btf,
                 &[
@@ -193,41 +193,6 @@ impl ProbeFamily for SchedProbes {
             note: waking.err(),
         });
         status
-    }
-}
-
-/// From a task to its cgroup v2 id (`task->cgroups->dfl_cgrp->kn->id`), for the probes that
-/// read the outgoing or current task's cgroup by loads rather than a helper call.
-pub(crate) fn task_cgroup_path(btf: &super::btf::Btf) -> Vec<(&'static str, u32)> {
-    pointer_path(
-        btf,
-        &[
-            (globals::TASK_CGROUPS_OFFSET, "task_struct", &["cgroups"]),
-            (globals::CSS_SET_DFL_CGRP_OFFSET, "css_set", &["dfl_cgrp"]),
-            (globals::CGROUP_KN_OFFSET, "cgroup", &["kn"]),
-            (globals::KERNFS_NODE_ID_OFFSET, "kernfs_node", &["id"]),
-        ],
-        globals::HAVE_TASK_CGROUP_OFFSETS,
-    )
-}
-
-/// The offsets of a chain of pointer loads, `(global, struct, member path)` each, and `flag` set
-/// to 1, when BTF has every one; nothing when it lacks any (the probes then take the helper).
-fn pointer_path(
-    btf: &super::btf::Btf,
-    steps: &[(&'static str, &str, &[&str])],
-    flag: &'static str,
-) -> Vec<(&'static str, u32)> {
-    let offsets: Option<Vec<(&'static str, u32)>> = steps
-        .iter()
-        .map(|(global, root, path)| btf.offset_of(root, path).ok().map(|off| (*global, off)))
-        .collect();
-    match offsets {
-        Some(mut offsets) => {
-            offsets.push((flag, 1));
-            offsets
-        }
-        None => Vec::new(),
     }
 }
 

@@ -23,7 +23,7 @@
 
 use aya_ebpf::{
     btf_maps::StackTrace,
-    helpers::{bpf_get_current_cgroup_id, bpf_ktime_get_ns},
+    helpers::bpf_ktime_get_ns,
     macros::{btf_map, btf_tracepoint, map, tracepoint},
     maps::{PerCpuArray, PerCpuHashMap},
     programs::{BtfTracePointContext, TracePointContext, tracing::StackIdContext as _},
@@ -32,7 +32,9 @@ use stormwatch_common::{
     LockInflight, LockSiteKey, LockSiteValue, LockStats, ProbeError, lcb, lock_kind, lock_kind_of,
 };
 
-use crate::shared::{TaskStorage, count_error, current_task, global_u32, per_cpu_slot};
+use crate::shared::{
+    TaskStorage, count_error, current_task, global_u32, per_cpu_slot, task_cgroup_id,
+};
 
 const MAX_CGROUPS: u32 = 4096;
 const MAX_SITES: u32 = 4096;
@@ -191,8 +193,7 @@ fn end(lock: u64, stack_id: impl FnOnce() -> Result<core::ffi::c_long, i32>) {
     }
     let waited = now - w.start_ns;
     let kind = lock_kind_of(w.flags);
-    // SAFETY: a helper with no preconditions.
-    let cgroup_id = unsafe { bpf_get_current_cgroup_id() };
+    let cgroup_id = task_cgroup_id(current_task() as *const u8);
     if let Some(stats) = per_cpu_slot(
         &CGROUP_LOCKS,
         &cgroup_id,
