@@ -694,6 +694,29 @@ pub(crate) fn attach_btf(
     Ok(())
 }
 
+/// Attaches a tp_btf program with no classic fallback; `why` words the note when it fails.
+pub(crate) fn attach_btf_only(
+    ebpf: &mut Ebpf,
+    btf: &aya::Btf,
+    tracepoint: &'static str,
+    program: &str,
+    why: impl FnOnce(anyhow::Error) -> String,
+) -> ProbeStatus {
+    let (_, event) = tracepoint.split_once(':').expect("category:event");
+    match attach_btf(ebpf, program, event, btf) {
+        Ok(()) => ProbeStatus {
+            tracepoint,
+            kind: Some(AttachKind::TpBtf),
+            note: None,
+        },
+        Err(err) => ProbeStatus {
+            tracepoint,
+            kind: None,
+            note: Some(why(err)),
+        },
+    }
+}
+
 /// Loads (once) and attaches a classic tracepoint program; a program may be attached to
 /// several tracepoints with alike records.
 pub(crate) fn attach_classic(

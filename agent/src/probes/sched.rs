@@ -6,8 +6,8 @@ use aya::Ebpf;
 use stormwatch_common::{SchedStats, globals, maps, programs};
 
 use super::{
-    AttachKind, KernelFacts, ProbeFamily, ProbeStatus, attach_preferring_btf, btf_offsets,
-    pointer_path, read_per_cpu_hash_with, tracepoint_offsets,
+    AttachKind, KernelFacts, ProbeFamily, ProbeStatus, attach_btf_only, attach_preferring_btf,
+    btf_offsets, pointer_path, read_per_cpu_hash_with, tracepoint_offsets,
 };
 use crate::counters::Counters as _;
 
@@ -144,24 +144,12 @@ impl ProbeFamily for SchedProbes {
         let mut status = vec![switch];
         for &(tracepoint, btf_prog, tp_prog) in wakeups {
             status.push(match (btf, &facts.aya_btf) {
-                (true, Some(aya_btf)) => {
-                    let (_, event) = tracepoint.split_once(':').expect("category:event");
-                    match super::attach_btf(ebpf, btf_prog, event, aya_btf) {
-                        Ok(()) => ProbeStatus {
-                            tracepoint,
-                            kind: Some(AttachKind::TpBtf),
-                            note: None,
-                        },
-                        Err(err) => ProbeStatus {
-                            tracepoint,
-                            kind: None,
-                            note: Some(format!(
-                                "tp_btf failed ({err:#}); not attached as a classic tracepoint \
-                                 beside a tp_btf sched_switch"
-                            )),
-                        },
-                    }
-                }
+                (true, Some(aya_btf)) => attach_btf_only(ebpf, aya_btf, tracepoint, btf_prog, |err| {
+                    format!(
+                        "tp_btf failed ({err:#}); not attached as a classic tracepoint beside a \
+                         tp_btf sched_switch"
+                    )
+                }),
                 _ => {
                     let mut classic = attach_preferring_btf(ebpf, facts, tracepoint, None, tp_prog);
                     if classic.note.is_none() {
@@ -178,19 +166,20 @@ impl ProbeFamily for SchedProbes {
         let wakeup_btf = status
             .iter()
             .any(|s| s.tracepoint == WAKEUP && s.kind == Some(AttachKind::TpBtf));
-        let waking = match (&facts.aya_btf, wakeup_btf) {
+        status.push(match (&facts.aya_btf, wakeup_btf) {
             (Some(btf), true) => {
-                super::attach_btf(ebpf, programs::SCHED_WAKING_BTF, "sched_waking", btf)
-                    .map_err(|e| format!("{e:#}"))
+                attach_btf_only(ebpf, btf, WAKING, programs::SCHED_WAKING_BTF, |err| {
+                    format!("{err:#}")
+                })
             }
-            _ => Err(
-                "needs sched_wakeup as tp_btf; wake-ups are not told local or remote".to_owned(),
-            ),
-        };
-        status.push(ProbeStatus {
-            tracepoint: WAKING,
-            kind: waking.is_ok().then_some(AttachKind::TpBtf),
-            note: waking.err(),
+            _ => ProbeStatus {
+                tracepoint: WAKING,
+                kind: None,
+                note: Some(
+                    "needs sched_wakeup as tp_btf; wake-ups are not told local or remote"
+                        .to_owned(),
+                ),
+            },
         });
         status
     }
