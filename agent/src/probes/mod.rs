@@ -752,16 +752,15 @@ pub(crate) fn attach_preferring_btf(
     let mut fallback_note = None;
     if let Some(btf_program) = btf_program {
         match &facts.aya_btf {
-            Some(btf) => match attach_btf(ebpf, btf_program, event, btf) {
-                Ok(()) => {
-                    return ProbeStatus {
-                        tracepoint,
-                        kind: Some(AttachKind::TpBtf),
-                        note: None,
-                    };
+            Some(btf) => {
+                let status = attach_btf_only(ebpf, btf, tracepoint, btf_program, |err| {
+                    format!("tp_btf failed ({err:#})")
+                });
+                if status.kind.is_some() {
+                    return status;
                 }
-                Err(err) => fallback_note = Some(format!("tp_btf failed ({err:#})")),
-            },
+                fallback_note = status.note;
+            }
             None => {
                 fallback_note = facts
                     .btf_error
