@@ -294,12 +294,12 @@ fn bench(
     Ok(out)
 }
 
-pub fn run(rounds: u32, seconds: u32) -> Result<()> {
+pub fn run(rounds: u32, seconds: u32, repeats: u32) -> Result<()> {
     let bin: PathBuf = build_release()?;
     let sched = sched(&bin, rounds, seconds)?;
     let futex = futex(&bin, rounds, seconds)?;
     let storm = lock_storm(&bin, rounds, seconds)?;
-    let programs = crate::bench_programs::run(&bin, seconds, 3)?;
+    let programs = crate::bench_programs::run(&bin, seconds, repeats)?;
     println!("{sched}{futex}{storm}{programs}");
     println!("{}", crate::bench_daemon::run()?);
     Ok(())

@@ -64,7 +64,7 @@ enum Task {
         /// the switch storm and the futex stressor, stormwatch's against the floor and bpftrace.
         #[arg(long, conflicts_with_all = ["daemon_only", "lock_storm_only", "futex_only", "sched_only"])]
         programs: bool,
-        /// Runs per tracer for `--programs`.
+        /// Runs per tracer of the per-program table (`--programs`, and the full bench).
         #[arg(long, default_value = "3")]
         repeats: u32,
     },
@@ -105,7 +105,7 @@ fn main() -> ExitCode {
                     .and_then(|bin| bench::sched(&bin, rounds, seconds))
                     .map(|table| println!("{table}"))
             } else {
-                bench::run(rounds, seconds)
+                bench::run(rounds, seconds, repeats)
             }
         }),
     };
