@@ -9,6 +9,7 @@
 //! diagnosis_window_seconds = 30    # sliding window the diagnosis rules judge
 //! bpf_stats = false                # turn on the kernel's BPF run-time statistics (host-wide)
 //! histograms = true                # per-cgroup latency histograms (8 buckets each); false: sum and count only
+//! wake_kinds = "on-demand"         # wake-ups told local/remote: "on-demand" (while a lock storm is found) or "always"
 //!
 //! [thresholds]                     # any of the diagnosis thresholds (see diagnose::Thresholds)
 //! runq_min_mean_seconds = 0.002
@@ -24,7 +25,7 @@ use std::{
 use anyhow::{Context as _, bail};
 use serde::{Deserialize, Serialize};
 
-use crate::diagnose::Thresholds;
+use crate::{diagnose::Thresholds, probes::WakeKinds};
 
 /// Default address: all interfaces, port 9847 (not a port any common exporter uses; 9090 is
 /// Prometheus itself, 9100 the node exporter).
@@ -70,6 +71,7 @@ pub struct FileConfig {
     pub diagnosis_window_seconds: Option<f64>,
     pub bpf_stats: Option<bool>,
     pub histograms: Option<bool>,
+    pub wake_kinds: Option<WakeKinds>,
     pub thresholds: Option<Thresholds>,
 }
 
@@ -91,6 +93,11 @@ pub struct Config {
     /// `false` keeps their `_sum`/`_count` figures as counters and drops the buckets: 16 fewer
     /// series per cgroup.
     pub histograms: bool,
+    /// When the programs that tell wake-ups local or remote run: on every wake-up of every
+    /// thread, they are most of the scheduler probes' cost on a switch-heavy node, and only the
+    /// lock storm's explanation (and `stormwatch_wakeups`) needs them. `on-demand` (the default)
+    /// attaches them while a lock storm is found; `always` as `trace` and `diagnose` do.
+    pub wake_kinds: WakeKinds,
     pub thresholds: Thresholds,
 }
 
@@ -104,6 +111,7 @@ impl Default for Config {
             diagnosis_window_seconds: DEFAULT_DIAGNOSIS_WINDOW_SECONDS,
             bpf_stats: false,
             histograms: true,
+            wake_kinds: WakeKinds::OnDemand,
             thresholds: Thresholds::default(),
         }
     }
@@ -190,6 +198,9 @@ impl Config {
         }
         if let Some(v) = file.histograms {
             self.histograms = v;
+        }
+        if let Some(v) = file.wake_kinds {
+            self.wake_kinds = v;
         }
         if let Some(t) = file.thresholds {
             self.thresholds = t;
@@ -308,7 +319,7 @@ mod tests {
         let c = from_text(
             "listen = \"127.0.0.1:1234\"\ninterval_seconds = 2\nmax_cgroups = 10\n\
              removed_grace_seconds = 0\nbpf_stats = true\nhistograms = false\n\
-             [thresholds]\nrunq_min_mean_seconds = 0.002\n",
+             wake_kinds = \"always\"\n[thresholds]\nrunq_min_mean_seconds = 0.002\n",
         )
         .unwrap();
         assert_eq!(c.listen.to_string(), "127.0.0.1:1234");
@@ -318,6 +329,8 @@ mod tests {
         assert!(c.bpf_stats);
         assert!(!c.histograms);
         assert!(Config::default().histograms, "histograms are on by default");
+        assert_eq!(c.wake_kinds, WakeKinds::Always);
+        assert_eq!(Config::default().wake_kinds, WakeKinds::OnDemand);
         assert_eq!(c.thresholds.runq_min_mean_seconds, 0.002);
         assert_eq!(
             c.thresholds.runq_min_p99_seconds,

@@ -68,7 +68,7 @@ impl Pipeline {
     }
 
     pub fn availability(&self) -> Availability {
-        Availability::from_status(&self.probes.status)
+        Availability::from_status(&self.probes.status, self.probes.waits_from_switch)
     }
 
     pub fn started_at(&self) -> Instant {

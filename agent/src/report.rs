@@ -162,9 +162,10 @@ pub struct LockSite {
 pub struct Availability {
     /// sched_switch: switches, migrations, on-CPU time.
     pub switch: bool,
-    /// sched_wakeup + sched_wakeup_new too: off-CPU time and run-queue latency.
+    /// Off-CPU time and run-queue latency: sched_switch as tp_btf where the kernel keeps
+    /// `sched_info`, else with sched_wakeup + sched_wakeup_new.
     pub wakeup: bool,
-    /// sched_waking too (tp_btf): wake-ups told local or remote.
+    /// sched_waking, sched_wakeup and sched_wakeup_new as tp_btf: wake-ups told local or remote.
     pub wake_kinds: bool,
     /// sys_enter_futex + sys_exit_futex.
     pub futex: bool,
@@ -184,12 +185,14 @@ impl Availability {
         net: network::NetAvailability::ALL,
     };
 
-    pub fn from_status(status: &[ProbeStatus]) -> Self {
+    /// From the probes' status; `waits_from_switch`: [`crate::probes::Probes::waits_from_switch`].
+    pub fn from_status(status: &[ProbeStatus], waits_from_switch: bool) -> Self {
         let attached = |tp: &str| status.iter().any(|s| s.tracepoint == tp && s.attached());
         let switch = attached(sched::SWITCH);
         Self {
             switch,
-            wakeup: switch && attached(sched::WAKEUP) && attached(sched::WAKEUP_NEW),
+            wakeup: switch
+                && (waits_from_switch || attached(sched::WAKEUP) && attached(sched::WAKEUP_NEW)),
             wake_kinds: switch
                 && attached(sched::WAKEUP)
                 && attached(sched::WAKEUP_NEW)

@@ -409,7 +409,9 @@ fn cgroup_sample(text: &str, name: &str, rel: &str) -> Option<f64> {
 /// from the storm and blur it), long past the point where a thread count read once (or every minute, or averaged
 /// since the agent started) would still say "2"; then a 64-thread mutex storm starts in it.
 /// The daemon must flag it as `diagnose` and `trace --json` do, within two diagnosis windows,
-/// and export the fresh thread count.
+/// and export the fresh thread count. The programs that tell wake-ups local or remote are
+/// attached on demand (the default configuration): not while all is calm, from the storm's
+/// finding on (and the storm's wake-ups are told apart), and no longer a window after it.
 #[test]
 fn a_storm_after_calm_is_flagged_by_run_as_by_diagnose() {
     require_bpf();
@@ -448,6 +450,25 @@ fn a_storm_after_calm_is_flagged_by_run_as_by_diagnose() {
         let text = daemon.metrics();
         assert!(!lock_storm(&text), "no lock storm while calm:\n{text}");
     }
+    let waking = "stormwatch_probe_attached{tracepoint=\"sched:sched_waking\",";
+    let wakeups = |text: &str| -> Option<f64> {
+        let counts: Vec<f64> = text
+            .lines()
+            .filter(|l| {
+                l.starts_with("stormwatch_wakeups_total{")
+                    && l.contains(&format!("cgroup=\"{rel}\""))
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+            .collect();
+        (!counts.is_empty()).then(|| counts.iter().sum())
+    };
+    let text = daemon.metrics();
+    assert_eq!(
+        sample(&text, waking),
+        Some(0.0),
+        "wake_kinds = \"on-demand\": sched_waking detached while nothing storms"
+    );
+    assert_eq!(wakeups(&text), None, "no wake-up kinds while detached");
     let calm_threads = wait_for(
         "the calm container's thread count",
         Duration::from_secs(5),
@@ -526,6 +547,18 @@ fn a_storm_after_calm_is_flagged_by_run_as_by_diagnose() {
         "stormwatch_threads during the storm: {threads} (64 workers, their main thread, the \
          calm process's two)"
     );
+    // The storm found, the wake-up programs attach, and its wake-ups are told apart.
+    wait_for(
+        "sched_waking attached on demand",
+        Duration::from_secs(3),
+        || (sample(&daemon.metrics(), waking) == Some(1.0)).then_some(()),
+    );
+    let told = wait_for(
+        "the storm's wake-ups told local or remote",
+        Duration::from_secs(4),
+        || wakeups(&daemon.metrics()).filter(|&n| n > 0.0),
+    );
+    eprintln!("wake-ups told local or remote while the storm lasted: {told}");
     trace.assert_still_tracing("the daemon's verdict");
     let traced = trace.finish();
     assert!(
@@ -537,6 +570,18 @@ fn a_storm_after_calm_is_flagged_by_run_as_by_diagnose() {
     // The calm process has done its part.
     let _ = calm.kill();
     let _ = calm.wait();
+    // A window without a storm (and the window that still held it): detached again, and the
+    // wake-up figures gone with them.
+    wait_for(
+        "sched_waking detached again",
+        Duration::from_secs(2 * WINDOW_SECONDS + 2),
+        || (sample(&daemon.metrics(), waking) == Some(0.0)).then_some(()),
+    );
+    assert_eq!(
+        wakeups(&daemon.metrics()),
+        None,
+        "no wake-up kinds once detached"
+    );
 }
 
 /// `stormwatch_finding` covers every rule of `diagnose`, the network's included: an overlay

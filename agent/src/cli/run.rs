@@ -24,7 +24,10 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use crate::{
     config::{Config, Flags},
-    diagnose::session::{Session, cgroupfs_reader},
+    diagnose::{
+        Kind,
+        session::{Session, cgroupfs_reader},
+    },
     export::{
         metrics::Renderer,
         network::Owner,
@@ -177,6 +180,32 @@ struct Daemon {
     session: Session,
     /// Keeps the kernel's BPF run-time statistics on while the daemon runs.
     _bpf_stats: Option<OwnedFd>,
+    /// When the wake-kind programs are attached, where they are on demand.
+    wake_kinds: Option<WakeKindsDemand>,
+}
+
+/// When the daemon wants the programs that tell wake-ups local or remote attached
+/// (`wake_kinds = "on-demand"`): from the first judgement that finds a lock storm until a whole
+/// diagnosis window has passed without one, so that the windows a storm is judged on while it
+/// lasts have its wake-ups told apart (the share from another CPU, and the pinning advice that
+/// follows from it).
+#[derive(Debug)]
+struct WakeKindsDemand {
+    /// How long after the last storm found they stay attached.
+    linger: Duration,
+    last_storm: Option<Instant>,
+}
+
+impl WakeKindsDemand {
+    /// Takes one judgement (whether it found a lock storm, at `now`); returns whether the
+    /// programs should be attached from now on.
+    fn judged(&mut self, storm: bool, now: Instant) -> bool {
+        if storm {
+            self.last_storm = Some(now);
+        }
+        self.last_storm
+            .is_some_and(|t| now.saturating_duration_since(t) < self.linger)
+    }
 }
 
 impl Daemon {
@@ -185,6 +214,7 @@ impl Daemon {
         let resolver = CgroupResolver::discover()?;
         let options = LoadOptions {
             max_cgroups: config.max_cgroups,
+            wake_kinds: config.wake_kinds,
             ..LoadOptions::default()
         };
         let pipeline = Pipeline::start(&options, resolver)?;
@@ -234,11 +264,19 @@ impl Daemon {
                     .set_inventory(&crate::netinfo::inventory::collect(walk));
             }
         }
+        let wake_kinds = pipeline
+            .probes
+            .wake_kinds_on_demand()
+            .then(|| WakeKindsDemand {
+                linger: Duration::from_secs_f64(config.diagnosis_window_seconds),
+                last_storm: None,
+            });
         Ok(Self {
             pipeline,
             exporter,
             session,
             _bpf_stats: bpf_stats,
+            wake_kinds,
         })
     }
 
@@ -255,6 +293,8 @@ impl Daemon {
             host_steal_seconds: crate::host::steal_seconds_since_boot(),
         };
         let exporter = Arc::clone(&self.exporter);
+        // Whether this collection's judgement found a lock storm (None: nothing judged).
+        let mut storm_found = None;
         match window {
             Ok(window) => {
                 let p = &self.pipeline;
@@ -285,6 +325,7 @@ impl Daemon {
                 );
                 update_network(p, &mut e, &window, ctx.identities);
                 if let Some((net, findings)) = judged {
+                    storm_found = Some(findings.iter().any(|f| f.kind == Kind::LockStorm));
                     // The inventory the diagnosis reads is the one the MTU gauges show.
                     if let Some(state) = &net {
                         e.network.set_inventory(&state.namespaces);
@@ -309,6 +350,38 @@ impl Daemon {
                 own.set(&mut e, started);
             }
         }
+        if let Some(storm) = storm_found {
+            self.steer_wake_kinds(storm, started);
+        }
+    }
+
+    /// Attaches or detaches the on-demand wake-kind programs after a judgement, and shows it
+    /// (`stormwatch_probe_attached`, and the wake-up figures while they are attached).
+    fn steer_wake_kinds(&mut self, storm: bool, now: Instant) {
+        let Some(demand) = &mut self.wake_kinds else {
+            return;
+        };
+        let want = demand.judged(storm, now);
+        let probes = &mut self.pipeline.probes;
+        if want == probes.wake_kinds_attached() {
+            return;
+        }
+        match probes.set_wake_kinds(want) {
+            Ok(()) if want => log::info!(
+                "lock storm found: wake-ups are told local or remote until a diagnosis window \
+                 passes without one"
+            ),
+            Ok(()) => log::info!("no lock storm for a diagnosis window: wake-up probes detached"),
+            Err(err) => {
+                // Not tried again: the status says why.
+                log::warn!("wake-up probes on demand: {err:#}; no longer attached on demand");
+                probes.abandon_wake_kinds(&format!("{err:#}"));
+                self.wake_kinds = None;
+            }
+        }
+        let mut e = self.exporter.lock().unwrap_or_else(PoisonError::into_inner);
+        e.avail = self.pipeline.availability();
+        e.probes = self.pipeline.probes.status.clone();
     }
 }
 
@@ -380,4 +453,29 @@ fn program_stats(pipeline: &Pipeline) -> Vec<ProgramStats> {
 /// Whether the host turned BPF statistics on for everyone (`kernel.bpf_stats_enabled`).
 fn sysctl_bpf_stats() -> bool {
     std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled").is_ok_and(|v| v.trim() == "1")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wake_kinds_are_wanted_from_a_storm_until_a_window_without_one() {
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let mut d = WakeKindsDemand {
+            linger: Duration::from_secs(30),
+            last_storm: None,
+        };
+        assert!(!d.judged(false, at(0)), "no storm yet");
+        assert!(d.judged(true, at(5)), "a storm: attach");
+        assert!(d.judged(false, at(20)), "the window still has the storm");
+        assert!(d.judged(true, at(30)), "still storming");
+        assert!(d.judged(false, at(59)), "29 s since the last storm found");
+        assert!(
+            !d.judged(false, at(60)),
+            "a whole window without one: detach"
+        );
+        assert!(d.judged(true, at(61)), "a new storm attaches again");
+    }
 }

@@ -247,7 +247,8 @@ fn encode_cgroups(enc: &mut DescriptorEncoder, e: &Exporter) -> fmt::Result {
             "stormwatch_wakeups",
             "Wake-ups of the cgroup's tasks, by kind: local (the waker ran on the CPU the task \
              was queued on) or remote (another CPU: an inter-processor interrupt, a VM exit on \
-             most hypervisors).",
+             most hypervisors). Counted while the wake-up probes are attached (with \
+             wake_kinds = \"on-demand\", while a lock storm is found).",
             "kind",
             |s| {
                 let sched = &s.totals.sched;

@@ -17,7 +17,7 @@ use std::{collections::HashMap, fmt, hash::Hash};
 use aya::{
     Ebpf, EbpfLoader, Pod,
     maps::{PerCpuArray, PerCpuHashMap, PerCpuValues},
-    programs::{BtfTracePoint, TracePoint},
+    programs::{BtfTracePoint, TracePoint, tp_btf::BtfTracePointLinkId},
 };
 use stormwatch_common::{ProbeError as KernelProbeError, globals, maps};
 use thiserror::Error;
@@ -85,6 +85,9 @@ pub struct KernelFacts {
     /// Whether the `task_struct` offsets the scheduler probes need were found (kept after
     /// `btf` is dropped).
     pub task_offsets: bool,
+    /// Whether the kernel keeps each thread's run-queue wait (`task_struct.sched_info`,
+    /// CONFIG_SCHED_INFO) where BTF finds it: then `sched_switch` alone times the waits.
+    pub sched_info: bool,
     /// The inode of the host's network namespace, where the kernel gives it a fixed one
     /// (`NET_NS_INIT_INO`, 6.18 and later): known without seeing any of the host's processes.
     pub init_netns: Option<u64>,
@@ -97,6 +100,7 @@ impl KernelFacts {
             aya_btf: None,
             btf: None,
             task_offsets: false,
+            sched_info: false,
             init_netns: None,
             btf_error: Some(why),
         };
@@ -108,6 +112,9 @@ impl KernelFacts {
             Ok(aya_btf) => Self {
                 aya_btf: Some(aya_btf),
                 task_offsets: btf.member_offset("task_struct", "nvcsw").is_ok(),
+                sched_info: ["run_delay", "pcount"]
+                    .iter()
+                    .all(|f| btf.offset_of("task_struct", &["sched_info", f]).is_ok()),
                 init_netns: init_netns_inode(&btf),
                 btf: Some(btf),
                 btf_error: None,
@@ -139,6 +146,12 @@ pub trait ProbeFamily {
 pub struct Probes {
     ebpf: Ebpf,
     pub status: Vec<ProbeStatus>,
+    /// The run-queue wait and the off-CPU time come from `sched_switch` alone (tp_btf with
+    /// `sched_info`): the wake-up programs only tell wake-ups local or remote.
+    pub waits_from_switch: bool,
+    /// The wake-up programs loaded but attached only on demand ([`Probes::set_wake_kinds`]):
+    /// (tracepoint, program, link while attached).
+    on_demand: Vec<(&'static str, &'static str, Option<BtfTracePointLinkId>)>,
     idle_hot_futexes: IdleKeys<HotFutexKey>,
     idle_lock_sites: IdleKeys<LockSiteKey>,
     /// The host's network namespace inode where the kernel fixes it (`NET_NS_INIT_INO`, from
@@ -215,6 +228,25 @@ pub struct LoadOptions {
     pub families: Vec<Family>,
     /// The most cgroups followed: the per-cgroup maps hold at least this many.
     pub max_cgroups: usize,
+    /// When the wake-up programs that tell local from remote wake-ups are attached.
+    pub wake_kinds: WakeKinds,
+}
+
+/// When the programs that tell wake-ups local or remote (`sched_waking`, `sched_wakeup`,
+/// `sched_wakeup_new`) are attached. They run at every wake-up of every thread on the node, and
+/// are most of the scheduler probes' cost on a switch-heavy load; the figures the rest of the
+/// agent exports do not need them where the kernel keeps `sched_info` (tp_btf).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WakeKinds {
+    /// With every other probe (`trace`, `diagnose`).
+    #[default]
+    Always,
+    /// Loaded at start, attached only while asked for ([`Probes::set_wake_kinds`]): the daemon
+    /// asks while it finds a lock storm, whose hand-offs they explain. Where the wake-up
+    /// programs time the run-queue wait (no `sched_info`, classic tracepoints), they are always
+    /// attached instead.
+    OnDemand,
 }
 
 impl Default for LoadOptions {
@@ -223,6 +255,7 @@ impl Default for LoadOptions {
             force_tracepoints: false,
             families: Family::DEFAULT.to_vec(),
             max_cgroups: CGROUP_MAP_MIN_ENTRIES as usize,
+            wake_kinds: WakeKinds::Always,
         }
     }
 }
@@ -241,7 +274,9 @@ impl Probes {
             .iter()
             .map(|f| -> Box<dyn ProbeFamily> {
                 match f {
-                    Family::Sched => Box::new(sched::SchedProbes),
+                    Family::Sched => Box::new(sched::SchedProbes {
+                        wake_kinds: options.wake_kinds,
+                    }),
                     Family::Futex => Box::new(futex::FutexProbes),
                     Family::Locks => Box::new(locks::LockProbes),
                     Family::Net => Box::new(net::NetProbes),
@@ -284,6 +319,9 @@ impl Probes {
             for s in &family_status {
                 match (&s.kind, &s.note) {
                     (Some(kind), _) => log::debug!("{} attached ({kind})", s.tracepoint),
+                    (None, Some(note)) if note == sched::ON_DEMAND_DETACHED => {
+                        log::info!("{} {note}", s.tracepoint)
+                    }
                     (None, note) => log::warn!(
                         "{} probe {} not attached: {}",
                         family.name(),
@@ -297,6 +335,18 @@ impl Probes {
         if !status.iter().any(ProbeStatus::attached) {
             return Err(LoadError::NothingAttached);
         }
+        let waits_from_switch = sched::waits_from_switch(&facts, &status);
+        // The wake-kind programs the scheduler family loaded for later (none unless on demand).
+        let on_demand = sched::WAKE_KIND_PROGRAMS
+            .iter()
+            .filter(|(tracepoint, _)| {
+                status.iter().any(|s| {
+                    s.tracepoint == *tracepoint
+                        && s.note.as_deref() == Some(sched::ON_DEMAND_DETACHED)
+                })
+            })
+            .map(|&(tracepoint, program)| (tracepoint, program, None))
+            .collect();
         let init_netns = facts.init_netns;
         drop(facts);
         // Parsing the kernel's BTF (several MB, for the loader and tp_btf) is the agent's
@@ -306,10 +356,64 @@ impl Probes {
         Ok(Self {
             ebpf,
             status,
+            waits_from_switch,
+            on_demand,
             idle_hot_futexes: IdleKeys::new(IDLE_READS_BEFORE_EVICTION),
             idle_lock_sites: IdleKeys::new(IDLE_READS_BEFORE_EVICTION),
             init_netns,
         })
+    }
+
+    /// Whether the wake-kind programs wait to be attached on demand.
+    pub fn wake_kinds_on_demand(&self) -> bool {
+        !self.on_demand.is_empty()
+    }
+
+    /// Detaches the on-demand wake-kind programs for good (after an error), their status
+    /// saying `why`.
+    pub fn abandon_wake_kinds(&mut self, why: &str) {
+        let _ = self.set_wake_kinds(false);
+        for (tracepoint, _, _) in self.on_demand.drain(..) {
+            if let Some(s) = self.status.iter_mut().find(|s| s.tracepoint == tracepoint) {
+                (s.kind, s.note) = (None, Some(format!("attaching on demand failed: {why}")));
+            }
+        }
+    }
+
+    /// Whether the on-demand wake-kind programs are attached now.
+    pub fn wake_kinds_attached(&self) -> bool {
+        self.on_demand.iter().any(|(_, _, link)| link.is_some())
+    }
+
+    /// Attaches (`on`) or detaches the wake-kind programs loaded for [`WakeKinds::OnDemand`],
+    /// and updates their status; nothing when they are not on demand. On an error the programs
+    /// attached so far stay so, and their status says it.
+    pub fn set_wake_kinds(&mut self, on: bool) -> anyhow::Result<()> {
+        for (tracepoint, program, link) in &mut self.on_demand {
+            if on == link.is_some() {
+                continue;
+            }
+            let prog: &mut BtfTracePoint = self
+                .ebpf
+                .program_mut(program)
+                .ok_or_else(|| anyhow::anyhow!("program {program} missing from the object"))?
+                .try_into()?;
+            match link.take() {
+                Some(id) => prog.detach(id)?,
+                None => *link = Some(prog.attach()?),
+            }
+            if let Some(s) = self.status.iter_mut().find(|s| s.tracepoint == *tracepoint) {
+                (s.kind, s.note) = if on {
+                    (
+                        Some(AttachKind::TpBtf),
+                        Some(sched::ON_DEMAND_ATTACHED.to_owned()),
+                    )
+                } else {
+                    (None, Some(sched::ON_DEMAND_DETACHED.to_owned()))
+                };
+            }
+        }
+        Ok(())
     }
 
     pub fn is_attached(&self, tracepoint: &str) -> bool {
@@ -685,13 +789,23 @@ pub(crate) fn attach_btf(
     event: &str,
     btf: &aya::Btf,
 ) -> anyhow::Result<()> {
+    load_btf(ebpf, program, event, btf)?.attach()?;
+    Ok(())
+}
+
+/// Loads a tp_btf program (the verifier checks it now), to attach now or later.
+pub(crate) fn load_btf<'a>(
+    ebpf: &'a mut Ebpf,
+    program: &str,
+    event: &str,
+    btf: &aya::Btf,
+) -> anyhow::Result<&'a mut BtfTracePoint> {
     let prog: &mut BtfTracePoint = ebpf
         .program_mut(program)
         .ok_or_else(|| anyhow::anyhow!("program {program} missing from the object"))?
         .try_into()?;
     prog.load(event, btf)?;
-    prog.attach()?;
-    Ok(())
+    Ok(prog)
 }
 
 /// Attaches a tp_btf program with no classic fallback; `why` words the note when it fails.

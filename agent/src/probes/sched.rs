@@ -1,4 +1,7 @@
-//! The scheduler probe family: `sched_switch`, `sched_wakeup`, `sched_wakeup_new`.
+//! The scheduler probe family: `sched_switch`, `sched_wakeup`, `sched_wakeup_new`,
+//! `sched_waking`. Where `sched_switch` times the waits itself ([`waits_from_switch`]), the
+//! wake-up programs only tell wake-ups local or remote, and may be attached on demand
+//! ([`WakeKinds`]).
 
 use std::collections::HashMap;
 
@@ -6,8 +9,9 @@ use aya::Ebpf;
 use stormwatch_common::{SchedStats, globals, maps, programs};
 
 use super::{
-    AttachKind, KernelFacts, ProbeFamily, ProbeStatus, attach_btf_only, attach_preferring_btf,
-    btf_offsets, pointer_path, read_per_cpu_hash_with, tracepoint_offsets,
+    AttachKind, KernelFacts, ProbeFamily, ProbeStatus, WakeKinds, attach_btf_only,
+    attach_preferring_btf, btf_offsets, load_btf, pointer_path, read_per_cpu_hash_with,
+    tracepoint_offsets,
 };
 use crate::counters::Counters as _;
 
@@ -36,7 +40,31 @@ const PROGRAMS: [(&str, &str, &str); 3] = [
     ),
 ];
 
-pub struct SchedProbes;
+/// The tp_btf programs that tell wake-ups local or remote where `sched_switch` times the
+/// waits itself (see [`WakeKinds`]): (tracepoint, program).
+pub const WAKE_KIND_PROGRAMS: [(&str, &str); 3] = [
+    (WAKEUP, programs::SCHED_WAKEUP_BTF),
+    (WAKEUP_NEW, programs::SCHED_WAKEUP_NEW_BTF),
+    (WAKING, programs::SCHED_WAKING_BTF),
+];
+
+/// The status notes of a wake-kind program loaded for [`WakeKinds::OnDemand`].
+pub const ON_DEMAND_DETACHED: &str =
+    "loaded, attached on demand (wake_kinds = \"on-demand\"): while a lock storm is found";
+pub const ON_DEMAND_ATTACHED: &str = "attached on demand, while a lock storm is found";
+
+/// Whether `sched_switch` alone times the run-queue wait and the off-CPU time: attached as
+/// tp_btf on a kernel whose BTF has `task_struct.sched_info` (the wait as the kernel sums it).
+pub fn waits_from_switch(facts: &KernelFacts, status: &[ProbeStatus]) -> bool {
+    facts.sched_info
+        && status
+            .iter()
+            .any(|s| s.tracepoint == SWITCH && s.kind == Some(AttachKind::TpBtf))
+}
+
+pub struct SchedProbes {
+    pub wake_kinds: WakeKinds,
+}
 
 impl ProbeFamily for SchedProbes {
     fn name(&self) -> &'static str {
@@ -91,6 +119,25 @@ impl ProbeFamily for SchedProbes {
                 ],
                 globals::HAVE_RQ_CLOCK,
             ));
+            // The thread's run-queue wait as the kernel sums it (CONFIG_SCHED_INFO): with it,
+            // `sched_switch` alone has the run-queue wait and the off-CPU time, and the
+            // wake-up programs are needed only to tell wake-ups local or remote.
+            let sched_info = [
+                (globals::TASK_RUN_DELAY_OFFSET, "run_delay"),
+                (globals::TASK_PCOUNT_OFFSET, "pcount"),
+            ]
+            .map(|(global, field)| {
+                btf.offset_of("task_struct", &["sched_info", field])
+                    .map(|off| (global, off))
+            });
+            match sched_info {
+                [Ok(run_delay), Ok(pcount)] => {
+                    values.extend([run_delay, pcount, (globals::HAVE_SCHED_INFO, 1)])
+                }
+                [Err(err), _] | [_, Err(err)] => log::info!(
+                    "task_struct sched_info: {err}; the run-queue wait is timed from wake-ups"
+                ),
+            }
             // On-CPU time as the scheduler charges it; without it the probes fall back to the
             // clock, which also counts time the hypervisor stole from the vCPU.
             match btf.offset_of("task_struct", &["se", "sum_exec_runtime"]) {
@@ -142,8 +189,12 @@ impl ProbeFamily for SchedProbes {
         let btf = switch.kind == Some(AttachKind::TpBtf);
         let why_classic = switch.note.clone();
         let mut status = vec![switch];
+        // Where the switch times the waits, the wake-up programs only tell wake-ups local or
+        // remote, and may wait to be asked for.
+        let on_demand = self.wake_kinds == WakeKinds::OnDemand && waits_from_switch(facts, &status);
         for &(tracepoint, btf_prog, tp_prog) in wakeups {
             status.push(match (btf, &facts.aya_btf) {
+                (true, Some(aya_btf)) if on_demand => load_on_demand(ebpf, aya_btf, tracepoint, btf_prog),
                 (true, Some(aya_btf)) => attach_btf_only(ebpf, aya_btf, tracepoint, btf_prog, |err| {
                     format!(
                         "tp_btf failed ({err:#}); not attached as a classic tracepoint beside a \
@@ -163,10 +214,15 @@ impl ProbeFamily for SchedProbes {
         }
         // Local and remote wake-ups are told apart only where `sched_wakeup` reaches the
         // thread's task storage (tp_btf); with classic tracepoints there are no wake-up kinds.
-        let wakeup_btf = status
-            .iter()
-            .any(|s| s.tracepoint == WAKEUP && s.kind == Some(AttachKind::TpBtf));
+        let wakeup_btf = status.iter().any(|s| {
+            s.tracepoint == WAKEUP
+                && (s.kind == Some(AttachKind::TpBtf)
+                    || s.note.as_deref() == Some(ON_DEMAND_DETACHED))
+        });
         status.push(match (&facts.aya_btf, wakeup_btf) {
+            (Some(btf), true) if on_demand => {
+                load_on_demand(ebpf, btf, WAKING, programs::SCHED_WAKING_BTF)
+            }
             (Some(btf), true) => {
                 attach_btf_only(ebpf, btf, WAKING, programs::SCHED_WAKING_BTF, |err| {
                     format!("{err:#}")
@@ -182,6 +238,24 @@ impl ProbeFamily for SchedProbes {
             },
         });
         status
+    }
+}
+
+/// Loads a wake-kind program for [`WakeKinds::OnDemand`], without attaching it.
+fn load_on_demand(
+    ebpf: &mut Ebpf,
+    btf: &aya::Btf,
+    tracepoint: &'static str,
+    program: &str,
+) -> ProbeStatus {
+    let (_, event) = tracepoint.split_once(':').expect("category:event");
+    ProbeStatus {
+        tracepoint,
+        kind: None,
+        note: Some(match load_btf(ebpf, program, event, btf) {
+            Ok(_) => ON_DEMAND_DETACHED.to_owned(),
+            Err(err) => format!("tp_btf failed ({err:#}); wake-ups are not told local or remote"),
+        }),
     }
 }
 

@@ -84,6 +84,14 @@ pub mod globals {
     pub const RQ_CLOCK_OFFSET: &str = "RQ_CLOCK_OFFSET";
     /// 1 when the three offsets above are set.
     pub const HAVE_RQ_CLOCK: &str = "HAVE_RQ_CLOCK";
+    /// `task_struct.sched_info.run_delay` and `.pcount` (CONFIG_SCHED_INFO): the time the
+    /// thread has waited on run queues, and how often it went on a CPU, as the kernel counts
+    /// them (`/proc/<pid>/schedstat`).
+    pub const TASK_RUN_DELAY_OFFSET: &str = "TASK_RUN_DELAY_OFFSET";
+    pub const TASK_PCOUNT_OFFSET: &str = "TASK_PCOUNT_OFFSET";
+    /// 1 when the two offsets above are set: the run-queue wait and the off-CPU time come from
+    /// `sched_switch` alone, and the wake-up programs only tell wake-ups local or remote.
+    pub const HAVE_SCHED_INFO: &str = "HAVE_SCHED_INFO";
     /// `sys_enter_futex`: offsets of `uaddr` and `op`.
     pub const TP_FUTEX_UADDR_OFFSET: &str = "TP_FUTEX_UADDR_OFFSET";
     pub const TP_FUTEX_OP_OFFSET: &str = "TP_FUTEX_OP_OFFSET";
@@ -227,6 +235,8 @@ pub const TASK_SEEN: u32 = 1 << 6;
 /// `TaskState::flags`: `runtime_ns` holds the thread's `se.sum_exec_runtime` as of its last
 /// switch-out (classic tracepoints, which cannot read the incoming thread's).
 pub const TASK_HAS_RUNTIME_BASELINE: u32 = 1 << 7;
+/// `TaskState::run_delay` and `pcount` hold the thread's `sched_info` as of its last switch-out.
+pub const TASK_HAS_RUN_DELAY: u32 = 1 << 8;
 
 /// Per-thread scratch state, in task storage. Intervals are credited to the thread's cgroup when
 /// the thread leaves the CPU. When it went on the CPU is not kept here but in the CPU's [`OnCpu`]
@@ -250,7 +260,12 @@ pub struct TaskState {
     pub flags: u32,
     /// The CPU `sched_waking` ran on for the pending wake-up (the waker's).
     pub waker_cpu: u32,
-    pub _pad: u32,
+    /// `task_struct::sched_info.pcount` at the last switch-out, its low 32 bits (valid with
+    /// [`TASK_HAS_RUN_DELAY`]): how many times the thread had gone on a CPU.
+    pub pcount: u32,
+    /// `task_struct::sched_info.run_delay` at the last switch-out (valid with
+    /// [`TASK_HAS_RUN_DELAY`]).
+    pub run_delay: u64,
 }
 
 impl TaskState {
@@ -264,7 +279,8 @@ impl TaskState {
         last_cpu: 0,
         flags: 0,
         waker_cpu: 0,
-        _pad: 0,
+        pcount: 0,
+        run_delay: 0,
     };
 }
 
@@ -601,7 +617,7 @@ mod tests {
             size_of::<SchedStats>(),
             8 * 5 + 3 * size_of::<Log2Histogram>()
         );
-        assert_eq!(size_of::<TaskState>(), 8 * 6 + 4 * 4);
+        assert_eq!(size_of::<TaskState>(), 8 * 7 + 4 * 4);
         assert_eq!(size_of::<OnCpu>(), 8 * 2 + 4 * 2);
         assert_eq!(size_of::<FutexStats>(), 8 * 4 + size_of::<Log2Histogram>());
         assert_eq!(size_of::<FutexInflight>(), 8 * 2 + 4 * 2);

@@ -6,7 +6,13 @@
 //! four direct loads the verifier checks against BTF): measured, about 30 ns less per switch than
 //! `bpf_get_current_cgroup_id()`, a helper call that walks the same pointers under
 //! `rcu_read_lock`. Classic tracepoints use the helper (`current` is `prev` there).
-//! Wake-ups and switch-ins only stamp times into the thread's scratch state.
+//!
+//! The run-queue wait and the blocked time, with tp_btf where the kernel keeps `sched_info`
+//! (`HAVE_SCHED_INFO`): from the outgoing thread's `sched_info.run_delay`, which the kernel grew
+//! by the wait that ended at the thread's switch-in (see [`waits_from_sched_info`]); no program
+//! runs per wake-up for them, and the wake-up programs, where attached, only tell local from
+//! remote ([`mark_wakeup`]). Otherwise wake-ups stamp the wake-up time into the thread's scratch
+//! state ([`apply_wakeup`]) and the waits are timed from it.
 //!
 //! The times stamped (switch-in, block, wake-up) are, with tp_btf, the run queue's own clock
 //! (`rq->clock`, reached from the task as `task->se.cfs_rq->rq`; three direct loads): the clock
@@ -34,7 +40,7 @@ use aya_ebpf::{
     programs::{BtfTracePointContext, TracePointContext},
 };
 use stormwatch_common::{
-    ON_CPU_HAS_RUNTIME, OnCpu, ProbeError, SchedStats, TASK_HAS_LAST_CPU,
+    ON_CPU_HAS_RUNTIME, OnCpu, ProbeError, SchedStats, TASK_HAS_LAST_CPU, TASK_HAS_RUN_DELAY,
     TASK_HAS_RUNTIME_BASELINE, TASK_HAS_SWITCH_BASELINE, TASK_HAS_WAKER, TASK_SEEN,
     TASK_WAKE_KNOWN, TASK_WAKE_REMOTE, TASK_WOKEN, TaskState,
 };
@@ -90,6 +96,14 @@ static RQ_CLOCK_OFFSET: u32 = 0;
 /// 1 when the three offsets above are set.
 #[unsafe(no_mangle)]
 static HAVE_RQ_CLOCK: u32 = 0;
+/// `task_struct.sched_info.run_delay` and `.pcount`; `HAVE_SCHED_INFO` is 1 when both are set
+/// (and the switch is tp_btf).
+#[unsafe(no_mangle)]
+static TASK_RUN_DELAY_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static TASK_PCOUNT_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static HAVE_SCHED_INFO: u32 = 0;
 #[unsafe(no_mangle)]
 static TP_SWITCH_NEXT_PID_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
@@ -133,6 +147,20 @@ struct Prev {
     classic: bool,
     /// Its cgroup v2 id (`bpf_get_current_cgroup_id()`'s answer).
     cgroup_id: u64,
+    /// Its `sched_info`, where the kernel keeps one and BTF gives its offsets (tp_btf).
+    sched_info: Option<SchedInfo>,
+}
+
+/// A thread's `sched_info` at its switch-out. At `sched_switch` the kernel has already added
+/// the wait that ended at the thread's switch-in (`sched_info_arrive`, in the switch that put
+/// it on this CPU) and not yet anything of this switch (`sched_info_depart` runs after the
+/// tracepoint).
+#[derive(Clone, Copy)]
+struct SchedInfo {
+    /// `run_delay`: the thread's time on run queues, waiting for a CPU, since it was created.
+    run_delay: u64,
+    /// `pcount`: how many times it went on a CPU.
+    pcount: u64,
 }
 
 // ---- entry points: tp_btf (preferred) -------------------------------------------------------
@@ -174,6 +202,10 @@ pub fn sched_switch_btf(ctx: BtfTracePointContext) -> i32 {
         dead: exit_state & EXIT_DEAD != 0,
         classic: false,
         cgroup_id: task_cgroup_id(prev),
+        sched_info: (global_u32(&HAVE_SCHED_INFO) == 1).then(|| SchedInfo {
+            run_delay: typed(prev, global_u32(&TASK_RUN_DELAY_OFFSET)),
+            pcount: typed(prev, global_u32(&TASK_PCOUNT_OFFSET)),
+        }),
     };
     let now = rq_clock(prev.task as *const u8);
     on_switch(now, prev, next_tid, next_runtime);
@@ -216,8 +248,14 @@ pub fn sched_wakeup_new_btf(ctx: BtfTracePointContext) -> i32 {
 fn wakeup_btf(task: *mut task_struct, new: bool) {
     // SAFETY: a helper with no preconditions.
     let this_cpu = unsafe { bpf_get_smp_processor_id() };
-    // The clock of the run queue the thread was just put on, updated by this wake-up.
-    let now = rq_clock(task as *const u8);
+    let sched_info = global_u32(&HAVE_SCHED_INFO) == 1;
+    // The clock of the run queue the thread was just put on, updated by this wake-up: only
+    // where the wake-up's time is not in the thread's `sched_info`.
+    let now = if sched_info {
+        0
+    } else {
+        rq_clock(task as *const u8)
+    };
     let cpu_offset = global_u32(&TASK_CPU_OFFSET);
     let queued_on: u32 = typed(task as *const u8, cpu_offset);
     let Some(st) = TASKS.get_or_create(task) else {
@@ -234,7 +272,32 @@ fn wakeup_btf(task: *mut task_struct, new: bool) {
         None
     };
     st.flags &= !TASK_HAS_WAKER;
-    apply_wakeup(st, now, waker_cpu.map(|w| w != queued_on));
+    let remote = waker_cpu.map(|w| w != queued_on);
+    if sched_info {
+        mark_wakeup(st, remote);
+    } else {
+        apply_wakeup(st, now, remote);
+    }
+}
+
+/// With `sched_info`, a wake-up only says of which kind it was: its time and the wait it began
+/// are the kernel's (`run_delay`). Marked: the wake-up that ends a block we saw, and the first of
+/// a thread we never saw switch out (a new thread, whose first wait `pcount` = 1 identifies). A
+/// later one found the thread already queued or running.
+#[inline(always)]
+fn mark_wakeup(st: &mut TaskState, remote: Option<bool>) {
+    let ends_block = st.flags & TASK_SEEN != 0 && st.blocked_since != 0;
+    let first = st.flags & TASK_SEEN == 0;
+    if st.flags & TASK_WOKEN != 0 || !(ends_block || first) {
+        return;
+    }
+    st.flags |= TASK_WOKEN;
+    if let Some(remote) = remote {
+        st.flags |= TASK_WAKE_KNOWN;
+        if remote {
+            st.flags |= TASK_WAKE_REMOTE;
+        }
+    }
 }
 
 /// A wake-up at `now`, of kind `remote` when known: a thread we saw block is queued from now
@@ -320,6 +383,7 @@ pub fn sched_switch_tp(ctx: TracePointContext) -> i32 {
         classic: true,
         // SAFETY: a helper with no preconditions; `current` is `prev` during sched_switch.
         cgroup_id: unsafe { bpf_get_current_cgroup_id() },
+        sched_info: None,
     };
     // The record names the incoming thread by id only: its runtime is not read here, the
     // outgoing thread's baseline in its task storage is used instead.
@@ -488,8 +552,12 @@ fn switch_out(now: u64, cpu: u32, tid: u32, since: Since, prev: Prev) {
     // counters into the process totals (getrusage) before them, and nobody can read them
     // afterwards. Its time on the CPU is still credited. Its storage goes with its task_struct.
     let oncpu = on_cpu_time(st, now, since, prev.runtime);
+    let ended = match prev.sched_info {
+        Some(info) => waits_from_sched_info(st, oncpu_since, info),
+        None => waits_from_stamps(st, oncpu_since),
+    };
     if prev.dead {
-        credit_intervals(stats, st, oncpu, cpu, oncpu_since);
+        credit_intervals(stats, st, oncpu, cpu, oncpu_since, ended);
         *st = TaskState::ZERO;
         return;
     }
@@ -507,12 +575,17 @@ fn switch_out(now: u64, cpu: u32, tid: u32, since: Since, prev: Prev) {
         _ => count_by_state(stats, prev.runnable),
     };
     // A thread not seen before (fresh storage is zeros) has only its time on this CPU to credit.
-    credit_intervals(stats, st, oncpu, cpu, oncpu_since);
+    credit_intervals(stats, st, oncpu, cpu, oncpu_since, ended);
     let mut flags = TASK_SEEN | TASK_HAS_LAST_CPU | (st.flags & TASK_HAS_WAKER);
     if let Some((nvcsw, nivcsw)) = prev.counters {
         st.nvcsw = nvcsw;
         st.nivcsw = nivcsw;
         flags |= TASK_HAS_SWITCH_BASELINE;
+    }
+    if let Some(info) = prev.sched_info {
+        st.run_delay = info.run_delay;
+        st.pcount = info.pcount as u32;
+        flags |= TASK_HAS_RUN_DELAY;
     }
     if prev.classic
         && let Some(runtime) = prev.runtime
@@ -575,9 +648,71 @@ fn on_cpu_time(st: &TaskState, now: u64, since: Since, runtime: Option<u64>) -> 
     }
 }
 
+/// The intervals before the thread's switch-in that ended with it, where they are known.
+#[derive(Clone, Copy)]
+struct Ended {
+    /// The run-queue wait that ended at the switch-in.
+    wait: Option<u64>,
+    /// The time blocked before that wait (the time between its last switch-out and its wake-up).
+    offcpu: Option<u64>,
+}
+
+/// With `sched_info`: the kernel's `run_delay` grew by exactly the wait that ended at the
+/// thread's switch-in since its last switch-out, when one switch-in (`pcount`) lies between. The
+/// blocked time is the rest of the time it was off the CPU, when it had blocked there. A thread
+/// we never saw leave a CPU has a known wait only on its first time on one (a thread created
+/// since: all its waiting was for that one).
+#[inline(always)]
+fn waits_from_sched_info(st: &TaskState, oncpu_since: u64, info: SchedInfo) -> Ended {
+    let none = Ended {
+        wait: None,
+        offcpu: None,
+    };
+    if st.flags & TASK_HAS_RUN_DELAY == 0 {
+        return if info.pcount == 1 {
+            Ended {
+                wait: Some(info.run_delay),
+                offcpu: None,
+            }
+        } else {
+            none
+        };
+    }
+    if (info.pcount as u32).wrapping_sub(st.pcount) != 1 {
+        // A switch-out we did not see (or a switch-in the kernel did not count) lies between.
+        return none;
+    }
+    let wait = info.run_delay.wrapping_sub(st.run_delay);
+    Ended {
+        wait: Some(wait),
+        offcpu: (oncpu_since != 0 && st.blocked_since != 0).then(|| {
+            oncpu_since
+                .saturating_sub(st.blocked_since)
+                .saturating_sub(wait)
+        }),
+    }
+}
+
+/// Without `sched_info`: from the times the wake-up programs and the last switch-out stamped.
+/// A block whose wake-up we missed is not credited as off-CPU time.
+#[inline(always)]
+fn waits_from_stamps(st: &TaskState, oncpu_since: u64) -> Ended {
+    if oncpu_since == 0 {
+        return Ended {
+            wait: None,
+            offcpu: None,
+        };
+    }
+    Ended {
+        wait: (st.queued_since != 0 && oncpu_since >= st.queued_since)
+            .then(|| oncpu_since - st.queued_since),
+        offcpu: (st.blocked_since == 0).then_some(st.offcpu_pending_ns),
+    }
+}
+
 /// Credits the intervals that ended since the thread last left a CPU: its time on this CPU
-/// (`oncpu`, from [`on_cpu_time`]), the off-CPU time its wake-up ended, and the run-queue wait
-/// that ended when it went on this CPU (by wake-up kind when it was a wake-up).
+/// (`oncpu`, from [`on_cpu_time`]), and those [`Ended`] with its switch-in: the off-CPU time
+/// and the run-queue wait (by wake-up kind when it was a wake-up).
 #[inline(always)]
 fn credit_intervals(
     stats: &mut SchedStats,
@@ -585,22 +720,21 @@ fn credit_intervals(
     oncpu: u64,
     cpu: u32,
     oncpu_since: u64,
+    ended: Ended,
 ) {
     if oncpu_since != 0 {
         stats.oncpu_ns += oncpu;
-        // A block whose wake-up we missed is not credited as off-CPU time.
-        if st.blocked_since == 0 {
-            stats.offcpu_ns += st.offcpu_pending_ns;
-        }
-        if st.queued_since != 0 && oncpu_since >= st.queued_since {
-            let waited = oncpu_since - st.queued_since;
-            stats.runq.record(waited);
-            if st.flags & (TASK_WOKEN | TASK_WAKE_KNOWN) == TASK_WOKEN | TASK_WAKE_KNOWN {
-                if st.flags & TASK_WAKE_REMOTE != 0 {
-                    stats.wake_remote.record(waited);
-                } else {
-                    stats.wake_local.record(waited);
-                }
+    }
+    if let Some(offcpu) = ended.offcpu {
+        stats.offcpu_ns += offcpu;
+    }
+    if let Some(waited) = ended.wait {
+        stats.runq.record(waited);
+        if st.flags & (TASK_WOKEN | TASK_WAKE_KNOWN) == TASK_WOKEN | TASK_WAKE_KNOWN {
+            if st.flags & TASK_WAKE_REMOTE != 0 {
+                stats.wake_remote.record(waited);
+            } else {
+                stats.wake_local.record(waited);
             }
         }
     }
