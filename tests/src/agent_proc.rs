@@ -147,14 +147,26 @@ impl Agent {
         cgroup: Option<&TestCgroup>,
         force_tracepoints: bool,
     ) -> Self {
+        let force: &[&str] = if force_tracepoints {
+            &["--force-tracepoints"]
+        } else {
+            &[]
+        };
+        Self::trace_workload_with(workload_seconds, cgroup, force)
+    }
+
+    /// As [`Agent::trace_workload`], with `extra` arguments for `trace`.
+    pub fn trace_workload_with(
+        workload_seconds: f64,
+        cgroup: Option<&TestCgroup>,
+        extra: &[&str],
+    ) -> Self {
         let duration = format!("{}", workload_seconds + TRACE_MARGIN_SECONDS);
         let mut args = vec!["--json", "--duration", &duration];
         if let Some(cgroup) = cgroup {
             args.extend(["--cgroup", cgroup.rel_path()]);
         }
-        if force_tracepoints {
-            args.push("--force-tracepoints");
-        }
+        args.extend(extra);
         Self::trace(&args)
     }
 

@@ -24,12 +24,23 @@ use stormwatch_tests::{
 
 #[test]
 fn overloaded_cgroup_waits_far_longer_than_idle_one() {
+    overloaded_and_idle(&[]);
+}
+
+/// The same, the waits timed from the wake-up programs (as on kernels without `sched_info`)
+/// instead of taken from the kernel's run_delay.
+#[test]
+fn overloaded_cgroup_waits_far_longer_than_idle_one_timed_from_wakeups() {
+    overloaded_and_idle(&["--waits-from-wakeups"]);
+}
+
+fn overloaded_and_idle(extra: &[&str]) {
     require_bpf();
     let busy = TestCgroup::new("runq-busy");
     let idle = TestCgroup::new("runq-idle");
     let seconds = 3.0;
     let threads = (4 * cpus()).to_string();
-    let mut agent = Agent::trace(&["--json", "--duration", "5"]);
+    let mut agent = Agent::trace(&[&["--json", "--duration", "5"], extra].concat());
     let spin = run_in_cgroup(
         Command::new(env!("CARGO_BIN_EXE_spin")).args([
             "--threads",

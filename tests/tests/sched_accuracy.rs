@@ -202,11 +202,22 @@ fn spin_oncpu_matches_cpu_time() {
 /// spawning and printing, which nothing times).
 #[test]
 fn sleeper_offcpu_is_its_timed_sleeps() {
+    sleeper_offcpu(&[]);
+}
+
+/// The same, the blocked time timed from the wake-up programs (as on kernels without
+/// `sched_info`) instead of derived from the kernel's run_delay.
+#[test]
+fn sleeper_offcpu_is_its_timed_sleeps_timed_from_wakeups() {
+    sleeper_offcpu(&["--waits-from-wakeups"]);
+}
+
+fn sleeper_offcpu(extra: &[&str]) {
     require_bpf();
     let cgroup = TestCgroup::new("offcpu-sleeper");
     let seconds = 3.0;
     let threads = cpus();
-    let mut agent = Agent::trace_workload(seconds, Some(&cgroup), false);
+    let mut agent = Agent::trace_workload_with(seconds, Some(&cgroup), extra);
     let truth = run_workload(
         env!("CARGO_BIN_EXE_sleeper"),
         threads,
@@ -226,7 +237,7 @@ fn sleeper_offcpu_is_its_timed_sleeps() {
         timed * 1.02 + 0.010,
     );
     eprintln!(
-        "sleeper {threads} threads: agent offcpu {offcpu} s; timed waits {timed} s, run_delay \
+        "sleeper {threads} threads {extra:?}: agent offcpu {offcpu} s; timed waits {timed} s, run_delay \
          {run_delay} s, cpu {cpu} s: bracket {low:.4}..{high:.4}; workload {truth}"
     );
     assert!(

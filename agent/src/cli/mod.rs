@@ -108,6 +108,12 @@ pub struct TraceArgs {
     #[arg(long)]
     pub force_tracepoints: bool,
 
+    /// Time the run-queue wait and the blocked time from the wake-up programs even where the
+    /// kernel keeps `sched_info` (for testing that way, which kernels without it take, and for
+    /// measuring both).
+    #[arg(long, hide = true)]
+    pub waits_from_wakeups: bool,
+
     /// Probe families to attach (comma-separated). Figures of families left out are null.
     #[arg(
         long,

@@ -225,6 +225,9 @@ pub struct LoadOptions {
     /// Use classic tracepoints even where tp_btf would work (for testing the fallback and for
     /// measuring both).
     pub force_tracepoints: bool,
+    /// Ignore the kernel's `sched_info`: the wake-up programs time the waits, as on kernels
+    /// without it (for testing that way and measuring both).
+    pub waits_from_wakeups: bool,
     pub families: Vec<Family>,
     /// The most cgroups followed: the per-cgroup maps hold at least this many.
     pub max_cgroups: usize,
@@ -253,6 +256,7 @@ impl Default for LoadOptions {
     fn default() -> Self {
         Self {
             force_tracepoints: false,
+            waits_from_wakeups: false,
             families: Family::DEFAULT.to_vec(),
             max_cgroups: CGROUP_MAP_MIN_ENTRIES as usize,
             wake_kinds: WakeKinds::Always,
@@ -268,6 +272,9 @@ impl Probes {
         if options.force_tracepoints {
             facts.aya_btf = None;
             facts.btf_error = Some("tp_btf disabled by --force-tracepoints".to_owned());
+        }
+        if options.waits_from_wakeups {
+            facts.sched_info = false;
         }
         let families: Vec<Box<dyn ProbeFamily>> = options
             .families

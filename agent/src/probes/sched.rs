@@ -131,6 +131,7 @@ impl ProbeFamily for SchedProbes {
                     .map(|off| (global, off))
             });
             match sched_info {
+                _ if !facts.sched_info => {}
                 [Ok(run_delay), Ok(pcount)] => {
                     values.extend([run_delay, pcount, (globals::HAVE_SCHED_INFO, 1)])
                 }
