@@ -132,9 +132,14 @@ async fn daemon(config: Config) -> anyhow::Result<u8> {
     // The loop starts now: /healthz counts from here, whatever the interval.
     shared.ran();
     let (attached, total) = probes_attached(&daemon.pipeline);
+    let on_demand = if daemon.pipeline.probes.wake_kinds_on_demand() {
+        ", the wake-up probes on demand"
+    } else {
+        ""
+    };
     eprintln!(
         "stormwatch: serving http://{addr}/metrics, collecting every {:.1}s \
-         ({attached}/{total} probes attached)",
+         ({attached}/{total} probes attached{on_demand})",
         interval.as_secs_f64()
     );
 

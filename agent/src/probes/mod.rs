@@ -396,7 +396,14 @@ impl Probes {
     /// and updates their status; nothing when they are not on demand. On an error the programs
     /// attached so far stay so, and their status says it.
     pub fn set_wake_kinds(&mut self, on: bool) -> anyhow::Result<()> {
-        for (tracepoint, program, link) in &mut self.on_demand {
+        // Attached in the order of `WAKE_KIND_PROGRAMS`, detached in the reverse.
+        let order: Vec<usize> = if on {
+            (0..self.on_demand.len()).collect()
+        } else {
+            (0..self.on_demand.len()).rev().collect()
+        };
+        for i in order {
+            let (tracepoint, program, link) = &mut self.on_demand[i];
             if on == link.is_some() {
                 continue;
             }

@@ -41,11 +41,14 @@ const PROGRAMS: [(&str, &str, &str); 3] = [
 ];
 
 /// The tp_btf programs that tell wake-ups local or remote where `sched_switch` times the
-/// waits itself (see [`WakeKinds`]): (tracepoint, program).
+/// waits itself (see [`WakeKinds`]): (tracepoint, program), in the order they attach (and the
+/// reverse of the order they detach). `sched_waking` first: from the moment `sched_wakeup` runs,
+/// every wake-up it sees has had its waker's CPU recorded, and none uses a waker recorded
+/// before the programs were last detached.
 pub const WAKE_KIND_PROGRAMS: [(&str, &str); 3] = [
+    (WAKING, programs::SCHED_WAKING_BTF),
     (WAKEUP, programs::SCHED_WAKEUP_BTF),
     (WAKEUP_NEW, programs::SCHED_WAKEUP_NEW_BTF),
-    (WAKING, programs::SCHED_WAKING_BTF),
 ];
 
 /// The status notes of a wake-kind program loaded for [`WakeKinds::OnDemand`].
