@@ -683,10 +683,34 @@ fn the_pod_runs_as_the_manifest_says() {
         .filter(|l| l.starts_with("stormwatch_probe_attached{"))
         .collect();
     assert!(!probes.is_empty(), "no stormwatch_probe_attached:\n{text}");
+    // The manifest's configuration attaches the wake-up probes on demand (while a lock storm
+    // is found): loaded, and reported so, but not attached while nothing storms.
+    let on_demand: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("stormwatch_probe_on_demand{tracepoint=\""))
+        .filter_map(|l| l.strip_suffix("\"} 1"))
+        .collect();
+    let mut expected_on_demand = vec![
+        "sched:sched_waking",
+        "sched:sched_wakeup",
+        "sched:sched_wakeup_new",
+    ];
+    let mut seen_on_demand = on_demand.clone();
+    seen_on_demand.sort_unstable();
+    expected_on_demand.sort_unstable();
+    assert_eq!(
+        seen_on_demand, expected_on_demand,
+        "the wake-up probes, loaded under the manifest's privileges, on demand:\n{text}"
+    );
     // Asserted at the end, after the figures: a detached probe should not hide them.
     let detached: Vec<String> = probes
         .iter()
         .filter(|l| l.ends_with(" 0"))
+        .filter(|l| {
+            !on_demand
+                .iter()
+                .any(|tp| l.contains(&format!("tracepoint=\"{tp}\"")))
+        })
         .map(|l| l.to_string())
         .collect();
 

@@ -509,6 +509,16 @@ fn encode_self(enc: &mut DescriptorEncoder, e: &Exporter) -> fmt::Result {
         let labels = [("tracepoint", p.tracepoint), ("kind", kind.as_str())];
         gauge(&mut m, &labels, Int(u64::from(p.attached())))?;
     }
+    let mut m = enc.encode_descriptor(
+        "stormwatch_probe_on_demand",
+        "1 for a probe loaded at start and attached only while needed (wake_kinds = \"on-demand\": \
+         the wake-up probes, while a lock storm is found).",
+        None,
+        Gauge,
+    )?;
+    for p in e.probes.iter().filter(|p| p.on_demand()) {
+        gauge(&mut m, &[("tracepoint", p.tracepoint)], Int(1))?;
+    }
 
     let mut m = enc.encode_descriptor(
         "stormwatch_bpf_stats_enabled",
@@ -722,6 +732,11 @@ mod tests {
                 kind: None,
                 note: Some("missing".into()),
             },
+            ProbeStatus {
+                tracepoint: "sched:sched_waking",
+                kind: None,
+                note: Some(crate::probes::sched::ON_DEMAND_DETACHED.into()),
+            },
         ];
         e.lost_events = vec![("map_full", 3)];
         e.programs = vec![ProgramStats {
@@ -901,6 +916,8 @@ mod tests {
             "stormwatch_build_info{version=\"",
             "stormwatch_probe_attached{tracepoint=\"sched:sched_switch\",kind=\"tp_btf\"} 1",
             "stormwatch_probe_attached{tracepoint=\"lock:contention_begin\",kind=\"\"} 0",
+            "stormwatch_probe_attached{tracepoint=\"sched:sched_waking\",kind=\"\"} 0",
+            "stormwatch_probe_on_demand{tracepoint=\"sched:sched_waking\"} 1",
             "stormwatch_bpf_program_runs_total{program=\"sched_switch\"} 10",
             "stormwatch_bpf_program_run_seconds_total{program=\"sched_switch\"} 0.000002",
             "stormwatch_lost_events_total{reason=\"map_full\"} 3",

@@ -72,6 +72,14 @@ impl ProbeStatus {
     pub fn attached(&self) -> bool {
         self.kind.is_some()
     }
+
+    /// Loaded at start and attached only while asked for ([`WakeKinds::OnDemand`]).
+    pub fn on_demand(&self) -> bool {
+        matches!(
+            self.note.as_deref(),
+            Some(sched::ON_DEMAND_DETACHED | sched::ON_DEMAND_ATTACHED)
+        )
+    }
 }
 
 /// What a family needs from the running kernel, for `load` and for `stormwatch check`.
