@@ -355,10 +355,9 @@ impl Probes {
         let on_demand = sched::WAKE_KIND_PROGRAMS
             .iter()
             .filter(|(tracepoint, _)| {
-                status.iter().any(|s| {
-                    s.tracepoint == *tracepoint
-                        && s.note.as_deref() == Some(sched::ON_DEMAND_DETACHED)
-                })
+                status
+                    .iter()
+                    .any(|s| s.tracepoint == *tracepoint && s.on_demand())
             })
             .map(|&(tracepoint, program)| (tracepoint, program, None))
             .collect();

@@ -125,21 +125,22 @@ impl ProbeFamily for SchedProbes {
             // The thread's run-queue wait as the kernel sums it (CONFIG_SCHED_INFO): with it,
             // `sched_switch` alone has the run-queue wait and the off-CPU time, and the
             // wake-up programs are needed only to tell wake-ups local or remote.
-            let sched_info = [
+            // (`facts.sched_info`: both are in BTF, and `--waits-from-wakeups` did not say no.)
+            let offsets = [
                 (globals::TASK_RUN_DELAY_OFFSET, "run_delay"),
                 (globals::TASK_PCOUNT_OFFSET, "pcount"),
             ]
             .map(|(global, field)| {
-                btf.offset_of("task_struct", &["sched_info", field])
-                    .map(|off| (global, off))
+                let off = btf.offset_of("task_struct", &["sched_info", field]).ok()?;
+                Some((global, off))
             });
-            match sched_info {
-                _ if !facts.sched_info => {}
-                [Ok(run_delay), Ok(pcount)] => {
+            match offsets {
+                [Some(run_delay), Some(pcount)] if facts.sched_info => {
                     values.extend([run_delay, pcount, (globals::HAVE_SCHED_INFO, 1)])
                 }
-                [Err(err), _] | [_, Err(err)] => log::info!(
-                    "task_struct sched_info: {err}; the run-queue wait is timed from wake-ups"
+                _ => log::info!(
+                    "no task_struct.sched_info in BTF (or --waits-from-wakeups): the run-queue \
+                     wait is timed from wake-ups"
                 ),
             }
             // On-CPU time as the scheduler charges it; without it the probes fall back to the
@@ -219,9 +220,7 @@ impl ProbeFamily for SchedProbes {
         // Local and remote wake-ups are told apart only where `sched_wakeup` reaches the
         // thread's task storage (tp_btf); with classic tracepoints there are no wake-up kinds.
         let wakeup_btf = status.iter().any(|s| {
-            s.tracepoint == WAKEUP
-                && (s.kind == Some(AttachKind::TpBtf)
-                    || s.note.as_deref() == Some(ON_DEMAND_DETACHED))
+            s.tracepoint == WAKEUP && (s.kind == Some(AttachKind::TpBtf) || s.on_demand())
         });
         status.push(match (&facts.aya_btf, wakeup_btf) {
             (Some(btf), true) if on_demand => {
