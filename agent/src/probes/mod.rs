@@ -334,9 +334,7 @@ impl Probes {
             for s in &family_status {
                 match (&s.kind, &s.note) {
                     (Some(kind), _) => log::debug!("{} attached ({kind})", s.tracepoint),
-                    (None, Some(note)) if note == sched::ON_DEMAND_DETACHED => {
-                        log::info!("{} {note}", s.tracepoint)
-                    }
+                    (None, Some(note)) if s.on_demand() => log::info!("{} {note}", s.tracepoint),
                     (None, note) => log::warn!(
                         "{} probe {} not attached: {}",
                         family.name(),
@@ -940,8 +938,9 @@ fn shared_globals(facts: &KernelFacts) -> Vec<(&'static str, u32)> {
     )
 }
 
-/// The offsets of a chain of pointer loads, `(global, struct, member path)` each, and `flag` set
-/// to 1, when BTF has every one; nothing when it lacks any (the probes then take the helper).
+/// The offsets of fields the probes read together (a chain of pointer loads, or fields of one
+/// struct), `(global, struct, member path)` each, and `flag` set to 1, when BTF has every one;
+/// nothing when it lacks any (the probes then take their fallback).
 pub(crate) fn pointer_path(
     btf: &Btf,
     steps: &[(&'static str, &str, &[&str])],

@@ -126,22 +126,28 @@ impl ProbeFamily for SchedProbes {
             // `sched_switch` alone has the run-queue wait and the off-CPU time, and the
             // wake-up programs are needed only to tell wake-ups local or remote.
             // (`facts.sched_info`: both are in BTF, and `--waits-from-wakeups` did not say no.)
-            let offsets = [
-                (globals::TASK_RUN_DELAY_OFFSET, "run_delay"),
-                (globals::TASK_PCOUNT_OFFSET, "pcount"),
-            ]
-            .map(|(global, field)| {
-                let off = btf.offset_of("task_struct", &["sched_info", field]).ok()?;
-                Some((global, off))
-            });
-            match offsets {
-                [Some(run_delay), Some(pcount)] if facts.sched_info => {
-                    values.extend([run_delay, pcount, (globals::HAVE_SCHED_INFO, 1)])
-                }
-                _ => log::info!(
+            if facts.sched_info {
+                values.extend(pointer_path(
+                    btf,
+                    &[
+                        (
+                            globals::TASK_RUN_DELAY_OFFSET,
+                            "task_struct",
+                            &["sched_info", "run_delay"],
+                        ),
+                        (
+                            globals::TASK_PCOUNT_OFFSET,
+                            "task_struct",
+                            &["sched_info", "pcount"],
+                        ),
+                    ],
+                    globals::HAVE_SCHED_INFO,
+                ));
+            } else {
+                log::info!(
                     "no task_struct.sched_info in BTF (or --waits-from-wakeups): the run-queue \
                      wait is timed from wake-ups"
-                ),
+                );
             }
             // On-CPU time as the scheduler charges it; without it the probes fall back to the
             // clock, which also counts time the hypervisor stole from the vCPU.

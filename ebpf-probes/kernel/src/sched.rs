@@ -291,6 +291,13 @@ fn mark_wakeup(st: &mut TaskState, remote: Option<bool>) {
     if st.flags & TASK_WOKEN != 0 || !(ends_block || first) {
         return;
     }
+    set_woken(st, remote);
+}
+
+/// Marks the thread woken, of kind `remote` when known, in place of any earlier mark.
+#[inline(always)]
+fn set_woken(st: &mut TaskState, remote: Option<bool>) {
+    st.flags &= !(TASK_WOKEN | TASK_WAKE_KNOWN | TASK_WAKE_REMOTE);
     st.flags |= TASK_WOKEN;
     if let Some(remote) = remote {
         st.flags |= TASK_WAKE_KNOWN;
@@ -320,14 +327,7 @@ fn apply_wakeup(st: &mut TaskState, now: u64, remote: Option<bool>) {
     } else {
         return;
     }
-    st.flags &= !(TASK_WOKEN | TASK_WAKE_KNOWN | TASK_WAKE_REMOTE);
-    st.flags |= TASK_WOKEN;
-    if let Some(remote) = remote {
-        st.flags |= TASK_WAKE_KNOWN;
-        if remote {
-            st.flags |= TASK_WAKE_REMOTE;
-        }
-    }
+    set_woken(st, remote);
 }
 
 /// The clock of a BTF-typed task's run queue (`task->se.cfs_rq->rq->clock`), or
@@ -657,6 +657,14 @@ struct Ended {
     offcpu: Option<u64>,
 }
 
+impl Ended {
+    /// Nothing known.
+    const NONE: Self = Self {
+        wait: None,
+        offcpu: None,
+    };
+}
+
 /// With `sched_info`: the kernel's `run_delay` grew by exactly the wait that ended at the
 /// thread's switch-in since its last switch-out, when one switch-in (`pcount`) lies between. The
 /// blocked time is the rest of the time it was off the CPU, when it had blocked there. A thread
@@ -664,10 +672,6 @@ struct Ended {
 /// since: all its waiting was for that one).
 #[inline(always)]
 fn waits_from_sched_info(st: &TaskState, oncpu_since: u64, info: SchedInfo) -> Ended {
-    let none = Ended {
-        wait: None,
-        offcpu: None,
-    };
     if st.flags & TASK_HAS_RUN_DELAY == 0 {
         return if info.pcount == 1 {
             Ended {
@@ -675,12 +679,12 @@ fn waits_from_sched_info(st: &TaskState, oncpu_since: u64, info: SchedInfo) -> E
                 offcpu: None,
             }
         } else {
-            none
+            Ended::NONE
         };
     }
     if (info.pcount as u32).wrapping_sub(st.pcount) != 1 {
         // A switch-out we did not see (or a switch-in the kernel did not count) lies between.
-        return none;
+        return Ended::NONE;
     }
     let wait = info.run_delay.wrapping_sub(st.run_delay);
     Ended {
@@ -698,10 +702,7 @@ fn waits_from_sched_info(st: &TaskState, oncpu_since: u64, info: SchedInfo) -> E
 #[inline(always)]
 fn waits_from_stamps(st: &TaskState, oncpu_since: u64) -> Ended {
     if oncpu_since == 0 {
-        return Ended {
-            wait: None,
-            offcpu: None,
-        };
+        return Ended::NONE;
     }
     Ended {
         wait: (st.queued_since != 0 && oncpu_since >= st.queued_since)
