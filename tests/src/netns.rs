@@ -101,6 +101,8 @@ pub struct Netns {
 impl Netns {
     pub fn new(tag: &str) -> Self {
         static SEQ: AtomicUsize = AtomicUsize::new(0);
+        static SWEPT: std::sync::Once = std::sync::Once::new();
+        SWEPT.call_once(remove_stale);
         let name = format!(
             "sw-{tag}-{}-{}",
             std::process::id(),
@@ -175,6 +177,34 @@ impl Netns {
             .trim()
             .parse()
             .unwrap_or_else(|e| panic!("{dev} {name} in {}: {e}", self.name))
+    }
+}
+
+/// Deletes the namespaces of test processes that died without dropping them (a run killed
+/// half-way): `sw-<tag>-<pid>-<n>` whose pid is gone.
+fn remove_stale() {
+    let Ok(dir) = std::fs::read_dir("/run/netns") else {
+        return;
+    };
+    for name in dir
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+    {
+        let mut parts = name.rsplitn(3, '-');
+        let (Some(_seq), Some(pid), Some(prefix)) = (parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        let Ok(pid) = pid.parse::<u32>() else {
+            continue;
+        };
+        if prefix.starts_with("sw-") && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            eprintln!("removing network namespace {name}, left by a test run that died");
+            let _ = Command::new("ip")
+                .args(["netns", "del", &name])
+                .stdin(Stdio::null())
+                .output();
+        }
     }
 }
 
@@ -257,29 +287,36 @@ pub const OVERLAY_DEV: &str = "ov0";
 pub const POD_DEV: &str = "eth0";
 pub const POD_PEER_DEV: &str = "pod0";
 
+/// A veth between two namespaces, [`UNDERLAY_A`] in `a` and [`UNDERLAY_B`] in `b`, both
+/// ends at index 2 in namespaces made by [`Netns::new`] (lo is 1).
+pub fn underlay_between(a: &Netns, b: &Netns, mtu: u32) {
+    let mtu = mtu.to_string();
+    run(Command::new("ip").args([
+        "link",
+        "add",
+        UNDERLAY_A,
+        "netns",
+        a.name(),
+        "mtu",
+        &mtu,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        UNDERLAY_B,
+        "netns",
+        b.name(),
+        "mtu",
+        &mtu,
+    ]));
+}
+
 impl Overlay {
     pub fn new(underlay_mtu: u32, overlay_mtu: u32, df: OuterDf, pod_mtu: Option<u32>) -> Self {
         let a = Netns::new("a");
         let b = Netns::new("b");
-        let (umtu, omtu) = (underlay_mtu.to_string(), overlay_mtu.to_string());
-        run(Command::new("ip").args([
-            "link",
-            "add",
-            UNDERLAY_A,
-            "netns",
-            a.name(),
-            "mtu",
-            &umtu,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            UNDERLAY_B,
-            "netns",
-            b.name(),
-            "mtu",
-            &umtu,
-        ]));
+        let omtu = overlay_mtu.to_string();
+        underlay_between(&a, &b, underlay_mtu);
         let df = match df {
             OuterDf::Unset => "unset",
             OuterDf::Set => "set",

@@ -19,8 +19,8 @@ use stormwatch_tests::{
     Agent, TestCgroup, assert_within,
     daemon::{Daemon, assert_promtool_clean, wait_for, write_file},
     netns::{
-        NODE_B_OVERLAY_IP, OVERLAY_DEV, OuterDf, Overlay, POD_DEV, PingDf, UNDERLAY_A, delta,
-        ping_counts, ping_node_b, require_tools, sample_with,
+        NODE_B_OVERLAY_IP, Netns, OVERLAY_DEV, OuterDf, Overlay, POD_DEV, PingDf, UNDERLAY_A,
+        delta, ping_counts, ping_node_b, require_tools, sample_with, underlay_between,
     },
     num, require_bpf, run_in_cgroup,
 };
@@ -155,6 +155,10 @@ fn overlay_as_large_as_its_underlay_fragments_and_is_found() {
     require_bpf();
     require_tools();
     let net = Overlay::new(1500, 1500, OuterDf::Unset, None);
+    // Two more namespaces joined as nodes A and B are, both ends at index 2 as theirs are: the
+    // indexes alone cannot tell which is the underlay's peer, the namespace ids must.
+    let (decoy_a, decoy_b) = (Netns::new("decoy"), Netns::new("decoy"));
+    underlay_between(&decoy_a, &decoy_b, 1500);
     let cg = TestCgroup::new("net-frag");
     let (a_ns, b_ns) = (net.a.inode(), net.b.inode());
     // A process of the container in node A's namespace: what the namespace receives is the
@@ -227,6 +231,17 @@ fn overlay_as_large_as_its_underlay_fragments_and_is_found() {
     assert_eq!(
         ul["peer"]["netns"], b_ns,
         "the veth's peer is node B's: {ul}"
+    );
+    let decoy = interface(&report, decoy_a.inode(), UNDERLAY_A);
+    assert_eq!(
+        (&decoy["ifindex"], &decoy["peer"]["ifindex"]),
+        (&ul["ifindex"], &ul["peer"]["ifindex"]),
+        "the decoy pair is numbered as the underlay is: {decoy}"
+    );
+    assert_eq!(
+        decoy["peer"]["netns"],
+        decoy_b.inode(),
+        "the decoy's peer is its own: {decoy}"
     );
 
     // The container: what ping sent and received, whole packets (before fragmentation).

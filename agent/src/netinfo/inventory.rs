@@ -10,7 +10,7 @@
 //! only from the probes (the MTU on their packets) and their counters from
 //! `/proc/<pid>/net/snmp`.
 
-use std::collections::HashMap;
+use std::{collections::HashMap, path::Path};
 
 use netlink_packet_route::{AddressFamily, link::LinkLayerType};
 use serde::Serialize;
@@ -21,7 +21,7 @@ pub use super::encapsulation::Encapsulation;
 use super::{
     encapsulation::{TunnelAttrs, encapsulation},
     links::{Link, kind_from, kind_of, link_type, links_from},
-    namespaces::{NetnsRef, discover, each_netns},
+    namespaces::{NetnsRef, discover, each_netns, nsids_in},
     netlink::Rtnl,
     routes::{Route, default_route, route_from},
     snmp::Snmp,
@@ -286,7 +286,7 @@ fn assemble(ns: &NetnsRef, raw: Raw) -> Namespace {
             };
             let underlay = encap.as_ref().and_then(|e| underlay_of(e, l));
             // A veth whose peer is in this namespace names it.
-            let peer = (kind == "veth" && !l.link_other_netns)
+            let peer = (kind == "veth" && l.link_netnsid.is_none())
                 .then(|| l.link.as_ref().and_then(|n| by_name.get(n.as_str())))
                 .flatten()
                 .map(|p| Peer {
@@ -337,10 +337,19 @@ fn assemble(ns: &NetnsRef, raw: Raw) -> Namespace {
     }
 }
 
-/// Pairs veths whose peers are in other namespaces: a veth names its peer's index
-/// (`link_index`) but not its namespace; the peer is the veth there whose own `link_index` is
-/// this one's index. Ambiguous pairs are left unpaired.
-pub fn pair_veths(namespaces: &mut [Namespace], links: &HashMap<u64, Vec<Link>>) {
+/// Pairs veths whose peers are in other namespaces. A veth names its peer's index
+/// (`link_index`) and the peer's namespace by an id that means something only in its own
+/// namespace (`link_netnsid`); the peer is a veth elsewhere whose own `link_index` is this
+/// one's index. When several namespaces hold such a veth — namespaces made alike, as a test
+/// harness or a runtime makes them, have both ends at index 2 — `nsids(observer, candidates)`
+/// asks the veth's namespace which ids it gives the candidates' namespaces, and the candidate
+/// whose id is the veth's `link_netnsid` is its peer. A pair that stays ambiguous, or whose
+/// question goes unanswered, is left unpaired: no peer rather than a wrong one.
+pub fn pair_veths(
+    namespaces: &mut [Namespace],
+    links: &HashMap<u64, Vec<Link>>,
+    nsids: impl Fn(u64, &[u64]) -> Option<Vec<Option<i32>>>,
+) {
     let mut found: Vec<(usize, usize, Peer)> = Vec::new();
     for (ni, ns) in namespaces.iter().enumerate() {
         let Some(ns_links) = links.get(&ns.inode) else {
@@ -348,22 +357,32 @@ pub fn pair_veths(namespaces: &mut [Namespace], links: &HashMap<u64, Vec<Link>>)
         };
         for l in ns_links
             .iter()
-            .filter(|l| l.info_kind.as_deref() == Some("veth") && l.link_other_netns)
+            .filter(|l| l.info_kind.as_deref() == Some("veth"))
         {
-            let Some(peer_index) = l.link_index else {
+            let (Some(netnsid), Some(peer_index)) = (l.link_netnsid, l.link_index) else {
                 continue;
             };
-            let candidates: Vec<(u64, &Link)> = links
+            let mut candidates: Vec<(u64, &Link)> = links
                 .iter()
                 .filter(|(inode, _)| **inode != ns.inode)
                 .flat_map(|(inode, ls)| ls.iter().map(move |p| (*inode, p)))
                 .filter(|(_, p)| {
                     p.info_kind.as_deref() == Some("veth")
-                        && p.link_other_netns
+                        && p.link_netnsid.is_some()
                         && p.ifindex == peer_index
                         && p.link_index == Some(l.ifindex)
                 })
                 .collect();
+            if candidates.len() > 1 {
+                let inodes: Vec<u64> = candidates.iter().map(|(inode, _)| *inode).collect();
+                let ids = nsids(ns.inode, &inodes).unwrap_or_default();
+                candidates = candidates
+                    .into_iter()
+                    .zip(ids)
+                    .filter(|(_, id)| *id == Some(netnsid))
+                    .map(|(c, _)| c)
+                    .collect();
+            }
             if let [(inode, p)] = candidates[..]
                 && let Some(ii) = ns.interfaces.iter().position(|i| i.ifindex == l.ifindex)
             {
@@ -515,7 +534,19 @@ pub fn collect(namespaces: &[NetnsRef]) -> Vec<Namespace> {
             }
         }
     }
-    pair_veths(&mut out, &links_by_ns);
+    let paths: HashMap<u64, &Path> = namespaces
+        .iter()
+        .map(|n| (n.inode, n.path.as_path()))
+        .collect();
+    pair_veths(&mut out, &links_by_ns, |observer, candidates| {
+        let others: Vec<&Path> = candidates
+            .iter()
+            .map(|c| paths.get(c).copied())
+            .collect::<Option<_>>()?;
+        nsids_in(paths.get(&observer)?, &others)
+            .inspect_err(|e| log::debug!("network namespace {observer}: {e}"))
+            .ok()
+    });
     out
 }
 
@@ -662,7 +693,7 @@ mod tests {
     fn links() -> Vec<Link> {
         let peer_elsewhere = Link {
             link_index: Some(7),
-            link_other_netns: true,
+            link_netnsid: Some(0),
             ..l(2, "ulA", 1500, Some("veth"))
         };
         let overlay = Link {
@@ -819,7 +850,7 @@ mod tests {
     fn veths_pair_across_namespaces_by_mutual_index() {
         let veth = |ifindex, name: &str, peer| Link {
             link_index: Some(peer),
-            link_other_netns: true,
+            link_netnsid: Some(0),
             ..l(ifindex, name, 1500, Some("veth"))
         };
         let a = vec![veth(2, "ulA", 7)];
@@ -831,7 +862,9 @@ mod tests {
         };
         let mut all = vec![mk(10, &a), mk(20, &b)];
         let links = HashMap::from([(10, a), (20, b)]);
-        pair_veths(&mut all, &links);
+        pair_veths(&mut all, &links, |_, _| {
+            panic!("a unique pair needs no namespace ids")
+        });
         assert_eq!(
             all[0].interfaces[0].peer,
             Some(Peer {
@@ -842,6 +875,51 @@ mod tests {
         );
         assert_eq!(all[1].interfaces[0].peer.as_ref().unwrap().netns, 10);
         assert_eq!(all[1].interfaces[1].peer, None, "index 9 exists nowhere");
+    }
+
+    /// Two pairs of namespaces made alike (both ends at index 2): only the namespace ids each
+    /// veth's namespace gives the others tell which is whose peer.
+    #[test]
+    fn alike_veth_pairs_are_told_apart_by_namespace_ids() {
+        let veth = |name: &str, netnsid| Link {
+            link_index: Some(2),
+            link_netnsid: Some(netnsid),
+            ..l(2, name, 1500, Some("veth"))
+        };
+        // 10 ↔ 20 and 30 ↔ 40; in each namespace its peer's id is 0 (10's peer) or 1.
+        let links = HashMap::from([
+            (10, vec![veth("a0", 0)]),
+            (20, vec![veth("b0", 0)]),
+            (30, vec![veth("a1", 1)]),
+            (40, vec![veth("b1", 1)]),
+        ]);
+        let peer_of = HashMap::from([(10, 20), (20, 10), (30, 40), (40, 30)]);
+        let id_of = HashMap::from([(10, 0), (20, 0), (30, 1), (40, 1)]);
+        let mk = |inode: u64| {
+            let mut r = raw(None);
+            r.links = Ok(links[&inode].clone());
+            assemble(&netns(inode), r)
+        };
+        let mut all: Vec<Namespace> = [10, 20, 30, 40].into_iter().map(mk).collect();
+        // Each namespace has an id for its peer only (as the kernel assigns them).
+        let nsids = |observer: u64, candidates: &[u64]| {
+            Some(
+                candidates
+                    .iter()
+                    .map(|c| (peer_of[&observer] == *c).then_some(id_of[&observer]))
+                    .collect(),
+            )
+        };
+        pair_veths(&mut all, &links, nsids);
+        for ns in &all {
+            let peer = ns.interfaces[0].peer.as_ref().expect("paired");
+            assert_eq!(peer.netns, peer_of[&ns.inode], "{ns:?}");
+        }
+
+        // Unanswered (the namespace cannot be entered): no peer rather than a guess.
+        let mut all: Vec<Namespace> = [10, 20, 30, 40].into_iter().map(mk).collect();
+        pair_veths(&mut all, &links, |_, _| None);
+        assert!(all.iter().all(|ns| ns.interfaces[0].peer.is_none()));
     }
 
     /// `ARPHRD_*` from `linux/if_arp.h`, as the kernel's `dev->type` holds them.

@@ -31,8 +31,10 @@ pub struct Link {
     pub link: Option<String>,
     /// The lower device's (peer's) index, possibly in another namespace.
     pub link_index: Option<u32>,
-    /// The lower device (peer) is in another namespace.
-    pub link_other_netns: bool,
+    /// The lower device (peer) is in another namespace: that namespace's id as this one
+    /// knows it (`IFLA_LINK_NETNSID`; ids are per observing namespace, see
+    /// [`super::netlink::Rtnl::nsid_of`]).
+    pub link_netnsid: Option<i32>,
     pub master: Option<String>,
     pub operstate: Option<String>,
 }
@@ -198,7 +200,7 @@ pub fn links_from(messages: &[LinkMessage]) -> Vec<Link> {
                     LinkAttribute::IfName(n) => l.name = n.clone(),
                     LinkAttribute::Mtu(v) => mtu = Some(*v),
                     LinkAttribute::Link(i) => l.link_index = Some(*i),
-                    LinkAttribute::LinkNetNsId(_) => l.link_other_netns = true,
+                    LinkAttribute::LinkNetNsId(id) => l.link_netnsid = Some(*id),
                     LinkAttribute::Controller(i) => master = Some(*i),
                     LinkAttribute::OperState(s) => {
                         l.operstate = Some(format!("{s:?}").to_uppercase());
@@ -222,10 +224,10 @@ pub fn links_from(messages: &[LinkMessage]) -> Vec<Link> {
             // The lower device: the generic IFLA_LINK (a device without one reports its own
             // index there), else the kind's own attribute. A peer in another namespace may have
             // the same index as this end.
-            if !l.link_other_netns && l.link_index.is_none_or(|i| i == l.ifindex) {
+            if l.link_netnsid.is_none() && l.link_index.is_none_or(|i| i == l.ifindex) {
                 l.link_index = l.tunnel.lower;
             }
-            if !l.link_other_netns {
+            if l.link_netnsid.is_none() {
                 l.link = l.link_index.and_then(|i| names.get(&i).cloned());
             }
             l.master = master.and_then(|i| names.get(&i).cloned());
@@ -312,7 +314,7 @@ mod tests {
             kinds,
             ["loopback", "veth", "vxlan", "physical", "veth", "bridge"]
         );
-        assert!(links[1].link_other_netns);
+        assert_eq!(links[1].link_netnsid, Some(0));
         assert_eq!(
             (links[1].link_index, links[1].link.as_deref()),
             (Some(2), None),

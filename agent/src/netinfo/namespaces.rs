@@ -1,6 +1,8 @@
 //! The network namespaces of the host: the host's own, each process's (that is, each
 //! container's), and the named ones under `/run/netns`; which container each belongs to.
 
+use super::netlink::Rtnl;
+
 use std::{
     collections::{BTreeSet, HashMap},
     os::{fd::AsFd as _, unix::fs::MetadataExt as _},
@@ -171,6 +173,21 @@ fn in_netns<T: Send>(path: &Path, f: impl FnOnce() -> T + Send) -> Result<T, Str
         .join()
         .unwrap_or_else(|_| Err("the namespace reader panicked".to_owned()))
     })
+}
+
+/// The ids the namespace at `observer` gives the namespaces at `others`, in order (`None`
+/// for one it has given no id, or that went away); see [`Rtnl::nsid_of`].
+pub(crate) fn nsids_in(observer: &Path, others: &[&Path]) -> Result<Vec<Option<i32>>, String> {
+    in_netns(observer, || {
+        let mut rtnl = Rtnl::open().map_err(|e| format!("{e}"))?;
+        Ok(others
+            .iter()
+            .map(|path| {
+                let file = std::fs::File::open(path).ok()?;
+                rtnl.nsid_of(file.as_fd()).ok().flatten()
+            })
+            .collect())
+    })?
 }
 
 /// Runs `f` on every namespace, a few at a time, in order.

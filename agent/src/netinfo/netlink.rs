@@ -1,7 +1,11 @@
 //! A small synchronous rtnetlink client: dumps of the links and routes of the calling thread's
 //! network namespace, and a route lookup. Requests that only read need no capability.
 
-use std::{io, net::IpAddr};
+use std::{
+    io,
+    net::IpAddr,
+    os::fd::{AsRawFd as _, BorrowedFd},
+};
 
 use netlink_packet_core::{
     NLM_F_DUMP, NLM_F_REQUEST, NetlinkHeader, NetlinkMessage, NetlinkPayload,
@@ -9,6 +13,7 @@ use netlink_packet_core::{
 use netlink_packet_route::{
     AddressFamily, RouteNetlinkMessage,
     link::LinkMessage,
+    nsid::{NsidAttribute, NsidMessage},
     route::{RouteAddress, RouteAttribute, RouteFlags, RouteHeader, RouteMessage},
 };
 use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
@@ -122,6 +127,28 @@ impl Rtnl {
                 _ => None,
             })
             .collect())
+    }
+
+    /// The id this namespace gives the namespace `netns` is a file of (`ip netns identify`'s
+    /// inverse: `RTM_GETNSID` with `NETNSA_FD`); `None` when it has given it none. A veth names
+    /// its peer's namespace by such an id (`IFLA_LINK_NETNSID`), and the kernel assigns one to
+    /// each end's namespace in the other when the pair spans two. Needs no capability.
+    pub fn nsid_of(&mut self, netns: BorrowedFd<'_>) -> Result<Option<i32>, NetlinkError> {
+        let fd = u32::try_from(netns.as_raw_fd())
+            .map_err(|_| NetlinkError::Decode("negative file descriptor".to_owned()))?;
+        let mut m = NsidMessage::default();
+        m.attributes.push(NsidAttribute::Fd(fd));
+        let replies = self.request(RouteNetlinkMessage::GetNsId(m), false)?;
+        Ok(replies
+            .into_iter()
+            .find_map(|m| match m {
+                RouteNetlinkMessage::NewNsId(n) => n.attributes.into_iter().find_map(|a| match a {
+                    NsidAttribute::Id(id) => Some(id),
+                    _ => None,
+                }),
+                _ => None,
+            })
+            .filter(|id| *id >= 0))
     }
 
     /// The route that matches `destination` (`ip route get fibmatch <destination>`).
