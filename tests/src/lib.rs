@@ -49,9 +49,50 @@ pub struct TestCgroup {
     removed: bool,
 }
 
+/// Whether `name` is `<prefix>…-<pid>-<n>` of a test process that is gone: what a run killed
+/// half-way leaves behind (its cgroups, its network namespaces).
+pub(crate) fn left_by_dead_test(name: &str, prefix: &str) -> bool {
+    let mut parts = name.rsplitn(3, '-');
+    let (Some(seq), Some(pid), Some(head)) = (parts.next(), parts.next(), parts.next()) else {
+        return false;
+    };
+    head.starts_with(prefix)
+        && seq.parse::<u64>().is_ok()
+        && pid
+            .parse::<u32>()
+            .is_ok_and(|pid| !Path::new(&format!("/proc/{pid}")).exists())
+}
+
 impl TestCgroup {
+    /// Removes the cgroups of test processes that died without dropping them, with whatever
+    /// still runs in them.
+    fn remove_stale() {
+        let Ok(dir) = std::fs::read_dir(v2_root()) else {
+            return;
+        };
+        for name in dir
+            .flatten()
+            .filter_map(|e| e.file_name().into_string().ok())
+        {
+            if left_by_dead_test(&name, "sw-test-") {
+                eprintln!("removing cgroup {name}, left by a test run that died");
+                let mut stale = Self {
+                    path: v2_root().join(&name),
+                    rel: format!("/{name}"),
+                    id: 0,
+                    removed: false,
+                };
+                if let Err(e) = stale.try_remove() {
+                    eprintln!("{e}");
+                }
+            }
+        }
+    }
+
     pub fn new(name: &str) -> Self {
         static SEQ: AtomicUsize = AtomicUsize::new(0);
+        static SWEPT: std::sync::Once = std::sync::Once::new();
+        SWEPT.call_once(Self::remove_stale);
         let dir = format!(
             "sw-test-{name}-{}-{}",
             std::process::id(),
@@ -393,4 +434,24 @@ pub fn assert_within(what: &str, got: f64, want: f64, tolerance: f64) {
         100.0 * diff / want.max(f64::MIN_POSITIVE),
         100.0 * tolerance
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::left_by_dead_test;
+
+    #[test]
+    fn only_a_dead_test_process_leftovers_are_stale() {
+        // 4194305 is above the largest pid_max (2^22), so no process has it.
+        assert!(left_by_dead_test(
+            "sw-test-net-daemon-4194305-5",
+            "sw-test-"
+        ));
+        assert!(left_by_dead_test("sw-a-4194305-14", "sw-"));
+        let alive = std::process::id();
+        assert!(!left_by_dead_test(&format!("sw-a-{alive}-14"), "sw-"));
+        assert!(!left_by_dead_test("sw-a-4194305-14", "sw-test-"));
+        assert!(!left_by_dead_test("libpod_parent", "sw-"));
+        assert!(!left_by_dead_test("sw-a-x-1", "sw-"));
+    }
 }

@@ -190,15 +190,7 @@ fn remove_stale() {
         .flatten()
         .filter_map(|e| e.file_name().into_string().ok())
     {
-        let mut parts = name.rsplitn(3, '-');
-        let (Some(_seq), Some(pid), Some(prefix)) = (parts.next(), parts.next(), parts.next())
-        else {
-            continue;
-        };
-        let Ok(pid) = pid.parse::<u32>() else {
-            continue;
-        };
-        if prefix.starts_with("sw-") && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        if crate::left_by_dead_test(&name, "sw-") {
             eprintln!("removing network namespace {name}, left by a test run that died");
             let _ = Command::new("ip")
                 .args(["netns", "del", &name])
