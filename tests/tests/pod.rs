@@ -773,6 +773,118 @@ fn the_pod_runs_as_the_manifest_says() {
     );
 }
 
+/// The manifest's configuration attaches the wake-up probes only while a lock storm is found
+/// (`wake_kinds = "on-demand"`): that later attach runs under the pod's capabilities and the
+/// runtime's seccomp profile as the start did, and must work there too. A 64-thread mutex storm
+/// in a fresh cgroup on the host: the pod must find it, attach `sched_waking` (and the other
+/// two), and tell the storm's wake-ups local or remote.
+#[test]
+fn the_pod_attaches_the_wake_up_probes_when_it_finds_a_lock_storm() {
+    stormwatch_tests::require_bpf();
+    let pod = Pod::from_manifest();
+    let running = RunningPod::start(&pod);
+    let attached = |text: &str, tp: &str| {
+        sample(
+            text,
+            &format!("stormwatch_probe_attached{{tracepoint=\"{tp}\","),
+        )
+    };
+    let wake_probes = [
+        "sched:sched_waking",
+        "sched:sched_wakeup",
+        "sched:sched_wakeup_new",
+    ];
+    let text = running.metrics();
+    for tp in wake_probes {
+        assert_eq!(
+            attached(&text, tp),
+            Some(0.0),
+            "{tp} not attached yet:\n{text}"
+        );
+    }
+
+    let cgroup = TestCgroup::new("pod-storm");
+    let labels = host_cgroup_labels(&cgroup);
+    let bins = agent_bin().parent().expect("target dir").to_path_buf();
+    let mut storm = run_in_cgroup(
+        Command::new(bins.join("mutex_storm")).args([
+            "--threads",
+            "64",
+            "--seconds",
+            "60",
+            "--inside",
+            "2000",
+            "--outside",
+            "2000",
+        ]),
+        &cgroup,
+    );
+    let started = Instant::now();
+    let finding = "stormwatch_finding{kind=\"lock_storm\"";
+    let found = |text: &str| {
+        text.lines().any(|l| {
+            l.starts_with(finding) && l.contains(&format!("cgroup=\"{}\"", cgroup.rel_path()))
+        })
+    };
+    // The ConfigMap's window is 30 s, collections every 5 s: found well within the storm.
+    let deadline = Duration::from_secs(45);
+    loop {
+        let text = running.metrics();
+        if found(&text) {
+            break;
+        }
+        assert!(
+            started.elapsed() < deadline,
+            "no lock storm found by the pod within {deadline:?}; its series of the cgroup:\n{}\nlogs:\n{}",
+            text.lines()
+                .filter(|l| l.contains(&labels) && !l.contains("_bucket"))
+                .collect::<Vec<_>>()
+                .join("\n"),
+            running.container.logs()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    eprintln!(
+        "the pod found the storm {:?} after it started",
+        started.elapsed()
+    );
+    // Attached at the step that found it (the exposition may lag one collection); a refusal
+    // is logged, and the probes stay detached.
+    stormwatch_tests::daemon::wait_for(
+        "the wake-up probes attached on demand in the pod",
+        Duration::from_secs(12),
+        || {
+            let logs = running.container.logs();
+            assert!(
+                !logs.contains("wake-up probes on demand:"),
+                "the pod could not attach the wake-up probes:\n{logs}"
+            );
+            let text = running.metrics();
+            wake_probes
+                .iter()
+                .all(|tp| attached(&text, tp) == Some(1.0))
+                .then_some(())
+        },
+    );
+    let wakeups_series = format!("stormwatch_wakeups_total{labels}");
+    let told = stormwatch_tests::daemon::wait_for(
+        "the storm's wake-ups told local or remote",
+        Duration::from_secs(12),
+        || {
+            let text = running.metrics();
+            let n: f64 = text
+                .lines()
+                .filter(|l| l.starts_with(&wakeups_series))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum();
+            (n > 0.0).then_some(n)
+        },
+    );
+    eprintln!("the pod told {told} of the storm's wake-ups local or remote");
+    let _ = storm.kill();
+    let _ = storm.wait();
+}
+
 /// Per-container network series in the pod, under the manifest's privileges: a workload in a
 /// fresh cgroup sends a known number of sized pings; the cgroup's sent packets and bytes must
 /// be exactly those.
