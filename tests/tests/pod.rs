@@ -25,9 +25,11 @@
 //! /sys/fs/cgroup/unified, where the agent finds it from its mountinfo — as it does at
 //! /sys/fs/cgroup on a v2-only host. The test does not rewrite the mount for either layout.
 //!
-//! Checks: /readyz answers 200, every probe is attached (`stormwatch_probe_attached`), and a
-//! busy workload in a fresh cgroup on the host has scheduler series whose figures match the
-//! kernel's own (cgroup `cpu.stat` and the workload's getrusage). A second case runs the pod
+//! Checks: /readyz answers 200, every probe is attached (`stormwatch_probe_attached`) but the
+//! wake-up probes the ConfigMap attaches on demand, and a busy workload in a fresh cgroup on the
+//! host has scheduler series whose figures match the kernel's own (cgroup `cpu.stat` and the
+//! workload's getrusage). A lock storm on the host makes the pod attach the wake-up probes, under
+//! the same privileges. Another case runs the pod
 //! under podman's default seccomp profile (containers-common 0.50: bpf and perf_event_open only
 //! with CAP_SYS_ADMIN) and checks that `stormwatch check` names seccomp as the cause, with the
 //! fix, and exits non-zero.
