@@ -279,14 +279,13 @@ pub const OVERLAY_DEV: &str = "ov0";
 pub const POD_DEV: &str = "eth0";
 pub const POD_PEER_DEV: &str = "pod0";
 
-/// A veth between two namespaces, [`UNDERLAY_A`] in `a` and [`UNDERLAY_B`] in `b`, both
-/// ends at index 2 in namespaces made by [`Netns::new`] (lo is 1).
-pub fn underlay_between(a: &Netns, b: &Netns, mtu: u32) {
+/// A veth between two namespaces: `a_dev` in `a`, `b_dev` in `b`, both at `mtu`.
+pub fn veth_between(a: &Netns, a_dev: &str, b: &Netns, b_dev: &str, mtu: u32) {
     let mtu = mtu.to_string();
     run(Command::new("ip").args([
         "link",
         "add",
-        UNDERLAY_A,
+        a_dev,
         "netns",
         a.name(),
         "mtu",
@@ -295,12 +294,18 @@ pub fn underlay_between(a: &Netns, b: &Netns, mtu: u32) {
         "veth",
         "peer",
         "name",
-        UNDERLAY_B,
+        b_dev,
         "netns",
         b.name(),
         "mtu",
         &mtu,
     ]));
+}
+
+/// The underlay veth: [`UNDERLAY_A`] in `a`, [`UNDERLAY_B`] in `b`, both ends at index 2 in
+/// namespaces made by [`Netns::new`] (lo is 1).
+pub fn underlay_between(a: &Netns, b: &Netns, mtu: u32) {
+    veth_between(a, UNDERLAY_A, b, UNDERLAY_B, mtu);
 }
 
 impl Overlay {
@@ -356,25 +361,7 @@ impl Overlay {
         }
         let pod = pod_mtu.map(|pmtu| {
             let pod = Netns::new("pod");
-            let pmtu = pmtu.to_string();
-            run(Command::new("ip").args([
-                "link",
-                "add",
-                POD_DEV,
-                "netns",
-                pod.name(),
-                "mtu",
-                &pmtu,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                POD_PEER_DEV,
-                "netns",
-                a.name(),
-                "mtu",
-                &pmtu,
-            ]));
+            veth_between(&pod, POD_DEV, &a, POD_PEER_DEV, pmtu);
             pod.ip(&["addr", "add", &format!("{POD_IP}/24"), "dev", POD_DEV]);
             pod.ip(&["link", "set", POD_DEV, "up"]);
             pod.ip(&["route", "add", "default", "via", "10.202.0.1"]);
