@@ -135,7 +135,7 @@ impl Rtnl {
     /// each end's namespace in the other when the pair spans two. Needs no capability.
     pub fn nsid_of(&mut self, netns: BorrowedFd<'_>) -> Result<Option<i32>, NetlinkError> {
         let fd = u32::try_from(netns.as_raw_fd())
-            .map_err(|_| NetlinkError::Decode("negative file descriptor".to_owned()))?;
+            .map_err(|_| NetlinkError::Io(io::ErrorKind::InvalidInput.into()))?;
         let mut m = NsidMessage::default();
         m.attributes.push(NsidAttribute::Fd(fd));
         let replies = self.request(RouteNetlinkMessage::GetNsId(m), false)?;
