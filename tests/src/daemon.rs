@@ -273,6 +273,39 @@ pub fn sample(text: &str, series: &str) -> Option<f64> {
         .and_then(|v| v.parse().ok())
 }
 
+/// The values of the samples of `metric` in a classic exposition whose labels include all of
+/// `labels`.
+fn samples_with<'t>(
+    text: &'t str,
+    metric: &'t str,
+    labels: &'t [(&str, &str)],
+) -> impl Iterator<Item = f64> + 't {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(move |l| {
+            l.strip_prefix(metric)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+        })
+        .filter(move |l| {
+            labels.iter().all(|(k, v)| {
+                let pair = format!("{k}=\"{v}\"");
+                l.contains(&format!("{{{pair}")) || l.contains(&format!(",{pair}"))
+            })
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+/// The value of the first sample of `metric` whose labels include all of `labels`.
+pub fn sample_with(text: &str, metric: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    samples_with(text, metric, labels).next()
+}
+
+/// The sum of the samples of `metric` whose labels include all of `labels` (a counter's series
+/// over the labels left out); `None` when there is none.
+pub fn sum_with(text: &str, metric: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    samples_with(text, metric, labels).reduce(|a, b| a + b)
+}
+
 /// Panics unless `promtool check metrics` (Debian package `prometheus`) has nothing to say
 /// about `exposition` (the classic text format).
 #[track_caller]

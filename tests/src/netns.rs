@@ -392,24 +392,6 @@ impl Overlay {
     }
 }
 
-/// The value of the first sample of `metric` in a text exposition whose labels include all of
-/// `labels`.
-pub fn sample_with(text: &str, metric: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter(|l| {
-            l.strip_prefix(metric)
-                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
-        })
-        .find(|l| {
-            labels.iter().all(|(k, v)| {
-                let pair = format!("{k}=\"{v}\"");
-                l.contains(&format!("{{{pair}")) || l.contains(&format!(",{pair}"))
-            })
-        })
-        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-}
-
 /// `N packets transmitted, M received` of ping's summary.
 pub fn ping_counts(stdout: &str) -> (u64, u64) {
     let line = stdout

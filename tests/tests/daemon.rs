@@ -25,8 +25,8 @@ use serde_json::Value;
 use stormwatch_tests::{
     Agent, TestCgroup, agent_bin, agent_output,
     daemon::{
-        Daemon, EXIT_DEADLINE, assert_promtool_clean, free_port, http_get, sample, tool,
-        url_encode, wait_for, write_file,
+        Daemon, EXIT_DEADLINE, assert_promtool_clean, free_port, http_get, sample, sample_with,
+        sum_with, tool, url_encode, wait_for, write_file,
     },
     netns::{self, OuterDf, Overlay, PingDf, ping_node_b},
     require_bpf, run_in_cgroup, workload_result,
@@ -396,14 +396,6 @@ fn a_lock_storm_is_a_finding_while_it_lasts() {
     );
 }
 
-/// The value of the first series named `name` whose labels include `cgroup="<rel>"`.
-fn cgroup_sample(text: &str, name: &str, rel: &str) -> Option<f64> {
-    let label = format!("cgroup=\"{rel}\"");
-    text.lines()
-        .filter(|l| l.starts_with(&format!("{name}{{")) && l.contains(&label))
-        .find_map(|l| l.rsplit(' ').next()?.parse().ok())
-}
-
 /// The case, with the default thresholds: a container lives calmly with one thread
 /// that works a little every 10 ms (a busy-spinning one would take one of this VM's two CPUs
 /// from the storm and blur it), long past the point where a thread count read once (or every minute, or averaged
@@ -428,10 +420,12 @@ fn a_storm_after_calm_is_flagged_by_run_as_by_diagnose() {
     let cgroup = TestCgroup::new("calm-storm");
     let rel = cgroup.rel_path().to_owned();
     let lock_storm = |text: &str| {
-        text.lines().any(|l| {
-            l.starts_with("stormwatch_finding{kind=\"lock_storm\"")
-                && l.contains(&format!("cgroup=\"{rel}\""))
-        })
+        sample_with(
+            text,
+            "stormwatch_finding",
+            &[("kind", "lock_storm"), ("cgroup", &rel)],
+        )
+        .is_some()
     };
     // The long-lived container: one working thread (and its main thread), for the whole test.
     let calm_seconds = (CALM.as_secs() + STORM_SECONDS + 30).to_string();
@@ -450,21 +444,17 @@ fn a_storm_after_calm_is_flagged_by_run_as_by_diagnose() {
         let text = daemon.metrics();
         assert!(!lock_storm(&text), "no lock storm while calm:\n{text}");
     }
-    let waking = "stormwatch_probe_attached{tracepoint=\"sched:sched_waking\",";
-    let wakeups = |text: &str| -> Option<f64> {
-        let counts: Vec<f64> = text
-            .lines()
-            .filter(|l| {
-                l.starts_with("stormwatch_wakeups_total{")
-                    && l.contains(&format!("cgroup=\"{rel}\""))
-            })
-            .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
-            .collect();
-        (!counts.is_empty()).then(|| counts.iter().sum())
+    let waking = |text: &str| {
+        sample_with(
+            text,
+            "stormwatch_probe_attached",
+            &[("tracepoint", "sched:sched_waking")],
+        )
     };
+    let wakeups = |text: &str| sum_with(text, "stormwatch_wakeups_total", &[("cgroup", &rel)]);
     let text = daemon.metrics();
     assert_eq!(
-        sample(&text, waking),
+        waking(&text),
         Some(0.0),
         "wake_kinds = \"on-demand\": sched_waking detached while nothing storms"
     );
@@ -472,7 +462,7 @@ fn a_storm_after_calm_is_flagged_by_run_as_by_diagnose() {
     let calm_threads = wait_for(
         "the calm container's thread count",
         Duration::from_secs(5),
-        || cgroup_sample(&daemon.metrics(), "stormwatch_threads", &rel),
+        || sample_with(&daemon.metrics(), "stormwatch_threads", &[("cgroup", &rel)]),
     );
     assert_eq!(
         calm_threads, 2.0,
@@ -506,7 +496,7 @@ fn a_storm_after_calm_is_flagged_by_run_as_by_diagnose() {
         last = daemon.metrics();
         if lock_storm(&last) {
             flagged_after = Some(storm_started.elapsed());
-            storm_threads = cgroup_sample(&last, "stormwatch_threads", &rel);
+            storm_threads = sample_with(&last, "stormwatch_threads", &[("cgroup", &rel)]);
             break;
         }
         std::thread::sleep(Duration::from_millis(200));
@@ -551,7 +541,7 @@ fn a_storm_after_calm_is_flagged_by_run_as_by_diagnose() {
     wait_for(
         "sched_waking attached on demand",
         Duration::from_secs(3),
-        || (sample(&daemon.metrics(), waking) == Some(1.0)).then_some(()),
+        || (waking(&daemon.metrics()) == Some(1.0)).then_some(()),
     );
     let told = wait_for(
         "the storm's wake-ups told local or remote",
@@ -575,7 +565,7 @@ fn a_storm_after_calm_is_flagged_by_run_as_by_diagnose() {
     wait_for(
         "sched_waking detached again",
         Duration::from_secs(2 * WINDOW_SECONDS + 2),
-        || (sample(&daemon.metrics(), waking) == Some(0.0)).then_some(()),
+        || (waking(&daemon.metrics()) == Some(0.0)).then_some(()),
     );
     assert_eq!(
         wakeups(&daemon.metrics()),

@@ -17,10 +17,10 @@ use std::collections::HashMap;
 use serde_json::Value;
 use stormwatch_tests::{
     Agent, TestCgroup, assert_within,
-    daemon::{Daemon, assert_promtool_clean, wait_for, write_file},
+    daemon::{Daemon, assert_promtool_clean, sample_with, wait_for, write_file},
     netns::{
         NODE_B_OVERLAY_IP, Netns, OVERLAY_DEV, OuterDf, Overlay, POD_DEV, PingDf, UNDERLAY_A,
-        delta, ping_counts, ping_node_b, require_tools, sample_with, underlay_between,
+        delta, ping_counts, ping_node_b, require_tools, underlay_between,
     },
     num, require_bpf, run_in_cgroup,
 };

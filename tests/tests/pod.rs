@@ -50,11 +50,19 @@ use serde_json::Value as Json;
 use serde_yaml_ng::Value;
 use stormwatch_tests::{
     ONCPU_TOLERANCE, TestCgroup, agent_bin,
-    daemon::{free_port, http_get, sample, tool},
+    daemon::{free_port, http_get, sample, sample_with, sum_with, tool, wait_for},
     deploy::{documents, repo_file},
-    netns::{self, Netns, ping_counts, sample_with},
+    netns::{self, Netns, ping_counts},
     num, run_in_cgroup, workload_result,
 };
+
+/// The probes the ConfigMap's `wake_kinds = "on-demand"` loads at start and attaches while a
+/// lock storm is found.
+const WAKE_PROBES: [&str; 3] = [
+    "sched:sched_waking",
+    "sched:sched_wakeup",
+    "sched:sched_wakeup_new",
+];
 
 /// Start-up: loading and attaching the probes (the manifest's readiness has 120 s).
 const READY_TIMEOUT: Duration = Duration::from_secs(90);
@@ -692,11 +700,7 @@ fn the_pod_runs_as_the_manifest_says() {
         .filter_map(|l| l.strip_prefix("stormwatch_probe_on_demand{tracepoint=\""))
         .filter_map(|l| l.strip_suffix("\"} 1"))
         .collect();
-    let mut expected_on_demand = vec![
-        "sched:sched_waking",
-        "sched:sched_wakeup",
-        "sched:sched_wakeup_new",
-    ];
+    let mut expected_on_demand = WAKE_PROBES.to_vec();
     let mut seen_on_demand = on_demand.clone();
     seen_on_demand.sort_unstable();
     expected_on_demand.sort_unstable();
@@ -786,18 +790,10 @@ fn the_pod_attaches_the_wake_up_probes_when_it_finds_a_lock_storm() {
     let pod = Pod::from_manifest();
     let running = RunningPod::start(&pod);
     let attached = |text: &str, tp: &str| {
-        sample(
-            text,
-            &format!("stormwatch_probe_attached{{tracepoint=\"{tp}\","),
-        )
+        sample_with(text, "stormwatch_probe_attached", &[("tracepoint", tp)])
     };
-    let wake_probes = [
-        "sched:sched_waking",
-        "sched:sched_wakeup",
-        "sched:sched_wakeup_new",
-    ];
     let text = running.metrics();
-    for tp in wake_probes {
+    for tp in WAKE_PROBES {
         assert_eq!(
             attached(&text, tp),
             Some(0.0),
@@ -822,11 +818,14 @@ fn the_pod_attaches_the_wake_up_probes_when_it_finds_a_lock_storm() {
         &cgroup,
     );
     let started = Instant::now();
-    let finding = "stormwatch_finding{kind=\"lock_storm\"";
+    let rel = cgroup.rel_path();
     let found = |text: &str| {
-        text.lines().any(|l| {
-            l.starts_with(finding) && l.contains(&format!("cgroup=\"{}\"", cgroup.rel_path()))
-        })
+        sample_with(
+            text,
+            "stormwatch_finding",
+            &[("kind", "lock_storm"), ("cgroup", rel)],
+        )
+        .is_some()
     };
     // The ConfigMap's window is 30 s, collections every 5 s: found well within the storm.
     let deadline = Duration::from_secs(45);
@@ -852,7 +851,7 @@ fn the_pod_attaches_the_wake_up_probes_when_it_finds_a_lock_storm() {
     );
     // Attached at the step that found it (the exposition may lag one collection); a refusal
     // is logged, and the probes stay detached.
-    stormwatch_tests::daemon::wait_for(
+    wait_for(
         "the wake-up probes attached on demand in the pod",
         Duration::from_secs(12),
         || {
@@ -862,24 +861,22 @@ fn the_pod_attaches_the_wake_up_probes_when_it_finds_a_lock_storm() {
                 "the pod could not attach the wake-up probes:\n{logs}"
             );
             let text = running.metrics();
-            wake_probes
+            WAKE_PROBES
                 .iter()
                 .all(|tp| attached(&text, tp) == Some(1.0))
                 .then_some(())
         },
     );
-    let wakeups_series = format!("stormwatch_wakeups_total{labels}");
-    let told = stormwatch_tests::daemon::wait_for(
+    let told = wait_for(
         "the storm's wake-ups told local or remote",
         Duration::from_secs(12),
         || {
-            let text = running.metrics();
-            let n: f64 = text
-                .lines()
-                .filter(|l| l.starts_with(&wakeups_series))
-                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-                .sum();
-            (n > 0.0).then_some(n)
+            sum_with(
+                &running.metrics(),
+                "stormwatch_wakeups_total",
+                &[("cgroup", rel)],
+            )
+            .filter(|&n| n > 0.0)
         },
     );
     eprintln!("the pod told {told} of the storm's wake-ups local or remote");
