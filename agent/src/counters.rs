@@ -208,7 +208,7 @@ mod tests {
         // A field that is not a u64 would make the size differ from the words counted by hand.
         assert_eq!(words(&SchedStats::ZERO).len(), 5 + 3 * (2 + 32));
         assert_eq!(words(&LockStats::ZERO).len(), 2 * 7);
-        assert_eq!(words(&FutexStats::ZERO).len(), 4 + 2 + 32);
+        assert_eq!(words(&FutexStats::ZERO).len(), 6 + 2 + 32);
     }
 
     #[test]

@@ -123,6 +123,10 @@ pub struct FutexSummary {
     pub woken: u64,
     pub timeouts: u64,
     pub eagain: u64,
+    /// Waits that returned 0 (the waiter was woken: a hand-off through the kernel), and the
+    /// time in them.
+    pub woken_waits: u64,
+    pub woken_wait_seconds: f64,
     /// Log2-bucket upper edges, as for run-queue latency.
     pub p50_wait_seconds: Option<f64>,
     pub p99_wait_seconds: Option<f64>,
@@ -234,6 +238,8 @@ fn futex_summary(f: &FutexStats) -> FutexSummary {
         woken: f.woken,
         timeouts: f.timeouts,
         eagain: f.eagain,
+        woken_waits: f.woken_waits,
+        woken_wait_seconds: secs(f.woken_wait_ns),
         p50_wait_seconds: log2_quantile_ns(&f.wait, 0.50).map(secs),
         p99_wait_seconds: log2_quantile_ns(&f.wait, 0.99).map(secs),
     }

@@ -428,6 +428,13 @@ pub struct FutexStats {
     pub timeouts: u64,
     /// Waits that returned EAGAIN at once (the futex word had already changed).
     pub eagain: u64,
+    /// Waits that returned 0: the waiter was woken (by a wake, a requeue then a wake, or a PI
+    /// unlock that handed it the lock). Counted on the waiter's side, so it covers every kind
+    /// of futex and every runtime: each is a hand-off through the kernel.
+    pub woken_waits: u64,
+    /// Time in those waits, summed over threads: divided by the window, the average number of
+    /// threads queued for a hand-off (timed-out and EAGAIN waits left out).
+    pub woken_wait_ns: u64,
     /// Wait calls and their durations (from syscall entry to exit).
     pub wait: Log2Histogram,
 }
@@ -438,6 +445,8 @@ impl FutexStats {
         woken: 0,
         timeouts: 0,
         eagain: 0,
+        woken_waits: 0,
+        woken_wait_ns: 0,
         wait: Log2Histogram::ZERO,
     };
 }
@@ -619,7 +628,7 @@ mod tests {
         );
         assert_eq!(size_of::<TaskState>(), 8 * 7 + 4 * 4);
         assert_eq!(size_of::<OnCpu>(), 8 * 2 + 4 * 2);
-        assert_eq!(size_of::<FutexStats>(), 8 * 4 + size_of::<Log2Histogram>());
+        assert_eq!(size_of::<FutexStats>(), 8 * 6 + size_of::<Log2Histogram>());
         assert_eq!(size_of::<FutexInflight>(), 8 * 2 + 4 * 2);
         assert_eq!(size_of::<HotFutexKey>(), 8 * 2 + 4 * 2);
         assert_eq!(size_of::<HotFutexValue>(), 8 * 3 + 16);

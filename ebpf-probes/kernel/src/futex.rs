@@ -214,7 +214,10 @@ fn exit(ret: i64) {
     match call.class {
         futex_class::WAIT => {
             stats.wait.record(waited);
-            if ret == -ETIMEDOUT {
+            if ret == 0 {
+                stats.woken_waits += 1;
+                stats.woken_wait_ns += waited;
+            } else if ret == -ETIMEDOUT {
                 stats.timeouts += 1;
             } else if ret == -EAGAIN {
                 stats.eagain += 1;
