@@ -357,10 +357,10 @@ fn a_lock_storm_is_a_finding_while_it_lasts() {
     let config = write_file(
         dir.path(),
         "config.toml",
-        "diagnosis_window_seconds = 3\n[thresholds]\nstorm_min_futex_wait_share = 0.01\n\
-         storm_min_futex_waits_per_second = 1\nstorm_min_voluntary_switches_per_cpu_second = 1\n\
-         storm_min_threads_per_cpu = 1\nstorm_max_timeout_share = 1\nstorm_min_busy_share = 0\n\
-         storm_critical_futex_wait_share = 0.01\n",
+        "diagnosis_window_seconds = 3\n[thresholds]\nstorm_min_threads_per_cpu = 1\n\
+         storm_min_queued_threads_per_cpu = 0.01\nstorm_min_futex_blocked_share = 0.01\n\
+         storm_min_handoffs_per_cpu_second = 1\nstorm_min_convoy_handoffs_per_cpu_second = 1\n\
+         storm_max_timeout_share = 1\nstorm_critical_queued_threads_per_cpu = 0.01\n",
     );
     let daemon = Daemon::start(&["--config", config.to_str().unwrap()]);
     let cgroup = TestCgroup::new("finding");

@@ -6,7 +6,9 @@ use std::{io::Write as _, time::Duration};
 use serde::Serialize;
 
 use crate::{
-    diagnose::{FindingReport, RULES, Thresholds, host_cpus, session::Session},
+    diagnose::{
+        FindingReport, RULES, Thresholds, host_cpus, rules::StormFigures, session::Session,
+    },
     host::HostReport,
     identity::CgroupResolver,
     pipeline::Pipeline,
@@ -36,6 +38,19 @@ pub struct Checked {
     /// Probes attached, of those tried.
     pub probes_attached: usize,
     pub probes_total: usize,
+    /// The lock-storm rule's figures for the containers with the most futex hand-offs (at most
+    /// `STORM_FIGURES_SHOWN`), storm or not: why a container was, or was not, flagged.
+    pub lock_storm: Vec<StormCheck>,
+}
+
+/// How many containers' lock-storm figures `checked.lock_storm` lists.
+const STORM_FIGURES_SHOWN: usize = 10;
+
+#[derive(Debug, Serialize)]
+pub struct StormCheck {
+    pub cgroup: String,
+    #[serde(flatten)]
+    pub figures: StormFigures,
 }
 
 pub async fn run(args: DiagnoseArgs) -> anyhow::Result<u8> {
@@ -79,6 +94,23 @@ pub async fn run(args: DiagnoseArgs) -> anyhow::Result<u8> {
     let window = session.window();
     let limits = session.window_limits(&window);
     let ctx = pipeline.report_context(&limits);
+    let facts = session.facts(&window, pipeline.paths());
+    let thresholds = &session.options().thresholds;
+    let mut storm_checks: Vec<StormCheck> = facts
+        .iter()
+        .filter_map(|f| {
+            StormFigures::of(f, thresholds).map(|figures| StormCheck {
+                cgroup: f.cgroup.clone(),
+                figures,
+            })
+        })
+        .collect();
+    storm_checks.sort_by(|a, b| {
+        b.figures
+            .handoffs_per_cpu_second
+            .total_cmp(&a.figures.handoffs_per_cpu_second)
+    });
+    storm_checks.truncate(STORM_FIGURES_SHOWN);
     let report = DiagnoseReport {
         host: HostReport::new(session.host(), session.steal()),
         findings: findings
@@ -87,11 +119,12 @@ pub async fn run(args: DiagnoseArgs) -> anyhow::Result<u8> {
             .collect(),
         checked: Checked {
             duration_seconds: window.duration.as_secs_f64(),
-            containers: session.facts(&window, pipeline.paths()).len(),
+            containers: facts.len(),
             host_cpus: host_cpus(),
             rules: RULES.iter().map(|k| k.as_str()).collect(),
             probes_attached: attached,
             probes_total: total,
+            lock_storm: storm_checks,
         },
     };
     let mut out = std::io::stdout().lock();

@@ -44,6 +44,9 @@ pub struct Facts {
     pub remote_wakeup_share: Option<f64>,
     /// Distinct CPUs the container's threads ran on in the window, when measured.
     pub cpus_used: Option<u32>,
+    /// The futex probes were attached through the window, so `futex` is what the threads did
+    /// (all zero then means no futex waits), not what was not watched.
+    pub futex_watched: bool,
     /// The host over the window, when known.
     pub host: Option<HostFacts>,
 }
@@ -100,6 +103,32 @@ impl Facts {
     pub fn futex_wait_share(&self) -> Option<f64> {
         let threads = self.threads? as f64;
         (threads > 0.0).then(|| (self.futex_waiting_threads() / threads).min(1.0))
+    }
+
+    /// Hand-offs through the kernel: futex waits that ended in a wake, per second.
+    pub fn handoffs_per_second(&self) -> f64 {
+        self.per_second(self.futex.woken_waits as f64)
+    }
+
+    /// Average number of threads queued for a hand-off: time in the futex waits that ended in
+    /// a wake, per second (timed-out and EAGAIN waits left out: an idle thread parked on a
+    /// timer is not queued for anything).
+    pub fn queued_threads(&self) -> f64 {
+        self.per_second(self.futex.woken_wait_ns as f64 / 1e9)
+    }
+
+    /// Of the threads' time off the CPU (blocked, or queued for a CPU), the part in futex
+    /// waits; `None` when they were never off the CPU. A futex wait lasts until its thread is
+    /// back on a CPU, so it covers both kinds of off-CPU time; capped at 1.
+    pub fn futex_blocked_share(&self) -> Option<f64> {
+        let off = self.sched.offcpu_ns + self.sched.runq.sum_ns;
+        (off > 0).then(|| (self.futex.wait.sum_ns as f64 / off as f64).min(1.0))
+    }
+
+    /// Throttled time per second of window, when the container has a quota.
+    pub fn throttled_share(&self) -> Option<f64> {
+        self.quota_cores?;
+        Some(self.per_second(self.throttled_seconds?))
     }
 
     pub fn voluntary_switches_per_cpu_second(&self) -> f64 {
@@ -181,13 +210,14 @@ pub struct Finding {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Thresholds {
-    pub storm_min_futex_wait_share: f64,
-    pub storm_min_futex_waits_per_second: f64,
-    pub storm_min_voluntary_switches_per_cpu_second: f64,
     pub storm_min_threads_per_cpu: f64,
+    pub storm_min_queued_threads_per_cpu: f64,
+    pub storm_min_futex_blocked_share: f64,
+    pub storm_min_handoffs_per_cpu_second: f64,
+    pub storm_min_convoy_handoffs_per_cpu_second: f64,
+    pub storm_saturated_runnable_per_cpu: f64,
     pub storm_max_timeout_share: f64,
-    pub storm_min_busy_share: f64,
-    pub storm_critical_futex_wait_share: f64,
+    pub storm_critical_queued_threads_per_cpu: f64,
     pub storm_high_migrations_per_second: f64,
     pub storm_significant_spin_wait: f64,
     pub storm_high_remote_wakeup_share: f64,
@@ -209,13 +239,14 @@ impl Default for Thresholds {
     fn default() -> Self {
         use rules::defaults::*;
         Self {
-            storm_min_futex_wait_share: STORM_MIN_FUTEX_WAIT_SHARE,
-            storm_min_futex_waits_per_second: STORM_MIN_FUTEX_WAITS_PER_SECOND,
-            storm_min_voluntary_switches_per_cpu_second: STORM_MIN_VCSW_PER_CPU_SECOND,
             storm_min_threads_per_cpu: STORM_MIN_THREADS_PER_CPU,
+            storm_min_queued_threads_per_cpu: STORM_MIN_QUEUED_THREADS_PER_CPU,
+            storm_min_futex_blocked_share: STORM_MIN_FUTEX_BLOCKED_SHARE,
+            storm_min_handoffs_per_cpu_second: STORM_MIN_HANDOFFS_PER_CPU_SECOND,
+            storm_min_convoy_handoffs_per_cpu_second: STORM_MIN_CONVOY_HANDOFFS_PER_CPU_SECOND,
+            storm_saturated_runnable_per_cpu: STORM_SATURATED_RUNNABLE_PER_CPU,
             storm_max_timeout_share: STORM_MAX_TIMEOUT_SHARE,
-            storm_min_busy_share: STORM_MIN_BUSY_SHARE,
-            storm_critical_futex_wait_share: STORM_CRITICAL_FUTEX_WAIT_SHARE,
+            storm_critical_queued_threads_per_cpu: STORM_CRITICAL_QUEUED_THREADS_PER_CPU,
             storm_high_migrations_per_second: STORM_HIGH_MIGRATIONS_PER_SECOND,
             storm_significant_spin_wait: STORM_SIGNIFICANT_SPIN_WAIT,
             storm_high_remote_wakeup_share: STORM_HIGH_REMOTE_WAKEUP_SHARE,
@@ -303,6 +334,7 @@ pub fn facts(
                 // A container that ran in the window ran on at least one CPU: none means the
                 // switch probe did not see it, not "no CPU".
                 cpus_used: Some(w.cpus_used()).filter(|n| *n > 0),
+                futex_watched: true,
                 // The session adds the host over the same window.
                 host: None,
             })

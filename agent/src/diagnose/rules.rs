@@ -8,29 +8,47 @@ use crate::collect::log2_quantile_ns;
 
 /// Default thresholds, with the reason for each value.
 pub mod defaults {
-    /// A quarter of all thread time in futex waits: a service whose threads mostly run or do
-    /// I/O stays far below; parked idle pools can exceed it, which is why the wait *rate*
-    /// below is required too.
-    pub const STORM_MIN_FUTEX_WAIT_SHARE: f64 = 0.25;
-    /// Futex waits per second per allowed CPU: the lock is handed off constantly, not just held
-    /// by a few slow threads. Measured here: 64 threads queueing on one mutex on 2 CPUs make
-    /// about 1,000 per CPU, each waiting tens of milliseconds.
-    pub const STORM_MIN_FUTEX_WAITS_PER_SECOND: f64 = 200.0;
-    /// Voluntary switches per second per allowed CPU: each contended hand-off is a block and a
-    /// wake-up. Busy I/O services block too, which is why this is never judged alone.
-    pub const STORM_MIN_VCSW_PER_CPU_SECOND: f64 = 200.0;
-    /// The CPUs must be busy (on-CPU time at least half of the allowed CPUs): threads queue on a
-    /// lock while work is being done. An idle worker pool waiting on its queue's condition
-    /// variable has the same futex signature with idle CPUs.
-    pub const STORM_MIN_BUSY_SHARE: f64 = 0.5;
+    /// "Far more threads than usable CPUs": with fewer than 4 per CPU, a waiting thread's CPU
+    /// is not what the others wait for, and the hand-off cost stays bounded. (The corpus's
+    /// 2-thread hand-off has 11 threads per CPU counting the JVM's own: the queue gate below is
+    /// what rules it out, not this one.)
+    pub const STORM_MIN_THREADS_PER_CPU: f64 = 4.0;
+    /// Threads queued for a hand-off, per allowed CPU: the time in futex waits that ended in a
+    /// wake, per second of window (Little's law). Twice the CPUs means the lock's queue, not
+    /// the CPUs, holds most of the threads. Measured on the corpus: lock storms 5.8 (Go, whose
+    /// runtime parks its Ms) to 53 (a storm inside a 0.5-CPU quota); a 2-thread JVM hand-off
+    /// 0.9, stress-ng's futex stressor 1.0.
+    pub const STORM_MIN_QUEUED_THREADS_PER_CPU: f64 = 2.0;
+    /// Of the threads' time off the CPU (blocked, or waiting for a CPU), the part in futex
+    /// waits: the threads wait for each other, not for I/O or timers they sleep on. Corpus:
+    /// storms 0.76–1.0; servers blocked in epoll or reads, and CPU-bound threads, 0.
+    pub const STORM_MIN_FUTEX_BLOCKED_SHARE: f64 = 0.5;
+    /// Hand-offs (waits that ended in a wake) per second per allowed CPU while the container
+    /// keeps its CPUs saturated (see `STORM_SATURATED_RUNNABLE_PER_CPU`): a lock taken so often
+    /// that threads queue for it while others wait for a CPU. Corpus: a JVM `synchronized`
+    /// storm 271–295 (the monitor spins first, so few acquisitions reach the kernel), Go 480,
+    /// pthread mutex storms 940–980; every case that is not lock-bound hands off 0 here, or
+    /// has CPUs to spare.
+    pub const STORM_MIN_HANDOFFS_PER_CPU_SECOND: f64 = 100.0;
+    /// Hand-offs per second per allowed CPU when the CPUs are not saturated: a convoy. When
+    /// every release wakes a parked waiter, the CPUs go idle while the lock is passed through
+    /// the kernel, so busy CPUs cannot be required — but idle CPUs with parked threads are
+    /// also what a pool waiting for work looks like. What tells them apart is the rate: a
+    /// convoy hands the lock on as fast as the kernel can wake the next waiter (corpus:
+    /// futex lock-pi 3,900, a fair ReentrantLock 22,900 per CPU), a queue at the rate work
+    /// arrives (corpus: 250 per CPU for 500 tasks/s).
+    pub const STORM_MIN_CONVOY_HANDOFFS_PER_CPU_SECOND: f64 = 1000.0;
+    /// The container keeps at least its allowed CPUs' worth of threads running or runnable
+    /// (on-CPU time plus run-queue wait per second, per allowed CPU): it would use more CPU
+    /// than it may, so a lock taken even a hundred times a second per CPU stalls work. Chosen
+    /// over on-CPU time alone because a storm throttled by its quota, or sharing its CPUs with
+    /// a neighbour, is saturated with little CPU time of its own.
+    pub const STORM_SATURATED_RUNNABLE_PER_CPU: f64 = 1.0;
     /// At most half of the waits may end in a timeout: threads parked with a timeout (idle
     /// pools polling for work) time out; threads queued on a lock are woken by its release.
     pub const STORM_MAX_TIMEOUT_SHARE: f64 = 0.5;
-    /// "Far more threads than usable CPUs": with fewer than 4 per CPU, a waiting thread's CPU
-    /// is not what the others wait for, and the hand-off cost stays bounded.
-    pub const STORM_MIN_THREADS_PER_CPU: f64 = 4.0;
-    /// Half of all thread time waiting for each other: the service mostly queues on its lock.
-    pub const STORM_CRITICAL_FUTEX_WAIT_SHARE: f64 = 0.5;
+    /// Eight threads queued per CPU: the service mostly queues on its lock.
+    pub const STORM_CRITICAL_QUEUED_THREADS_PER_CPU: f64 = 8.0;
     /// Migrations per second per allowed CPU above which pinning is worth recommending: each
     /// migration moves the lock's cache lines and the thread's working set.
     pub const STORM_HIGH_MIGRATIONS_PER_SECOND: f64 = 50.0;
@@ -116,35 +134,107 @@ fn limits_evidence(f: &Facts, e: &mut BTreeMap<&'static str, f64>) {
     }
 }
 
-/// Many threads, few usable CPUs, and the time going to futex waits with a high hand-off rate.
-/// Never one figure alone: each of the four conditions is required.
+/// The figures the lock-storm rule judges, for every container with futex waits: with a
+/// finding they are its evidence, without one they say why not (`diagnose --json` prints
+/// them under `checked.lock_storm`).
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct StormFigures {
+    pub threads_per_cpu: f64,
+    pub queued_threads_per_cpu: f64,
+    pub handoffs_per_cpu_second: f64,
+    pub futex_blocked_share: f64,
+    pub futex_timeout_share: f64,
+    pub runnable_per_cpu: f64,
+    /// The hand-off rate the container must reach: the saturated or the convoy threshold.
+    pub required_handoffs_per_cpu_second: f64,
+    pub lock_storm: bool,
+}
+
+impl StormFigures {
+    /// `None` without a thread count or without futex waits (nothing to judge).
+    pub fn of(f: &Facts, t: &Thresholds) -> Option<Self> {
+        let threads = f.threads? as f64;
+        if f.futex.wait.count == 0 {
+            return None;
+        }
+        let allowed = f.allowed_cpus();
+        let runnable_per_cpu = f.runnable_threads() / allowed;
+        let required = if runnable_per_cpu >= t.storm_saturated_runnable_per_cpu {
+            t.storm_min_handoffs_per_cpu_second
+        } else {
+            t.storm_min_convoy_handoffs_per_cpu_second
+        };
+        let mut s = Self {
+            threads_per_cpu: threads / allowed,
+            queued_threads_per_cpu: f.queued_threads() / allowed,
+            handoffs_per_cpu_second: f.handoffs_per_second() / allowed,
+            futex_blocked_share: f.futex_blocked_share().unwrap_or(0.0),
+            futex_timeout_share: f.futex.timeouts as f64 / f.futex.wait.count as f64,
+            runnable_per_cpu,
+            required_handoffs_per_cpu_second: required,
+            lock_storm: false,
+        };
+        s.lock_storm = s.threads_per_cpu >= t.storm_min_threads_per_cpu
+            && s.queued_threads_per_cpu >= t.storm_min_queued_threads_per_cpu
+            && s.futex_blocked_share >= t.storm_min_futex_blocked_share
+            && s.futex_timeout_share <= t.storm_max_timeout_share
+            && s.handoffs_per_cpu_second >= required;
+        Some(s)
+    }
+}
+
+/// A lock storm: threads serialized on futexes, handing the lock to one another through the
+/// kernel far more often than the allowed CPUs can absorb. What the kernel says the threads
+/// do, each condition required:
+///
+/// - far more threads than usable CPUs (`storm_min_threads_per_cpu`);
+/// - many of them queued for a hand-off at any moment: the time in futex waits that *ended in
+///   a wake*, per second and per allowed CPU (`storm_min_queued_threads_per_cpu`). Waits that
+///   time out (idle pools on timers) or return EAGAIN at once do not count;
+/// - their time off the CPU goes to futex waits, not to I/O or sleeps
+///   (`storm_min_futex_blocked_share`), and few waits time out (`storm_max_timeout_share`);
+/// - the hand-offs are frequent: per allowed CPU, `storm_min_handoffs_per_cpu_second` when the
+///   container keeps its CPUs saturated (running or queued for a CPU), or the far higher
+///   `storm_min_convoy_handoffs_per_cpu_second` when its CPUs sit partly idle — a convoy,
+///   where every release wakes a parked waiter, against a pool waiting for work at the rate
+///   work arrives.
+///
+/// Not judged: the CPU busy share (a convoy leaves the CPUs idle, a storm in a quota is
+/// throttled) and the futex wait share of wall time (throttling and run-queue waits dilute it).
+/// Nor which futex words the waits are on: the Go runtime parks each M on a word of its own, so
+/// a Go mutex storm reaches the kernel spread over as many words as Ms. The thresholds were
+/// chosen from a corpus of real workloads on both sides (tests/tests/corpus.rs, README).
 pub fn lock_storm(f: &Facts, t: &Thresholds) -> Option<Finding> {
-    let threads = f.threads? as f64;
-    let allowed = f.allowed_cpus();
-    let share = f.futex_wait_share()?;
-    let waits_per_cpu = f.futex_waits_per_second() / allowed;
-    let vcsw = f.voluntary_switches_per_cpu_second();
-    let threads_per_cpu = threads / allowed;
-    let timeout_share = f.futex.timeouts as f64 / f.futex.wait.count.max(1) as f64;
-    let busy = f.oncpu_cores() / allowed;
-    if share < t.storm_min_futex_wait_share
-        || busy < t.storm_min_busy_share
-        || waits_per_cpu < t.storm_min_futex_waits_per_second
-        || vcsw < t.storm_min_voluntary_switches_per_cpu_second
-        || threads_per_cpu < t.storm_min_threads_per_cpu
-        || timeout_share > t.storm_max_timeout_share
-    {
+    let figures = StormFigures::of(f, t)?;
+    if !figures.lock_storm {
         return None;
     }
+    let threads = f.threads? as f64;
+    let allowed = f.allowed_cpus();
+    let share = f.futex_wait_share().unwrap_or(0.0);
+    let timeout_share = figures.futex_timeout_share;
+    let vcsw = f.voluntary_switches_per_cpu_second();
+    let throttled = f
+        .throttled_share()
+        .filter(|s| *s >= t.throttling_min_throttled_share);
     let spin = f.spin_wait_per_second();
     let migrations_per_cpu = f.migrations_per_second() / allowed;
-    let severity =
-        if share >= t.storm_critical_futex_wait_share || spin >= t.storm_significant_spin_wait {
-            Severity::Critical
-        } else {
-            Severity::Warning
-        };
+    let severity = if figures.queued_threads_per_cpu >= t.storm_critical_queued_threads_per_cpu
+        || spin >= t.storm_significant_spin_wait
+    {
+        Severity::Critical
+    } else {
+        Severity::Warning
+    };
     let mut e = BTreeMap::new();
+    e.insert("queued_threads_per_cpu", figures.queued_threads_per_cpu);
+    e.insert("handoffs_per_cpu_second", figures.handoffs_per_cpu_second);
+    e.insert(
+        "required_handoffs_per_cpu_second",
+        figures.required_handoffs_per_cpu_second,
+    );
+    e.insert("futex_blocked_share", figures.futex_blocked_share);
+    e.insert("runnable_per_cpu", figures.runnable_per_cpu);
     e.insert("futex_wait_share", share);
     e.insert("futex_waiting_threads", f.futex_waiting_threads());
     e.insert("futex_waits_per_second", f.futex_waits_per_second());
@@ -180,7 +270,16 @@ pub fn lock_storm(f: &Facts, t: &Thresholds) -> Option<Finding> {
             f.migrations_per_second()
         ));
     }
-    recs.push(if cost.node_sized {
+    if let (Some(share), Some(q)) = (throttled, f.quota_cores) {
+        recs.push(format!(
+            "Size the runtimes to the quota, not the node: {threads:.0} threads take turns on \
+             one lock inside a {q:.2}-CPU quota, and a thread throttled while it holds the lock \
+             (the quota stalled it {:.0}% of the time) stalls every waiter until the next period. \
+             Raising the limit shortens the stalls; fewer threads end the queue.",
+            100.0 * share
+        ));
+    }
+    recs.push(if cost.node_sized || throttled.is_some() {
         node_sizing(threads, f.host_cpus, n)
     } else {
         format!(
@@ -215,17 +314,35 @@ pub fn lock_storm(f: &Facts, t: &Thresholds) -> Option<Finding> {
             .to_owned(),
     );
     recs.push(
-        "Find the contended lock: `stormwatch trace --json` lists the hottest futex addresses \
-         per process (hot_futexes); a JVM thread dump or `perf lock contention` names the \
-         monitor."
+        "Name the contended lock: `stormwatch trace --json` lists the futex words these waits \
+         are on, per process (hot_futexes); a JVM thread dump, a Go mutex profile or \
+         `perf lock contention` names the code that takes it."
             .to_owned(),
     );
     let mut summary = format!(
-        "lock storm: {threads:.0} threads on {allowed:.1} usable CPU(s) spend {:.0}% of their \
-         time in futex waits ({:.0} waits/s per CPU, {vcsw:.0} voluntary switches/s per CPU)",
-        100.0 * share,
-        waits_per_cpu
+        "lock storm: {threads:.0} threads on {allowed:.1} usable CPU(s) hand a lock to one \
+         another through the kernel {:.0} times/s per CPU, with {:.1} threads per CPU queued \
+         for it on average; {:.0}% of their time off the CPU is futex waits",
+        figures.handoffs_per_cpu_second,
+        figures.queued_threads_per_cpu,
+        100.0 * figures.futex_blocked_share,
     );
+    if figures.runnable_per_cpu < t.storm_saturated_runnable_per_cpu {
+        summary.push_str(&format!(
+            " — a convoy: the CPUs are {:.0}% busy while the lock is passed from one parked \
+             thread to the next",
+            100.0 * f.oncpu_cores() / allowed
+        ));
+    }
+    if let (Some(share), Some(q)) = (throttled, f.quota_cores) {
+        summary.push_str(&format!(
+            "; inside a {q:.2}-CPU quota it is throttled {:.0}% of the time: {threads:.0} \
+             threads sized for the node's {} CPUs against a fractional quota",
+            100.0 * share,
+            f.host_cpus
+        ));
+        e.insert("throttled_seconds_per_second", share);
+    }
     cost.explain(f, threads, allowed, t, &mut summary);
     let mut found = finding(f, Kind::LockStorm, severity, summary, e, recs);
     if let Some(host) = &f.host {
@@ -540,18 +657,39 @@ pub fn thread_oversubscription(f: &Facts, t: &Thresholds) -> Option<Finding> {
                  available (JVM -XX:ActiveProcessorCount, Go GOMAXPROCS, worker counts).",
                 allowed.ceil().max(1.0) as u64
             ),
-            "If these threads share a lock, this becomes a lock storm: watch futex wait in \
-             `stormwatch trace`."
-                .to_owned(),
+            lock_context(f, t),
         ],
     ))
+}
+
+/// What the futex figures say about a lock behind an oversubscription: measured, never a
+/// suggestion to go and look for what the probes already show.
+fn lock_context(f: &Facts, t: &Thresholds) -> String {
+    if !f.futex_watched {
+        return "The futex probes were not attached in this window (they attach when the \
+                scheduler figures look like a lock storm); `stormwatch trace` shows futex waits \
+                now."
+            .to_owned();
+    }
+    match StormFigures::of(f, t) {
+        None => "No futex waits: the threads do not queue on a lock; they queue for the CPUs."
+            .to_owned(),
+        Some(s) => format!(
+            "Not a lock storm: {:.0} futex hand-offs/s per CPU (a storm needs {:.0}) with {:.1} \
+             threads per CPU queued for them (a storm needs {:.1}).",
+            s.handoffs_per_cpu_second,
+            s.required_handoffs_per_cpu_second,
+            s.queued_threads_per_cpu,
+            t.storm_min_queued_threads_per_cpu
+        ),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::diagnose::{HostFacts, diagnose};
-    use stormwatch_common::{FutexStats, LockStats, SchedStats, lock_kind};
+    use stormwatch_common::{FutexStats, LockStats, Log2Histogram, SchedStats, lock_kind};
 
     const S: u64 = 1_000_000_000;
 
@@ -572,6 +710,7 @@ mod tests {
             locks: LockStats::ZERO,
             remote_wakeup_share: None,
             cpus_used: None,
+            futex_watched: true,
             host: None,
         }
     }
@@ -590,11 +729,16 @@ mod tests {
         f.sched.voluntary_switches = 400_000;
         f.sched.involuntary_switches = 20_000;
         f.sched.migrations = 30_000;
-        runq(&mut f, 1000, 50_000);
+        f.sched.offcpu_ns = 250 * S;
+        runq(&mut f, 1000, 5_000_000); // 5 s queued for a CPU: 1.2 runnable per CPU
         for _ in 0..1000 {
             f.futex.wait.record(240_000_000); // 240 s of waiting in 10 s: 24 threads
         }
         f.futex.wait.count = 300_000;
+        // 290,000 of them ended in a wake: 14,500 hand-offs/s per CPU, 11.5 threads per CPU
+        // queued for them.
+        f.futex.woken_waits = 290_000;
+        f.futex.woken_wait_ns = 230 * S;
         f.locks.count[lock_kind::SPIN] = 50_000;
         f.locks.wait_ns[lock_kind::SPIN] = S / 2;
         f
@@ -630,6 +774,13 @@ mod tests {
         let f = lock_storm(&storm(), &t).expect("storm");
         assert_eq!(f.severity, Severity::Critical);
         assert!(f.evidence["futex_wait_share"] > 0.7);
+        assert_eq!(f.evidence["handoffs_per_cpu_second"], 14_500.0);
+        assert_eq!(f.evidence["queued_threads_per_cpu"], 11.5);
+        assert!(
+            !f.summary.contains("convoy"),
+            "saturated CPUs: {}",
+            f.summary
+        );
         assert_eq!(f.evidence["threads"], 32.0);
         assert_eq!(f.evidence["allowed_cpus"], 2.0);
         assert!(f.recommendations[0].contains("Pin"), "migrations are high");
@@ -657,6 +808,9 @@ mod tests {
             f.futex.wait.record(16 * S); // 16,000 s of waiting in 10 s: 1,600 threads
         }
         f.futex.wait.count = 400_000;
+        f.futex.woken_waits = 390_000;
+        f.futex.woken_wait_ns = 15_000 * S;
+        f.sched.offcpu_ns = 17_000 * S;
         f.remote_wakeup_share = Some(0.85);
         f.cpus_used = Some(host_cpus);
         f.host = host;
@@ -831,14 +985,26 @@ mod tests {
         few_threads.threads = Some(6);
         assert!(lock_storm(&few_threads, &t).is_none(), "3 threads per CPU");
         let mut slow = storm();
-        slow.futex.wait.count = 2000; // 100 waits/s per CPU
-        assert!(lock_storm(&slow, &t).is_none());
-        let mut calm = storm();
-        calm.sched.voluntary_switches = 2_000;
-        assert!(lock_storm(&calm, &t).is_none());
-        let mut idle_pool = storm();
-        idle_pool.sched.oncpu_ns = 2 * S; // workers waiting for work on idle CPUs
-        assert!(lock_storm(&idle_pool, &t).is_none());
+        slow.futex.woken_waits = 1000; // 50 hand-offs/s per CPU
+        assert!(lock_storm(&slow, &t).is_none(), "slow hand-offs");
+        let mut short_queue = storm();
+        short_queue.futex.woken_wait_ns = 20 * S; // 1 thread per CPU queued
+        assert!(lock_storm(&short_queue, &t).is_none(), "short queue");
+        let mut io_bound = storm();
+        io_bound.sched.offcpu_ns = 1000 * S; // blocked mostly outside futexes
+        assert!(lock_storm(&io_bound, &t).is_none(), "I/O-bound");
+        // Idle CPUs, threads parked on the queue, woken at the rate work arrives: not a storm;
+        // at the rate of a convoy, one.
+        let mut pool = storm();
+        pool.sched.oncpu_ns = 2 * S;
+        pool.sched.runq = Log2Histogram::ZERO;
+        pool.futex.woken_waits = 10_000; // 500/s per CPU
+        assert!(lock_storm(&pool, &t).is_none(), "a pool waiting for work");
+        let mut convoy = pool.clone();
+        convoy.futex.woken_waits = 80_000; // 4,000/s per CPU
+        let found = lock_storm(&convoy, &t).expect("a convoy");
+        assert!(found.summary.contains("convoy"), "{}", found.summary);
+        assert_eq!(found.evidence["required_handoffs_per_cpu_second"], 1000.0);
         let mut polling = storm();
         polling.futex.timeouts = 200_000; // parked with timeouts, not queued on a lock
         assert!(lock_storm(&polling, &t).is_none());
@@ -880,6 +1046,67 @@ mod tests {
         let found = diagnose(&[f], &Thresholds::default());
         assert!(kinds(&found).contains(&Kind::LockStorm));
         assert!(!kinds(&found).contains(&Kind::ThreadOversubscription));
+    }
+
+    /// The seed's shape inside a quota: the storm and the throttling both found, the storm's
+    /// summary tying them, advice sized to the quota, and no oversubscription finding telling
+    /// the user to go and watch futexes.
+    #[test]
+    fn a_storm_inside_a_quota_is_also_throttling_and_says_so() {
+        let mut f = storm();
+        f.quota_cores = Some(0.5);
+        f.sched.oncpu_ns = 5 * S;
+        f.throttled_periods = Some(75);
+        f.throttled_seconds = Some(7.5);
+        let found = check_all(&f, std::slice::from_ref(&f), &Thresholds::default());
+        assert_eq!(
+            kinds(&found),
+            [
+                Kind::LockStorm,
+                Kind::CpuThrottling,
+                Kind::RunqueueSaturation
+            ],
+            "{found:?}"
+        );
+        let storm = &found[0];
+        assert!(
+            storm.summary.contains("0.50-CPU quota") && storm.summary.contains("throttled 75%"),
+            "{}",
+            storm.summary
+        );
+        assert_eq!(storm.evidence["throttled_seconds_per_second"], 0.75);
+        for flag in ["ActiveProcessorCount=1", "GOMAXPROCS=1"] {
+            assert!(
+                storm.recommendations.iter().any(|r| r.contains(flag)),
+                "{flag}: {:?}",
+                storm.recommendations
+            );
+        }
+        assert!(
+            !found
+                .iter()
+                .flat_map(|f| &f.recommendations)
+                .any(|r| r.contains("watch futex")),
+            "{found:?}"
+        );
+    }
+
+    #[test]
+    fn oversubscription_says_what_the_futex_figures_show() {
+        let t = Thresholds::default();
+        let mut f = cpu_bound();
+        let rec = |f: &Facts| thread_oversubscription(f, &t).unwrap().recommendations[1].clone();
+        assert!(rec(&f).starts_with("No futex waits"), "{}", rec(&f));
+        f.futex.wait.count = 100;
+        f.futex.woken_waits = 100;
+        f.futex.woken_wait_ns = S;
+        assert!(
+            rec(&f).starts_with("Not a lock storm: 5 futex hand-offs/s per CPU"),
+            "{}",
+            rec(&f)
+        );
+        f.futex_watched = false;
+        assert!(rec(&f).contains("not attached"), "{}", rec(&f));
     }
 
     #[test]
