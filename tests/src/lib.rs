@@ -23,6 +23,7 @@ pub mod agent_proc;
 pub use agent_proc::{Agent, Finished};
 pub mod bpftrace;
 pub mod cgroupfs;
+pub mod corpus;
 pub mod daemon;
 pub mod deploy;
 pub mod netns;

@@ -31,6 +31,19 @@ const PACKAGES: &[(&str, &str)] = &[
         "bpftool",
         "reads the BPF programs' run-time statistics for `xtask bench`",
     ),
+    (
+        "sysbench",
+        "a packaged mutex storm for the lock-storm corpus (tests/tests/corpus.rs)",
+    ),
+    (
+        "linux-perf",
+        "perf bench futex/sched workloads for the lock-storm corpus",
+    ),
+    (
+        "redis-server",
+        "an I/O-bound server for the lock-storm corpus",
+    ),
+    ("redis-tools", "redis-benchmark, the corpus server's load"),
     ("iproute2", "network namespaces for the tests"),
     ("iputils-ping", "sized pings for the network tests"),
     ("iperf3", "TCP traffic for the network tests and benchmark"),

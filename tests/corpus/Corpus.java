@@ -1,0 +1,182 @@
+// JVM workloads of the lock-storm corpus (tests/tests/corpus.rs). What runs is the JVM's own
+// locking: `synchronized` monitors, java.util.concurrent's fair ReentrantLock, LockSupport,
+// ThreadPoolExecutor and SynchronousQueue; this file only decides how many threads use them.
+//
+//   java Corpus <mode> <threads> <seconds> [rate]
+//
+// storm    threads contend on one `synchronized` monitor (short critical section, short work
+//          outside): a JVM mutex storm.
+// fair     threads take turns on one fair ReentrantLock: every release parks the releaser and
+//          unparks the longest waiter, a convoy that leaves the CPUs idle.
+// timers   an idle pool: each thread parks for 2 ms at a time (LockSupport.parkNanos), every
+//          park ends in its timeout.
+// queue    a ThreadPoolExecutor of `threads` workers fed `rate` tasks per second by one
+//          producer: a producer/consumer queue at a modest rate.
+// handoff  two threads hand an object back and forth through a SynchronousQueue.
+//
+// Prints one JSON line at the end: {"mode":…,"threads":…,"ops":…,"cpu_seconds":…}.
+
+import java.lang.management.ManagementFactory;
+import java.util.concurrent.*;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.locks.LockSupport;
+import java.util.concurrent.locks.ReentrantLock;
+
+public class Corpus {
+    static final AtomicLong OPS = new AtomicLong();
+    static volatile boolean running = true;
+    static long sink;
+
+    static long burn(int iterations, long seed) {
+        long x = seed | 1;
+        for (int i = 0; i < iterations; i++) {
+            x ^= x << 13;
+            x ^= x >>> 7;
+            x ^= x << 17;
+        }
+        return x;
+    }
+
+    public static void main(String[] args) throws Exception {
+        String mode = args[0];
+        int threads = Integer.parseInt(args[1]);
+        double seconds = Double.parseDouble(args[2]);
+        int rate = args.length > 3 ? Integer.parseInt(args[3]) : 0;
+        long deadline = System.nanoTime() + (long) (seconds * 1e9);
+        Thread[] workers;
+        switch (mode) {
+            case "storm": {
+                Object monitor = new Object();
+                workers = start(threads, id -> {
+                    long local = 0, x = id;
+                    while (running) {
+                        synchronized (monitor) {
+                            x = burn(200, x);
+                            sink += x;
+                        }
+                        x = burn(200, x);
+                        local++;
+                    }
+                    OPS.addAndGet(local);
+                });
+                break;
+            }
+            case "fair": {
+                ReentrantLock lock = new ReentrantLock(true);
+                workers = start(threads, id -> {
+                    long local = 0, x = id;
+                    while (running) {
+                        lock.lock();
+                        try {
+                            x = burn(200, x);
+                            sink += x;
+                        } finally {
+                            lock.unlock();
+                        }
+                        x = burn(200, x);
+                        local++;
+                    }
+                    OPS.addAndGet(local);
+                });
+                break;
+            }
+            case "timers": {
+                workers = start(threads, id -> {
+                    long local = 0;
+                    while (running) {
+                        LockSupport.parkNanos(2_000_000L);
+                        local++;
+                    }
+                    OPS.addAndGet(local);
+                });
+                break;
+            }
+            case "queue": {
+                ThreadPoolExecutor pool = new ThreadPoolExecutor(threads, threads, 60,
+                        TimeUnit.SECONDS, new LinkedBlockingQueue<>());
+                pool.prestartAllCoreThreads();
+                long period = 1_000_000_000L / Math.max(rate, 1);
+                long next = System.nanoTime();
+                while (System.nanoTime() < deadline) {
+                    pool.execute(() -> {
+                        sink += burn(2000, OPS.incrementAndGet());
+                    });
+                    next += period;
+                    long wait = next - System.nanoTime();
+                    if (wait > 0) LockSupport.parkNanos(wait);
+                }
+                pool.shutdown();
+                pool.awaitTermination(10, TimeUnit.SECONDS);
+                report(mode, threads, seconds);
+                return;
+            }
+            case "handoff": {
+                SynchronousQueue<Long> ping = new SynchronousQueue<>(), pong = new SynchronousQueue<>();
+                Thread a = new Thread(() -> {
+                    try {
+                        long v = 0;
+                        while (running) {
+                            ping.put(v);
+                            v = pong.take() + 1;
+                            OPS.incrementAndGet();
+                        }
+                        ping.put(-1L);
+                    } catch (InterruptedException e) {
+                        Thread.currentThread().interrupt();
+                    }
+                });
+                Thread b = new Thread(() -> {
+                    try {
+                        while (true) {
+                            long v = ping.take();
+                            if (v < 0) break;
+                            pong.put(v);
+                        }
+                    } catch (InterruptedException e) {
+                        Thread.currentThread().interrupt();
+                    }
+                });
+                a.start();
+                b.start();
+                workers = new Thread[] {a, b};
+                break;
+            }
+            default:
+                throw new IllegalArgumentException("unknown mode " + mode);
+        }
+        long left;
+        while ((left = deadline - System.nanoTime()) > 0) {
+            Thread.sleep(Math.max(1, Math.min(100, left / 1_000_000)));
+        }
+        running = false;
+        for (Thread t : workers) t.join();
+        report(mode, threads, seconds);
+    }
+
+    interface Body {
+        void run(int id) throws Exception;
+    }
+
+    static Thread[] start(int n, Body body) {
+        Thread[] ts = new Thread[n];
+        for (int i = 0; i < n; i++) {
+            final int id = i + 1;
+            ts[i] = new Thread(() -> {
+                try {
+                    body.run(id);
+                } catch (Exception e) {
+                    throw new RuntimeException(e);
+                }
+            });
+            ts[i].start();
+        }
+        return ts;
+    }
+
+    static void report(String mode, int threads, double seconds) {
+        double cpu = ((com.sun.management.OperatingSystemMXBean)
+                ManagementFactory.getOperatingSystemMXBean()).getProcessCpuTime() / 1e9;
+        System.out.printf("{\"mode\":\"%s\",\"threads\":%d,\"seconds\":%s,\"ops\":%d,"
+                + "\"cpu_seconds\":%.3f}%n", mode, threads, seconds, OPS.get(), cpu);
+    }
+}

@@ -1,0 +1,639 @@
+//! The lock-storm corpus: real workloads — packaged stressors and benchmarks, the JVM's and Go's
+//! own locking — each with the verdict it must get from `stormwatch diagnose`, and what the
+//! kernel says its threads do while it is judged.
+//!
+//! A case runs in a fresh cgroup (and a CFS quota where it says so), is left to settle, and is
+//! then judged by a 10 s `diagnose --json`. Meanwhile a sampler reads, every 50 ms, each of the
+//! cgroup's threads' state and the system call it is blocked in (`/proc/<tid>/stat`,
+//! `/proc/<tid>/syscall`):
+//! how many threads the kernel has asleep in a futex wait, how many running or runnable; and
+//! the cgroup's own CPU time (`cpu.stat`) and, under a quota, its throttled time. Those are the
+//! ground truth each case's premise is checked against, never the agent's figures.
+//!
+//! Used by `tests/tests/corpus.rs` (each case once) and by the `corpus` binary (`cargo xtask
+//! corpus`: each case N times, optionally beside a CPU hog, for verdict stability).
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::{
+        Arc, OnceLock,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+
+use crate::{Agent, TestCgroup, cgroupfs, cpus, daemon::tool, join_before_exec, v2_root};
+
+/// What a case must be found to be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Expect {
+    LockStorm,
+    NotLockStorm,
+}
+
+/// How a case's program is started.
+#[derive(Clone, Debug)]
+pub enum Program {
+    /// A packaged command (first word looked up on PATH).
+    Cmd(&'static [&'static str]),
+    /// `java Corpus <mode> <threads> <seconds> [rate]` (tests/corpus/Corpus.java).
+    Java {
+        mode: &'static str,
+        threads: u32,
+        rate: Option<u32>,
+    },
+    /// The Go sync.Mutex storm (tests/corpus/gomutex) with this GOMAXPROCS.
+    GoMutex { gomaxprocs: u32, goroutines: u32 },
+    /// `redis-server` in the cgroup, loaded by `redis-benchmark` from outside it.
+    RedisUnderLoad,
+}
+
+/// One workload of the corpus.
+#[derive(Clone, Debug)]
+pub struct Case {
+    pub name: &'static str,
+    pub what: &'static str,
+    pub expect: Expect,
+    pub program: Program,
+    /// A CFS quota in CPUs (the v1 `cpu` controller on a hybrid host, `cpu.max` on pure v2).
+    pub quota: Option<f64>,
+}
+
+/// Every case, lock-bound first.
+pub fn cases() -> Vec<Case> {
+    use Expect::*;
+    use Program::*;
+    vec![
+        Case {
+            name: "sysbench-mutex-storm",
+            what: "sysbench threads: 64 threads on one pthread mutex, busy CPUs",
+            expect: LockStorm,
+            program: Cmd(&[
+                "sysbench",
+                "threads",
+                "--threads=64",
+                "--thread-locks=1",
+                "--time=60",
+                "run",
+            ]),
+            quota: None,
+        },
+        Case {
+            name: "stress-ng-semaphore",
+            what: "stress-ng --sem: 64 threads posting and taking one POSIX semaphore; the \
+                   kernel shows them runnable, not asleep on it",
+            expect: NotLockStorm,
+            program: Cmd(&["stress-ng", "--sem", "1", "--sem-procs", "64", "-t", "60"]),
+            quota: None,
+        },
+        Case {
+            name: "lock-pi-convoy",
+            what: "perf bench futex lock-pi, 64 threads: PI futex hand-offs, CPUs left idle",
+            expect: LockStorm,
+            program: Cmd(&["perf", "bench", "futex", "lock-pi", "-t", "64", "-r", "60"]),
+            quota: None,
+        },
+        Case {
+            name: "jvm-fair-lock-convoy",
+            what: "JVM fair ReentrantLock, 64 threads: every release unparks the next waiter",
+            expect: LockStorm,
+            program: Java {
+                mode: "fair",
+                threads: 64,
+                rate: None,
+            },
+            quota: None,
+        },
+        Case {
+            name: "jvm-synchronized-storm",
+            what: "JVM `synchronized` monitor, 64 threads on busy CPUs",
+            expect: LockStorm,
+            program: Java {
+                mode: "storm",
+                threads: 64,
+                rate: None,
+            },
+            quota: None,
+        },
+        Case {
+            name: "go-mutex-storm",
+            what: "Go sync.Mutex, 64 goroutines, GOMAXPROCS=16 on 2 CPUs",
+            expect: LockStorm,
+            program: GoMutex {
+                gomaxprocs: 16,
+                goroutines: 64,
+            },
+            quota: None,
+        },
+        Case {
+            name: "quota-mutex-storm",
+            what: "sysbench threads: 32 threads on one pthread mutex in a 0.5-CPU CFS quota",
+            expect: LockStorm,
+            program: Cmd(&[
+                "sysbench",
+                "threads",
+                "--threads=32",
+                "--thread-locks=1",
+                "--time=60",
+                "run",
+            ]),
+            quota: Some(0.5),
+        },
+        Case {
+            name: "quota-jvm-storm",
+            what: "JVM `synchronized` monitor, 32 threads in a 0.5-CPU CFS quota",
+            expect: LockStorm,
+            program: Java {
+                mode: "storm",
+                threads: 32,
+                rate: None,
+            },
+            quota: Some(0.5),
+        },
+        Case {
+            name: "cpu-oversubscription",
+            what: "stress-ng --cpu 32: CPU-bound processes, no lock",
+            expect: NotLockStorm,
+            program: Cmd(&["stress-ng", "--cpu", "32", "-t", "60"]),
+            quota: None,
+        },
+        Case {
+            name: "quota-cpu-bound",
+            what: "stress-ng --cpu 8 in a 0.5-CPU quota: throttled, no lock",
+            expect: NotLockStorm,
+            program: Cmd(&["stress-ng", "--cpu", "8", "-t", "60"]),
+            quota: Some(0.5),
+        },
+        Case {
+            name: "jvm-idle-pool-on-timers",
+            what: "JVM pool of 64 threads parked 2 ms at a time (LockSupport.parkNanos)",
+            expect: NotLockStorm,
+            program: Java {
+                mode: "timers",
+                threads: 64,
+                rate: None,
+            },
+            quota: None,
+        },
+        Case {
+            name: "jvm-queue-modest-rate",
+            what: "JVM ThreadPoolExecutor, 64 workers fed 500 tasks/s",
+            expect: NotLockStorm,
+            program: Java {
+                mode: "queue",
+                threads: 64,
+                rate: Some(500),
+            },
+            quota: None,
+        },
+        Case {
+            name: "futex-no-waiters",
+            what: "perf bench futex hash, 64 threads: futex waits that return at once, no waiter",
+            expect: NotLockStorm,
+            program: Cmd(&["perf", "bench", "futex", "hash", "-t", "64", "-r", "60"]),
+            quota: None,
+        },
+        Case {
+            name: "stress-ng-futex",
+            what: "stress-ng --futex 2: a waker and a waiter per worker",
+            expect: NotLockStorm,
+            program: Cmd(&["stress-ng", "--futex", "2", "-t", "60"]),
+            quota: None,
+        },
+        Case {
+            name: "jvm-two-thread-handoff",
+            what: "JVM SynchronousQueue ping-pong between 2 threads",
+            expect: NotLockStorm,
+            program: Java {
+                mode: "handoff",
+                threads: 2,
+                rate: None,
+            },
+            quota: None,
+        },
+        Case {
+            name: "hackbench-messaging",
+            what: "perf bench sched messaging -t: 320 threads passing messages over sockets",
+            expect: NotLockStorm,
+            program: Cmd(&[
+                "perf",
+                "bench",
+                "sched",
+                "messaging",
+                "-t",
+                "-g",
+                "8",
+                "-l",
+                "2000000",
+            ]),
+            quota: None,
+        },
+        Case {
+            name: "redis-under-load",
+            what: "redis-server under redis-benchmark (50 clients, SET/GET): I/O-bound",
+            expect: NotLockStorm,
+            program: RedisUnderLoad,
+            quota: None,
+        },
+    ]
+}
+
+/// What the kernel says the case's threads did over the judged window.
+#[derive(Clone, Debug, Default)]
+pub struct KernelView {
+    /// Mean threads in the cgroup.
+    pub threads: f64,
+    /// Mean threads asleep in a futex wait (`wchan` names a futex function).
+    pub futex_sleeping: f64,
+    /// Mean threads running or runnable (state R).
+    pub runnable: f64,
+    /// Mean threads asleep elsewhere (I/O, poll, nanosleep, …).
+    pub other_sleeping: f64,
+    /// CPU time of the cgroup per second (its `cpu.stat`).
+    pub cpu_cores: f64,
+    /// Throttled time per second under a quota (`cpu.stat` of the quota's cgroup).
+    pub throttled_share: Option<f64>,
+    pub samples: u32,
+}
+
+/// One judged run of a case.
+#[derive(Debug)]
+pub struct Outcome {
+    pub lock_storm: bool,
+    /// Every finding's kind about the case's cgroup.
+    pub kinds: Vec<String>,
+    /// The lock_storm finding, when there is one.
+    pub storm_finding: Option<Value>,
+    /// The rule's figures for the cgroup (`checked.lock_storm`), when it had futex waits.
+    pub figures: Option<Value>,
+    pub kernel: KernelView,
+    /// The CPUs the case may use.
+    pub allowed: f64,
+}
+
+impl Outcome {
+    /// `figures[key]`, or NaN when the rule had nothing to judge.
+    pub fn figure(&self, key: &str) -> f64 {
+        self.figures
+            .as_ref()
+            .and_then(|f| f[key].as_f64())
+            .unwrap_or(f64::NAN)
+    }
+}
+
+const SETTLE: Duration = Duration::from_secs(3);
+const DIAGNOSE_SECONDS: u32 = 10;
+const SAMPLE_EVERY: Duration = Duration::from_millis(50);
+
+/// The JVM corpus classes and the Go storm, built once per process into a temporary directory.
+fn built() -> &'static Path {
+    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = tempfile::tempdir().expect("a temporary directory for the corpus builds");
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus");
+        let javac = tool("javac", "apt-get install openjdk-17-jdk-headless");
+        let status = Command::new(javac)
+            .arg("-d")
+            .arg(dir.path())
+            .arg(src.join("Corpus.java"))
+            .status()
+            .expect("running javac");
+        assert!(status.success(), "javac Corpus.java failed: {status}");
+        let go = tool("go", "the Go toolchain (https://go.dev/dl)");
+        let status = Command::new(go)
+            .args(["build", "-o"])
+            .arg(dir.path().join("gomutex"))
+            .arg(".")
+            .current_dir(src.join("gomutex"))
+            .env("GO111MODULE", "off")
+            .env("GOFLAGS", "")
+            .status()
+            .expect("running go build");
+        assert!(
+            status.success(),
+            "go build of tests/corpus/gomutex failed: {status}"
+        );
+        dir
+    })
+    .path()
+}
+
+/// A CFS quota around a test cgroup, removed on drop: on a hybrid host a cgroup with the same
+/// relative path on the v1 `cpu` hierarchy (as kubelet places a pod), on pure v2 `cpu.max`.
+struct Quota {
+    v1_dir: Option<PathBuf>,
+    stat: PathBuf,
+}
+
+impl Quota {
+    fn apply(cmd: &mut Command, cgroup: &TestCgroup, cpus: f64) -> Self {
+        let period = 100_000u64;
+        let quota = (cpus * period as f64) as u64;
+        match cgroupfs::v1_root("cpu") {
+            Some(root) => {
+                let dir = root.join(cgroup.rel_path().trim_start_matches('/'));
+                std::fs::create_dir(&dir).unwrap_or_else(|e| {
+                    panic!("creating the v1 cpu cgroup {}: {e}", dir.display())
+                });
+                std::fs::write(dir.join("cpu.cfs_period_us"), period.to_string())
+                    .expect("writing cpu.cfs_period_us");
+                std::fs::write(dir.join("cpu.cfs_quota_us"), quota.to_string())
+                    .expect("writing cpu.cfs_quota_us");
+                join_before_exec(cmd, &dir.join("cgroup.procs"));
+                Self {
+                    stat: dir.join("cpu.stat"),
+                    v1_dir: Some(dir),
+                }
+            }
+            None => {
+                let control = v2_root().join("cgroup.subtree_control");
+                let enabled = std::fs::read_to_string(&control).unwrap_or_default();
+                if !enabled.split_whitespace().any(|c| c == "cpu") {
+                    std::fs::write(&control, "+cpu")
+                        .unwrap_or_else(|e| panic!("enabling the cpu controller: {e}"));
+                }
+                std::fs::write(cgroup.path().join("cpu.max"), format!("{quota} {period}"))
+                    .unwrap_or_else(|e| panic!("writing cpu.max of the test cgroup: {e}"));
+                Self {
+                    stat: cgroup.path().join("cpu.stat"),
+                    v1_dir: None,
+                }
+            }
+        }
+    }
+
+    /// Throttled time so far, in seconds (v1 `throttled_time` ns, v2 `throttled_usec`).
+    fn throttled_seconds(&self) -> f64 {
+        let stat = std::fs::read_to_string(&self.stat).unwrap_or_default();
+        stat.lines()
+            .find_map(|l| {
+                let (k, v) = l.split_once(' ')?;
+                let v: f64 = v.trim().parse().ok()?;
+                match k {
+                    "throttled_time" => Some(v / 1e9),
+                    "throttled_usec" => Some(v / 1e6),
+                    _ => None,
+                }
+            })
+            .unwrap_or_else(|| panic!("no throttled time in {}", self.stat.display()))
+    }
+}
+
+impl Drop for Quota {
+    fn drop(&mut self) {
+        let Some(dir) = &self.v1_dir else { return };
+        for _ in 0..200 {
+            match std::fs::remove_dir(dir) {
+                Ok(()) => return,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
+                Err(_) => std::thread::sleep(Duration::from_millis(25)),
+            }
+        }
+        eprintln!("cannot remove {}", dir.display());
+    }
+}
+
+/// Kills the process group of a child on drop.
+struct Group(Child);
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on the process group this child leads.
+        unsafe { libc::kill(-(self.0.id() as i32), libc::SIGKILL) };
+        let _ = self.0.wait();
+    }
+}
+
+fn command(program: &Program) -> Command {
+    let mut cmd = match program {
+        Program::Cmd(argv) => {
+            let mut c = Command::new(tool(argv[0], "cargo xtask setup"));
+            c.args(&argv[1..]);
+            c
+        }
+        Program::Java {
+            mode,
+            threads,
+            rate,
+        } => {
+            let mut c = Command::new(tool("java", "apt-get install openjdk-17-jre-headless"));
+            c.arg("-cp")
+                .arg(built())
+                .args(["Corpus", mode, &threads.to_string(), "60"]);
+            if let Some(r) = rate {
+                c.arg(r.to_string());
+            }
+            c
+        }
+        Program::GoMutex {
+            gomaxprocs,
+            goroutines,
+        } => {
+            let mut c = Command::new(built().join("gomutex"));
+            c.env("GOMAXPROCS", gomaxprocs.to_string()).args([
+                "-goroutines",
+                &goroutines.to_string(),
+                "-seconds",
+                "60",
+            ]);
+            c
+        }
+        Program::RedisUnderLoad => {
+            let mut c = Command::new(tool("redis-server", "apt-get install redis-server"));
+            c.args(["--port", "0", "--unixsocket"])
+                .arg(redis_socket())
+                .args(["--save", "", "--appendonly", "no"]);
+            c
+        }
+    };
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0);
+    cmd
+}
+
+fn redis_socket() -> PathBuf {
+    std::env::temp_dir().join(format!("sw-corpus-redis-{}.sock", std::process::id()))
+}
+
+use std::os::unix::process::CommandExt as _;
+
+/// The system calls a thread sleeps in when it waits on a futex: `futex(2)` (plain, bitset and
+/// PI waits: a PI waiter sleeps in the kernel's rt_mutex code, so the wait channel would not
+/// say futex), `futex_waitv(2)` and `futex_wait(2)` (455 on every architecture since the
+/// syscall table was unified; the libc crate does not name it yet).
+const FUTEX_WAIT_SYSCALLS: [libc::c_long; 3] = [libc::SYS_futex, libc::SYS_futex_waitv, 455];
+
+/// Samples the cgroup's threads until `stop`.
+fn sample(cgroup: PathBuf, stop: Arc<AtomicBool>) -> KernelView {
+    let mut v = KernelView::default();
+    while !stop.load(Ordering::Relaxed) {
+        let tids = std::fs::read_to_string(cgroup.join("cgroup.threads")).unwrap_or_default();
+        for tid in tids.split_whitespace() {
+            let stat = std::fs::read_to_string(format!("/proc/{tid}/stat")).unwrap_or_default();
+            // The state is the first field after the parenthesised name.
+            let Some(state) = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().next())
+            else {
+                continue;
+            };
+            v.threads += 1.0;
+            match state {
+                "R" => v.runnable += 1.0,
+                _ => {
+                    // The system call the thread is blocked in: its number, first.
+                    let call =
+                        std::fs::read_to_string(format!("/proc/{tid}/syscall")).unwrap_or_default();
+                    let in_futex = call
+                        .split_whitespace()
+                        .next()
+                        .and_then(|n| n.parse::<libc::c_long>().ok())
+                        .is_some_and(|n| FUTEX_WAIT_SYSCALLS.contains(&n));
+                    if in_futex {
+                        v.futex_sleeping += 1.0;
+                    } else {
+                        v.other_sleeping += 1.0;
+                    }
+                }
+            }
+        }
+        v.samples += 1;
+        std::thread::sleep(SAMPLE_EVERY);
+    }
+    let n = f64::from(v.samples.max(1));
+    v.threads /= n;
+    v.futex_sleeping /= n;
+    v.runnable /= n;
+    v.other_sleeping /= n;
+    v
+}
+
+/// Runs `case` once and judges it with `diagnose`. With `noise`, a `stress-ng --cpu 1` runs
+/// beside it, outside its cgroup.
+pub fn run(case: &Case, noise: bool) -> Outcome {
+    let cgroup = TestCgroup::new(&format!("corpus-{}", case.name));
+    let _hog = noise.then(|| {
+        let mut c = Command::new(tool("stress-ng", "apt-get install stress-ng"));
+        c.args(["--cpu", "1", "-t", "120"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0);
+        Group(c.spawn().expect("starting the stress-ng --cpu 1 neighbour"))
+    });
+    let mut cmd = command(&case.program);
+    let quota = case.quota.map(|q| Quota::apply(&mut cmd, &cgroup, q));
+    join_before_exec(&mut cmd, &cgroup.path().join("cgroup.procs"));
+    let _workload = Group(
+        cmd.spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", case.name)),
+    );
+    let _load = matches!(case.program, Program::RedisUnderLoad).then(|| {
+        std::thread::sleep(Duration::from_millis(500));
+        let mut c = Command::new(tool("redis-benchmark", "apt-get install redis-tools"));
+        c.arg("-s")
+            .arg(redis_socket())
+            .args(["-c", "50", "-n", "100000000", "-t", "set,get", "-q"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0);
+        Group(c.spawn().expect("starting redis-benchmark"))
+    });
+    std::thread::sleep(SETTLE);
+
+    let diagnose = Agent::start(&[
+        "diagnose",
+        "--duration",
+        &DIAGNOSE_SECONDS.to_string(),
+        "--json",
+    ]);
+    let started = Instant::now();
+    let cpu0 = cgroup.cpu_usage_seconds();
+    let throttled0 = quota.as_ref().map(Quota::throttled_seconds);
+    let stop = Arc::new(AtomicBool::new(false));
+    let sampler = {
+        let (path, stop) = (cgroup.path().to_path_buf(), Arc::clone(&stop));
+        std::thread::spawn(move || sample(path, stop))
+    };
+    let out = diagnose.finish_output();
+    let secs = started.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    let mut kernel = sampler.join().expect("the sampler thread");
+    kernel.cpu_cores = (cgroup.cpu_usage_seconds() - cpu0) / secs;
+    kernel.throttled_share = quota
+        .as_ref()
+        .zip(throttled0)
+        .map(|(q, t0)| (q.throttled_seconds() - t0) / secs);
+
+    let text = out.stdout_text();
+    let report: Value = serde_json::from_str(&text).unwrap_or_else(|e| {
+        panic!(
+            "diagnose --json printed no JSON document ({e}):\n{text}\nstderr:\n{}",
+            out.stderr.join("\n")
+        )
+    });
+    let about: Vec<&Value> = report["findings"]
+        .as_array()
+        .map(|fs| {
+            fs.iter()
+                .filter(|f| f["cgroup"] == cgroup.rel_path())
+                .collect()
+        })
+        .unwrap_or_default();
+    let storm_finding = about
+        .iter()
+        .find(|f| f["kind"] == "lock_storm")
+        .map(|f| (*f).clone());
+    let figures = report["checked"]["lock_storm"]
+        .as_array()
+        .and_then(|l| l.iter().find(|c| c["cgroup"] == cgroup.rel_path()))
+        .cloned();
+    Outcome {
+        lock_storm: storm_finding.is_some(),
+        kinds: about
+            .iter()
+            .map(|f| f["kind"].as_str().unwrap_or("?").to_owned())
+            .collect(),
+        storm_finding,
+        figures,
+        kernel,
+        allowed: case.quota.unwrap_or(cpus() as f64).min(cpus() as f64),
+    }
+}
+
+/// A one-line account of an outcome, for messages and the corpus table.
+pub fn describe(case: &Case, o: &Outcome) -> String {
+    let k = &o.kernel;
+    format!(
+        "{}: expected {:?}, found {} (findings {:?}); rule: handoffs/s per CPU {:.0} (needs {:.0}), \
+         queued per CPU {:.1}, futex share of off-CPU {:.2}, timeouts {:.2}, runnable per CPU \
+         {:.2}; kernel: {:.0} threads, {:.1} asleep in futex, {:.1} runnable, {:.1} asleep \
+         elsewhere, {:.2} CPUs used{}",
+        case.name,
+        case.expect,
+        if o.lock_storm {
+            "lock_storm"
+        } else {
+            "no lock_storm"
+        },
+        o.kinds,
+        o.figure("handoffs_per_cpu_second"),
+        o.figure("required_handoffs_per_cpu_second"),
+        o.figure("queued_threads_per_cpu"),
+        o.figure("futex_blocked_share"),
+        o.figure("futex_timeout_share"),
+        o.figure("runnable_per_cpu"),
+        k.threads,
+        k.futex_sleeping,
+        k.runnable,
+        k.other_sleeping,
+        k.cpu_cores,
+        k.throttled_share
+            .map(|t| format!(", throttled {:.0}%", 100.0 * t))
+            .unwrap_or_default()
+    )
+}
