@@ -513,11 +513,21 @@ fn sample(cgroup: PathBuf, stop: Arc<AtomicBool>) -> KernelView {
     v
 }
 
-/// Runs `case` once and judges it with `diagnose`. With `noise`, a `stress-ng --cpu 1` runs
-/// beside it, outside its cgroup.
-pub fn run(case: &Case, noise: bool) -> Outcome {
+/// A corpus case running in its cgroup (with its quota and its load), stopped on drop.
+pub struct Running {
+    // Dropped in this order: the load, the workload, the quota, then the cgroup.
+    _load: Option<Group>,
+    _workload: Group,
+    quota: Option<Quota>,
+    pub cgroup: TestCgroup,
+    _hog: Option<Group>,
+}
+
+/// Starts `case` in a fresh cgroup and lets it settle. With `noise`, a `stress-ng --cpu 1`
+/// runs beside it, outside its cgroup.
+pub fn start(case: &Case, noise: bool) -> Running {
     let cgroup = TestCgroup::new(&format!("corpus-{}", case.name));
-    let _hog = noise.then(|| {
+    let hog = noise.then(|| {
         let mut c = Command::new(tool("stress-ng", "apt-get install stress-ng"));
         c.args(["--cpu", "1", "-t", "120"])
             .stdout(Stdio::null())
@@ -528,11 +538,11 @@ pub fn run(case: &Case, noise: bool) -> Outcome {
     let mut cmd = command(&case.program);
     let quota = case.quota.map(|q| Quota::apply(&mut cmd, &cgroup, q));
     join_before_exec(&mut cmd, &cgroup.path().join("cgroup.procs"));
-    let _workload = Group(
+    let workload = Group(
         cmd.spawn()
             .unwrap_or_else(|e| panic!("cannot start {}: {e}", case.name)),
     );
-    let _load = matches!(case.program, Program::RedisUnderLoad).then(|| {
+    let load = matches!(case.program, Program::RedisUnderLoad).then(|| {
         std::thread::sleep(Duration::from_millis(500));
         let mut c = Command::new(tool("redis-benchmark", "apt-get install redis-tools"));
         c.arg("-s")
@@ -544,7 +554,20 @@ pub fn run(case: &Case, noise: bool) -> Outcome {
         Group(c.spawn().expect("starting redis-benchmark"))
     });
     std::thread::sleep(SETTLE);
+    Running {
+        _load: load,
+        _workload: workload,
+        quota,
+        cgroup,
+        _hog: hog,
+    }
+}
 
+/// Runs `case` once and judges it with `diagnose`. With `noise`, a `stress-ng --cpu 1` runs
+/// beside it, outside its cgroup.
+pub fn run(case: &Case, noise: bool) -> Outcome {
+    let running = start(case, noise);
+    let (cgroup, quota) = (&running.cgroup, running.quota.as_ref());
     let diagnose = Agent::start(&[
         "diagnose",
         "--duration",
@@ -553,7 +576,7 @@ pub fn run(case: &Case, noise: bool) -> Outcome {
     ]);
     let started = Instant::now();
     let cpu0 = cgroup.cpu_usage_seconds();
-    let throttled0 = quota.as_ref().map(Quota::throttled_seconds);
+    let throttled0 = quota.map(Quota::throttled_seconds);
     let stop = Arc::new(AtomicBool::new(false));
     let sampler = {
         let (path, stop) = (cgroup.path().to_path_buf(), Arc::clone(&stop));
@@ -565,7 +588,6 @@ pub fn run(case: &Case, noise: bool) -> Outcome {
     let mut kernel = sampler.join().expect("the sampler thread");
     kernel.cpu_cores = (cgroup.cpu_usage_seconds() - cpu0) / secs;
     kernel.throttled_share = quota
-        .as_ref()
         .zip(throttled0)
         .map(|(q, t0)| (q.throttled_seconds() - t0) / secs);
 

@@ -23,7 +23,7 @@ use std::{
 
 use serde_json::Value;
 use stormwatch_tests::{
-    Agent, TestCgroup, agent_bin, agent_output,
+    Agent, TestCgroup, agent_bin, agent_output, corpus,
     daemon::{
         Daemon, EXIT_DEADLINE, assert_promtool_clean, free_port, http_get, sample, sample_with,
         sum_with, tool, url_encode, wait_for, write_file,
@@ -400,6 +400,56 @@ fn a_lock_storm_is_a_finding_while_it_lasts() {
 /// that works a little every 10 ms (a busy-spinning one would take one of this VM's two CPUs
 /// from the storm and blur it), long past the point where a thread count read once (or every minute, or averaged
 /// since the agent started) would still say "2"; then a 64-thread mutex storm starts in it.
+/// The corpus's two storms that the old rule missed — a convoy that leaves the CPUs idle and a
+/// mutex storm inside a 0.5-CPU quota (`tests/tests/corpus.rs`, where `diagnose` flags them) —
+/// are flagged by `run` too, through `stormwatch_finding`, within two diagnosis windows of the
+/// moment they have settled (the corpus lets each run 3 s first); the quota storm with its
+/// throttling beside it.
+#[test]
+fn run_flags_a_convoy_and_a_storm_inside_a_quota_as_diagnose_does() {
+    require_bpf();
+    const WINDOW_SECONDS: u64 = 6;
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let config = write_file(
+        dir.path(),
+        "config.toml",
+        &format!("diagnosis_window_seconds = {WINDOW_SECONDS}\n"),
+    );
+    let daemon = Daemon::start(&["--config", config.to_str().unwrap()]);
+    for (name, with) in [
+        ("lock-pi-convoy", None),
+        ("quota-mutex-storm", Some("cpu_throttling")),
+    ] {
+        let case = corpus::cases()
+            .into_iter()
+            .find(|c| c.name == name)
+            .expect("a corpus case");
+        let running = corpus::start(&case, false);
+        let rel = running.cgroup.rel_path().to_owned();
+        let finding = |kind: &str| {
+            sample_with(
+                &daemon.metrics(),
+                "stormwatch_finding",
+                &[("kind", kind), ("cgroup", &rel)],
+            )
+        };
+        let waited = Instant::now();
+        wait_for(
+            &format!("run's lock_storm finding for the {name} case"),
+            Duration::from_secs(2 * WINDOW_SECONDS),
+            || finding("lock_storm"),
+        );
+        eprintln!("{name}: lock_storm exported after {:?}", waited.elapsed());
+        if let Some(kind) = with {
+            wait_for(
+                &format!("run's {kind} finding beside the {name} storm"),
+                Duration::from_secs(WINDOW_SECONDS),
+                || finding(kind),
+            );
+        }
+    }
+}
+
 /// The daemon must flag it as `diagnose` and `trace --json` do, within two diagnosis windows,
 /// and export the fresh thread count. The programs that tell wake-ups local or remote are
 /// attached on demand (the default configuration): not while all is calm, from the storm's

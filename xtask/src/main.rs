@@ -38,6 +38,19 @@ enum Task {
     },
     /// Set up, then run every test: formatting, clippy, unit and integration tests.
     Test,
+    /// Set up, then run the lock-storm corpus repeatedly: how often each case gets its verdict
+    /// (a benchmark of stability, not part of the tests; prints the README's table).
+    Corpus {
+        /// Runs per case.
+        #[arg(long, default_value = "10")]
+        repeat: u32,
+        /// Run each case beside a `stress-ng --cpu 1`.
+        #[arg(long)]
+        noise: bool,
+        /// Only these cases (by name; repeatable).
+        #[arg(long = "case")]
+        cases: Vec<String>,
+    },
     /// Set up, then measure the probes' overhead (not part of the tests).
     Bench {
         /// Interleaved rounds per configuration.
@@ -76,6 +89,11 @@ fn main() -> ExitCode {
         Task::Setup => setup::run(),
         Task::Diagnose { duration } => setup::run().and_then(|()| diagnose(duration)),
         Task::Test => setup::run().and_then(|()| test()),
+        Task::Corpus {
+            repeat,
+            noise,
+            cases,
+        } => setup::run().and_then(|()| corpus(repeat, noise, &cases)),
         Task::Bench {
             rounds,
             seconds,
@@ -161,6 +179,38 @@ fn build_release() -> Result<PathBuf> {
     say("building stormwatch (release)");
     run_cmd(cargo().args(["build", "--release", "--package", "stormwatch"]))?;
     Ok(root().join("target/release/stormwatch"))
+}
+
+fn corpus(repeat: u32, noise: bool, cases: &[String]) -> Result<()> {
+    build_release()?;
+    say(&format!(
+        "running the lock-storm corpus, {repeat} run(s) per case{}",
+        if noise {
+            ", beside stress-ng --cpu 1"
+        } else {
+            ""
+        }
+    ));
+    let mut cmd = cargo();
+    cmd.args([
+        "run",
+        "--quiet",
+        "--release",
+        "--package",
+        "stormwatch-tests",
+        "--bin",
+        "corpus",
+        "--",
+        "--repeat",
+        &repeat.to_string(),
+    ]);
+    if noise {
+        cmd.arg("--noise");
+    }
+    for c in cases {
+        cmd.args(["--case", c]);
+    }
+    run_cmd(&mut cmd)
 }
 
 fn diagnose(duration: u32) -> Result<()> {

@@ -1,0 +1,79 @@
+//! The lock-storm corpus, repeated: how often each case gets its verdict, on a quiet machine or
+//! beside a `stress-ng --cpu 1` (`--noise`). Run by `cargo xtask corpus`; prints a Markdown
+//! table (case, expected, right / runs, median figures) for the README.
+//!
+//!   corpus [--repeat N] [--noise] [--case NAME]...
+
+use stormwatch_tests::corpus::{self, Expect};
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.retain(|x| x.is_finite());
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() {
+    let mut repeat = 10u32;
+    let mut noise = false;
+    let mut only = Vec::new();
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--repeat" => {
+                repeat = args
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .expect("--repeat N")
+            }
+            "--noise" => noise = true,
+            "--case" => only.push(args.next().expect("--case NAME")),
+            other => panic!("unknown argument {other}"),
+        }
+    }
+    let cases: Vec<_> = corpus::cases()
+        .into_iter()
+        .filter(|c| only.is_empty() || only.iter().any(|o| o == c.name))
+        .collect();
+    println!(
+        "| workload | expected | right | hand-offs/s per CPU | needed | queued per CPU | \
+         futex share of off-CPU | kernel: threads asleep in futex | CPUs used |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
+    let mut all_stable = true;
+    for case in &cases {
+        let mut right = 0;
+        let mut outcomes = Vec::new();
+        for _ in 0..repeat {
+            let o = corpus::run(case, noise);
+            eprintln!("{}", corpus::describe(case, &o));
+            if o.lock_storm == (case.expect == Expect::LockStorm) {
+                right += 1;
+            }
+            outcomes.push(o);
+        }
+        let m = |key: &str| median(outcomes.iter().map(|o| o.figure(key)).collect());
+        all_stable &= right * 10 >= repeat * 9;
+        println!(
+            "| {} ({}) | {} | {right}/{repeat} | {:.0} | {:.0} | {:.1} | {:.2} | {:.1} | {:.2} |",
+            case.name,
+            case.what,
+            match case.expect {
+                Expect::LockStorm => "lock_storm",
+                Expect::NotLockStorm => "none",
+            },
+            m("handoffs_per_cpu_second"),
+            m("required_handoffs_per_cpu_second"),
+            m("queued_threads_per_cpu"),
+            m("futex_blocked_share"),
+            median(outcomes.iter().map(|o| o.kernel.futex_sleeping).collect()),
+            median(outcomes.iter().map(|o| o.kernel.cpu_cores).collect()),
+        );
+    }
+    if !all_stable {
+        eprintln!("some case got its verdict in fewer than 9 of 10 runs");
+        std::process::exit(1);
+    }
+}
