@@ -10,6 +10,7 @@
 //! bpf_stats = false                # turn on the kernel's BPF run-time statistics (host-wide)
 //! histograms = true                # per-cgroup latency histograms (8 buckets each); false: sum and count only
 //! wake_kinds = "on-demand"         # wake-ups told local/remote: "on-demand" (while a lock storm is found) or "always"
+//! futex_probes = "on-demand"       # futex syscall probes: "on-demand" (while scheduler figures look like a lock storm) or "always"
 //!
 //! [thresholds]                     # any of the diagnosis thresholds (see diagnose::Thresholds)
 //! runq_min_mean_seconds = 0.002
@@ -25,7 +26,10 @@ use std::{
 use anyhow::{Context as _, bail};
 use serde::{Deserialize, Serialize};
 
-use crate::{diagnose::Thresholds, probes::WakeKinds};
+use crate::{
+    diagnose::Thresholds,
+    probes::{FutexTier, WakeKinds},
+};
 
 /// Default address: all interfaces, port 9847 (not a port any common exporter uses; 9090 is
 /// Prometheus itself, 9100 the node exporter).
@@ -72,6 +76,7 @@ pub struct FileConfig {
     pub bpf_stats: Option<bool>,
     pub histograms: Option<bool>,
     pub wake_kinds: Option<WakeKinds>,
+    pub futex_probes: Option<FutexTier>,
     pub thresholds: Option<Thresholds>,
 }
 
@@ -98,6 +103,12 @@ pub struct Config {
     /// lock storm's explanation (and `stormwatch_wakeups`) needs them. `on-demand` (the default)
     /// attaches them while a lock storm is found; `always` as `trace` and `diagnose` do.
     pub wake_kinds: WakeKinds,
+    /// When the futex syscall probes run: any attached `syscalls:` tracepoint puts every
+    /// thread of the node on the kernel's syscall slow path (12% more per system call,
+    /// measured), whatever the program does. `on-demand` (the default) attaches them while a
+    /// cgroup's scheduler figures show what a lock storm needs, until a diagnosis window passes
+    /// without it; `always` as `trace` and `diagnose` do.
+    pub futex_probes: FutexTier,
     pub thresholds: Thresholds,
 }
 
@@ -112,6 +123,7 @@ impl Default for Config {
             bpf_stats: false,
             histograms: true,
             wake_kinds: WakeKinds::OnDemand,
+            futex_probes: FutexTier::OnDemand,
             thresholds: Thresholds::default(),
         }
     }
@@ -201,6 +213,9 @@ impl Config {
         }
         if let Some(v) = file.wake_kinds {
             self.wake_kinds = v;
+        }
+        if let Some(v) = file.futex_probes {
+            self.futex_probes = v;
         }
         if let Some(t) = file.thresholds {
             self.thresholds = t;
@@ -319,7 +334,7 @@ mod tests {
         let c = from_text(
             "listen = \"127.0.0.1:1234\"\ninterval_seconds = 2\nmax_cgroups = 10\n\
              removed_grace_seconds = 0\nbpf_stats = true\nhistograms = false\n\
-             wake_kinds = \"always\"\n[thresholds]\nrunq_min_mean_seconds = 0.002\n",
+             wake_kinds = \"always\"\nfutex_probes = \"always\"\n[thresholds]\nrunq_min_mean_seconds = 0.002\n",
         )
         .unwrap();
         assert_eq!(c.listen.to_string(), "127.0.0.1:1234");
@@ -331,6 +346,8 @@ mod tests {
         assert!(Config::default().histograms, "histograms are on by default");
         assert_eq!(c.wake_kinds, WakeKinds::Always);
         assert_eq!(Config::default().wake_kinds, WakeKinds::OnDemand);
+        assert_eq!(c.futex_probes, FutexTier::Always);
+        assert_eq!(Config::default().futex_probes, FutexTier::OnDemand);
         assert_eq!(c.thresholds.runq_min_mean_seconds, 0.002);
         assert_eq!(
             c.thresholds.runq_min_p99_seconds,

@@ -509,6 +509,28 @@ fn a_storm_after_calm_is_flagged_by_run_as_by_diagnose() {
         "wake_kinds = \"on-demand\": sched_waking detached while nothing storms"
     );
     assert_eq!(wakeups(&text), None, "no wake-up kinds while detached");
+    let futex_attached = |text: &str| {
+        sample_with(
+            text,
+            "stormwatch_probe_attached",
+            &[("tracepoint", "syscalls:sys_enter_futex")],
+        )
+    };
+    assert_eq!(
+        futex_attached(&text),
+        Some(0.0),
+        "futex_probes = \"on-demand\": the futex probes detached while nothing looks like a \
+         storm (no syscall slow path for the node)"
+    );
+    assert_eq!(
+        sample_with(
+            &text,
+            "stormwatch_probe_on_demand",
+            &[("tracepoint", "syscalls:sys_enter_futex")]
+        ),
+        Some(1.0),
+        "the futex probes are said to be on demand:\n{text}"
+    );
     let calm_threads = wait_for(
         "the calm container's thread count",
         Duration::from_secs(5),
@@ -587,6 +609,12 @@ fn a_storm_after_calm_is_flagged_by_run_as_by_diagnose() {
         "stormwatch_threads during the storm: {threads} (64 workers, their main thread, the \
          calm process's two)"
     );
+    // The futex probes attached on the storm's scheduler figures: the finding needs theirs.
+    assert_eq!(
+        futex_attached(&last),
+        Some(1.0),
+        "the futex probes are attached when the storm is flagged"
+    );
     // The storm found, the wake-up programs attach, and its wake-ups are told apart.
     wait_for(
         "sched_waking attached on demand",
@@ -612,6 +640,11 @@ fn a_storm_after_calm_is_flagged_by_run_as_by_diagnose() {
     let _ = calm.wait();
     // A window without a storm (and the window that still held it): detached again, and the
     // wake-up figures gone with them.
+    wait_for(
+        "the futex probes detached again after a calm window",
+        Duration::from_secs(3 * WINDOW_SECONDS + 2),
+        || (futex_attached(&daemon.metrics()) == Some(0.0)).then_some(()),
+    );
     wait_for(
         "sched_waking detached again",
         Duration::from_secs(2 * WINDOW_SECONDS + 2),

@@ -64,6 +64,30 @@ const WAKE_PROBES: [&str; 3] = [
     "sched:sched_wakeup_new",
 ];
 
+/// The probes the ConfigMap's `futex_probes = "on-demand"` loads at start and attaches while a
+/// cgroup's scheduler figures look like a lock storm: those of the futex syscalls this kernel
+/// has (the futex2 ones are 6.7+).
+fn futex_probes() -> Vec<String> {
+    [
+        "sys_enter_futex",
+        "sys_exit_futex",
+        "sys_enter_futex_wait",
+        "sys_exit_futex_wait",
+        "sys_enter_futex_waitv",
+        "sys_exit_futex_waitv",
+        "sys_enter_futex_wake",
+        "sys_exit_futex_wake",
+    ]
+    .into_iter()
+    .filter(|e| {
+        Path::new("/sys/kernel/tracing/events/syscalls")
+            .join(e)
+            .is_dir()
+    })
+    .map(|e| format!("syscalls:{e}"))
+    .collect()
+}
+
 /// Start-up: loading and attaching the probes (the manifest's readiness has 120 s).
 const READY_TIMEOUT: Duration = Duration::from_secs(90);
 
@@ -693,20 +717,23 @@ fn the_pod_runs_as_the_manifest_says() {
         .filter(|l| l.starts_with("stormwatch_probe_attached{"))
         .collect();
     assert!(!probes.is_empty(), "no stormwatch_probe_attached:\n{text}");
-    // The manifest's configuration attaches the wake-up probes on demand (while a lock storm
-    // is found): loaded, and reported so, but not attached while nothing storms.
+    // The manifest's configuration attaches the wake-up probes (while a lock storm is found)
+    // and the futex probes (while one looks likely) on demand: loaded, and reported so, but
+    // not attached while nothing storms.
     let on_demand: Vec<&str> = text
         .lines()
         .filter_map(|l| l.strip_prefix("stormwatch_probe_on_demand{tracepoint=\""))
         .filter_map(|l| l.strip_suffix("\"} 1"))
         .collect();
+    let futex = futex_probes();
     let mut expected_on_demand = WAKE_PROBES.to_vec();
+    expected_on_demand.extend(futex.iter().map(String::as_str));
     let mut seen_on_demand = on_demand.clone();
     seen_on_demand.sort_unstable();
     expected_on_demand.sort_unstable();
     assert_eq!(
         seen_on_demand, expected_on_demand,
-        "the wake-up probes, loaded under the manifest's privileges, on demand:\n{text}"
+        "the wake-up and futex probes, loaded under the manifest's privileges, on demand:\n{text}"
     );
     // Asserted at the end, after the figures: a detached probe should not hide them.
     let detached: Vec<String> = probes
@@ -793,7 +820,11 @@ fn the_pod_attaches_the_wake_up_probes_when_it_finds_a_lock_storm() {
         sample_with(text, "stormwatch_probe_attached", &[("tracepoint", tp)])
     };
     let text = running.metrics();
-    for tp in WAKE_PROBES {
+    for tp in WAKE_PROBES
+        .iter()
+        .copied()
+        .chain(futex_probes().iter().map(String::as_str))
+    {
         assert_eq!(
             attached(&text, tp),
             Some(0.0),
@@ -867,6 +898,16 @@ fn the_pod_attaches_the_wake_up_probes_when_it_finds_a_lock_storm() {
                 .then_some(())
         },
     );
+    // The futex probes were attached before the storm could be found (the rule needs their
+    // figures), under the same privileges.
+    let text = running.metrics();
+    for tp in futex_probes() {
+        assert_eq!(
+            attached(&text, &tp),
+            Some(1.0),
+            "{tp} attached on demand in the pod once the storm was found:\n{text}"
+        );
+    }
     let told = wait_for(
         "the storm's wake-ups told local or remote",
         Duration::from_secs(12),

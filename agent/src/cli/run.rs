@@ -26,7 +26,7 @@ use crate::{
     config::{Config, Flags},
     diagnose::{
         Kind,
-        session::{Session, cgroupfs_reader},
+        session::{FutexWatch, Session, cgroupfs_reader},
     },
     export::{
         metrics::Renderer,
@@ -132,10 +132,12 @@ async fn daemon(config: Config) -> anyhow::Result<u8> {
     // The loop starts now: /healthz counts from here, whatever the interval.
     shared.ran();
     let (attached, total) = probes_attached(&daemon.pipeline);
-    let on_demand = if daemon.pipeline.probes.wake_kinds_on_demand() {
-        ", the wake-up probes on demand"
-    } else {
-        ""
+    let probes = &daemon.pipeline.probes;
+    let on_demand = match (probes.futex_on_demand(), probes.wake_kinds_on_demand()) {
+        (true, true) => ", the futex and wake-up probes on demand",
+        (true, false) => ", the futex probes on demand",
+        (false, true) => ", the wake-up probes on demand",
+        (false, false) => "",
     };
     eprintln!(
         "stormwatch: serving http://{addr}/metrics, collecting every {:.1}s \
@@ -185,30 +187,42 @@ struct Daemon {
     session: Session,
     /// Keeps the kernel's BPF run-time statistics on while the daemon runs.
     _bpf_stats: Option<OwnedFd>,
-    /// When the wake-kind programs are attached, where they are on demand.
-    wake_kinds: Option<WakeKindsDemand>,
+    /// When the wake-kind programs are attached, where they are on demand: from the first
+    /// judgement that finds a lock storm until a whole diagnosis window has passed without one,
+    /// so that the windows a storm is judged on while it lasts have its wake-ups told apart
+    /// (the share from another CPU, and the pinning advice that follows from it).
+    wake_kinds: Option<Demand>,
+    /// When the futex programs are attached, where they are on demand: from the first
+    /// judgement where a container's scheduler figures look like a lock storm's (or a storm is
+    /// found) until a whole diagnosis window has passed without either. The storm rule needs
+    /// their figures; while they are detached no thread pays the syscall slow path for them.
+    futex: Option<Demand>,
 }
 
-/// When the daemon wants the programs that tell wake-ups local or remote attached
-/// (`wake_kinds = "on-demand"`): from the first judgement that finds a lock storm until a whole
-/// diagnosis window has passed without one, so that the windows a storm is judged on while it
-/// lasts have its wake-ups told apart (the share from another CPU, and the pinning advice that
-/// follows from it).
+/// When the daemon wants a tier of on-demand probes attached: from a judgement that asks for
+/// them until a whole diagnosis window has passed without one that does.
 #[derive(Debug)]
-struct WakeKindsDemand {
-    /// How long after the last storm found they stay attached.
+struct Demand {
+    /// How long after the last judgement that asked for them they stay attached.
     linger: Duration,
-    last_storm: Option<Instant>,
+    last_asked: Option<Instant>,
 }
 
-impl WakeKindsDemand {
-    /// Takes one judgement (whether it found a lock storm, at `now`); returns whether the
-    /// programs should be attached from now on.
-    fn judged(&mut self, storm: bool, now: Instant) -> bool {
-        if storm {
-            self.last_storm = Some(now);
+impl Demand {
+    fn new(linger: Duration) -> Self {
+        Self {
+            linger,
+            last_asked: None,
         }
-        self.last_storm
+    }
+
+    /// Takes one judgement (whether it asks for the tier, at `now`); returns whether the
+    /// programs should be attached from now on.
+    fn judged(&mut self, asks: bool, now: Instant) -> bool {
+        if asks {
+            self.last_asked = Some(now);
+        }
+        self.last_asked
             .is_some_and(|t| now.saturating_duration_since(t) < self.linger)
     }
 }
@@ -220,6 +234,7 @@ impl Daemon {
         let options = LoadOptions {
             max_cgroups: config.max_cgroups,
             wake_kinds: config.wake_kinds,
+            futex: config.futex_probes,
             ..LoadOptions::default()
         };
         let pipeline = Pipeline::start(&options, resolver)?;
@@ -247,7 +262,7 @@ impl Daemon {
             e.bpf_stats_enabled = bpf_stats.is_some() || sysctl_bpf_stats();
             e.host_steal_seconds = crate::host::steal_seconds_since_boot();
         }
-        let session = Session::new(
+        let mut session = Session::new(
             session_options(
                 &pipeline,
                 Some(Duration::from_secs_f64(config.diagnosis_window_seconds)),
@@ -269,19 +284,25 @@ impl Daemon {
                     .set_inventory(&crate::netinfo::inventory::collect(walk));
             }
         }
+        let linger = Duration::from_secs_f64(config.diagnosis_window_seconds);
         let wake_kinds = pipeline
             .probes
             .wake_kinds_on_demand()
-            .then(|| WakeKindsDemand {
-                linger: Duration::from_secs_f64(config.diagnosis_window_seconds),
-                last_storm: None,
-            });
+            .then(|| Demand::new(linger));
+        let futex = pipeline
+            .probes
+            .futex_on_demand()
+            .then(|| Demand::new(linger));
+        if futex.is_some() {
+            session.set_futex_watch(FutexWatch::Off);
+        }
         Ok(Self {
             pipeline,
             exporter,
             session,
             _bpf_stats: bpf_stats,
             wake_kinds,
+            futex,
         })
     }
 
@@ -298,8 +319,10 @@ impl Daemon {
             host_steal_seconds: crate::host::steal_seconds_since_boot(),
         };
         let exporter = Arc::clone(&self.exporter);
-        // Whether this collection's judgement found a lock storm (None: nothing judged).
+        // Whether this collection's judgement found a lock storm, and whether some container
+        // looked like one from its scheduler figures (None: nothing judged).
         let mut storm_found = None;
+        let mut candidate = false;
         match window {
             Ok(window) => {
                 let p = &self.pipeline;
@@ -317,6 +340,8 @@ impl Daemon {
                     let findings = self.session.judge(p.paths(), net.as_ref());
                     (net, findings)
                 });
+                candidate =
+                    step_done && self.futex.is_some() && self.session.storm_candidates(p.paths());
                 let mut e = exporter.lock().unwrap_or_else(PoisonError::into_inner);
                 e.cgroups.apply(
                     &Tick {
@@ -357,7 +382,43 @@ impl Daemon {
         }
         if let Some(storm) = storm_found {
             self.steer_wake_kinds(storm, started);
+            self.steer_futex(storm || candidate, Instant::now());
         }
+    }
+
+    /// Attaches or detaches the on-demand futex programs after a judgement, tells the session
+    /// since when their figures cover the window, and shows it (`stormwatch_probe_attached`).
+    fn steer_futex(&mut self, asks: bool, now: Instant) {
+        let Some(demand) = &mut self.futex else {
+            return;
+        };
+        let want = demand.judged(asks, now);
+        let probes = &mut self.pipeline.probes;
+        if want == probes.futex_attached() {
+            return;
+        }
+        match probes.set_futex(want) {
+            Ok(()) if want => {
+                self.session.set_futex_watch(FutexWatch::Since(now));
+                log::info!(
+                    "scheduler figures look like a lock storm: futex probes attached until a \
+                     diagnosis window passes without"
+                );
+            }
+            Ok(()) => {
+                self.session.set_futex_watch(FutexWatch::Off);
+                log::info!("no lock storm candidate for a diagnosis window: futex probes detached");
+            }
+            Err(err) => {
+                log::warn!("futex probes on demand: {err:#}; no longer attached on demand");
+                probes.abandon_futex(&format!("{err:#}"));
+                self.session.set_futex_watch(FutexWatch::Off);
+                self.futex = None;
+            }
+        }
+        let mut e = self.exporter.lock().unwrap_or_else(PoisonError::into_inner);
+        e.avail = self.pipeline.availability();
+        e.probes = self.pipeline.probes.status.clone();
     }
 
     /// Attaches or detaches the on-demand wake-kind programs after a judgement, and shows it
@@ -468,10 +529,7 @@ mod tests {
     fn wake_kinds_are_wanted_from_a_storm_until_a_window_without_one() {
         let t0 = Instant::now();
         let at = |s: u64| t0 + Duration::from_secs(s);
-        let mut d = WakeKindsDemand {
-            linger: Duration::from_secs(30),
-            last_storm: None,
-        };
+        let mut d = Demand::new(Duration::from_secs(30));
         assert!(!d.judged(false, at(0)), "no storm yet");
         assert!(d.judged(true, at(5)), "a storm: attach");
         assert!(d.judged(false, at(20)), "the window still has the storm");

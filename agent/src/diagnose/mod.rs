@@ -44,9 +44,10 @@ pub struct Facts {
     pub remote_wakeup_share: Option<f64>,
     /// Distinct CPUs the container's threads ran on in the window, when measured.
     pub cpus_used: Option<u32>,
-    /// The futex probes were attached through the window, so `futex` is what the threads did
-    /// (all zero then means no futex waits), not what was not watched.
-    pub futex_watched: bool,
+    /// Of the window, the seconds the futex probes were attached (the daemon attaches them on
+    /// demand): `futex` covers that span, and its rates are per second of it. 0: not watched,
+    /// so all-zero futex figures mean nothing was seen, not that nothing happened.
+    pub futex_seconds: f64,
     /// The host over the window, when known.
     pub host: Option<HostFacts>,
 }
@@ -88,6 +89,21 @@ impl Facts {
         v / self.window_seconds.max(1e-9)
     }
 
+    /// Threads off the CPU on average: blocked, or queued for a CPU (Little's law).
+    pub fn off_cpu_threads(&self) -> f64 {
+        self.per_second((self.sched.offcpu_ns + self.sched.runq.sum_ns) as f64 / 1e9)
+    }
+
+    /// A futex figure per second of the span the futex probes watched.
+    fn futex_per_second(&self, v: f64) -> f64 {
+        v / self.futex_seconds.max(1e-9)
+    }
+
+    /// Whether the futex probes watched any of the window.
+    pub fn futex_watched(&self) -> bool {
+        self.futex_seconds > 0.0
+    }
+
     /// Average number of the container's threads on a CPU or waiting for one (Little's law:
     /// time running plus time queued, per second of window).
     pub fn runnable_threads(&self) -> f64 {
@@ -96,7 +112,7 @@ impl Facts {
 
     /// Average number of threads in a futex wait.
     pub fn futex_waiting_threads(&self) -> f64 {
-        self.per_second(self.futex.wait.sum_ns as f64 / 1e9)
+        self.futex_per_second(self.futex.wait.sum_ns as f64 / 1e9)
     }
 
     /// Share of the threads' time spent in futex waits.
@@ -107,22 +123,25 @@ impl Facts {
 
     /// Hand-offs through the kernel: futex waits that ended in a wake, per second.
     pub fn handoffs_per_second(&self) -> f64 {
-        self.per_second(self.futex.woken_waits as f64)
+        self.futex_per_second(self.futex.woken_waits as f64)
     }
 
     /// Average number of threads queued for a hand-off: time in the futex waits that ended in
     /// a wake, per second (timed-out and EAGAIN waits left out: an idle thread parked on a
     /// timer is not queued for anything).
     pub fn queued_threads(&self) -> f64 {
-        self.per_second(self.futex.woken_wait_ns as f64 / 1e9)
+        self.futex_per_second(self.futex.woken_wait_ns as f64 / 1e9)
     }
 
     /// Of the threads' time off the CPU (blocked, or queued for a CPU), the part in futex
     /// waits; `None` when they were never off the CPU. A futex wait lasts until its thread is
-    /// back on a CPU, so it covers both kinds of off-CPU time; capped at 1.
+    /// back on a CPU, so it covers both kinds of off-CPU time; capped at 1. Where the futex
+    /// probes watched only part of the window, the off-CPU time is taken at its mean rate over
+    /// the window for that part.
     pub fn futex_blocked_share(&self) -> Option<f64> {
-        let off = self.sched.offcpu_ns + self.sched.runq.sum_ns;
-        (off > 0).then(|| (self.futex.wait.sum_ns as f64 / off as f64).min(1.0))
+        let off = self.per_second((self.sched.offcpu_ns + self.sched.runq.sum_ns) as f64);
+        let futex = self.futex_per_second(self.futex.wait.sum_ns as f64);
+        (off > 0.0).then(|| (futex / off).min(1.0))
     }
 
     /// Throttled time per second of window, when the container has a quota.
@@ -136,7 +155,7 @@ impl Facts {
     }
 
     pub fn futex_waits_per_second(&self) -> f64 {
-        self.per_second(self.futex.wait.count as f64)
+        self.futex_per_second(self.futex.wait.count as f64)
     }
 
     pub fn migrations_per_second(&self) -> f64 {
@@ -334,7 +353,7 @@ pub fn facts(
                 // A container that ran in the window ran on at least one CPU: none means the
                 // switch probe did not see it, not "no CPU".
                 cpus_used: Some(w.cpus_used()).filter(|n| *n > 0),
-                futex_watched: true,
+                futex_seconds: window.duration.as_secs_f64(),
                 // The session adds the host over the same window.
                 host: None,
             })

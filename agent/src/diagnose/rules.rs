@@ -154,7 +154,7 @@ impl StormFigures {
     /// `None` without a thread count or without futex waits (nothing to judge).
     pub fn of(f: &Facts, t: &Thresholds) -> Option<Self> {
         let threads = f.threads? as f64;
-        if f.futex.wait.count == 0 {
+        if !f.futex_watched() || f.futex.wait.count == 0 {
             return None;
         }
         let allowed = f.allowed_cpus();
@@ -181,6 +181,25 @@ impl StormFigures {
             && s.handoffs_per_cpu_second >= required;
         Some(s)
     }
+}
+
+/// Whether a container's scheduler figures alone — what `sched_switch` sees, no futex probe —
+/// show what a lock storm needs: the daemon attaches the futex probes for such a container
+/// (`futex_probes = "on-demand"`). Each condition is implied by the storm rule's: as many
+/// threads per CPU; at least as many voluntary switches per CPU as hand-offs (a waiter woken
+/// from a futex wait blocked first); at least as many threads per CPU off the CPU (blocked or
+/// queued for it) as queued for hand-offs (a waiter is off the CPU until it runs again).
+pub fn lock_storm_candidate(f: &Facts, t: &Thresholds) -> bool {
+    let Some(threads) = f.threads else {
+        return false;
+    };
+    let allowed = f.allowed_cpus();
+    let off_cpu_threads = f.off_cpu_threads() / allowed;
+    threads as f64 / allowed >= t.storm_min_threads_per_cpu
+        && f.voluntary_switches_per_cpu_second()
+            >= t.storm_min_handoffs_per_cpu_second
+                .min(t.storm_min_convoy_handoffs_per_cpu_second)
+        && off_cpu_threads >= t.storm_min_queued_threads_per_cpu
 }
 
 /// A lock storm: threads serialized on futexes, handing the lock to one another through the
@@ -665,7 +684,7 @@ pub fn thread_oversubscription(f: &Facts, t: &Thresholds) -> Option<Finding> {
 /// What the futex figures say about a lock behind an oversubscription: measured, never a
 /// suggestion to go and look for what the probes already show.
 fn lock_context(f: &Facts, t: &Thresholds) -> String {
-    if !f.futex_watched {
+    if !f.futex_watched() {
         return "The futex probes were not attached in this window (they attach when the \
                 scheduler figures look like a lock storm); `stormwatch trace` shows futex waits \
                 now."
@@ -710,7 +729,7 @@ mod tests {
             locks: LockStats::ZERO,
             remote_wakeup_share: None,
             cpus_used: None,
-            futex_watched: true,
+            futex_seconds: 10.0,
             host: None,
         }
     }
@@ -1105,7 +1124,7 @@ mod tests {
             "{}",
             rec(&f)
         );
-        f.futex_watched = false;
+        f.futex_seconds = 0.0;
         assert!(rec(&f).contains("not attached"), "{}", rec(&f));
     }
 

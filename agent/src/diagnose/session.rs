@@ -227,6 +227,20 @@ pub struct Session {
     pub thread_reads: u64,
     /// What the network inventory may reuse between diagnosis steps.
     inventory: std::sync::Mutex<InventoryCache>,
+    /// Whether, and since when, the futex probes are attached.
+    futex_watch: FutexWatch,
+    /// When the last tick was read.
+    last_tick: Option<Instant>,
+}
+
+/// Whether the futex probes watch, as the session knows it (the daemon attaches them on
+/// demand; `diagnose` and `trace` always).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FutexWatch {
+    Always,
+    /// Attached at this instant.
+    Since(Instant),
+    Off,
 }
 
 impl Session {
@@ -271,8 +285,27 @@ impl Session {
                     .as_ref()
                     .map_or(Duration::ZERO, |n| n.inventory_max_age),
             )),
+            futex_watch: FutexWatch::Always,
+            last_tick: None,
             options,
         }
+    }
+
+    /// Says whether, and since when, the futex probes are attached: the facts' futex figures
+    /// then cover only that part of the window (see [`Facts::futex_seconds`]).
+    pub fn set_futex_watch(&mut self, watch: FutexWatch) {
+        self.futex_watch = watch;
+    }
+
+    /// Whether some container's scheduler figures over the window look like a lock storm's
+    /// ([`super::rules::lock_storm_candidate`]): what the futex probes attach on.
+    pub fn storm_candidates(&self, paths: &HashMap<u64, String>) -> bool {
+        let window = self.window();
+        !window.duration.is_zero()
+            && self
+                .facts(&window, paths)
+                .iter()
+                .any(|f| super::rules::lock_storm_candidate(f, &self.options.thresholds))
     }
 
     pub fn options(&self) -> &SessionOptions {
@@ -288,6 +321,7 @@ impl Session {
         now: Instant,
     ) -> bool {
         self.ticks += 1;
+        self.last_tick = Some(now);
         // Read with the tick: the end of this tick's steal, the start of the next step's.
         self.latest_cpu_ticks = read_cpu_ticks();
         let secs = tick.duration.as_secs_f64();
@@ -477,8 +511,18 @@ impl Session {
         let limits = self.window_limits(window);
         let mut all = super::facts(window, paths, &limits, self.options.host_cpus);
         let host = HostFacts::new(&self.host, self.steal());
+        let window_seconds = window.duration.as_secs_f64();
+        let futex_seconds = match (self.futex_watch, self.last_tick) {
+            (FutexWatch::Always, _) => window_seconds,
+            (FutexWatch::Since(t), Some(now)) => now
+                .saturating_duration_since(t)
+                .as_secs_f64()
+                .min(window_seconds),
+            _ => 0.0,
+        };
         for f in &mut all {
             f.host = Some(host.clone());
+            f.futex_seconds = futex_seconds;
         }
         all
     }

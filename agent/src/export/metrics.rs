@@ -511,8 +511,9 @@ fn encode_self(enc: &mut DescriptorEncoder, e: &Exporter) -> fmt::Result {
     }
     let mut m = enc.encode_descriptor(
         "stormwatch_probe_on_demand",
-        "1 for a probe loaded at start and attached only while needed (wake_kinds = \"on-demand\": \
-         the wake-up probes, while a lock storm is found).",
+        "1 for a probe loaded at start and attached only while needed: the wake-up probes while a \
+         lock storm is found (wake_kinds = \"on-demand\"), the futex probes while a cgroup's \
+         scheduler figures look like a lock storm (futex_probes = \"on-demand\").",
         None,
         Gauge,
     )?;

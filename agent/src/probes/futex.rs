@@ -13,7 +13,7 @@ use super::{
 use crate::counters::Counters as _;
 
 /// (tracepoint, program). Exits share one program: all `sys_exit_*` records are alike.
-const PROGRAMS: [(&str, &str); 8] = [
+pub const PROGRAMS: [(&str, &str); 8] = [
     ("syscalls:sys_enter_futex", programs::FUTEX_ENTER),
     ("syscalls:sys_exit_futex", programs::FUTEX_EXIT),
     ("syscalls:sys_enter_futex_wait", programs::FUTEX_WAIT_ENTER),
@@ -30,7 +30,17 @@ const PROGRAMS: [(&str, &str); 8] = [
 pub const ENTER: &str = "syscalls:sys_enter_futex";
 pub const EXIT: &str = "syscalls:sys_exit_futex";
 
-pub struct FutexProbes;
+/// The status notes of a futex program loaded for [`super::FutexTier::OnDemand`].
+pub const ON_DEMAND_DETACHED: &str = "loaded, attached on demand (futex_probes = \"on-demand\"): \
+     while a cgroup's scheduler figures look like a lock storm";
+pub const ON_DEMAND_ATTACHED: &str =
+    "attached on demand, while a cgroup's scheduler figures look like a lock storm";
+
+pub struct FutexProbes {
+    /// Load (verify) the programs at start but attach them only when asked
+    /// ([`super::Probes::set_futex`]).
+    pub on_demand: bool,
+}
 
 impl ProbeFamily for FutexProbes {
     fn name(&self) -> &'static str {
@@ -87,6 +97,10 @@ impl ProbeFamily for FutexProbes {
             if optional && !tracefs::tracepoint_exists(category, event) {
                 continue;
             }
+            if self.on_demand {
+                status.push(load_on_demand(ebpf, tracepoint, program));
+                continue;
+            }
             // Without its exit an entry would leak; without its entry an exit does nothing.
             status.push(match attach_classic(ebpf, program, category, event) {
                 Ok(()) => ProbeStatus {
@@ -102,6 +116,29 @@ impl ProbeFamily for FutexProbes {
             });
         }
         status
+    }
+}
+
+/// Loads (verifies) a program to be attached on demand: a program the kernel refuses is found
+/// at start, not when a storm needs it.
+fn load_on_demand(ebpf: &mut Ebpf, tracepoint: &'static str, program: &str) -> ProbeStatus {
+    let loaded = ebpf
+        .program_mut(program)
+        .ok_or_else(|| anyhow::anyhow!("program {program} missing from the object"))
+        .and_then(|p| {
+            let p: &mut aya::programs::TracePoint = p.try_into()?;
+            if p.fd().is_err() {
+                p.load()?;
+            }
+            Ok(())
+        });
+    ProbeStatus {
+        tracepoint,
+        kind: None,
+        note: Some(match loaded {
+            Ok(()) => ON_DEMAND_DETACHED.to_owned(),
+            Err(err) => format!("{err:#}"),
+        }),
     }
 }
 

@@ -17,7 +17,9 @@ use std::{collections::HashMap, fmt, hash::Hash};
 use aya::{
     Ebpf, EbpfLoader, Pod,
     maps::{PerCpuArray, PerCpuHashMap, PerCpuValues},
-    programs::{BtfTracePoint, TracePoint, tp_btf::BtfTracePointLinkId},
+    programs::{
+        BtfTracePoint, TracePoint, tp_btf::BtfTracePointLinkId, trace_point::TracePointLinkId,
+    },
 };
 use stormwatch_common::{ProbeError as KernelProbeError, globals, maps};
 use thiserror::Error;
@@ -77,7 +79,12 @@ impl ProbeStatus {
     pub fn on_demand(&self) -> bool {
         matches!(
             self.note.as_deref(),
-            Some(sched::ON_DEMAND_DETACHED | sched::ON_DEMAND_ATTACHED)
+            Some(
+                sched::ON_DEMAND_DETACHED
+                    | sched::ON_DEMAND_ATTACHED
+                    | futex::ON_DEMAND_DETACHED
+                    | futex::ON_DEMAND_ATTACHED
+            )
         )
     }
 }
@@ -157,9 +164,12 @@ pub struct Probes {
     /// The run-queue wait and the off-CPU time come from `sched_switch` alone (tp_btf with
     /// `sched_info`): the wake-up programs only tell wake-ups local or remote.
     pub waits_from_switch: bool,
-    /// The wake-up programs loaded but attached only on demand ([`Probes::set_wake_kinds`]):
-    /// (tracepoint, program, link while attached).
-    on_demand: Vec<(&'static str, &'static str, Option<BtfTracePointLinkId>)>,
+    /// The wake-up programs loaded but attached only on demand ([`Probes::set_wake_kinds`]).
+    on_demand: Vec<OnDemand>,
+    /// The futex programs loaded but attached only on demand ([`Probes::set_futex`]).
+    futex_on_demand: Vec<OnDemand>,
+    /// The futex probes' attach epoch (`maps::FUTEX_EPOCH`), raised before each attach.
+    futex_epoch: u32,
     idle_hot_futexes: IdleKeys<HotFutexKey>,
     idle_lock_sites: IdleKeys<LockSiteKey>,
     /// The host's network namespace inode where the kernel fixes it (`NET_NS_INIT_INO`, from
@@ -241,24 +251,36 @@ pub struct LoadOptions {
     pub max_cgroups: usize,
     /// When the wake-up programs that tell local from remote wake-ups are attached.
     pub wake_kinds: WakeKinds,
+    /// When the futex programs are attached.
+    pub futex: FutexTier,
+}
+
+/// When a tier of probes that the daemon attaches on demand is attached: the wake-up programs
+/// ([`WakeKinds`]) or the futex programs ([`FutexTier`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AttachWhen {
+    /// With every other probe (`trace`, `diagnose`).
+    #[default]
+    Always,
+    /// Loaded (verified) at start, attached only while the daemon asks for them.
+    OnDemand,
 }
 
 /// When the programs that tell wake-ups local or remote (`sched_waking`, `sched_wakeup`,
 /// `sched_wakeup_new`) are attached. They run at every wake-up of every thread on the node, and
 /// are most of the scheduler probes' cost on a switch-heavy load; the figures the rest of the
-/// agent exports do not need them where the kernel keeps `sched_info` (tp_btf).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum WakeKinds {
-    /// With every other probe (`trace`, `diagnose`).
-    #[default]
-    Always,
-    /// Loaded at start, attached only while asked for ([`Probes::set_wake_kinds`]): the daemon
-    /// asks while it finds a lock storm, whose hand-offs they explain. Where the wake-up
-    /// programs time the run-queue wait (no `sched_info`, classic tracepoints), they are always
-    /// attached instead.
-    OnDemand,
-}
+/// agent exports do not need them where the kernel keeps `sched_info` (tp_btf). On demand
+/// ([`Probes::set_wake_kinds`]) the daemon asks while it finds a lock storm, whose hand-offs
+/// they explain. Where the wake-up programs time the run-queue wait (no `sched_info`, classic
+/// tracepoints), they are always attached instead.
+pub type WakeKinds = AttachWhen;
+
+/// When the futex programs (`syscalls:sys_{enter,exit}_futex*`) are attached. Any attached
+/// `syscalls:` tracepoint puts every thread of the node on the kernel's syscall slow path (12%
+/// more per system call, measured), so the daemon attaches them on demand
+/// ([`Probes::set_futex`]): while a cgroup's scheduler figures show what a lock storm needs.
+pub type FutexTier = AttachWhen;
 
 impl Default for LoadOptions {
     fn default() -> Self {
@@ -268,6 +290,7 @@ impl Default for LoadOptions {
             families: Family::DEFAULT.to_vec(),
             max_cgroups: CGROUP_MAP_MIN_ENTRIES as usize,
             wake_kinds: WakeKinds::Always,
+            futex: FutexTier::Always,
         }
     }
 }
@@ -292,7 +315,9 @@ impl Probes {
                     Family::Sched => Box::new(sched::SchedProbes {
                         wake_kinds: options.wake_kinds,
                     }),
-                    Family::Futex => Box::new(futex::FutexProbes),
+                    Family::Futex => Box::new(futex::FutexProbes {
+                        on_demand: options.futex == FutexTier::OnDemand,
+                    }),
                     Family::Locks => Box::new(locks::LockProbes),
                     Family::Net => Box::new(net::NetProbes),
                     Family::EmptySched => Box::new(EmptySchedProbes),
@@ -349,16 +374,24 @@ impl Probes {
             return Err(LoadError::NothingAttached);
         }
         let waits_from_switch = sched::waits_from_switch(&facts, &status);
-        // The wake-kind programs the scheduler family loaded for later (none unless on demand).
-        let on_demand = sched::WAKE_KIND_PROGRAMS
-            .iter()
-            .filter(|(tracepoint, _)| {
-                status
-                    .iter()
-                    .any(|s| s.tracepoint == *tracepoint && s.on_demand())
-            })
-            .map(|&(tracepoint, program)| (tracepoint, program, None))
-            .collect();
+        // The programs the families loaded for later (none unless on demand).
+        let loaded_for_later = |programs: &[(&'static str, &'static str)]| -> Vec<OnDemand> {
+            programs
+                .iter()
+                .filter(|(tracepoint, _)| {
+                    status
+                        .iter()
+                        .any(|s| s.tracepoint == *tracepoint && s.on_demand())
+                })
+                .map(|&(tracepoint, program)| OnDemand {
+                    tracepoint,
+                    program,
+                    link: None,
+                })
+                .collect()
+        };
+        let on_demand = loaded_for_later(&sched::WAKE_KIND_PROGRAMS);
+        let futex_on_demand = loaded_for_later(&futex::PROGRAMS);
         let init_netns = facts.init_netns;
         drop(facts);
         // Parsing the kernel's BTF (several MB, for the loader and tp_btf) is the agent's
@@ -370,6 +403,8 @@ impl Probes {
             status,
             waits_from_switch,
             on_demand,
+            futex_on_demand,
+            futex_epoch: 1,
             idle_hot_futexes: IdleKeys::new(IDLE_READS_BEFORE_EVICTION),
             idle_lock_sites: IdleKeys::new(IDLE_READS_BEFORE_EVICTION),
             init_netns,
@@ -385,54 +420,67 @@ impl Probes {
     /// saying `why`.
     pub fn abandon_wake_kinds(&mut self, why: &str) {
         let _ = self.set_wake_kinds(false);
-        for (tracepoint, _, _) in self.on_demand.drain(..) {
-            if let Some(s) = self.status.iter_mut().find(|s| s.tracepoint == tracepoint) {
-                (s.kind, s.note) = (None, Some(format!("attaching on demand failed: {why}")));
-            }
-        }
+        abandon(&mut self.on_demand, &mut self.status, why);
     }
 
     /// Whether the on-demand wake-kind programs are attached now.
     pub fn wake_kinds_attached(&self) -> bool {
-        self.on_demand.iter().any(|(_, _, link)| link.is_some())
+        self.on_demand.iter().any(|p| p.link.is_some())
     }
 
     /// Attaches (`on`) or detaches the wake-kind programs loaded for [`WakeKinds::OnDemand`],
     /// and updates their status; nothing when they are not on demand. On an error the programs
     /// attached so far stay so, and their status says it.
     pub fn set_wake_kinds(&mut self, on: bool) -> anyhow::Result<()> {
-        // Attached in the order of `WAKE_KIND_PROGRAMS`, detached in the reverse.
-        let order: Vec<usize> = if on {
-            (0..self.on_demand.len()).collect()
-        } else {
-            (0..self.on_demand.len()).rev().collect()
-        };
-        for i in order {
-            let (tracepoint, program, link) = &mut self.on_demand[i];
-            if on == link.is_some() {
-                continue;
-            }
-            let prog: &mut BtfTracePoint = self
+        let notes = (sched::ON_DEMAND_ATTACHED, sched::ON_DEMAND_DETACHED);
+        set_tier(
+            &mut self.ebpf,
+            &mut self.on_demand,
+            &mut self.status,
+            on,
+            notes,
+        )
+    }
+
+    /// Whether the futex programs wait to be attached on demand.
+    pub fn futex_on_demand(&self) -> bool {
+        !self.futex_on_demand.is_empty()
+    }
+
+    /// Whether the on-demand futex programs are attached now.
+    pub fn futex_attached(&self) -> bool {
+        self.futex_on_demand.iter().any(|p| p.link.is_some())
+    }
+
+    /// Detaches the on-demand futex programs for good (after an error), their status saying
+    /// `why`.
+    pub fn abandon_futex(&mut self, why: &str) {
+        let _ = self.set_futex(false);
+        abandon(&mut self.futex_on_demand, &mut self.status, why);
+    }
+
+    /// Attaches (`on`) or detaches the futex programs loaded for [`FutexTier::OnDemand`]. Before
+    /// attaching, the attach epoch is raised, so that a call whose entry was seen before the
+    /// last detach is never paired with an exit seen now (it is counted as unpaired instead).
+    pub fn set_futex(&mut self, on: bool) -> anyhow::Result<()> {
+        if on && !self.futex_attached() {
+            let next = self.futex_epoch + 1;
+            let mut epoch: aya::maps::Array<_, u32> = self
                 .ebpf
-                .program_mut(program)
-                .ok_or_else(|| anyhow::anyhow!("program {program} missing from the object"))?
+                .map_mut(maps::FUTEX_EPOCH)
+                .ok_or_else(|| anyhow::anyhow!("map {} missing", maps::FUTEX_EPOCH))?
                 .try_into()?;
-            match link.take() {
-                Some(id) => prog.detach(id)?,
-                None => *link = Some(prog.attach()?),
-            }
-            if let Some(s) = self.status.iter_mut().find(|s| s.tracepoint == *tracepoint) {
-                (s.kind, s.note) = if on {
-                    (
-                        Some(AttachKind::TpBtf),
-                        Some(sched::ON_DEMAND_ATTACHED.to_owned()),
-                    )
-                } else {
-                    (None, Some(sched::ON_DEMAND_DETACHED.to_owned()))
-                };
-            }
+            epoch.set(0, &next, 0)?;
+            self.futex_epoch = next;
         }
-        Ok(())
+        let notes = (futex::ON_DEMAND_ATTACHED, futex::ON_DEMAND_DETACHED);
+        set_tier(
+            &mut self.ebpf,
+            &mut self.futex_on_demand,
+            &mut self.status,
+            on,
+            notes,
+        )
     }
 
     pub fn is_attached(&self, tracepoint: &str) -> bool {
@@ -922,6 +970,90 @@ pub(crate) fn attach_preferring_btf(
 /// The globals of the kernel crate's shared code, whichever families load: from a task to its
 /// cgroup v2 id (`task->cgroups->dfl_cgrp->kn->id`), which the scheduler, futex and lock probes
 /// read by loads rather than a helper call (`shared::task_cgroup_id`).
+/// A program loaded at start and attached only on demand.
+#[derive(Debug)]
+struct OnDemand {
+    tracepoint: &'static str,
+    program: &'static str,
+    link: Option<OnDemandLink>,
+}
+
+/// The link of an on-demand program while it is attached.
+#[derive(Debug)]
+enum OnDemandLink {
+    Btf(BtfTracePointLinkId),
+    Classic(TracePointLinkId),
+}
+
+/// Attaches (`on`) or detaches a tier of on-demand programs — in their order, detached in the
+/// reverse — and sets their status with the tier's (attached, detached) notes. On an error the
+/// programs attached so far stay so, and their status says it.
+fn set_tier(
+    ebpf: &mut Ebpf,
+    tier: &mut [OnDemand],
+    status: &mut [ProbeStatus],
+    on: bool,
+    (attached, detached): (&str, &str),
+) -> anyhow::Result<()> {
+    let order: Vec<usize> = if on {
+        (0..tier.len()).collect()
+    } else {
+        (0..tier.len()).rev().collect()
+    };
+    for i in order {
+        let OnDemand {
+            tracepoint,
+            program,
+            link,
+        } = &mut tier[i];
+        if on == link.is_some() {
+            continue;
+        }
+        let prog = ebpf
+            .program_mut(program)
+            .ok_or_else(|| anyhow::anyhow!("program {program} missing from the object"))?;
+        let kind = match (link.take(), prog) {
+            (Some(OnDemandLink::Btf(id)), aya::programs::Program::BtfTracePoint(p)) => {
+                p.detach(id)?;
+                AttachKind::TpBtf
+            }
+            (Some(OnDemandLink::Classic(id)), aya::programs::Program::TracePoint(p)) => {
+                p.detach(id)?;
+                AttachKind::Tracepoint
+            }
+            (None, aya::programs::Program::BtfTracePoint(p)) => {
+                *link = Some(OnDemandLink::Btf(p.attach()?));
+                AttachKind::TpBtf
+            }
+            (None, aya::programs::Program::TracePoint(p)) => {
+                let (category, event) = tracepoint.split_once(':').expect("category:event");
+                *link = Some(OnDemandLink::Classic(p.attach(category, event)?));
+                AttachKind::Tracepoint
+            }
+            (_, other) => {
+                anyhow::bail!("{program}: unexpected program type {:?}", other.prog_type())
+            }
+        };
+        if let Some(s) = status.iter_mut().find(|s| s.tracepoint == *tracepoint) {
+            (s.kind, s.note) = if on {
+                (Some(kind), Some(attached.to_owned()))
+            } else {
+                (None, Some(detached.to_owned()))
+            };
+        }
+    }
+    Ok(())
+}
+
+/// Forgets a tier's programs after an error, their status saying `why`.
+fn abandon(tier: &mut Vec<OnDemand>, status: &mut [ProbeStatus], why: &str) {
+    for p in tier.drain(..) {
+        if let Some(s) = status.iter_mut().find(|s| s.tracepoint == p.tracepoint) {
+            (s.kind, s.note) = (None, Some(format!("attaching on demand failed: {why}")));
+        }
+    }
+}
+
 fn shared_globals(facts: &KernelFacts) -> Vec<(&'static str, u32)> {
     let Some(btf) = &facts.btf else {
         return Vec::new();

@@ -27,6 +27,10 @@ pub mod maps {
     pub const HOT_FUTEXES: &str = "HOT_FUTEXES";
     /// Task storage: thread → [`crate::FutexInflight`], the futex syscall in progress.
     pub const FUTEX_INFLIGHT: &str = "FUTEX_INFLIGHT";
+    /// Array (one slot): u32, the futex probes' attach epoch. The agent raises it before each
+    /// attach of the on-demand futex probes; an entry kept in an earlier epoch (its exit ran
+    /// while the probes were detached) is then never paired with a later exit.
+    pub const FUTEX_EPOCH: &str = "FUTEX_EPOCH";
     /// Per-CPU hash: cgroup id (u64) → [`crate::LockStats`].
     pub const CGROUP_LOCKS: &str = "CGROUP_LOCKS";
     /// Per-CPU hash: [`crate::LockSiteKey`] → [`crate::LockSiteValue`], contended call sites;
@@ -461,7 +465,8 @@ pub struct FutexInflight {
     pub uaddr: u64,
     /// One of [`futex_class`], or 0 for a call that neither waits nor wakes.
     pub class: u32,
-    /// 1 from the call's entry to its exit: an exit that finds 0 had its entry unseen.
+    /// The attach epoch (`maps::FUTEX_EPOCH`, at least 1) from the call's entry to its exit,
+    /// 0 after the exit: an exit that finds 0, or an earlier epoch, had its entry unseen.
     pub in_flight: u32,
 }
 

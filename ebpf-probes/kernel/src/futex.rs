@@ -19,7 +19,7 @@ use aya_ebpf::{
         bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user,
     },
     macros::{btf_map, map, tracepoint},
-    maps::PerCpuHashMap,
+    maps::{Array, PerCpuHashMap},
     programs::TracePointContext,
 };
 use stormwatch_common::{
@@ -44,6 +44,17 @@ const EAGAIN: i64 = 11;
 #[map(name = "CGROUP_FUTEX")]
 static CGROUP_FUTEX: PerCpuHashMap<u64, FutexStats> =
     PerCpuHashMap::with_max_entries(MAX_CGROUPS, BPF_F_NO_PREALLOC);
+
+/// The attach epoch, raised by the agent before each attach of the on-demand futex probes
+/// (1 when they are always attached). An array lookup with a constant key is inlined by the
+/// verifier: two loads per call.
+#[map(name = "FUTEX_EPOCH")]
+static FUTEX_EPOCH: Array<u32> = Array::with_max_entries(1, 0);
+
+#[inline(always)]
+fn epoch() -> u32 {
+    FUTEX_EPOCH.get(0).copied().unwrap_or(0).max(1)
+}
 
 #[btf_map(name = "FUTEX_INFLIGHT")]
 static FUTEX_INFLIGHT: TaskStorage<FutexInflight> = TaskStorage::new();
@@ -169,7 +180,7 @@ fn enter(uaddr: u64, class: u32) {
     }
     call.uaddr = uaddr;
     call.class = class;
-    call.in_flight = 1;
+    call.in_flight = epoch();
 }
 
 #[inline(always)]
@@ -182,8 +193,9 @@ fn exit(ret: i64) {
     };
     let call = *slot;
     slot.in_flight = 0;
-    if call.in_flight == 0 {
-        // The slot was consumed by the previous exit: this call's entry was not seen.
+    if call.in_flight != epoch() {
+        // The slot was consumed by the previous exit, or kept before the probes were last
+        // detached and attached again: this call's entry was not seen.
         count_error(ProbeError::FutexUnpairedExit);
         return;
     }
