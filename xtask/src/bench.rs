@@ -300,7 +300,8 @@ pub fn run(rounds: u32, seconds: u32, repeats: u32) -> Result<()> {
     let futex = futex(&bin, rounds, seconds)?;
     let storm = lock_storm(&bin, rounds, seconds)?;
     let programs = crate::bench_programs::run(&bin, seconds, repeats)?;
-    println!("{sched}{futex}{storm}{programs}");
+    let ordinary = crate::bench_ordinary::run(rounds, seconds)?;
+    println!("{sched}{futex}{storm}{programs}{ordinary}");
     println!("{}", crate::bench_daemon::run()?);
     Ok(())
 }

@@ -8,6 +8,7 @@
 
 mod bench;
 mod bench_daemon;
+mod bench_ordinary;
 mod bench_programs;
 mod setup;
 
@@ -80,6 +81,10 @@ enum Task {
         /// Runs per tracer of the per-program table (`--programs`, and the full bench).
         #[arg(long, default_value = "3")]
         repeats: u32,
+        /// Only the ordinary workloads (Redis SET/GET, one system call, HTTP at a fixed rate)
+        /// with `stormwatch run` as deployed against none, nothing storming.
+        #[arg(long, conflicts_with_all = ["daemon_only", "lock_storm_only", "futex_only", "sched_only", "programs"])]
+        ordinary: bool,
     },
 }
 
@@ -103,8 +108,11 @@ fn main() -> ExitCode {
             sched_only,
             programs,
             repeats,
+            ordinary,
         } => setup::run().and_then(|()| {
-            if programs {
+            if ordinary {
+                bench_ordinary::run(rounds, seconds).map(|table| println!("{table}"))
+            } else if programs {
                 build_release()
                     .and_then(|bin| bench_programs::run(&bin, seconds, repeats))
                     .map(|table| println!("{table}"))

@@ -1,0 +1,295 @@
+//! What the always-on agent costs ordinary workloads while nothing storms: `stormwatch run` as
+//! deployed (default configuration) against no agent, in interleaved rounds, on
+//!
+//! - Redis over loopback: `redis-benchmark` SET and GET, 50 clients (requests/s);
+//! - one system call: `perf bench syscall basic` (getppid in a loop; ns per call);
+//! - an HTTP server at a fixed request rate: a Go net/http server (tests/corpus/httpserver)
+//!   loaded open-loop at `HTTP_RATE` requests/s over `HTTP_CONNECTIONS` keep-alive
+//!   connections, each request's latency counted from when it was due (so a stall delays the
+//!   requests behind it, as users see it), p50 and p99 — as coroot measures agents.
+//!
+//! Each round runs every workload without the agent, then with it (the agent started fresh
+//! for the round and stopped after it). Not a test: the README carries the table.
+
+use std::{
+    io::{BufRead as _, BufReader, Read as _, Write as _},
+    net::TcpStream,
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail};
+
+use crate::{
+    bench::{median, stormwatch_run},
+    build_release, root, say,
+};
+
+const REDIS_REQUESTS: u32 = 400_000;
+const HTTP_RATE: u32 = 2_000;
+const HTTP_CONNECTIONS: u32 = 8;
+const SYSCALL_LOOPS: u64 = 50_000_000;
+
+/// A child killed on drop.
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn wait_for_port(addr: &str) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(addr).is_err() {
+        if Instant::now() > deadline {
+            bail!("nothing listens on {addr}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Ok(())
+}
+
+/// `redis-benchmark -t <test>`: requests per second.
+fn redis(port: u16, test: &str) -> Result<f64> {
+    let out = Command::new("redis-benchmark")
+        .args(["-p", &port.to_string(), "-c", "50", "-t", test, "--csv"])
+        .args(["-n", &REDIS_REQUESTS.to_string()])
+        .stderr(Stdio::null())
+        .output()
+        .context("cannot run redis-benchmark (apt-get install redis-tools)")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    // "test","rps","avg_latency_ms",… then "SET","123456.79",…
+    text.lines()
+        .find(|l| l.starts_with(&format!("\"{}\"", test.to_uppercase())))
+        .and_then(|l| l.split(',').nth(1))
+        .and_then(|v| v.trim_matches('"').parse().ok())
+        .with_context(|| format!("no {test} line in redis-benchmark's output: {text}"))
+}
+
+/// `perf bench syscall basic`: nanoseconds per getppid call.
+fn syscall_ns() -> Result<f64> {
+    let out = Command::new("perf")
+        .args([
+            "bench",
+            "syscall",
+            "basic",
+            "-l",
+            &SYSCALL_LOOPS.to_string(),
+        ])
+        .stderr(Stdio::null())
+        .output()
+        .context("cannot run perf bench (apt-get install linux-perf)")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .find_map(|l| l.trim().strip_suffix("usecs/op"))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .map(|us| us * 1000.0)
+        .with_context(|| format!("no usecs/op in perf bench's output: {text}"))
+}
+
+/// Latencies of requests sent open-loop at `rate`/s over `conns` connections for `seconds`;
+/// returns (p50, p99) in microseconds and the rate achieved.
+fn http_fixed_rate(addr: &str, rate: u32, conns: u32, seconds: u32) -> Result<(f64, f64, f64)> {
+    let per_conn = Duration::from_secs_f64(f64::from(conns) / f64::from(rate));
+    let requests = u64::from(rate / conns) * u64::from(seconds);
+    let start = Instant::now() + Duration::from_millis(100);
+    let handles: Vec<_> = (0..conns)
+        .map(|c| {
+            let addr = addr.to_owned();
+            std::thread::spawn(move || -> Result<Vec<f64>> {
+                let mut stream = TcpStream::connect(&addr)?;
+                stream.set_nodelay(true)?;
+                let mut reader = BufReader::new(stream.try_clone()?);
+                // The connections' schedules are staggered evenly.
+                let offset = per_conn.mul_f64(f64::from(c) / f64::from(conns));
+                let mut lat = Vec::with_capacity(requests as usize);
+                for i in 0..requests {
+                    let due = start + offset + per_conn.mul_f64(i as f64);
+                    let now = Instant::now();
+                    if due > now {
+                        std::thread::sleep(due - now);
+                    }
+                    stream.write_all(b"GET / HTTP/1.1\r\nHost: bench\r\n\r\n")?;
+                    let mut length = 0usize;
+                    loop {
+                        let mut line = String::new();
+                        if reader.read_line(&mut line)? == 0 {
+                            bail!("the server closed the connection");
+                        }
+                        let l = line.trim_end();
+                        if l.is_empty() {
+                            break;
+                        }
+                        if let Some(v) = l
+                            .to_ascii_lowercase()
+                            .strip_prefix("content-length:")
+                            .map(|v| v.trim().to_owned())
+                        {
+                            length = v.parse()?;
+                        }
+                    }
+                    let mut body = vec![0; length];
+                    reader.read_exact(&mut body)?;
+                    lat.push(due.elapsed().as_secs_f64() * 1e6);
+                }
+                Ok(lat)
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for h in handles {
+        all.extend(
+            h.join()
+                .map_err(|_| anyhow::anyhow!("a load thread panicked"))??,
+        );
+    }
+    let took = start.elapsed().as_secs_f64();
+    all.sort_by(f64::total_cmp);
+    let pct = |p: f64| all[((all.len() - 1) as f64 * p).round() as usize];
+    Ok((pct(0.50), pct(0.99), all.len() as f64 / took))
+}
+
+/// One round's figures of one configuration.
+#[derive(Default)]
+struct Figures {
+    set: Vec<f64>,
+    get: Vec<f64>,
+    syscall_ns: Vec<f64>,
+    http_p50_us: Vec<f64>,
+    http_p99_us: Vec<f64>,
+    http_rate: Vec<f64>,
+}
+
+fn go_server() -> Result<PathBuf> {
+    let out = std::env::temp_dir().join("stormwatch-bench-httpserver");
+    let status = Command::new("go")
+        .args(["build", "-o"])
+        .arg(&out)
+        .arg(".")
+        .current_dir(root().join("tests/corpus/httpserver"))
+        .env("GO111MODULE", "off")
+        .status()
+        .context("cannot run go build")?;
+    if !status.success() {
+        bail!("go build of tests/corpus/httpserver failed: {status}");
+    }
+    Ok(out)
+}
+
+/// The ordinary-workloads table.
+pub fn run(rounds: u32, seconds: u32) -> Result<String> {
+    let bin = build_release()?;
+    let server = go_server()?;
+    let redis_port = 6390u16;
+    let _redis = Server(
+        Command::new("redis-server")
+            .args([
+                "--port",
+                &redis_port.to_string(),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("cannot start redis-server (apt-get install redis-server)")?,
+    );
+    wait_for_port(&format!("127.0.0.1:{redis_port}"))?;
+    let http_addr = "127.0.0.1:8089";
+    let _http = Server(
+        Command::new(&server)
+            .args(["-listen", http_addr])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("cannot start the Go HTTP server")?,
+    );
+    wait_for_port(http_addr)?;
+    let mut none = Figures::default();
+    let mut agent = Figures::default();
+    for round in 1..=rounds {
+        for (with_agent, f) in [(false, &mut none), (true, &mut agent)] {
+            say(&format!(
+                "ordinary workloads: round {round}/{rounds}, {}",
+                if with_agent { "stormwatch run" } else { "none" }
+            ));
+            let running = with_agent
+                .then(|| stormwatch_run()(&bin, seconds))
+                .transpose()?;
+            f.set.push(redis(redis_port, "set")?);
+            f.get.push(redis(redis_port, "get")?);
+            f.syscall_ns.push(syscall_ns()?);
+            let (p50, p99, rate) =
+                http_fixed_rate(http_addr, HTTP_RATE, HTTP_CONNECTIONS, seconds)?;
+            f.http_p50_us.push(p50);
+            f.http_p99_us.push(p99);
+            f.http_rate.push(rate);
+            if let Some(r) = running {
+                r.stop()?;
+            }
+        }
+    }
+    Ok(table(&none, &agent, rounds, seconds))
+}
+
+fn table(none: &Figures, agent: &Figures, rounds: u32, seconds: u32) -> String {
+    let row = |name: &str, unit: &str, a: &[f64], b: &[f64], higher_is_better: bool| {
+        let (ma, mb) = (median(a), median(b));
+        let ratios: Vec<f64> = b.iter().zip(a).map(|(b, a)| b / a).collect();
+        let lo = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        format!(
+            "| {name} | {ma:.1} {unit} | {mb:.1} {unit} | {:.3} | {lo:.3}–{hi:.3} | {} |\n",
+            mb / ma,
+            if higher_is_better {
+                "throughput: ≥ 0.99 is the goal"
+            } else {
+                "cost: ≤ 1.02 is the goal"
+            }
+        )
+    };
+    let mut out = format!(
+        "\nOrdinary workloads, nothing storming: `stormwatch run` as deployed (default \
+         configuration) against no agent, {rounds} interleaved rounds (HTTP {seconds} s at \
+         {HTTP_RATE} requests/s over {HTTP_CONNECTIONS} connections; Redis {REDIS_REQUESTS} \
+         requests, 50 clients; perf bench syscall basic, {SYSCALL_LOOPS} calls)\n\n\
+         | workload | none (median) | stormwatch run (median) | ratio | ratio per round \
+         (min–max) | reading |\n|---|---:|---:|---:|---:|---|\n"
+    );
+    out.push_str(&row("Redis SET", "req/s", &none.set, &agent.set, true));
+    out.push_str(&row("Redis GET", "req/s", &none.get, &agent.get, true));
+    out.push_str(&row(
+        "getppid (perf bench syscall basic)",
+        "ns",
+        &none.syscall_ns,
+        &agent.syscall_ns,
+        false,
+    ));
+    out.push_str(&row(
+        "HTTP p50 latency",
+        "µs",
+        &none.http_p50_us,
+        &agent.http_p50_us,
+        false,
+    ));
+    out.push_str(&row(
+        "HTTP p99 latency",
+        "µs",
+        &none.http_p99_us,
+        &agent.http_p99_us,
+        false,
+    ));
+    out.push_str(&row(
+        "HTTP rate achieved",
+        "req/s",
+        &none.http_rate,
+        &agent.http_rate,
+        true,
+    ));
+    out
+}
