@@ -69,7 +69,7 @@ pub fn cases() -> Vec<Case> {
     vec![
         Case {
             name: "sysbench-mutex-storm",
-            what: "sysbench threads: 64 threads on one pthread mutex, busy CPUs",
+            what: "sysbench threads: 64 threads on one pthread mutex, yielding while they hold it",
             expect: LockStorm,
             program: Cmd(&[
                 "sysbench",
@@ -91,7 +91,7 @@ pub fn cases() -> Vec<Case> {
         },
         Case {
             name: "lock-pi-convoy",
-            what: "perf bench futex lock-pi, 64 threads: PI futex hand-offs, CPUs left idle",
+            what: "perf bench futex lock-pi, 64 threads: a PI futex handed from waiter to waiter",
             expect: LockStorm,
             program: Cmd(&["perf", "bench", "futex", "lock-pi", "-t", "64", "-r", "60"]),
             quota: None,

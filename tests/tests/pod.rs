@@ -887,10 +887,12 @@ fn the_pod_attaches_the_wake_up_probes_when_it_finds_a_lock_storm() {
         Duration::from_secs(12),
         || {
             let logs = running.container.logs();
-            assert!(
-                !logs.contains("wake-up probes on demand:"),
-                "the pod could not attach the wake-up probes:\n{logs}"
-            );
+            for tier in ["wake-up", "futex"] {
+                assert!(
+                    !logs.contains(&format!("{tier} probes on demand:")),
+                    "the pod could not attach the {tier} probes:\n{logs}"
+                );
+            }
             let text = running.metrics();
             WAKE_PROBES
                 .iter()
