@@ -216,7 +216,7 @@ fn table(workload: &str, seconds: u32, repeats: u32, rows: &[Costs]) -> String {
 }
 
 /// The switch storm and the futex stressor, each with the floor, stormwatch's probes, the daemon
-/// as deployed and bpftrace.
+/// as deployed and bpftrace; UDP over loopback with the network probes and the daemon.
 pub fn run(bin: &Path, seconds: u32, repeats: u32) -> Result<String> {
     let _stats = StatsOn::new()?;
     let sched = workload(
@@ -255,7 +255,19 @@ pub fn run(bin: &Path, seconds: u32, repeats: u32) -> Result<String> {
         seconds,
         repeats,
     )?;
-    Ok(sched + &futex)
+    // Packets over loopback: what the network programs cost per packet (transmit and receive
+    // each run once per packet, whichever container sends).
+    let net = workload(
+        bin,
+        &["stress-ng", "--udp", "2"],
+        vec![
+            ("stormwatch --probes net", bench::stormwatch("net")),
+            ("stormwatch run", bench::stormwatch_run()),
+        ],
+        seconds,
+        repeats,
+    )?;
+    Ok(sched + &futex + &net)
 }
 
 /// One workload's table: each tracer in turn, `repeats` runs each.
