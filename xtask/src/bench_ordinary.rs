@@ -8,13 +8,14 @@
 //!   connections, each request's latency counted from when it was due (so a stall delays the
 //!   requests behind it, as users see it), p50 and p99 — as coroot measures agents.
 //!
-//! Each round runs every workload without the agent, then with it (the agent started fresh
-//! for the round and stopped after it). Not a test: the README carries the table.
+//! The servers run in cgroups of their own, as containers do (the load generators in the
+//! bench's). Each round runs every workload without the agent, then with it (the agent started
+//! fresh for the round and stopped after it). Not a test: the README carries the table.
 
 use std::{
     io::{BufRead as _, BufReader, Read as _, Write as _},
     net::TcpStream,
-    path::PathBuf,
+    path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
@@ -31,13 +32,44 @@ const HTTP_RATE: u32 = 2_000;
 const HTTP_CONNECTIONS: u32 = 8;
 const SYSCALL_LOOPS: u64 = 50_000_000;
 
-/// A child killed on drop.
-struct Server(Child);
+/// A server in a cgroup of its own (under the cgroup v2 root), both gone on drop.
+struct Server(Child, PathBuf);
+
+impl Server {
+    fn start(name: &str, cmd: &mut Command) -> Result<Self> {
+        use std::os::unix::process::CommandExt as _;
+        let unified = Path::new("/sys/fs/cgroup/unified");
+        let root = if unified.join("cgroup.procs").exists() {
+            unified
+        } else {
+            Path::new("/sys/fs/cgroup")
+        };
+        let dir = root.join(format!("sw-bench-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let procs = dir.join("cgroup.procs");
+        // SAFETY: between fork and exec the child only writes its own pid's "0" to a file.
+        unsafe {
+            cmd.pre_exec(move || std::fs::write(&procs, "0"));
+        }
+        let child = cmd
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .with_context(|| format!("cannot start {cmd:?}"))?;
+        Ok(Self(child, dir))
+    }
+}
 
 impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
+        for _ in 0..100 {
+            if std::fs::remove_dir(&self.1).is_ok() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 }
 
@@ -184,31 +216,20 @@ pub fn run(rounds: u32, seconds: u32) -> Result<String> {
     let bin = build_release()?;
     let server = go_server()?;
     let redis_port = 6390u16;
-    let _redis = Server(
-        Command::new("redis-server")
-            .args([
-                "--port",
-                &redis_port.to_string(),
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("cannot start redis-server (apt-get install redis-server)")?,
-    );
+    let _redis = Server::start(
+        "redis",
+        Command::new("redis-server").args([
+            "--port",
+            &redis_port.to_string(),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ]),
+    )?;
     wait_for_port(&format!("127.0.0.1:{redis_port}"))?;
     let http_addr = "127.0.0.1:8089";
-    let _http = Server(
-        Command::new(&server)
-            .args(["-listen", http_addr])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("cannot start the Go HTTP server")?,
-    );
+    let _http = Server::start("http", Command::new(&server).args(["-listen", http_addr]))?;
     wait_for_port(http_addr)?;
     let mut none = Figures::default();
     let mut agent = Figures::default();

@@ -186,20 +186,26 @@ impl StormFigures {
 /// Whether a container's scheduler figures alone — what `sched_switch` sees, no futex probe —
 /// show what a lock storm needs: the daemon attaches the futex probes for such a container
 /// (`futex_probes = "on-demand"`). Each condition is implied by the storm rule's: as many
-/// threads per CPU; at least as many voluntary switches per CPU as hand-offs (a waiter woken
-/// from a futex wait blocked first); at least as many threads per CPU off the CPU (blocked or
-/// queued for it) as queued for hand-offs (a waiter is off the CPU until it runs again).
+/// threads per CPU; at least as many threads per CPU off the CPU (blocked or queued for it) as
+/// queued for hand-offs (a waiter is off the CPU until it runs again); and at least as many
+/// voluntary switches per CPU as the hand-offs the rule requires (a waiter woken from a futex
+/// wait blocked first) — the saturated threshold when the container keeps its CPUs saturated,
+/// the convoy threshold otherwise, as the rule chooses. A busy I/O server with many threads can
+/// still look like this (its switches are not futex hand-offs); then the futex probes attach
+/// and the rule, with their figures, says it is not a storm.
 pub fn lock_storm_candidate(f: &Facts, t: &Thresholds) -> bool {
     let Some(threads) = f.threads else {
         return false;
     };
     let allowed = f.allowed_cpus();
-    let off_cpu_threads = f.off_cpu_threads() / allowed;
+    let required = if f.runnable_threads() / allowed >= t.storm_saturated_runnable_per_cpu {
+        t.storm_min_handoffs_per_cpu_second
+    } else {
+        t.storm_min_convoy_handoffs_per_cpu_second
+    };
     threads as f64 / allowed >= t.storm_min_threads_per_cpu
-        && f.voluntary_switches_per_cpu_second()
-            >= t.storm_min_handoffs_per_cpu_second
-                .min(t.storm_min_convoy_handoffs_per_cpu_second)
-        && off_cpu_threads >= t.storm_min_queued_threads_per_cpu
+        && f.off_cpu_threads() / allowed >= t.storm_min_queued_threads_per_cpu
+        && f.voluntary_switches_per_cpu_second() >= required
 }
 
 /// A lock storm: threads serialized on futexes, handing the lock to one another through the
@@ -1108,6 +1114,36 @@ mod tests {
                 .any(|r| r.contains("watch futex")),
             "{found:?}"
         );
+    }
+
+    /// The futex tier's trigger: the storm's scheduler side, in both regimes; not an idle
+    /// pool's occasional wake-ups, nor a pool waking at a queue's modest rate on idle CPUs.
+    #[test]
+    fn storm_candidates_come_from_scheduler_figures_alone() {
+        let t = Thresholds::default();
+        let mut f = storm();
+        f.futex = FutexStats::ZERO;
+        f.futex_seconds = 0.0;
+        assert!(lock_storm_candidate(&f, &t), "a saturated storm");
+        let mut convoy = f.clone();
+        convoy.sched.oncpu_ns = 2 * S;
+        convoy.sched.runq = Log2Histogram::ZERO;
+        assert!(
+            lock_storm_candidate(&convoy, &t),
+            "400,000 switches in 10 s: a convoy"
+        );
+        let mut queue = convoy.clone();
+        queue.sched.voluntary_switches = 10_000; // 500/s per CPU on idle CPUs
+        assert!(
+            !lock_storm_candidate(&queue, &t),
+            "a queue at a modest rate"
+        );
+        let mut idle = f.clone();
+        idle.sched.offcpu_ns = 10 * S; // 0.5 threads per CPU off the CPU and woken again
+        assert!(!lock_storm_candidate(&idle, &t), "few threads waking");
+        let mut few = f;
+        few.threads = Some(6);
+        assert!(!lock_storm_candidate(&few, &t), "3 threads per CPU");
     }
 
     #[test]
