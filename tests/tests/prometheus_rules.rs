@@ -1,63 +1,38 @@
-//! deploy/prometheusrule.yaml, checked by Prometheus' own tool.
+//! deploy/rules.yaml (the source) and deploy/prometheusrule.yaml (made from it), checked by
+//! Prometheus' own tool, in place, on the files as committed:
 //!
-//! - `promtool check rules` on the rule groups (the CR's `spec`, which is what the Prometheus
-//!   operator hands to Prometheus);
-//! - `promtool test rules deploy/tests/prometheusrule_test.yaml`: alerts that must fire, with
-//!   their labels and text, and ones that must not (a finding that lasts one diagnosis window,
-//!   a finding that flaps);
+//! - `promtool check rules deploy/rules.yaml`;
+//! - `promtool test rules deploy/tests/rules_test.yaml`: alerts that must fire, with their
+//!   labels and text, and ones that must not (a finding that lasts one diagnosis window, a
+//!   finding that flaps);
+//! - the CR's `spec` holds exactly the rule file's groups;
 //! - the findings' `for:` outlasts one window as the shipped ConfigMap and PodMonitor configure
 //!   it, and every finding kind has its alert.
 //!
 //! Nothing is skipped: a missing promtool fails the test with how to install it.
 
-use std::{
-    path::{Path, PathBuf},
-    process::Command,
-};
+use std::{path::PathBuf, process::Command};
 
 use stormwatch_tests::{
     daemon::tool,
-    deploy::{manifest, repo_file},
+    deploy::{documents, manifest, repo_file},
 };
-
-fn deploy(file: &str) -> PathBuf {
-    repo_file(&format!("deploy/{file}"))
-}
 
 fn promtool() -> PathBuf {
     tool("promtool", "apt-get install -y prometheus")
 }
 
-/// The CR's rule groups written as a plain rule file, with a copy of the test file beside it
-/// (its `rule_files` names the rule file relative to itself).
-struct RuleFiles {
-    _dir: tempfile::TempDir,
-    rules: PathBuf,
-    tests: PathBuf,
+/// The plain rule file's one document.
+fn rule_groups() -> serde_yaml_ng::Value {
+    let mut docs = documents(&repo_file("deploy/rules.yaml"));
+    assert_eq!(docs.len(), 1, "one document in deploy/rules.yaml");
+    docs.remove(0)
 }
 
-fn rule_files() -> RuleFiles {
-    let cr = manifest("prometheusrule.yaml", "PrometheusRule");
-    assert_eq!(cr["apiVersion"].as_str(), Some("monitoring.coreos.com/v1"));
-    let dir = tempfile::tempdir().expect("a temp dir");
-    let rules = dir.path().join("stormwatch.rules.yaml");
-    let spec = serde_yaml_ng::to_string(&cr["spec"]).expect("encoding the rule groups");
-    std::fs::write(&rules, spec).expect("writing the rule file");
-    let tests = dir.path().join("prometheusrule_test.yaml");
-    std::fs::copy(deploy("tests/prometheusrule_test.yaml"), &tests)
-        .expect("copying deploy/tests/prometheusrule_test.yaml");
-    RuleFiles {
-        _dir: dir,
-        rules,
-        tests,
-    }
-}
-
-fn run_promtool(args: &[&Path]) -> String {
+/// `promtool <args>` run from the repository's root, on the committed files.
+fn run_promtool(args: &[&str]) -> String {
     let mut cmd = Command::new(promtool());
-    for a in args {
-        cmd.arg(a);
-    }
+    cmd.current_dir(repo_file("")).args(args);
     let out = cmd.output().expect("running promtool");
     let text = format!(
         "{}{}",
@@ -70,16 +45,25 @@ fn run_promtool(args: &[&Path]) -> String {
 
 #[test]
 fn promtool_checks_the_rules() {
-    let f = rule_files();
-    let text = run_promtool(&[Path::new("check"), Path::new("rules"), &f.rules]);
+    let text = run_promtool(&["check", "rules", "deploy/rules.yaml"]);
     assert!(text.contains("SUCCESS"), "{text}");
 }
 
 #[test]
 fn promtool_unit_tests_pass() {
-    let f = rule_files();
-    let text = run_promtool(&[Path::new("test"), Path::new("rules"), &f.tests]);
+    let text = run_promtool(&["test", "rules", "deploy/tests/rules_test.yaml"]);
     assert!(text.contains("SUCCESS"), "{text}");
+}
+
+#[test]
+fn the_prometheus_rule_holds_the_rule_file() {
+    let cr = manifest("prometheusrule.yaml", "PrometheusRule");
+    assert_eq!(cr["apiVersion"].as_str(), Some("monitoring.coreos.com/v1"));
+    assert_eq!(
+        cr["spec"],
+        rule_groups(),
+        "deploy/prometheusrule.yaml is stale: run `cargo +stable xtask manifests`"
+    );
 }
 
 /// "1m30s" → 90 (the units Prometheus durations use here).
@@ -113,8 +97,8 @@ fn duration_seconds(d: &str) -> f64 {
 
 /// The alerts on `stormwatch_finding`, as (kind, `for:` in seconds).
 fn finding_alerts() -> Vec<(String, f64)> {
-    let cr = manifest("prometheusrule.yaml", "PrometheusRule");
-    let groups = cr["spec"]["groups"].as_sequence().expect("spec.groups");
+    let rules = rule_groups();
+    let groups = rules["groups"].as_sequence().expect("groups");
     groups
         .iter()
         .flat_map(|g| g["rules"].as_sequence().expect("rules"))

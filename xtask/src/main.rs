@@ -10,6 +10,7 @@ mod bench;
 mod bench_daemon;
 mod bench_ordinary;
 mod bench_programs;
+mod manifests;
 mod setup;
 
 use std::{
@@ -39,6 +40,9 @@ enum Task {
     },
     /// Set up, then run every test: formatting, clippy, unit and integration tests.
     Test,
+    /// Regenerate the deploy/ files made from others (the PrometheusRule from
+    /// deploy/rules.yaml); the tests fail while they are stale.
+    Manifests,
     /// Set up, then run the lock-storm corpus repeatedly: how often each case gets its verdict
     /// (a benchmark of stability, not part of the tests; prints the README's table).
     Corpus {
@@ -94,6 +98,7 @@ fn main() -> ExitCode {
         Task::Setup => setup::run(),
         Task::Diagnose { duration } => setup::run().and_then(|()| diagnose(duration)),
         Task::Test => setup::run().and_then(|()| test()),
+        Task::Manifests => manifests::run(),
         Task::Corpus {
             repeat,
             noise,
