@@ -32,7 +32,8 @@ struct Cli {
 enum Task {
     /// Install what is missing: the pinned toolchain, LLVM 22, bpf-linker, the test tools.
     Setup,
-    /// Set up, build the release binary, and diagnose this host.
+    /// Install what building needs (not the test tools), build the release binary, and
+    /// diagnose this host.
     Diagnose {
         /// Seconds to watch.
         #[arg(long, default_value = "10")]
@@ -95,15 +96,15 @@ enum Task {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.task {
-        Task::Setup => setup::run(),
-        Task::Diagnose { duration } => setup::run().and_then(|()| diagnose(duration)),
-        Task::Test => setup::run().and_then(|()| test()),
+        Task::Setup => setup::tests(),
+        Task::Diagnose { duration } => setup::build().and_then(|()| diagnose(duration)),
+        Task::Test => setup::tests().and_then(|()| test()),
         Task::Manifests => manifests::run(),
         Task::Corpus {
             repeat,
             noise,
             cases,
-        } => setup::run().and_then(|()| corpus(repeat, noise, &cases)),
+        } => setup::tests().and_then(|()| corpus(repeat, noise, &cases)),
         Task::Bench {
             rounds,
             seconds,
@@ -114,7 +115,7 @@ fn main() -> ExitCode {
             programs,
             repeats,
             ordinary,
-        } => setup::run().and_then(|()| {
+        } => setup::tests().and_then(|()| {
             if ordinary {
                 bench_ordinary::run(rounds, seconds).map(|table| println!("{table}"))
             } else if programs {

@@ -1,11 +1,14 @@
 //! Installs what the build and the tests need, skipping whatever is already there.
 //!
+//! What building and diagnosing need ([`build`], all that `xtask diagnose` installs):
 //! - the pinned nightly with `rust-src` (rustup does not install it by itself when
 //!   `RUSTUP_AUTO_INSTALL=0`);
-//! - Debian packages: `llvm-22-dev` (bpf-linker links against it) and the tools the tests use
-//!   as workloads and independent oracles;
+//! - Debian packages: `llvm-22-dev` (bpf-linker links against it);
 //! - `bpf-linker` built against LLVM 22, which must match the pinned rustc's LLVM;
 //! - tracefs at /sys/kernel/tracing.
+//!
+//! What the tests and benchmarks add ([`tests`]): the Debian, PyPI and Go tools they use as
+//! workloads and independent oracles.
 
 use std::process::Command;
 
@@ -17,14 +20,18 @@ use crate::{run_cmd, say};
 pub const TOOLCHAIN: &str = "nightly-2026-06-20";
 const LLVM_PREFIX: &str = "/usr/lib/llvm-22";
 
-/// Debian packages: what each is for.
-const PACKAGES: &[(&str, &str)] = &[
+/// Debian packages the build needs: what each is for.
+const BUILD_PACKAGES: &[(&str, &str)] = &[
     ("llvm-22-dev", "bpf-linker links against LLVM 22"),
     (
         "libpolly-22-dev",
         "LLVM 22's static libraries reference Polly",
     ),
     ("libzstd-dev", "LLVM 22 is linked with zstd"),
+];
+
+/// Debian packages the tests and benchmarks add: what each is for.
+const TEST_PACKAGES: &[(&str, &str)] = &[
     ("stress-ng", "workloads for the tests and the benchmark"),
     ("bpftrace", "an independent measurement for the tests"),
     (
@@ -71,13 +78,30 @@ const PIP_PACKAGES: &[(&str, &str, &str)] = &[(
     "validates deploy/ against the Kubernetes schemas",
 )];
 
-pub fn run() -> Result<()> {
+/// Go modules: (module@version, binary, what it is for).
+const GO_TOOLS: &[(&str, &str, &str)] = &[(
+    "helm.sh/helm/v3/cmd/helm@v3.22.0",
+    "helm",
+    "renders and lints the Helm chart (deploy/helm/stormwatch)",
+)];
+
+/// What building the agent and diagnosing this host need, and nothing else.
+pub fn build() -> Result<()> {
     toolchain()?;
-    packages()?;
-    pip_packages()?;
+    packages(BUILD_PACKAGES)?;
     bpf_linker()?;
     tracefs();
-    say("setup complete");
+    say("build tools: complete");
+    Ok(())
+}
+
+/// Everything: the build's tools and the tests' and benchmarks'.
+pub fn tests() -> Result<()> {
+    build()?;
+    packages(TEST_PACKAGES)?;
+    pip_packages()?;
+    go_tools()?;
+    say("test tools: complete");
     Ok(())
 }
 
@@ -139,8 +163,8 @@ fn package_installed(name: &str) -> bool {
         .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
 }
 
-fn packages() -> Result<()> {
-    let missing: Vec<&str> = PACKAGES
+fn packages(wanted: &[(&str, &str)]) -> Result<()> {
+    let missing: Vec<&str> = wanted
         .iter()
         .filter(|(name, _)| !package_installed(name))
         .map(|(name, _)| *name)
@@ -149,7 +173,7 @@ fn packages() -> Result<()> {
         say("Debian packages: all installed");
         return Ok(());
     }
-    for (name, why) in PACKAGES.iter().filter(|(n, _)| missing.contains(n)) {
+    for (name, why) in wanted.iter().filter(|(n, _)| missing.contains(n)) {
         say(&format!("installing {name} ({why})"));
     }
     run_cmd(Command::new("apt-get").args(["update", "-q"]))?;
@@ -180,6 +204,29 @@ fn pip_packages() -> Result<()> {
             "--disable-pip-version-check",
             package,
         ]))?;
+    }
+    Ok(())
+}
+
+/// Go tools go to /usr/local/bin, on every PATH (the tests look them up there).
+fn go_tools() -> Result<()> {
+    for (module, binary, why) in GO_TOOLS {
+        let present = Command::new(binary)
+            .arg("version")
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if present {
+            say(&format!("{binary}: installed"));
+            continue;
+        }
+        say(&format!(
+            "installing {binary} ({why}): go install {module} (a few minutes, once)"
+        ));
+        run_cmd(
+            Command::new("go")
+                .args(["install", module])
+                .env("GOBIN", "/usr/local/bin"),
+        )?;
     }
     Ok(())
 }
