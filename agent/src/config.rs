@@ -11,6 +11,11 @@
 //! histograms = true                # per-cgroup latency histograms (8 buckets each); false: sum and count only
 //! wake_kinds = "on-demand"         # wake-ups told local/remote: "on-demand" (while a lock storm is found) or "always"
 //! futex_probes = "on-demand"       # futex syscall probes: "on-demand" (while scheduler figures look like a lock storm) or "always"
+//! web_config_file = "/etc/stormwatch/web.yml"   # TLS and basic auth, exporter-toolkit's format (none by default)
+//! http_header_timeout_seconds = 10 # a request's head must arrive within this (idle keep-alive connections close after it)
+//! http_request_timeout_seconds = 30   # a request must be answered within this
+//! http_idle_timeout_seconds = 30   # a connection that moves no byte for this long is closed
+//! http_max_connections = 64        # connections open at once; more are closed at once
 //!
 //! [thresholds]                     # any of the diagnosis thresholds (see diagnose::Thresholds)
 //! runq_min_mean_seconds = 0.002
@@ -38,6 +43,17 @@ pub const DEFAULT_INTERVAL_SECONDS: f64 = 5.0;
 pub const DEFAULT_MAX_CGROUPS: usize = 2000;
 pub const DEFAULT_REMOVED_GRACE_SECONDS: f64 = 60.0;
 pub const DEFAULT_DIAGNOSIS_WINDOW_SECONDS: f64 = 30.0;
+/// Twice what a scrape needs on a slow link; short enough that a client that trickles its
+/// request (or holds a connection open without one) is gone quickly.
+pub const DEFAULT_HTTP_HEADER_TIMEOUT_SECONDS: f64 = 10.0;
+/// Rendering 2,000 cgroups takes ~0.1 s; 30 s is Prometheus' longest usual scrape timeout.
+pub const DEFAULT_HTTP_REQUEST_TIMEOUT_SECONDS: f64 = 30.0;
+pub const DEFAULT_HTTP_IDLE_TIMEOUT_SECONDS: f64 = 30.0;
+/// Scrapers (an HA pair, a second Prometheus), the kubelet's probes and `curl`s need a few;
+/// 64 leaves room and bounds the memory and descriptors any client can take.
+pub const DEFAULT_HTTP_MAX_CONNECTIONS: usize = 64;
+const MAX_HTTP_CONNECTIONS: u64 = 10_000;
+const MAX_HTTP_SECONDS: f64 = 3600.0;
 
 /// Environment variables, between the flags and the file.
 pub const ENV_LISTEN: &str = "STORMWATCH_LISTEN";
@@ -77,6 +93,11 @@ pub struct FileConfig {
     pub histograms: Option<bool>,
     pub wake_kinds: Option<WakeKinds>,
     pub futex_probes: Option<FutexTier>,
+    pub web_config_file: Option<PathBuf>,
+    pub http_header_timeout_seconds: Option<f64>,
+    pub http_request_timeout_seconds: Option<f64>,
+    pub http_idle_timeout_seconds: Option<f64>,
+    pub http_max_connections: Option<u64>,
     pub thresholds: Option<Thresholds>,
 }
 
@@ -109,6 +130,14 @@ pub struct Config {
     /// cgroup's scheduler figures show what a lock storm needs, until a diagnosis window passes
     /// without it; `always` as `trace` and `diagnose` do.
     pub futex_probes: FutexTier,
+    /// TLS and basic authentication of the endpoint, in exporter-toolkit's web config format
+    /// (`export::web`); none: plain HTTP, open.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub web_config_file: Option<PathBuf>,
+    pub http_header_timeout_seconds: f64,
+    pub http_request_timeout_seconds: f64,
+    pub http_idle_timeout_seconds: f64,
+    pub http_max_connections: usize,
     pub thresholds: Thresholds,
 }
 
@@ -124,6 +153,11 @@ impl Default for Config {
             histograms: true,
             wake_kinds: WakeKinds::OnDemand,
             futex_probes: FutexTier::OnDemand,
+            web_config_file: None,
+            http_header_timeout_seconds: DEFAULT_HTTP_HEADER_TIMEOUT_SECONDS,
+            http_request_timeout_seconds: DEFAULT_HTTP_REQUEST_TIMEOUT_SECONDS,
+            http_idle_timeout_seconds: DEFAULT_HTTP_IDLE_TIMEOUT_SECONDS,
+            http_max_connections: DEFAULT_HTTP_MAX_CONNECTIONS,
             thresholds: Thresholds::default(),
         }
     }
@@ -135,6 +169,7 @@ pub struct Flags {
     pub listen: Option<SocketAddr>,
     pub interval: Option<f64>,
     pub config: Option<PathBuf>,
+    pub web_config_file: Option<PathBuf>,
 }
 
 /// An `IP:PORT` socket address (`0.0.0.0:9847`, `127.0.0.1:9847`, `[::]:9847`).
@@ -165,6 +200,9 @@ impl Config {
         }
         if let Some(interval) = flags.interval {
             config.interval_seconds = interval;
+        }
+        if let Some(web) = &flags.web_config_file {
+            config.web_config_file = Some(web.clone());
         }
         config.validate()?;
         Ok(config)
@@ -217,6 +255,32 @@ impl Config {
         if let Some(v) = file.futex_probes {
             self.futex_probes = v;
         }
+        if let Some(v) = file.web_config_file {
+            // Relative to the config file, as exporter-toolkit resolves the web config's own
+            // paths.
+            self.web_config_file = Some(match path.parent() {
+                Some(dir) if v.is_relative() => dir.join(v),
+                _ => v,
+            });
+        }
+        if let Some(v) = file.http_header_timeout_seconds {
+            self.http_header_timeout_seconds = v;
+        }
+        if let Some(v) = file.http_request_timeout_seconds {
+            self.http_request_timeout_seconds = v;
+        }
+        if let Some(v) = file.http_idle_timeout_seconds {
+            self.http_idle_timeout_seconds = v;
+        }
+        if let Some(v) = file.http_max_connections {
+            if v == 0 || v > MAX_HTTP_CONNECTIONS {
+                bail!(
+                    "config file {where_}: http_max_connections must be between 1 and \
+                     {MAX_HTTP_CONNECTIONS} (got {v})"
+                );
+            }
+            self.http_max_connections = v as usize;
+        }
         if let Some(t) = file.thresholds {
             self.thresholds = t;
         }
@@ -243,6 +307,28 @@ impl Config {
                  (got {w})"
             );
         }
+        for (name, v) in [
+            (
+                "http_header_timeout_seconds",
+                self.http_header_timeout_seconds,
+            ),
+            (
+                "http_request_timeout_seconds",
+                self.http_request_timeout_seconds,
+            ),
+            ("http_idle_timeout_seconds", self.http_idle_timeout_seconds),
+        ] {
+            if !v.is_finite() || v <= 0.0 || v > MAX_HTTP_SECONDS {
+                bail!("{name} must be greater than 0 and at most {MAX_HTTP_SECONDS} (got {v})");
+            }
+        }
+        if self.http_max_connections == 0 || self.http_max_connections as u64 > MAX_HTTP_CONNECTIONS
+        {
+            bail!(
+                "http_max_connections must be between 1 and {MAX_HTTP_CONNECTIONS} (got {})",
+                self.http_max_connections
+            );
+        }
         if self.max_cgroups == 0 || self.max_cgroups as u64 > MAX_CGROUPS_LIMIT {
             bail!(
                 "max_cgroups must be between 1 and {MAX_CGROUPS_LIMIT} (got {})",
@@ -265,6 +351,16 @@ impl Config {
             }
         }
         Ok(())
+    }
+
+    /// The HTTP server's limits.
+    pub fn http_limits(&self) -> crate::export::server::Limits {
+        crate::export::server::Limits {
+            header_timeout: std::time::Duration::from_secs_f64(self.http_header_timeout_seconds),
+            request_timeout: std::time::Duration::from_secs_f64(self.http_request_timeout_seconds),
+            idle_timeout: std::time::Duration::from_secs_f64(self.http_idle_timeout_seconds),
+            max_connections: self.http_max_connections,
+        }
     }
 
     /// The effective configuration as a config file.

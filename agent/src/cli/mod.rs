@@ -62,6 +62,11 @@ pub struct RunArgs {
     #[arg(long, value_name = "SECS", value_parser = positive_seconds)]
     pub interval: Option<f64>,
 
+    /// TLS and basic authentication of the endpoint: a web config file in the format of the
+    /// Prometheus exporters' exporter-toolkit (tls_server_config, basic_auth_users).
+    #[arg(long = "web.config.file", value_name = "FILE")]
+    pub web_config_file: Option<std::path::PathBuf>,
+
     /// Validate the configuration, print the effective one, and exit.
     #[arg(long)]
     pub check_config: bool,

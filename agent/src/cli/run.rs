@@ -33,6 +33,7 @@ use crate::{
         network::Owner,
         server::{self, Shared},
         state::{ActiveFinding, Exporter, Labels, ProgramStats, Tick},
+        web::WebConfig,
     },
     identity::CgroupResolver,
     pipeline::Pipeline,
@@ -53,8 +54,14 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
         listen: args.listen,
         interval: args.interval,
         config: args.config.clone(),
+        web_config_file: args.web_config_file.clone(),
     };
     let config = Config::load(&flags, |name| std::env::var(name).ok())?;
+    // Before anything starts: a web config that does not load is one line and exit 1.
+    let web = Arc::new(match &config.web_config_file {
+        Some(path) => WebConfig::load(path)?,
+        None => WebConfig::none(),
+    });
     if args.check_config {
         println!(
             "# stormwatch run: effective configuration (flags > environment > file > defaults)"
@@ -69,13 +76,13 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    let result = runtime.block_on(daemon(config));
+    let result = runtime.block_on(daemon(config, web));
     // Do not wait for idle keep-alive connections of scrapers.
     runtime.shutdown_timeout(Duration::from_millis(100));
     result
 }
 
-async fn daemon(config: Config) -> anyhow::Result<u8> {
+async fn daemon(config: Config, web: Arc<WebConfig>) -> anyhow::Result<u8> {
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
@@ -93,9 +100,16 @@ async fn daemon(config: Config) -> anyhow::Result<u8> {
     let renderer = Renderer::new(Arc::clone(&exporter));
     let shared = Arc::new(Shared::new(interval, move || renderer.render()));
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(server::serve(listener, Arc::clone(&shared), async {
-        let _ = stop_rx.await;
-    }));
+    let scheme = if web.tls() { "https" } else { "http" };
+    let server = tokio::spawn(server::serve(
+        listener,
+        Arc::clone(&shared),
+        web,
+        config.http_limits(),
+        async {
+            let _ = stop_rx.await;
+        },
+    ));
 
     // Signals are handled on the HTTP worker, so that they are seen at once even while this
     // thread is busy (attaching, or a long collection): stop serving, tell the loop, and make
@@ -140,7 +154,7 @@ async fn daemon(config: Config) -> anyhow::Result<u8> {
         (false, false) => "",
     };
     eprintln!(
-        "stormwatch: serving http://{addr}/metrics, collecting every {:.1}s \
+        "stormwatch: serving {scheme}://{addr}/metrics, collecting every {:.1}s \
          ({attached}/{total} probes attached{on_demand})",
         interval.as_secs_f64()
     );

@@ -12,6 +12,7 @@ pub mod metrics;
 pub mod network;
 pub mod server;
 pub mod state;
+pub mod web;
 
 use std::{io::Write as _, sync::OnceLock};
 

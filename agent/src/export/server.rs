@@ -5,25 +5,47 @@
 //! The exposition is rendered by the first scrape after a collection, not by the collection:
 //! with Prometheus scraping every 15 s and collections every 5 s, two renderings in three
 //! would be thrown away unread, and between scrapes no rendering is held in memory.
+//!
+//! The endpoint is reachable by any pod of the node's network, so no client may hold it
+//! ([`Limits`]): a request's head must arrive within the header timeout (which also closes an
+//! idle keep-alive connection after that long), a request is answered within the request
+//! timeout, a connection that moves no byte either way for the idle timeout is closed (a
+//! client that does not read its response), request heads are capped at
+//! [`MAX_HEADER_BYTES`] and bodies refused, and at most `max_connections` are open at once:
+//! beyond that a new connection is closed at once, so a flood cannot queue behind the scrapes
+//! in the kernel's accept backlog for long. TLS and basic authentication come from a web
+//! config file ([`super::web`]).
 
 use std::{
     future::Future,
+    pin::{Pin, pin},
     sync::{
         Arc, Mutex, PoisonError, RwLock,
         atomic::{AtomicBool, AtomicU64, Ordering},
     },
+    task::{Context, Poll},
     time::{Duration, Instant},
 };
 
 use axum::{
     Router,
     extract::State,
-    http::{HeaderMap, HeaderValue, StatusCode, header},
+    http::{HeaderMap, HeaderValue, Request, StatusCode, header},
     response::{IntoResponse, Response},
     routing::get,
 };
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::{
+    io::{AsyncRead, AsyncWrite, ReadBuf},
+    net::TcpStream,
+    sync::{OwnedSemaphorePermit, Semaphore, watch},
+};
+use tower::ServiceExt as _;
 
-use super::{Format, Rendered};
+use super::{
+    Format, Rendered,
+    web::{Active, Auth, WebConfig},
+};
 
 pub const OPENMETRICS_CONTENT_TYPE: &str =
     "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -270,15 +292,284 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .with_state(shared)
 }
 
-/// Serves until `stop` completes; then stops accepting and lets requests in flight finish.
+/// The most a request's head (request line and headers) may take; a longer one is answered
+/// 431 by hyper and the connection closed. 16 KiB is twice what Prometheus' longest
+/// `Authorization` and `Accept` headers need.
+pub const MAX_HEADER_BYTES: usize = 16 * 1024;
+
+/// How long clients may take, and how many may be connected.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Limits {
+    /// From the connection's opening (or the end of its previous response) to the end of a
+    /// request's head; the TLS handshake gets as long.
+    pub header_timeout: Duration,
+    /// From a request's head to its response's head.
+    pub request_timeout: Duration,
+    /// No byte read or written for this long: the connection is closed.
+    pub idle_timeout: Duration,
+    pub max_connections: usize,
+}
+
+/// When a connection last moved a byte, in milliseconds from `start`.
+struct Activity {
+    start: Instant,
+    last_ms: AtomicU64,
+}
+
+impl Activity {
+    fn new() -> Self {
+        Self {
+            start: Instant::now(),
+            last_ms: AtomicU64::new(0),
+        }
+    }
+
+    fn touch(&self) {
+        let ms = self.start.elapsed().as_millis().min(u128::from(u64::MAX)) as u64;
+        self.last_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// Completes once nothing has moved for `idle`.
+    async fn idle_for(&self, idle: Duration) {
+        loop {
+            let last = self.start + Duration::from_millis(self.last_ms.load(Ordering::Relaxed));
+            let deadline = last + idle;
+            if Instant::now() >= deadline {
+                return;
+            }
+            tokio::time::sleep_until(deadline.into()).await;
+        }
+    }
+}
+
+/// A TCP stream that records when it last moved a byte.
+struct Tracked {
+    inner: TcpStream,
+    activity: Arc<Activity>,
+}
+
+impl AsyncRead for Tracked {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.activity.touch();
+        }
+        r
+    }
+}
+
+impl AsyncWrite for Tracked {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write(cx, data);
+        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.touch();
+        }
+        r
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+fn plain(status: StatusCode, text: &'static str) -> Response {
+    (status, text).into_response()
+}
+
+/// What every request goes through before the routes: no body, credentials for `/metrics`.
+async fn admit(req: &Request<hyper::body::Incoming>, active: &Arc<Active>) -> Option<Response> {
+    let headers = req.headers();
+    let has_body = headers.contains_key(header::TRANSFER_ENCODING)
+        || headers
+            .get(header::CONTENT_LENGTH)
+            .is_some_and(|v| v.as_bytes() != b"0");
+    if has_body {
+        return Some(plain(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "request bodies are not accepted\n",
+        ));
+    }
+    if req.uri().path() != "/metrics" || !active.requires_auth() {
+        return None;
+    }
+    let authorization = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    // bcrypt is slow on purpose: off the worker that serves the scrapes.
+    let checking = Arc::clone(active);
+    let verdict =
+        tokio::task::spawn_blocking(move || checking.check(authorization.as_deref())).await;
+    if matches!(verdict, Ok(Auth::Allowed)) {
+        return None;
+    }
+    let mut r = plain(StatusCode::UNAUTHORIZED, "unauthorized\n");
+    r.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static("Basic realm=\"stormwatch\""),
+    );
+    Some(r)
+}
+
+/// One connection, TLS or not, until it ends, times out or the server closes.
+async fn connection(
+    stream: TcpStream,
+    router: Router,
+    web: Arc<WebConfig>,
+    limits: Limits,
+    closing: watch::Receiver<bool>,
+    _slot: OwnedSemaphorePermit,
+) {
+    let activity = Arc::new(Activity::new());
+    let io = Tracked {
+        inner: stream,
+        activity: Arc::clone(&activity),
+    };
+    let active = web.current();
+    match active.tls.clone() {
+        None => http(io, router, active, limits, closing, activity).await,
+        Some(acceptor) => {
+            match tokio::time::timeout(limits.header_timeout, acceptor.accept(io)).await {
+                Ok(Ok(tls)) => http(tls, router, active, limits, closing, activity).await,
+                Ok(Err(err)) => log::debug!("TLS handshake: {err}"),
+                Err(_) => log::debug!("TLS handshake: timed out"),
+            }
+        }
+    }
+}
+
+async fn http<I>(
+    io: I,
+    router: Router,
+    active: Arc<Active>,
+    limits: Limits,
+    mut closing: watch::Receiver<bool>,
+    activity: Arc<Activity>,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let request_timeout = limits.request_timeout;
+    let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+        let router = router.clone();
+        let active = Arc::clone(&active);
+        async move {
+            if let Some(refused) = admit(&req, &active).await {
+                return Ok::<_, std::convert::Infallible>(refused);
+            }
+            let answer = router.oneshot(req.map(axum::body::Body::new));
+            match tokio::time::timeout(request_timeout, answer).await {
+                Ok(r) => r,
+                Err(_) => Ok(plain(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "request timed out\n",
+                )),
+            }
+        }
+    });
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        .max_buf_size(MAX_HEADER_BYTES)
+        .keep_alive(true);
+    let mut conn = pin!(builder.serve_connection(TokioIo::new(io), service));
+    let mut told_to_close = false;
+    loop {
+        tokio::select! {
+            r = conn.as_mut() => {
+                if let Err(err) = r {
+                    log::debug!("HTTP connection: {err}");
+                }
+                return;
+            }
+            changed = closing.changed(), if !told_to_close => {
+                told_to_close = true;
+                if changed.is_err() || *closing.borrow() {
+                    // Finish the request in flight, then close.
+                    conn.as_mut().graceful_shutdown();
+                }
+            }
+            () = activity.idle_for(limits.idle_timeout) => {
+                log::debug!("HTTP connection idle for {:?}: closed", limits.idle_timeout);
+                return;
+            }
+        }
+    }
+}
+
+/// Serves until `stop` completes; then stops accepting, and returns once the connections have
+/// finished their requests in flight.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     shared: Arc<Shared>,
+    web: Arc<WebConfig>,
+    limits: Limits,
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(shared))
-        .with_graceful_shutdown(stop)
-        .await
+    let router = router(shared);
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let (closing_tx, closing_rx) = watch::channel(false);
+    let mut stop = pin!(stop);
+    let mut refused_since_log = 0_u64;
+    let mut last_log: Option<Instant> = None;
+    loop {
+        let stream = tokio::select! {
+            () = &mut stop => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(err) => {
+                    // Out of descriptors, or the like: back off rather than spin.
+                    log::warn!("HTTP server: accept: {err}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+            drop(stream);
+            refused_since_log += 1;
+            if last_log.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
+                log::warn!(
+                    "HTTP server: {} connection(s) refused: {} already open \
+                     (max_connections)",
+                    refused_since_log,
+                    limits.max_connections
+                );
+                refused_since_log = 0;
+                last_log = Some(Instant::now());
+            }
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        tokio::spawn(connection(
+            stream,
+            router.clone(),
+            Arc::clone(&web),
+            limits.clone(),
+            closing_rx.clone(),
+            slot,
+        ));
+    }
+    drop(listener);
+    let _ = closing_tx.send(true);
+    // Every connection holds a slot until it ends.
+    let _all = slots
+        .acquire_many(u32::try_from(limits.max_connections).unwrap_or(u32::MAX))
+        .await;
+    Ok(())
 }
 
 #[cfg(test)]
