@@ -172,6 +172,14 @@ impl Daemon {
     /// Starts `stormwatch run --listen 127.0.0.1:<free port> --interval 1 <extra>` and waits
     /// for /readyz to answer 200.
     pub fn start(extra: &[&str]) -> Self {
+        Self::start_until(extra, |addr| {
+            http_get(addr, "/readyz", None).is_ok_and(|r| r.status == 200)
+        })
+    }
+
+    /// Starts `stormwatch run` as [`Daemon::start`] does, and waits until `ready` says so
+    /// (for a daemon that speaks TLS, say).
+    pub fn start_until(extra: &[&str], ready: impl Fn(SocketAddr) -> bool) -> Self {
         let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let mut child = Command::new(agent_bin())
             .args(["run", "--listen", &addr.to_string(), "--interval", "1"])
@@ -205,7 +213,7 @@ impl Daemon {
                     lines.join("\n")
                 );
             }
-            if daemon.get("/readyz").is_ok_and(|r| r.status == 200) {
+            if ready(daemon.addr) {
                 return daemon;
             }
             assert!(

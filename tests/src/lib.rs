@@ -27,6 +27,7 @@ pub mod corpus;
 pub mod daemon;
 pub mod deploy;
 pub mod netns;
+pub mod prometheus;
 
 // ---- the cgroup v2 hierarchy ----------------------------------------------------------------
 

@@ -15,9 +15,9 @@
 //! Nothing is skipped: a missing tool fails the test with how to install it.
 
 use std::{
-    net::{SocketAddr, TcpListener},
+    net::TcpListener,
     path::{Path, PathBuf},
-    process::{Child, Command, Output, Stdio},
+    process::{Command, Output, Stdio},
     time::{Duration, Instant},
 };
 
@@ -25,92 +25,13 @@ use serde_json::Value;
 use stormwatch_tests::{
     Agent, TestCgroup, agent_bin, agent_output, corpus,
     daemon::{
-        Daemon, EXIT_DEADLINE, assert_promtool_clean, free_port, http_get, sample, sample_with,
-        sum_with, tool, url_encode, wait_for, write_file,
+        Daemon, EXIT_DEADLINE, assert_promtool_clean, http_get, sample, sample_with, sum_with,
+        tool, wait_for, write_file,
     },
     netns::{self, OuterDf, Overlay, PingDf, ping_node_b},
+    prometheus::{Prometheus, value_of},
     require_bpf, run_in_cgroup, workload_result,
 };
-
-// ---- Prometheus ----------------------------------------------------------------------------
-
-/// A Prometheus server scraping one target every second, storage in a temp dir; killed (and
-/// its directory removed) on drop.
-struct Prometheus {
-    child: Child,
-    addr: SocketAddr,
-    dir: tempfile::TempDir,
-}
-
-impl Prometheus {
-    fn start(target: SocketAddr) -> Self {
-        let bin = tool("prometheus", "apt-get install -y prometheus");
-        let dir = tempfile::tempdir().expect("a temp dir");
-        let config = write_file(
-            dir.path(),
-            "prometheus.yml",
-            &format!(
-                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
-                 scrape_configs:\n  - job_name: stormwatch\n    static_configs:\n      \
-                 - targets: ['{target}']\n"
-            ),
-        );
-        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-        let log = std::fs::File::create(dir.path().join("prometheus.log")).expect("prometheus.log");
-        let child = Command::new(bin)
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.path().join("data").display()
-            ))
-            .arg(format!("--web.listen-address={addr}"))
-            .arg("--log.level=warn")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("log file"))
-            .stderr(log)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start prometheus: {e}"));
-        let mut prometheus = Self { child, addr, dir };
-        wait_for("Prometheus to be ready", Duration::from_secs(30), || {
-            if let Ok(Some(status)) = prometheus.child.try_wait() {
-                panic!("prometheus exited ({status}):\n{}", prometheus.log());
-            }
-            http_get(prometheus.addr, "/-/ready", None)
-                .ok()
-                .filter(|r| r.status == 200)
-        });
-        prometheus
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("prometheus.log")).unwrap_or_default()
-    }
-
-    /// The `data.result` of an instant query.
-    fn query(&self, promql: &str) -> Vec<Value> {
-        let path = format!("/api/v1/query?query={}", url_encode(promql));
-        let r = http_get(self.addr, &path, None)
-            .unwrap_or_else(|e| panic!("querying Prometheus for {promql}: {e}"));
-        let v: Value = serde_json::from_str(&r.body)
-            .unwrap_or_else(|e| panic!("Prometheus answered {} {:?}: {e}", r.status, r.body));
-        assert_eq!(v["status"], "success", "query {promql}: {v}");
-        v["data"]["result"].as_array().cloned().unwrap_or_default()
-    }
-}
-
-impl Drop for Prometheus {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn value_of(series: &Value) -> f64 {
-    series["value"][1]
-        .as_str()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no value in {series}"))
-}
 
 // ---- the tests -----------------------------------------------------------------------------
 
@@ -893,6 +814,45 @@ fn bad_input_fails_with_one_line() {
         "a directory as config file",
     );
     assert!(line.contains("cannot read config file"), "{line}");
+
+    // Web config files (TLS, basic auth) that do not load: missing, a directory, malformed
+    // YAML, a key stormwatch does not support, a password that is not a bcrypt hash; from the
+    // flag and from the config file. Each is one line and exit 1, before anything starts.
+    let web = |name: &str, text: &str| write_file(dir.path(), name, text);
+    let cases = [
+        (missing.clone(), "cannot read web config file"),
+        (dir.path().to_path_buf(), "cannot read web config file"),
+        (web("broken.yml", "tls_server_config: [\n"), "broken.yml"),
+        (
+            web(
+                "ciphers.yml",
+                "tls_server_config:\n  cert_file: a\n  key_file: b\n  cipher_suites: []\n",
+            ),
+            "cipher_suites",
+        ),
+        (
+            web("plain.yml", "basic_auth_users:\n  alice: hunter2\n"),
+            "not a bcrypt hash",
+        ),
+        (
+            web(
+                "nocert.yml",
+                "tls_server_config:\n  cert_file: none.crt\n  key_file: none.key\n",
+            ),
+            "none.crt",
+        ),
+    ];
+    for (path, says) in cases {
+        let path = path.to_str().unwrap();
+        let out = run_output(&["--web.config.file", path], &[]);
+        let line = one_error_line(&out, &format!("web config {path}"));
+        assert_eq!(out.status.code(), Some(1), "{line}");
+        assert!(line.contains(says), "{path}: {says:?} in {line}");
+        let via_file = web("with-web.toml", &format!("web_config_file = {path:?}\n"));
+        let out = run_output(&["--config", via_file.to_str().unwrap()], &[]);
+        let line = one_error_line(&out, &format!("web_config_file = {path}"));
+        assert!(line.contains(says), "{path} from the config file: {line}");
+    }
 
     // --check-config reports the same errors, the same way.
     one_error_line(

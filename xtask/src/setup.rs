@@ -52,6 +52,14 @@ const TEST_PACKAGES: &[(&str, &str)] = &[
     ),
     ("redis-tools", "redis-benchmark, the corpus server's load"),
     ("iproute2", "network namespaces for the tests"),
+    (
+        "openssl",
+        "certificates for the metrics endpoint's TLS test",
+    ),
+    (
+        "curl",
+        "an HTTPS client for the metrics endpoint's TLS test",
+    ),
     ("iputils-ping", "sized pings for the network tests"),
     ("iperf3", "TCP traffic for the network tests and benchmark"),
     (

@@ -707,6 +707,60 @@ mod tests {
         assert_eq!(count.load(Ordering::Acquire), 2);
     }
 
+    /// A client that asks for a large response and reads none of it moves no byte: it is
+    /// closed after the idle timeout, not held for ever.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_client_that_does_not_read_is_closed_when_idle() {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        const BODY: usize = 32 << 20;
+        const IDLE: u64 = 1;
+        let body = format!("# {}\n# EOF\n", "x".repeat(BODY));
+        let shared = Arc::new(Shared::new(Duration::from_secs(1), move || {
+            Rendered::new(body.clone())
+        }));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let limits = Limits {
+            header_timeout: Duration::from_secs(30),
+            request_timeout: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(IDLE),
+            max_connections: 4,
+        };
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(serve(
+            listener,
+            shared,
+            Arc::new(WebConfig::none()),
+            limits,
+            async {
+                let _ = stop_rx.await;
+            },
+        ));
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(4096).unwrap();
+        let mut client = socket.connect(addr).await.unwrap();
+        client
+            .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let mut got = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(10), client.read_to_end(&mut got))
+            .await
+            .expect("the server closed the connection: reading ends");
+        assert!(
+            read.is_err() || got.len() < BODY,
+            "the stalled response was cut off ({} of {BODY} bytes read)",
+            got.len()
+        );
+        let _ = stop_tx.send(());
+        tokio::time::timeout(Duration::from_secs(5), server)
+            .await
+            .expect("the server stops once its connections are gone")
+            .unwrap()
+            .unwrap();
+    }
+
     #[test]
     fn health_and_readiness() {
         let shared = Shared::new(Duration::from_secs(1), || Rendered::new("# EOF\n"));

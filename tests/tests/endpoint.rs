@@ -1,0 +1,403 @@
+//! The metrics endpoint of `stormwatch run` against clients that misbehave, and with TLS and
+//! basic authentication, on the real binary:
+//!
+//! - a client that trickles its request head, and one that connects and says nothing, are cut
+//!   off after the header timeout while `/metrics` keeps answering others;
+//! - beyond `http_max_connections` a new connection is closed at once, and scrapes resume as
+//!   soon as the held connections time out;
+//! - an oversized head gets 431, a request body 413;
+//! - with a web config (exporter-toolkit's format), a real Prometheus scrapes over TLS with
+//!   basic auth (`up` is 1, the agent's series are stored), a scrape with the wrong password
+//!   gets 401 (`up` is 0, and Prometheus says 401), `curl` without credentials gets 401 with a
+//!   `WWW-Authenticate` challenge, the health endpoints stay open, plain HTTP gets no metrics.
+//!
+//! Bad web config files (one line, exit 1) are in tests/tests/daemon.rs with the other bad
+//! input.
+
+use std::{
+    io::{Read as _, Write as _},
+    net::{SocketAddr, TcpStream},
+    path::{Path, PathBuf},
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use stormwatch_tests::{
+    daemon::{Daemon, http_get, tool, wait_for, write_file},
+    prometheus::{Prometheus, value_of},
+    require_bpf,
+};
+
+/// Reads until the server closes the connection (EOF or reset), or `limit` passes; returns how
+/// long after `since` it closed, `None` if it did not.
+fn closed_by_server(stream: &mut TcpStream, since: Instant, limit: Duration) -> Option<Duration> {
+    stream
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let mut buf = [0_u8; 4096];
+    while since.elapsed() < limit {
+        match stream.read(&mut buf) {
+            Ok(0) => return Some(since.elapsed()),
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => return Some(since.elapsed()),
+        }
+    }
+    None
+}
+
+fn scrape_ok(addr: SocketAddr) -> bool {
+    http_get(addr, "/metrics", None)
+        .is_ok_and(|r| r.status == 200 && r.body.contains("stormwatch_build_info"))
+}
+
+#[test]
+fn slow_clients_are_cut_off_while_metrics_answers_others() {
+    require_bpf();
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_file(
+        dir.path(),
+        "run.toml",
+        "http_header_timeout_seconds = 2\nhttp_idle_timeout_seconds = 5\n",
+    );
+    let daemon = Daemon::start(&["--config", config.to_str().unwrap()]);
+    let addr = daemon.addr;
+
+    // Trickles a request head, one byte every 200 ms, for as long as the server lets it: a
+    // connection that keeps sending is still cut off when its head does not end.
+    let trickler = std::thread::spawn(move || {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_millis(1))).unwrap();
+        let start = Instant::now();
+        let head = b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: ";
+        let mut sent = 0_usize;
+        while start.elapsed() < Duration::from_secs(20) {
+            let byte = head.get(sent).copied().unwrap_or(b'a');
+            if s.write_all(&[byte]).is_err() {
+                return (Some(start.elapsed()), sent);
+            }
+            sent += 1;
+            let mut b = [0_u8; 64];
+            match s.read(&mut b) {
+                Ok(0) => return (Some(start.elapsed()), sent),
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {
+                    return (Some(start.elapsed()), sent);
+                }
+                _ => {}
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        (None, sent)
+    });
+    // Connects and says nothing.
+    let silent_start = Instant::now();
+    let mut silent = TcpStream::connect(addr).unwrap();
+
+    // Meanwhile, other scrapes are answered.
+    for _ in 0..5 {
+        assert!(
+            scrape_ok(addr),
+            "/metrics must answer while slow clients hold connections"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+
+    let cut = closed_by_server(&mut silent, silent_start, Duration::from_secs(15));
+    let cut = cut.expect("a silent connection must be closed by the server");
+    assert!(
+        cut >= Duration::from_millis(1500),
+        "closed after {cut:?}, before the 2 s header timeout"
+    );
+    let (trickle_cut, sent) = trickler.join().unwrap();
+    let trickle_cut = trickle_cut.unwrap_or_else(|| {
+        panic!("a client trickling its head ({sent} bytes in 20 s) must be cut off")
+    });
+    assert!(
+        trickle_cut >= Duration::from_millis(1500) && sent > 5,
+        "the trickler was cut after {trickle_cut:?} and {sent} bytes: it kept sending, and \
+         the header timeout is 2 s"
+    );
+    assert!(scrape_ok(addr), "/metrics still answers");
+}
+
+#[test]
+fn beyond_the_connection_cap_new_connections_close_at_once() {
+    require_bpf();
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_file(
+        dir.path(),
+        "run.toml",
+        "http_max_connections = 4\nhttp_header_timeout_seconds = 3\n",
+    );
+    let daemon = Daemon::start(&["--config", config.to_str().unwrap()]);
+    let addr = daemon.addr;
+    // Let the readiness check's connection go.
+    wait_for(
+        "the readiness connection to end",
+        Duration::from_secs(5),
+        || scrape_ok(addr).then_some(()),
+    );
+
+    let held_since = Instant::now();
+    let held: Vec<TcpStream> = (0..4).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut fifth = TcpStream::connect(addr).expect("the kernel still accepts the connection");
+    let fifth_start = Instant::now();
+    let closed = closed_by_server(&mut fifth, fifth_start, Duration::from_secs(2))
+        .expect("a connection beyond the cap must be closed at once");
+    assert!(
+        held_since.elapsed() < Duration::from_secs(3),
+        "the fifth connection was closed ({closed:?}) before the held ones could time out"
+    );
+    let r = http_get(addr, "/metrics", None);
+    assert!(
+        r.is_err() || r.as_ref().is_ok_and(|r| r.status != 200),
+        "no scrape gets through while the cap is held: {:?}",
+        r.map(|r| r.status)
+    );
+    // The held connections time out; scrapes resume.
+    wait_for(
+        "scrapes to resume after the held connections time out",
+        Duration::from_secs(10),
+        || scrape_ok(addr).then_some(()),
+    );
+    assert!(
+        held_since.elapsed() >= Duration::from_secs(2),
+        "scrapes resumed only once the held connections were cut"
+    );
+    drop(held);
+}
+
+#[test]
+fn oversized_heads_and_request_bodies_are_refused() {
+    require_bpf();
+    let daemon = Daemon::start(&[]);
+    let raw = |request: &[u8]| -> String {
+        let mut s = TcpStream::connect(daemon.addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let _ = s.write_all(request);
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out);
+        String::from_utf8_lossy(&out).into_owned()
+    };
+    let big = format!(
+        "GET /metrics HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
+        "a".repeat(40 * 1024)
+    );
+    let answer = raw(big.as_bytes());
+    assert!(
+        answer.starts_with("HTTP/1.1 431"),
+        "a 40 KiB head: {:?}",
+        answer.lines().next()
+    );
+    let answer = raw(
+        b"GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello",
+    );
+    assert!(
+        answer.starts_with("HTTP/1.1 413"),
+        "a body: {:?}",
+        answer.lines().next()
+    );
+    assert!(scrape_ok(daemon.addr));
+}
+
+// ---- TLS and basic auth --------------------------------------------------------------------
+
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new(tool("openssl", "apt-get install -y openssl"))
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .expect("running openssl");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A CA, and a server certificate for 127.0.0.1 signed by it: ca.crt, server.crt, server.key.
+fn certificates(dir: &Path) {
+    openssl(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=stormwatch test CA",
+        ],
+    );
+    openssl(
+        dir,
+        &[
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+            "-subj",
+            "/CN=127.0.0.1",
+        ],
+    );
+    std::fs::write(
+        dir.join("san.ext"),
+        "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.crt",
+            "-days",
+            "2",
+            "-extfile",
+            "san.ext",
+        ],
+    );
+}
+
+/// `curl` over TLS, trusting `ca`: (status, headers and body).
+fn curl(ca: &Path, url: &str, user: Option<&str>) -> (u16, String) {
+    let mut cmd = Command::new(tool("curl", "apt-get install -y curl"));
+    cmd.args(["--silent", "--show-error", "--include", "--max-time", "10"])
+        .arg("--cacert")
+        .arg(ca);
+    if let Some(u) = user {
+        cmd.args(["--user", u]);
+    }
+    let out = cmd.arg(url).output().expect("running curl");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let status = text
+        .lines()
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, text)
+}
+
+#[test]
+fn prometheus_scrapes_over_tls_with_basic_auth_and_wrong_credentials_get_401() {
+    require_bpf();
+    let dir = tempfile::tempdir().unwrap();
+    certificates(dir.path());
+    let hash = bcrypt::hash("s3cret", 6).unwrap();
+    // Relative paths: resolved against the web config's directory.
+    let web: PathBuf = write_file(
+        dir.path(),
+        "web.yml",
+        &format!(
+            "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  \
+             min_version: TLS12\nbasic_auth_users:\n  prometheus: '{hash}'\n"
+        ),
+    );
+    let ca = dir.path().join("ca.crt");
+    let ready_ca = ca.clone();
+    let daemon = Daemon::start_until(&["--web.config.file", web.to_str().unwrap()], |addr| {
+        curl(&ready_ca, &format!("https://{addr}/readyz"), None).0 == 200
+    });
+    let base = format!("https://{}", daemon.addr);
+
+    let (status, text) = curl(&ca, &format!("{base}/metrics"), Some("prometheus:s3cret"));
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains("stormwatch_build_info"), "{text}");
+    let (status, text) = curl(&ca, &format!("{base}/metrics"), Some("prometheus:wrong"));
+    assert_eq!(status, 401, "a wrong password: {text}");
+    let (status, text) = curl(&ca, &format!("{base}/metrics"), Some("eve:s3cret"));
+    assert_eq!(status, 401, "an unknown user: {text}");
+    let (status, text) = curl(&ca, &format!("{base}/metrics"), None);
+    assert_eq!(status, 401, "no credentials: {text}");
+    assert!(
+        text.to_ascii_lowercase()
+            .contains("www-authenticate: basic realm=\"stormwatch\""),
+        "{text}"
+    );
+    assert!(!text.contains("stormwatch_build_info"));
+    for path in ["/healthz", "/readyz"] {
+        let (status, text) = curl(&ca, &format!("{base}{path}"), None);
+        assert_eq!(status, 200, "{path} stays open for the kubelet: {text}");
+    }
+    // Plain HTTP to the TLS port gets no metrics.
+    let plain = http_get(daemon.addr, "/metrics", None);
+    assert!(
+        !plain
+            .as_ref()
+            .is_ok_and(|r| r.body.contains("stormwatch_build_info")),
+        "plain HTTP must not get the metrics"
+    );
+
+    // A real Prometheus: one job with the right password, one with a wrong one.
+    let target = daemon.addr;
+    let job = |name: &str, password: &str| {
+        format!(
+            "  - job_name: {name}\n    scheme: https\n    tls_config:\n      ca_file: {{dir}}/ca.crt\n    \
+             basic_auth:\n      username: prometheus\n      password: {password}\n    \
+             static_configs:\n      - targets: ['{target}']\n"
+        )
+    };
+    let ca_bytes = std::fs::read(&ca).unwrap();
+    let prometheus = Prometheus::start_with_files(
+        &format!("{}{}", job("stormwatch", "s3cret"), job("wrong", "nope")),
+        &[("ca.crt", &ca_bytes)],
+    );
+    wait_for(
+        "Prometheus to scrape over TLS with basic auth",
+        Duration::from_secs(30),
+        || {
+            let up = prometheus.query("up{job=\"stormwatch\"}");
+            up.first().filter(|s| value_of(s) == 1.0).map(|_| ())
+        },
+    );
+    let built = prometheus.query("stormwatch_build_info{job=\"stormwatch\"}");
+    assert_eq!(built.len(), 1, "the agent's series are stored: {built:?}");
+    let refused = wait_for(
+        "the wrong password's scrape to fail",
+        Duration::from_secs(30),
+        || {
+            prometheus
+                .targets()
+                .into_iter()
+                .find(|(job, health, _)| job == "wrong" && health == "down")
+        },
+    );
+    assert!(
+        refused.2.contains("401"),
+        "Prometheus says why: {refused:?}"
+    );
+    let up = prometheus.query("up{job=\"wrong\"}");
+    assert_eq!(
+        up.first().map(value_of),
+        Some(0.0),
+        "the wrong password's scrape is down: {up:?}"
+    );
+}
