@@ -40,7 +40,11 @@ fn prometheus_scrapes_a_workloads_series_and_they_rise() {
     require_bpf();
     let cgroup = TestCgroup::new("daemon");
     let rel = cgroup.rel_path().to_owned();
-    let daemon = Daemon::start(&[]);
+    // The futex families are checked below: the futex probes throughout, not on demand (when
+    // they attach on demand is the storm-after-calm test's subject).
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let config = write_file(dir.path(), "run.toml", "futex_probes = \"always\"\n");
+    let daemon = Daemon::start(&["--config", config.to_str().unwrap()]);
     let health = daemon.get("/healthz").expect("GET /healthz");
     assert_eq!(health.status, 200, "/healthz: {}", health.body);
     let missing = daemon.get("/nope").expect("GET /nope");
