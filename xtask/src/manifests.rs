@@ -1,8 +1,9 @@
 //! `cargo xtask manifests`: the files of deploy/ that are made from another one.
 //!
 //! deploy/rules.yaml (plain rule groups, for any Prometheus) is the source of
-//! deploy/prometheusrule.yaml (the same groups in the Prometheus operator's CR). The tests
-//! (tests/tests/prometheus_rules.rs) fail when a generated file is not what this writes.
+//! deploy/prometheusrule.yaml (the same groups in the Prometheus operator's CR). The Helm
+//! chart holds copies of the rules and of the Grafana dashboard in its `files/` (Helm reads
+//! no file outside the chart). The tests fail when a made file is not what this writes.
 
 use std::path::Path;
 
@@ -60,6 +61,15 @@ fn write_if_changed(path: &Path, text: &str) -> Result<()> {
     Ok(())
 }
 
+/// The chart's copies: (source in deploy/, copy in deploy/).
+pub const CHART_COPIES: &[(&str, &str)] = &[
+    ("rules.yaml", "helm/stormwatch/files/rules.yaml"),
+    (
+        "grafana/stormwatch-dashboard.json",
+        "helm/stormwatch/files/stormwatch-dashboard.json",
+    ),
+];
+
 pub fn run() -> Result<()> {
     let deploy = root().join("deploy");
     let rules =
@@ -67,7 +77,13 @@ pub fn run() -> Result<()> {
     write_if_changed(
         &deploy.join("prometheusrule.yaml"),
         &prometheus_rule(&rules),
-    )
+    )?;
+    for (source, copy) in CHART_COPIES {
+        let text = std::fs::read_to_string(deploy.join(source))
+            .with_context(|| format!("reading deploy/{source}"))?;
+        write_if_changed(&deploy.join(copy), &text)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -94,5 +110,18 @@ mod tests {
             cr == prometheus_rule(&rules),
             "deploy/prometheusrule.yaml is stale: run `cargo +stable xtask manifests`"
         );
+    }
+
+    #[test]
+    fn the_charts_copies_are_current() {
+        let deploy = root().join("deploy");
+        for (source, copy) in CHART_COPIES {
+            let a = std::fs::read_to_string(deploy.join(source)).unwrap();
+            let b = std::fs::read_to_string(deploy.join(copy)).unwrap();
+            assert!(
+                a == b,
+                "deploy/{copy} differs from deploy/{source}: run `cargo +stable xtask manifests`"
+            );
+        }
     }
 }
