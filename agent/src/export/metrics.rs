@@ -78,6 +78,40 @@ fn secs(ns: u64) -> f64 {
     ns as f64 / 1e9
 }
 
+/// The agent's own process, as the kernel accounts it: the standard `process_*` figures that
+/// every Prometheus client library exports, read at each rendering.
+struct ProcessFigures {
+    cpu_seconds: f64,
+    resident_bytes: u64,
+    open_fds: u64,
+}
+
+impl ProcessFigures {
+    fn read() -> Option<Self> {
+        let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+        Self::parse(
+            &stat,
+            rustix::param::clock_ticks_per_second(),
+            rustix::param::page_size() as u64,
+            std::fs::read_dir("/proc/self/fd").ok()?.count() as u64,
+        )
+    }
+
+    /// `stat` is /proc/<pid>/stat: fields after the command's closing parenthesis, from the
+    /// state (field 3): utime is field 14, stime 15, rss (pages) 24.
+    fn parse(stat: &str, ticks_per_second: u64, page_size: u64, open_fds: u64) -> Option<Self> {
+        let rest = &stat[stat.rfind(')')? + 1..];
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let field = |n: usize| fields.get(n - 3)?.parse::<u64>().ok();
+        let ticks = field(14)? + field(15)?;
+        Some(Self {
+            cpu_seconds: ticks as f64 / ticks_per_second.max(1) as f64,
+            resident_bytes: field(24)? * page_size,
+            open_fds,
+        })
+    }
+}
+
 /// A number a counter or gauge can show.
 #[derive(Clone, Copy)]
 pub(super) enum Value {
@@ -599,6 +633,32 @@ fn encode_self(enc: &mut DescriptorEncoder, e: &Exporter) -> fmt::Result {
     )?;
     m.encode_gauge(&(e.exposition_bytes as u64))?;
 
+    if let Some(p) = ProcessFigures::read() {
+        let mut m = enc.encode_descriptor(
+            "process_cpu_seconds",
+            "CPU time the agent's process used, user and system (/proc/self/stat).",
+            None,
+            Counter,
+        )?;
+        m.encode_counter::<NoLabelSet, _, f64>(&p.cpu_seconds, None)?;
+        let mut m = enc.encode_descriptor(
+            "process_resident_memory_bytes",
+            "The agent's resident memory (/proc/self/stat); BPF maps are charged to its \
+             memory cgroup, not counted here.",
+            None,
+            Gauge,
+        )?;
+        m.encode_gauge(&p.resident_bytes)?;
+        let mut m = enc.encode_descriptor(
+            "process_open_fds",
+            "File descriptors the agent's process holds (BPF maps, programs and links among \
+             them).",
+            None,
+            Gauge,
+        )?;
+        m.encode_gauge(&p.open_fds)?;
+    }
+
     let c = &e.cgroups;
     for (name, help, v) in [
         (
@@ -801,6 +861,20 @@ mod tests {
             },
         }];
         Arc::new(Mutex::new(e))
+    }
+
+    #[test]
+    fn process_figures_from_proc_stat() {
+        // A command with spaces and a parenthesis, as /proc shows it.
+        let stat = "4242 (stormwatch (x) y) S 1 4242 4242 0 -1 4194560 2361 0 0 0 \
+                    250 50 0 0 20 0 3 0 12345 104857600 2000 18446744073709551615";
+        let p = ProcessFigures::parse(stat, 100, 4096, 17).unwrap();
+        assert_eq!(p.cpu_seconds, 3.0);
+        assert_eq!(p.resident_bytes, 2000 * 4096);
+        assert_eq!(p.open_fds, 17);
+        assert!(ProcessFigures::parse("garbage", 100, 4096, 0).is_none());
+        let live = ProcessFigures::read().expect("this process's own figures");
+        assert!(live.resident_bytes > 0 && live.open_fds > 0);
     }
 
     #[test]
