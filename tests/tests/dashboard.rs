@@ -21,7 +21,7 @@ use std::{
 use serde_json::Value;
 use stormwatch_tests::{
     corpus,
-    daemon::{Daemon, wait_for, write_file},
+    daemon::{Daemon, http_get, wait_for, write_file},
     deploy::repo_file,
     prometheus::Prometheus,
     require_bpf,
@@ -288,6 +288,27 @@ fn every_panel_has_data_from_a_live_agent_during_a_lock_storm() {
                 "{title}: {name} is not exported"
             );
         }
+    }
+    // Every family the live agent exports (the futex and wake-up families attached for the
+    // storm, the network ones with traffic) is in the metric reference.
+    let reference = std::fs::read_to_string(repo_file("agent/METRICS.md")).unwrap();
+    let openmetrics = http_get(
+        daemon.addr,
+        "/metrics",
+        Some("application/openmetrics-text"),
+    )
+    .expect("GET /metrics as OpenMetrics")
+    .body;
+    let families: BTreeSet<&str> = openmetrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE ")?.split(' ').next())
+        .collect();
+    assert!(families.len() >= 50, "{families:?}");
+    for f in &families {
+        assert!(
+            reference.contains(&format!("| `{f}` |")),
+            "{f} is exported but not in agent/METRICS.md"
+        );
     }
     for p in pending {
         let _ = p.join();

@@ -12,7 +12,7 @@
 //!
 //! - what each BPF program costs per run under the first two (`bench_programs`).
 //!
-//! Results are printed as a Markdown table; the README carries the last run.
+//! Results are printed as a Markdown table; xtask/BENCHMARKS.md carries the last run.
 
 use std::{
     io::{BufRead as _, BufReader},

@@ -10,7 +10,7 @@
 //!
 //! The servers run in cgroups of their own, as containers do (the load generators in the
 //! bench's). Each round runs every workload without the agent, then with it (the agent started
-//! fresh for the round and stopped after it). Not a test: the README carries the table.
+//! fresh for the round and stopped after it). Not a test: xtask/BENCHMARKS.md carries the table.
 
 use std::{
     io::{BufRead as _, BufReader, Read as _, Write as _},

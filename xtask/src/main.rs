@@ -45,7 +45,7 @@ enum Task {
     /// deploy/rules.yaml); the tests fail while they are stale.
     Manifests,
     /// Set up, then run the lock-storm corpus repeatedly: how often each case gets its verdict
-    /// (a benchmark of stability, not part of the tests; prints the README's table).
+    /// (a benchmark of stability, not part of the tests; prints the table of agent/DIAGNOSIS.md).
     Corpus {
         /// Runs per case.
         #[arg(long, default_value = "10")]

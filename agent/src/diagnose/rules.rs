@@ -228,7 +228,7 @@ pub fn lock_storm_candidate(f: &Facts, t: &Thresholds) -> bool {
 /// throttled) and the futex wait share of wall time (throttling and run-queue waits dilute it).
 /// Nor which futex words the waits are on: the Go runtime parks each M on a word of its own, so
 /// a Go mutex storm reaches the kernel spread over as many words as Ms. The thresholds were
-/// chosen from a corpus of real workloads on both sides (tests/tests/corpus.rs, README).
+/// chosen from a corpus of real workloads on both sides (tests/tests/corpus.rs, tests/CORPUS.md).
 pub fn lock_storm(f: &Facts, t: &Thresholds) -> Option<Finding> {
     let figures = StormFigures::of(f, t)?;
     if !figures.lock_storm {

@@ -7,7 +7,7 @@
 //! Cardinality is bounded by the probes' maps: an interface has a series only while the
 //! kernel-side map keeps it (`NET_IFACES`, at most 4096 entries, fewer on many-CPU hosts), and
 //! drops are keyed by (interface, reason) in `NET_DROPS` (at most 4096); per-container series
-//! follow the exporter's `max_cgroups`. See the README's metrics section for the label sets.
+//! follow the exporter's `max_cgroups`. See agent/METRICS.md for the label sets.
 
 use std::{
     collections::{BTreeMap, HashMap, HashSet},

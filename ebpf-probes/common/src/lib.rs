@@ -304,7 +304,7 @@ pub struct OnCpu {
 pub const ON_CPU_HAS_RUNTIME: u32 = 1 << 0;
 
 /// What the probes could not record, as indices into the `PROBE_ERRORS` per-CPU array. Each is
-/// documented for users in the README ("Lost events").
+/// documented for users in agent/CLI.md ("Lost events").
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ProbeError {

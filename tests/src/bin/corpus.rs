@@ -1,6 +1,6 @@
 //! The lock-storm corpus, repeated: how often each case gets its verdict, on a quiet machine or
 //! beside a `stress-ng --cpu 1` (`--noise`). Run by `cargo xtask corpus`; prints a Markdown
-//! table (case, expected, right / runs, median figures) for the README.
+//! table (case, expected, right / runs, median figures) for agent/DIAGNOSIS.md and tests/CORPUS.md.
 //!
 //!   corpus [--repeat N] [--noise] [--case NAME]...
 
