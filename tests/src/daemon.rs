@@ -166,6 +166,8 @@ pub struct Daemon {
     pub child: Child,
     pub addr: SocketAddr,
     stderr: Option<JoinHandle<Vec<String>>>,
+    /// The config file of [`Daemon::start_configured`], kept while the daemon runs.
+    config_dir: Option<tempfile::TempDir>,
 }
 
 impl Daemon {
@@ -203,6 +205,7 @@ impl Daemon {
             child,
             addr,
             stderr: Some(stderr),
+            config_dir: None,
         };
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
@@ -222,6 +225,15 @@ impl Daemon {
             );
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+
+    /// Starts `stormwatch run --config FILE` with `toml` as the file, as [`Daemon::start`] does.
+    pub fn start_configured(toml: &str) -> Self {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let config = write_file(dir.path(), "run.toml", toml);
+        let mut daemon = Self::start(&["--config", config.to_str().expect("a UTF-8 path")]);
+        daemon.config_dir = Some(dir);
+        daemon
     }
 
     pub fn get(&self, path: &str) -> std::io::Result<HttpResponse> {

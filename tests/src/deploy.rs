@@ -1,6 +1,9 @@
 //! The manifests in deploy/, read as YAML documents (for the tests that run what they say).
 
-use std::path::{Path, PathBuf};
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
 
 use serde::Deserialize as _;
 use serde_yaml_ng::Value;
@@ -28,4 +31,26 @@ pub fn manifest(file: &str, kind: &str) -> Value {
         .collect();
     assert_eq!(found.len(), 1, "one {kind} in deploy/{file}");
     found.remove(0)
+}
+
+/// `kubernetes-validate --strict` on a manifest: its report, after checking that it passed
+/// without an error.
+pub fn kubernetes_validate(path: &Path) -> String {
+    let validator = crate::daemon::tool("kubernetes-validate", "pip install kubernetes-validate");
+    let out = Command::new(validator)
+        .arg("--strict")
+        .arg(path)
+        .output()
+        .expect("running kubernetes-validate");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && !text.contains("ERROR"),
+        "kubernetes-validate --strict {}:\n{text}",
+        path.display()
+    );
+    text
 }

@@ -26,8 +26,9 @@ use stormwatch_tests::{
     Agent, TestCgroup, agent_bin, agent_output, corpus,
     daemon::{
         Daemon, EXIT_DEADLINE, assert_promtool_clean, http_get, sample, sample_with, sum_with,
-        tool, wait_for, write_file,
+        wait_for, write_file,
     },
+    deploy::kubernetes_validate,
     netns::{self, OuterDf, Overlay, PingDf, ping_node_b},
     prometheus::{Prometheus, value_of},
     require_bpf, run_in_cgroup, workload_result,
@@ -42,9 +43,7 @@ fn prometheus_scrapes_a_workloads_series_and_they_rise() {
     let rel = cgroup.rel_path().to_owned();
     // The futex families are checked below: the futex probes throughout, not on demand (when
     // they attach on demand is the storm-after-calm test's subject).
-    let dir = tempfile::tempdir().expect("a temp dir");
-    let config = write_file(dir.path(), "run.toml", "futex_probes = \"always\"\n");
-    let daemon = Daemon::start(&["--config", config.to_str().unwrap()]);
+    let daemon = Daemon::start_configured("futex_probes = \"always\"\n");
     let health = daemon.get("/healthz").expect("GET /healthz");
     assert_eq!(health.status, 200, "/healthz: {}", health.body);
     let missing = daemon.get("/nope").expect("GET /nope");
@@ -918,22 +917,8 @@ fn deploy_dir() -> PathBuf {
 
 #[test]
 fn daemonset_validates_against_the_kubernetes_schemas() {
-    let validator = tool("kubernetes-validate", "pip install kubernetes-validate");
     let manifest = deploy_dir().join("daemonset.yaml");
-    let out = Command::new(validator)
-        .arg("--strict")
-        .arg(&manifest)
-        .output()
-        .expect("running kubernetes-validate");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.status.success(),
-        "kubernetes-validate --strict:\n{text}"
-    );
+    let text = kubernetes_validate(&manifest);
     for kind in ["namespace", "serviceaccount", "daemonset"] {
         assert!(
             text.contains(&format!("passed for resource {kind}/")),

@@ -21,7 +21,7 @@ use std::{
 use serde_json::Value;
 use stormwatch_tests::{
     corpus,
-    daemon::{Daemon, http_get, wait_for, write_file},
+    daemon::{Daemon, http_get, wait_for},
     deploy::repo_file,
     prometheus::Prometheus,
     require_bpf,
@@ -184,9 +184,7 @@ fn full_accept_queue() -> (OwnedFd, SocketAddr) {
 fn every_panel_has_data_from_a_live_agent_during_a_lock_storm() {
     require_bpf();
     let d = dashboard();
-    let dir = tempfile::tempdir().unwrap();
-    let config = write_file(dir.path(), "run.toml", "diagnosis_window_seconds = 6\n");
-    let daemon = Daemon::start(&["--config", config.to_str().unwrap()]);
+    let daemon = Daemon::start_configured("diagnosis_window_seconds = 6\n");
     let prometheus = Prometheus::start_with(&format!(
         "  - job_name: stormwatch\n    honor_labels: true\n    static_configs:\n      \
          - targets: ['{}']\n        labels:\n          node: {NODE}\n",

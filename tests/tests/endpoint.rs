@@ -58,13 +58,9 @@ fn scrape_ok(addr: SocketAddr) -> bool {
 #[test]
 fn slow_clients_are_cut_off_while_metrics_answers_others() {
     require_bpf();
-    let dir = tempfile::tempdir().unwrap();
-    let config = write_file(
-        dir.path(),
-        "run.toml",
+    let daemon = Daemon::start_configured(
         "http_header_timeout_seconds = 2\nhttp_idle_timeout_seconds = 5\n",
     );
-    let daemon = Daemon::start(&["--config", config.to_str().unwrap()]);
     let addr = daemon.addr;
 
     // Trickles a request head, one byte every 200 ms, for as long as the server lets it: a
@@ -127,13 +123,8 @@ fn slow_clients_are_cut_off_while_metrics_answers_others() {
 #[test]
 fn beyond_the_connection_cap_new_connections_close_at_once() {
     require_bpf();
-    let dir = tempfile::tempdir().unwrap();
-    let config = write_file(
-        dir.path(),
-        "run.toml",
-        "http_max_connections = 4\nhttp_header_timeout_seconds = 3\n",
-    );
-    let daemon = Daemon::start(&["--config", config.to_str().unwrap()]);
+    let daemon =
+        Daemon::start_configured("http_max_connections = 4\nhttp_header_timeout_seconds = 3\n");
     let addr = daemon.addr;
     // Let the readiness check's connection go.
     wait_for(
@@ -220,45 +211,46 @@ fn openssl(dir: &Path, args: &[&str]) {
     );
 }
 
+/// A new P-256 key, unencrypted, into `key` (with `req`'s other arguments around it).
+const NEW_KEY: [&str; 6] = [
+    "-newkey",
+    "ec",
+    "-pkeyopt",
+    "ec_paramgen_curve:P-256",
+    "-nodes",
+    "-keyout",
+];
+
 /// A CA, and a server certificate for 127.0.0.1 signed by it: ca.crt, server.crt, server.key.
 fn certificates(dir: &Path) {
-    openssl(
-        dir,
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-nodes",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.crt",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=stormwatch test CA",
-        ],
-    );
-    openssl(
-        dir,
-        &[
-            "req",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-nodes",
-            "-keyout",
-            "server.key",
-            "-out",
-            "server.csr",
-            "-subj",
-            "/CN=127.0.0.1",
-        ],
-    );
+    let req = |extra: &[&str]| {
+        let args: Vec<&str> = ["req"]
+            .into_iter()
+            .chain(extra.iter().take_while(|a| **a != "KEY").copied())
+            .chain(NEW_KEY)
+            .chain(extra.iter().skip_while(|a| **a != "KEY").skip(1).copied())
+            .collect();
+        openssl(dir, &args);
+    };
+    req(&[
+        "-x509",
+        "KEY",
+        "ca.key",
+        "-out",
+        "ca.crt",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=stormwatch test CA",
+    ]);
+    req(&[
+        "KEY",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=127.0.0.1",
+    ]);
     std::fs::write(
         dir.join("san.ext"),
         "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",

@@ -8,13 +8,13 @@
 //! - the values people change per cluster land where they should;
 //! - `helm lint --strict` passes, and `kubernetes-validate --strict` on the rendered objects.
 
-use std::{collections::BTreeMap, path::Path, process::Command};
+use std::{collections::BTreeMap, process::Command};
 
 use serde::Deserialize as _;
 use serde_yaml_ng::Value;
 use stormwatch_tests::{
     daemon::tool,
-    deploy::{documents, repo_file},
+    deploy::{documents, kubernetes_validate, repo_file},
 };
 
 fn helm() -> std::path::PathBuf {
@@ -199,26 +199,6 @@ fn per_cluster_values_take_effect() {
     );
 }
 
-fn validate(path: &Path) -> String {
-    let validator = tool("kubernetes-validate", "pip install kubernetes-validate");
-    let out = Command::new(validator)
-        .arg("--strict")
-        .arg(path)
-        .output()
-        .expect("running kubernetes-validate");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.status.success() && !text.contains("ERROR"),
-        "kubernetes-validate --strict {}:\n{text}",
-        path.display()
-    );
-    text
-}
-
 #[test]
 fn the_chart_lints_and_its_objects_validate() {
     let out = Command::new(helm())
@@ -238,7 +218,7 @@ fn the_chart_lints_and_its_objects_validate() {
         render_text(&["dashboard.enabled=true", "networkPolicy.enabled=true"]),
     )
     .unwrap();
-    let text = validate(&rendered);
+    let text = kubernetes_validate(&rendered);
     for kind in [
         "namespace",
         "serviceaccount",
@@ -252,6 +232,6 @@ fn the_chart_lints_and_its_objects_validate() {
             "{kind}:\n{text}"
         );
     }
-    let text = validate(&repo_file("deploy/networkpolicy.yaml"));
+    let text = kubernetes_validate(&repo_file("deploy/networkpolicy.yaml"));
     assert!(text.contains("passed for resource networkpolicy/stormwatch"));
 }

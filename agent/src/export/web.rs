@@ -423,16 +423,20 @@ mod tests {
         assert_eq!(web.current().check(None), Auth::Allowed);
     }
 
+    /// A web config with one user (bcrypt at the lowest cost, for speed).
+    fn with_user(dir: &Path, user: &str, password: &str) -> PathBuf {
+        let hash = bcrypt::hash(password, 4).unwrap();
+        write(
+            dir,
+            "web.yml",
+            &format!("basic_auth_users:\n  {user}: '{hash}'\n"),
+        )
+    }
+
     #[test]
     fn basic_auth_checks_user_and_password() {
-        let hash = bcrypt::hash("s3cret", 4).unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let p = write(
-            dir.path(),
-            "web.yml",
-            &format!("basic_auth_users:\n  prometheus: '{hash}'\n"),
-        );
-        let web = WebConfig::load(&p).unwrap();
+        let web = WebConfig::load(&with_user(dir.path(), "prometheus", "s3cret")).unwrap();
         let active = web.current();
         assert!(active.requires_auth());
         let header = |user: &str, password: &str| {
@@ -462,36 +466,24 @@ mod tests {
 
     #[test]
     fn a_changed_file_is_reloaded_and_a_broken_change_keeps_the_last_good() {
-        let hash = bcrypt::hash("one", 4).unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let p = write(
-            dir.path(),
-            "web.yml",
-            &format!("basic_auth_users:\n  a: '{hash}'\n"),
-        );
+        let p = with_user(dir.path(), "a", "one");
         let web = WebConfig::load(&p).unwrap();
         assert!(web.current().requires_auth());
-        let bump = |p: &Path| {
-            // Modification times can be coarse: make the change visible.
-            let later = SystemTime::now() + std::time::Duration::from_secs(5);
+        // Rewrites the file with a modification time `later` seconds ahead: times can be
+        // coarse, and the change must be visible.
+        let rewrite = |text: &str, later: u64| {
+            std::fs::write(&p, text).unwrap();
             std::fs::File::options()
                 .write(true)
-                .open(p)
+                .open(&p)
                 .unwrap()
-                .set_modified(later)
+                .set_modified(SystemTime::now() + std::time::Duration::from_secs(later))
                 .unwrap();
         };
-        std::fs::write(&p, "").unwrap();
-        bump(&p);
+        rewrite("", 5);
         assert!(!web.current().requires_auth(), "reloaded: no users");
-        std::fs::write(&p, "basic_auth_users: [\n").unwrap();
-        let later = SystemTime::now() + std::time::Duration::from_secs(10);
-        std::fs::File::options()
-            .write(true)
-            .open(&p)
-            .unwrap()
-            .set_modified(later)
-            .unwrap();
+        rewrite("basic_auth_users: [\n", 10);
         assert!(
             !web.current().requires_auth(),
             "a broken file keeps the last good settings"
