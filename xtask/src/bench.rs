@@ -162,6 +162,12 @@ tracepoint:syscalls:sys_enter_futex { }
 tracepoint:syscalls:sys_exit_futex { }
 "#;
 
+/// Empty programs on the two tracepoints the network probes count packets at: their floor.
+pub(crate) const BPFTRACE_EMPTY_NET: &str = r#"
+tracepoint:net:net_dev_start_xmit { }
+tracepoint:net:netif_receive_skb { }
+"#;
+
 /// Runs `stress-ng --<stressor> 2` for `seconds` and returns bogo ops per second (real time).
 fn stress(stressor: &str, seconds: u32) -> Result<f64> {
     let yaml = tempfile::Builder::new()
@@ -299,7 +305,7 @@ pub fn run(rounds: u32, seconds: u32, repeats: u32) -> Result<()> {
     let sched = sched(&bin, rounds, seconds)?;
     let futex = futex(&bin, rounds, seconds)?;
     let storm = lock_storm(&bin, rounds, seconds)?;
-    let programs = crate::bench_programs::run(&bin, seconds, repeats)?;
+    let programs = crate::bench_programs::run(&bin, seconds, repeats, &[])?;
     let ordinary = crate::bench_ordinary::run(rounds, seconds)?;
     println!("{sched}{futex}{storm}{programs}{ordinary}");
     println!("{}", crate::bench_daemon::run()?);

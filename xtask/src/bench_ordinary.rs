@@ -2,6 +2,8 @@
 //! deployed (default configuration) against no agent, in interleaved rounds, on
 //!
 //! - Redis over loopback: `redis-benchmark` SET and GET, 50 clients (requests/s);
+//! - Redis SET across a veth pair, the server in a network namespace of its own as a pod's is
+//!   (every request and reply crosses two interfaces the network probes count);
 //! - one system call: `perf bench syscall basic` (getppid in a loop; ns per call);
 //! - an HTTP server at a fixed request rate: a Go net/http server (tests/corpus/httpserver)
 //!   loaded open-loop at `HTTP_RATE` requests/s over `HTTP_CONNECTIONS` keep-alive
@@ -73,6 +75,62 @@ impl Drop for Server {
     }
 }
 
+/// A network namespace joined to the host by a veth pair: the host end 10.231.7.1/30, the
+/// namespace's 10.231.7.2/30 (a pod's interface). Gone on drop, its veth with it.
+struct PodNetns(String);
+
+impl PodNetns {
+    const HOST: &str = "10.231.7.1";
+    const POD: &str = "10.231.7.2";
+
+    fn create() -> Result<Self> {
+        let name = format!("sw-bench-{}", std::process::id());
+        let ns = Self(name.clone());
+        let host_if = format!("swbh{}", std::process::id() % 100_000);
+        let steps: [&[&str]; 7] = [
+            &["netns", "add", &name],
+            &[
+                "link", "add", &host_if, "type", "veth", "peer", "name", "eth0", "netns", &name,
+            ],
+            &[
+                "addr",
+                "add",
+                &format!("{}/30", Self::HOST),
+                "dev",
+                &host_if,
+            ],
+            &["link", "set", &host_if, "up"],
+            &[
+                "-n",
+                &name,
+                "addr",
+                "add",
+                &format!("{}/30", Self::POD),
+                "dev",
+                "eth0",
+            ],
+            &["-n", &name, "link", "set", "eth0", "up"],
+            &["-n", &name, "link", "set", "lo", "up"],
+        ];
+        for args in steps {
+            let status = Command::new("ip")
+                .args(args)
+                .status()
+                .context("cannot run ip (apt-get install iproute2)")?;
+            if !status.success() {
+                bail!("ip {} failed: {status}", args.join(" "));
+            }
+        }
+        Ok(ns)
+    }
+}
+
+impl Drop for PodNetns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
 fn wait_for_port(addr: &str) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(20);
     while TcpStream::connect(addr).is_err() {
@@ -84,10 +142,20 @@ fn wait_for_port(addr: &str) -> Result<()> {
     Ok(())
 }
 
-/// `redis-benchmark -t <test>`: requests per second.
-fn redis(port: u16, test: &str) -> Result<f64> {
+/// `redis-benchmark -t <test>` against `host`: requests per second.
+fn redis(host: &str, port: u16, test: &str) -> Result<f64> {
     let out = Command::new("redis-benchmark")
-        .args(["-p", &port.to_string(), "-c", "50", "-t", test, "--csv"])
+        .args([
+            "-h",
+            host,
+            "-p",
+            &port.to_string(),
+            "-c",
+            "50",
+            "-t",
+            test,
+            "--csv",
+        ])
         .args(["-n", &REDIS_REQUESTS.to_string()])
         .stderr(Stdio::null())
         .output()
@@ -189,6 +257,7 @@ fn http_fixed_rate(addr: &str, rate: u32, conns: u32, seconds: u32) -> Result<(f
 struct Figures {
     set: Vec<f64>,
     get: Vec<f64>,
+    veth_set: Vec<f64>,
     syscall_ns: Vec<f64>,
     http_p50_us: Vec<f64>,
     http_p99_us: Vec<f64>,
@@ -228,6 +297,23 @@ pub fn run(rounds: u32, seconds: u32) -> Result<String> {
         ]),
     )?;
     wait_for_port(&format!("127.0.0.1:{redis_port}"))?;
+    let pod = PodNetns::create()?;
+    let _pod_redis = Server::start(
+        "redis-pod",
+        Command::new("ip")
+            .args(["netns", "exec", &pod.0, "redis-server"])
+            .args([
+                "--bind",
+                PodNetns::POD,
+                "--port",
+                &redis_port.to_string(),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ]),
+    )?;
+    wait_for_port(&format!("{}:{redis_port}", PodNetns::POD))?;
     let http_addr = "127.0.0.1:8089";
     let _http = Server::start("http", Command::new(&server).args(["-listen", http_addr]))?;
     wait_for_port(http_addr)?;
@@ -242,8 +328,9 @@ pub fn run(rounds: u32, seconds: u32) -> Result<String> {
             let running = with_agent
                 .then(|| stormwatch_run()(&bin, seconds))
                 .transpose()?;
-            f.set.push(redis(redis_port, "set")?);
-            f.get.push(redis(redis_port, "get")?);
+            f.set.push(redis("127.0.0.1", redis_port, "set")?);
+            f.get.push(redis("127.0.0.1", redis_port, "get")?);
+            f.veth_set.push(redis(PodNetns::POD, redis_port, "set")?);
             f.syscall_ns.push(syscall_ns()?);
             let (p50, p99, rate) =
                 http_fixed_rate(http_addr, HTTP_RATE, HTTP_CONNECTIONS, seconds)?;
@@ -284,6 +371,13 @@ fn table(none: &Figures, agent: &Figures, rounds: u32, seconds: u32) -> String {
     );
     out.push_str(&row("Redis SET", "req/s", &none.set, &agent.set, true));
     out.push_str(&row("Redis GET", "req/s", &none.get, &agent.get, true));
+    out.push_str(&row(
+        "Redis SET across a veth pair (server in a pod's namespace)",
+        "req/s",
+        &none.veth_set,
+        &agent.veth_set,
+        true,
+    ));
     out.push_str(&row(
         "getppid (perf bench syscall basic)",
         "ns",

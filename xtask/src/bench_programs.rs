@@ -215,11 +215,38 @@ fn table(workload: &str, seconds: u32, repeats: u32, rows: &[Costs]) -> String {
     out
 }
 
+/// A workload of the per-program table.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
+pub enum Workload {
+    /// The switch storm.
+    Sched,
+    /// The futex stressor.
+    Futex,
+    /// UDP over loopback.
+    Net,
+}
+
 /// The switch storm and the futex stressor, each with the floor, stormwatch's probes, the daemon
-/// as deployed and bpftrace; UDP over loopback with the network probes and the daemon.
-pub fn run(bin: &Path, seconds: u32, repeats: u32) -> Result<String> {
+/// as deployed and bpftrace; UDP over loopback with the network probes and the daemon. Only
+/// those in `only`, unless it is empty.
+pub fn run(bin: &Path, seconds: u32, repeats: u32, only: &[Workload]) -> Result<String> {
     let _stats = StatsOn::new()?;
-    let sched = workload(
+    let wanted = |w: Workload| only.is_empty() || only.contains(&w);
+    let mut out = String::new();
+    if wanted(Workload::Sched) {
+        out += &sched(bin, seconds, repeats)?;
+    }
+    if wanted(Workload::Futex) {
+        out += &futex(bin, seconds, repeats)?;
+    }
+    if wanted(Workload::Net) {
+        out += &net(bin, seconds, repeats)?;
+    }
+    Ok(out)
+}
+
+fn sched(bin: &Path, seconds: u32, repeats: u32) -> Result<String> {
+    workload(
         bin,
         &["stress-ng", "--switch", "2"],
         vec![
@@ -236,8 +263,11 @@ pub fn run(bin: &Path, seconds: u32, repeats: u32) -> Result<String> {
         ],
         seconds,
         repeats,
-    )?;
-    let futex = workload(
+    )
+}
+
+fn futex(bin: &Path, seconds: u32, repeats: u32) -> Result<String> {
+    workload(
         bin,
         &["stress-ng", "--futex", "2"],
         vec![
@@ -254,20 +284,26 @@ pub fn run(bin: &Path, seconds: u32, repeats: u32) -> Result<String> {
         ],
         seconds,
         repeats,
-    )?;
-    // Packets over loopback: what the network programs cost per packet (transmit and receive
-    // each run once per packet, whichever container sends).
-    let net = workload(
+    )
+}
+
+/// Packets over loopback: what the network programs cost per packet (transmit and receive each
+/// run once per packet, whichever container sends).
+fn net(bin: &Path, seconds: u32, repeats: u32) -> Result<String> {
+    workload(
         bin,
         &["stress-ng", "--udp", "2"],
         vec![
+            (
+                "empty programs on net_dev_start_xmit/netif_receive_skb (floor, bpftrace)",
+                bench::bpftrace(bench::BPFTRACE_EMPTY_NET),
+            ),
             ("stormwatch --probes net", bench::stormwatch("net")),
             ("stormwatch run", bench::stormwatch_run()),
         ],
         seconds,
         repeats,
-    )?;
-    Ok(sched + &futex + &net)
+    )
 }
 
 /// One workload's table: each tracer in turn, `repeats` runs each.

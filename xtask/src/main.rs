@@ -80,9 +80,16 @@ enum Task {
         #[arg(long, conflicts_with_all = ["daemon_only", "lock_storm_only", "futex_only"])]
         sched_only: bool,
         /// Only what each BPF program costs per run (the kernel's run-time statistics) under
-        /// the switch storm and the futex stressor, stormwatch's against the floor and bpftrace.
-        #[arg(long, conflicts_with_all = ["daemon_only", "lock_storm_only", "futex_only", "sched_only"])]
-        programs: bool,
+        /// the switch storm, the futex stressor and UDP over loopback, stormwatch's against the
+        /// floor and bpftrace; `--programs net` (or `sched`, `futex`, comma-separated) runs only
+        /// those workloads.
+        #[arg(
+            long,
+            num_args = 0..,
+            value_delimiter = ',',
+            conflicts_with_all = ["daemon_only", "lock_storm_only", "futex_only", "sched_only"]
+        )]
+        programs: Option<Vec<bench_programs::Workload>>,
         /// Runs per tracer of the per-program table (`--programs`, and the full bench).
         #[arg(long, default_value = "3")]
         repeats: u32,
@@ -118,9 +125,9 @@ fn main() -> ExitCode {
         } => setup::tests().and_then(|()| {
             if ordinary {
                 bench_ordinary::run(rounds, seconds).map(|table| println!("{table}"))
-            } else if programs {
+            } else if let Some(workloads) = programs {
                 build_release()
-                    .and_then(|bin| bench_programs::run(&bin, seconds, repeats))
+                    .and_then(|bin| bench_programs::run(&bin, seconds, repeats, &workloads))
                     .map(|table| println!("{table}"))
             } else if daemon_only {
                 bench_daemon::run().map(|table| println!("{table}"))
