@@ -305,6 +305,9 @@ pub fn run(rounds: u32, seconds: u32) -> Result<String> {
             .args([
                 "--bind",
                 PodNetns::POD,
+                // Reached from the host's end of the veth, as a pod's server is from others.
+                "--protected-mode",
+                "no",
                 "--port",
                 &redis_port.to_string(),
                 "--save",
