@@ -285,36 +285,25 @@ pub fn run(rounds: u32, seconds: u32) -> Result<String> {
     let bin = build_release()?;
     let server = go_server()?;
     let redis_port = 6390u16;
-    let _redis = Server::start(
-        "redis",
-        Command::new("redis-server").args([
-            "--port",
-            &redis_port.to_string(),
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ]),
-    )?;
+    // Memory only: no snapshots, no append-only file.
+    let redis_args = [
+        "--port",
+        &redis_port.to_string(),
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+    ];
+    let _redis = Server::start("redis", Command::new("redis-server").args(redis_args))?;
     wait_for_port(&format!("127.0.0.1:{redis_port}"))?;
     let pod = PodNetns::create()?;
     let _pod_redis = Server::start(
         "redis-pod",
         Command::new("ip")
             .args(["netns", "exec", &pod.0, "redis-server"])
-            .args([
-                "--bind",
-                PodNetns::POD,
-                // Reached from the host's end of the veth, as a pod's server is from others.
-                "--protected-mode",
-                "no",
-                "--port",
-                &redis_port.to_string(),
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ]),
+            .args(redis_args)
+            // Reached from the host's end of the veth, as a pod's server is from others.
+            .args(["--bind", PodNetns::POD, "--protected-mode", "no"]),
     )?;
     wait_for_port(&format!("{}:{redis_port}", PodNetns::POD))?;
     let http_addr = "127.0.0.1:8089";
