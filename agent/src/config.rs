@@ -11,6 +11,8 @@
 //! histograms = true                # per-cgroup latency histograms (8 buckets each); false: sum and count only
 //! wake_kinds = "on-demand"         # wake-ups told local/remote: "on-demand" (while a lock storm is found) or "always"
 //! futex_probes = "on-demand"       # futex syscall probes: "on-demand" (while scheduler figures look like a lock storm) or "always"
+//! net_packet_probes = "on-demand"  # per-packet network probes: "on-demand" (while packets do not fit an MTU) or "always"
+//! net_packet_survey_seconds = 600  # on demand, also attach them for one diagnosis window this often (0: never), from the start
 //! web_config_file = "/etc/stormwatch/web.yml"   # TLS and basic auth, exporter-toolkit's format (none by default)
 //! http_header_timeout_seconds = 10 # a request's head must arrive within this (idle keep-alive connections close after it)
 //! http_request_timeout_seconds = 30   # a request must be answered within this
@@ -33,7 +35,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     diagnose::Thresholds,
-    probes::{FutexTier, WakeKinds},
+    probes::{FutexTier, NetPacketTier, WakeKinds},
 };
 
 /// Default address: all interfaces, port 9847 (not a port any common exporter uses; 9090 is
@@ -43,6 +45,9 @@ pub const DEFAULT_INTERVAL_SECONDS: f64 = 5.0;
 pub const DEFAULT_MAX_CGROUPS: usize = 2000;
 pub const DEFAULT_REMOVED_GRACE_SECONDS: f64 = 60.0;
 pub const DEFAULT_DIAGNOSIS_WINDOW_SECONDS: f64 = 30.0;
+pub const DEFAULT_NET_PACKET_SURVEY_SECONDS: f64 = 600.0;
+/// A day: surveys rarer than that would leave an interface inventory older than any alert.
+const MAX_SURVEY_SECONDS: f64 = 86_400.0;
 /// Twice what a scrape needs on a slow link; short enough that a client that trickles its
 /// request (or holds a connection open without one) is gone quickly.
 pub const DEFAULT_HTTP_HEADER_TIMEOUT_SECONDS: f64 = 10.0;
@@ -93,6 +98,8 @@ pub struct FileConfig {
     pub histograms: Option<bool>,
     pub wake_kinds: Option<WakeKinds>,
     pub futex_probes: Option<FutexTier>,
+    pub net_packet_probes: Option<NetPacketTier>,
+    pub net_packet_survey_seconds: Option<f64>,
     pub web_config_file: Option<PathBuf>,
     pub http_header_timeout_seconds: Option<f64>,
     pub http_request_timeout_seconds: Option<f64>,
@@ -130,6 +137,19 @@ pub struct Config {
     /// cgroup's scheduler figures show what a lock storm needs, until a diagnosis window passes
     /// without it; `always` as `trace` and `diagnose` do.
     pub futex_probes: FutexTier,
+    /// When the per-packet network probes (transmit and receive) run: for every packet of
+    /// every interface, a few percent of a packet-heavy server's CPU. `on-demand` (the
+    /// default) attaches them while a network namespace's kernel counters or drops show
+    /// packets that did not fit (fragments, "packet too big", drops for size), until a
+    /// diagnosis window passes without; `always` as `trace` and `diagnose` do — and only then
+    /// are the per-container traffic and per-interface packet figures counted all the time.
+    pub net_packet_probes: NetPacketTier,
+    /// With `net_packet_probes = "on-demand"`: how often the per-packet probes are attached for
+    /// one diagnosis window anyway (the first at start), a survey of the node's interfaces and
+    /// of what its containers send — where the agent cannot read the namespaces (the pod,
+    /// without CAP_SYS_ADMIN or the host's pids), the interfaces it names are those the probes
+    /// saw. 0: never. 600 s with a 30 s window attaches them 5% of the time.
+    pub net_packet_survey_seconds: f64,
     /// TLS and basic authentication of the endpoint, in exporter-toolkit's web config format
     /// (`export::web`); none: plain HTTP, open.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -153,6 +173,8 @@ impl Default for Config {
             histograms: true,
             wake_kinds: WakeKinds::OnDemand,
             futex_probes: FutexTier::OnDemand,
+            net_packet_probes: NetPacketTier::OnDemand,
+            net_packet_survey_seconds: DEFAULT_NET_PACKET_SURVEY_SECONDS,
             web_config_file: None,
             http_header_timeout_seconds: DEFAULT_HTTP_HEADER_TIMEOUT_SECONDS,
             http_request_timeout_seconds: DEFAULT_HTTP_REQUEST_TIMEOUT_SECONDS,
@@ -255,6 +277,12 @@ impl Config {
         if let Some(v) = file.futex_probes {
             self.futex_probes = v;
         }
+        if let Some(v) = file.net_packet_probes {
+            self.net_packet_probes = v;
+        }
+        if let Some(v) = file.net_packet_survey_seconds {
+            self.net_packet_survey_seconds = v;
+        }
         if let Some(v) = file.web_config_file {
             // Relative to the config file, as exporter-toolkit resolves the web config's own
             // paths.
@@ -306,6 +334,10 @@ impl Config {
                 "diagnosis_window_seconds must be greater than 0 and at most {MAX_WINDOW_SECONDS} \
                  (got {w})"
             );
+        }
+        let s = self.net_packet_survey_seconds;
+        if !s.is_finite() || !(0.0..=MAX_SURVEY_SECONDS).contains(&s) {
+            bail!("net_packet_survey_seconds must be between 0 and {MAX_SURVEY_SECONDS} (got {s})");
         }
         for (name, v) in [
             (
@@ -430,7 +462,7 @@ mod tests {
         let c = from_text(
             "listen = \"127.0.0.1:1234\"\ninterval_seconds = 2\nmax_cgroups = 10\n\
              removed_grace_seconds = 0\nbpf_stats = true\nhistograms = false\n\
-             wake_kinds = \"always\"\nfutex_probes = \"always\"\n[thresholds]\nrunq_min_mean_seconds = 0.002\n",
+             wake_kinds = \"always\"\nfutex_probes = \"always\"\nnet_packet_probes = \"always\"\nnet_packet_survey_seconds = 0\n[thresholds]\nrunq_min_mean_seconds = 0.002\n",
         )
         .unwrap();
         assert_eq!(c.listen.to_string(), "127.0.0.1:1234");
@@ -444,6 +476,9 @@ mod tests {
         assert_eq!(Config::default().wake_kinds, WakeKinds::OnDemand);
         assert_eq!(c.futex_probes, FutexTier::Always);
         assert_eq!(Config::default().futex_probes, FutexTier::OnDemand);
+        assert_eq!(c.net_packet_probes, NetPacketTier::Always);
+        assert_eq!(Config::default().net_packet_probes, NetPacketTier::OnDemand);
+        assert_eq!(c.net_packet_survey_seconds, 0.0);
         assert_eq!(c.thresholds.runq_min_mean_seconds, 0.002);
         assert_eq!(
             c.thresholds.runq_min_p99_seconds,
@@ -476,6 +511,9 @@ mod tests {
             "max_cgroups = 0",
             "max_cgroups = -5",
             "removed_grace_seconds = -1",
+            "net_packet_survey_seconds = -1",
+            "net_packet_survey_seconds = 1e9",
+            "net_packet_probes = \"sometimes\"",
             "[thresholds]\nrunq_min_mean_seconds = -1",
             "[thresholds]\nrunq_min_mean_seconds = nan",
             "interval_seconds = inf",

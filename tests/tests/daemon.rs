@@ -959,3 +959,103 @@ fn daemonset_validates_against_the_kubernetes_schemas() {
         assert!(daemonset.contains(want), "daemonset.yaml lacks {want:?}");
     }
 }
+
+/// `run` as deployed attaches the per-packet network probes on demand: not while every packet
+/// fits (surveys off here), within two diagnosis windows of packets that must be fragmented —
+/// the kernel's own `FragCreates` in the sender's namespace is the premise — counting them
+/// while attached, and detached once a whole window passes without.
+#[test]
+fn run_attaches_the_per_packet_probes_while_packets_do_not_fit() {
+    require_bpf();
+    netns::require_tools();
+    const WINDOW: u64 = 4;
+    let daemon = Daemon::start_configured(&format!(
+        "diagnosis_window_seconds = {WINDOW}\nnet_packet_survey_seconds = 0\n"
+    ));
+    let attached = |text: &str, tracepoint: &str| {
+        sample_with(
+            text,
+            "stormwatch_probe_attached",
+            &[("tracepoint", tracepoint)],
+        )
+    };
+    const PACKET_PROBES: [&str; 2] = ["net:net_dev_start_xmit", "net:netif_receive_skb"];
+    // A few collections with nothing too big (nothing to fragment on this test's part).
+    std::thread::sleep(Duration::from_secs(WINDOW + 2));
+    let text = daemon.metrics();
+    for tp in PACKET_PROBES {
+        assert_eq!(attached(&text, tp), Some(0.0), "{tp} detached:\n{text}");
+        assert_eq!(
+            sample_with(&text, "stormwatch_probe_on_demand", &[("tracepoint", tp)]),
+            Some(1.0),
+            "{tp} said to be on demand"
+        );
+    }
+    for tp in ["skb:kfree_skb", "tcp:tcp_retransmit_skb"] {
+        assert_eq!(attached(&text, tp), Some(1.0), "{tp} always attached");
+    }
+
+    let (a, b) = (netns::Netns::new("frag"), netns::Netns::new("frag"));
+    netns::veth_between(&a, "swfa", &b, "swfb", 1500);
+    a.ip(&["addr", "add", "10.233.0.1/24", "dev", "swfa"]);
+    b.ip(&["addr", "add", "10.233.0.2/24", "dev", "swfb"]);
+    a.ip(&["link", "set", "swfa", "up"]);
+    b.ip(&["link", "set", "swfb", "up"]);
+    let frag_creates = || a.snmp().get("Ip.FragCreates").copied().unwrap_or(0);
+    let before = frag_creates();
+    // 3,000-byte echo requests over a 1,500-byte MTU: three fragments each.
+    let mut pings = a
+        .command(&["ping", "-q", "-i", "0.2", "-s", "3000", "10.233.0.2"])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("ping");
+    let started = Instant::now();
+    let text = wait_for(
+        "the per-packet probes attached",
+        Duration::from_secs(2 * WINDOW + 3),
+        || {
+            let text = daemon.metrics();
+            PACKET_PROBES
+                .iter()
+                .all(|tp| attached(&text, tp) == Some(1.0))
+                .then_some(text)
+        },
+    );
+    eprintln!("attached {:?} after the first fragment", started.elapsed());
+    assert!(
+        frag_creates() > before,
+        "the premise: the kernel fragmented the pings"
+    );
+    // While attached they count: the sender's interface carries the fragments.
+    let a_inode = a.inode().to_string();
+    let sent = |text: &str| {
+        sum_with(
+            text,
+            "stormwatch_interface_packets_total",
+            &[("netns", &a_inode), ("direction", "sent")],
+        )
+        .unwrap_or(0.0)
+    };
+    let counted = wait_for(
+        "fragments counted on swfa",
+        Duration::from_secs(WINDOW),
+        || Some(sent(&daemon.metrics())).filter(|n| *n >= 6.0),
+    );
+    eprintln!("{counted} packets sent by swfa counted ({})", sent(&text));
+
+    let _ = pings.kill();
+    let _ = pings.wait();
+    let stopped = Instant::now();
+    wait_for(
+        "the per-packet probes detached",
+        Duration::from_secs(2 * WINDOW + 3),
+        || {
+            let text = daemon.metrics();
+            PACKET_PROBES
+                .iter()
+                .all(|tp| attached(&text, tp) == Some(0.0))
+                .then_some(())
+        },
+    );
+    eprintln!("detached {:?} after the last fragment", stopped.elapsed());
+}

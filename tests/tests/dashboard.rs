@@ -184,7 +184,11 @@ fn full_accept_queue() -> (OwnedFd, SocketAddr) {
 fn every_panel_has_data_from_a_live_agent_during_a_lock_storm() {
     require_bpf();
     let d = dashboard();
-    let daemon = Daemon::start_configured("diagnosis_window_seconds = 6\n");
+    // The per-packet panels (packets against the MTU, container traffic) show what the
+    // per-packet probes count while attached: throughout here, as `net_packet_probes = "always"`
+    // has them (on demand, while packets do not fit and in surveys).
+    let daemon =
+        Daemon::start_configured("diagnosis_window_seconds = 6\nnet_packet_probes = \"always\"\n");
     let prometheus = Prometheus::start_with(&format!(
         "  - job_name: stormwatch\n    honor_labels: true\n    static_configs:\n      \
          - targets: ['{}']\n        labels:\n          node: {NODE}\n",

@@ -709,9 +709,15 @@ fn the_daemon_exports_a_containers_network_series_and_the_mtu_inventory() {
     let (a_ns, pod_ns) = (net.a.inode().to_string(), net.pod().inode().to_string());
     let cg = TestCgroup::new("net-daemon");
     let keep = net.pod().resident(&cg);
-    // Room for the test's cgroup however many other cgroups this host has.
+    // Room for the test's cgroup however many other cgroups this host has; the per-packet
+    // probes attached throughout, as "always" attaches them (these packets all fit: on demand
+    // they would count only in surveys, see `daemon::run_attaches_the_per_packet_probes_…`).
     let dir = tempfile::tempdir().expect("a temp dir");
-    let config = write_file(dir.path(), "stormwatch.toml", "max_cgroups = 1000000\n");
+    let config = write_file(
+        dir.path(),
+        "stormwatch.toml",
+        "max_cgroups = 1000000\nnet_packet_probes = \"always\"\n",
+    );
     let daemon = Daemon::start(&["--config", config.to_str().expect("UTF-8 path")]);
     let m0 = metrics_after_collection(&daemon);
     let s0 = if_stats(net.pod(), POD_DEV);

@@ -56,6 +56,10 @@ use stormwatch_tests::{
     num, run_in_cgroup, workload_result,
 };
 
+/// The probes the ConfigMap's `net_packet_probes = "on-demand"` loads at start and attaches
+/// while packets do not fit, and for a survey window at start and every 10 minutes.
+const PACKET_PROBES: [&str; 2] = ["net:net_dev_start_xmit", "net:netif_receive_skb"];
+
 /// The probes the ConfigMap's `wake_kinds = "on-demand"` loads at start and attaches while a
 /// lock storm is found.
 const WAKE_PROBES: [&str; 3] = [
@@ -651,6 +655,26 @@ impl RunningPod {
         }
     }
 
+    /// Waits for the survey that attaches the per-packet probes at the first judgement (the
+    /// ConfigMap's `net_packet_probes = "on-demand"`): they then stay attached for a diagnosis
+    /// window (30 s), when what a test sends is counted.
+    fn surveying(&self) {
+        wait_for(
+            "the per-packet probes' survey",
+            Duration::from_secs(40),
+            || {
+                let text = self.metrics();
+                PACKET_PROBES
+                    .iter()
+                    .all(|tp| {
+                        sample_with(&text, "stormwatch_probe_attached", &[("tracepoint", tp)])
+                            == Some(1.0)
+                    })
+                    .then_some(())
+            },
+        );
+    }
+
     fn metrics(&self) -> String {
         let r = http_get(self.addr, "/metrics", None).expect("scraping /metrics");
         assert_eq!(r.status, 200, "{}", r.body);
@@ -717,9 +741,10 @@ fn the_pod_runs_as_the_manifest_says() {
         .filter(|l| l.starts_with("stormwatch_probe_attached{"))
         .collect();
     assert!(!probes.is_empty(), "no stormwatch_probe_attached:\n{text}");
-    // The manifest's configuration attaches the wake-up probes (while a lock storm is found)
-    // and the futex probes (while one looks likely) on demand: loaded, and reported so, but
-    // not attached while nothing storms.
+    // The manifest's configuration attaches the wake-up probes (while a lock storm is found),
+    // the futex probes (while one looks likely) and the per-packet probes (while packets do not
+    // fit, and in surveys) on demand: loaded, and reported so, but not attached while nothing
+    // storms.
     let on_demand: Vec<&str> = text
         .lines()
         .filter_map(|l| l.strip_prefix("stormwatch_probe_on_demand{tracepoint=\""))
@@ -728,12 +753,14 @@ fn the_pod_runs_as_the_manifest_says() {
     let futex = futex_probes();
     let mut expected_on_demand = WAKE_PROBES.to_vec();
     expected_on_demand.extend(futex.iter().map(String::as_str));
+    expected_on_demand.extend(PACKET_PROBES);
     let mut seen_on_demand = on_demand.clone();
     seen_on_demand.sort_unstable();
     expected_on_demand.sort_unstable();
     assert_eq!(
         seen_on_demand, expected_on_demand,
-        "the wake-up and futex probes, loaded under the manifest's privileges, on demand:\n{text}"
+        "the wake-up, futex and per-packet probes, loaded under the manifest's privileges, on \
+         demand:\n{text}"
     );
     // Asserted at the end, after the figures: a detached probe should not hide them.
     let detached: Vec<String> = probes
@@ -935,6 +962,7 @@ fn the_pod_exports_network_series_for_a_workload() {
     stormwatch_tests::require_bpf();
     let pod = Pod::from_manifest();
     let running = RunningPod::start(&pod);
+    running.surveying();
     let cgroup = TestCgroup::new("pod-net");
     const PINGS: u32 = 20;
     const PAYLOAD: u32 = 1000;
@@ -1014,6 +1042,7 @@ fn the_pod_names_the_interfaces_of_namespaces_it_cannot_enter() {
     b.ip(&["addr", "add", "10.231.0.2/24", "dev", "swin1"]);
     a.ip(&["link", "set", "swin0", "up"]);
     b.ip(&["link", "set", "swin1", "up"]);
+    running.surveying();
     let out = a.exec(&[
         "ping",
         "-q",

@@ -26,6 +26,7 @@ use crate::{
     config::{Config, Flags},
     diagnose::{
         Kind,
+        network::packets_did_not_fit,
         session::{FutexWatch, Session, cgroupfs_reader},
     },
     export::{
@@ -38,7 +39,7 @@ use crate::{
     identity::CgroupResolver,
     pipeline::Pipeline,
     privileges,
-    probes::{LoadOptions, net},
+    probes::{LoadOptions, Tier, net},
 };
 
 use super::{RunArgs, probes_attached, session_options};
@@ -147,11 +148,19 @@ async fn daemon(config: Config, web: Arc<WebConfig>) -> anyhow::Result<u8> {
     shared.ran();
     let (attached, total) = probes_attached(&daemon.pipeline);
     let probes = &daemon.pipeline.probes;
-    let on_demand = match (probes.futex_on_demand(), probes.wake_kinds_on_demand()) {
-        (true, true) => ", the futex and wake-up probes on demand",
-        (true, false) => ", the futex probes on demand",
-        (false, true) => ", the wake-up probes on demand",
-        (false, false) => "",
+    let tiers: Vec<&str> = [
+        (Tier::Futex, "futex"),
+        (Tier::WakeKinds, "wake-up"),
+        (Tier::NetPackets, "per-packet network"),
+    ]
+    .into_iter()
+    .filter(|(tier, _)| probes.on_demand(*tier))
+    .map(|(_, name)| name)
+    .collect();
+    let on_demand = match tiers.as_slice() {
+        [] => String::new(),
+        [one] => format!(", the {one} probes on demand"),
+        [init @ .., last] => format!(", the {} and {last} probes on demand", init.join(", ")),
     };
     eprintln!(
         "stormwatch: serving {scheme}://{addr}/metrics, collecting every {:.1}s \
@@ -201,16 +210,40 @@ struct Daemon {
     session: Session,
     /// Keeps the kernel's BPF run-time statistics on while the daemon runs.
     _bpf_stats: Option<OwnedFd>,
-    /// When the wake-kind programs are attached, where they are on demand: from the first
-    /// judgement that finds a lock storm until a whole diagnosis window has passed without one,
-    /// so that the windows a storm is judged on while it lasts have its wake-ups told apart
-    /// (the share from another CPU, and the pinning advice that follows from it).
-    wake_kinds: Option<Demand>,
-    /// When the futex programs are attached, where they are on demand: from the first
-    /// judgement where a container's scheduler figures look like a lock storm's (or a storm is
-    /// found) until a whole diagnosis window has passed without either. The storm rule needs
-    /// their figures; while they are detached no thread pays the syscall slow path for them.
-    futex: Option<Demand>,
+    /// When each [`Tier`] of on-demand programs is attached (`None`: not on demand), from a
+    /// judgement that asks for it until a whole diagnosis window has passed without one:
+    /// - the wake-kind programs while a lock storm is found, so that the windows a storm is
+    ///   judged on while it lasts have its wake-ups told apart (the share from another CPU, and
+    ///   the pinning advice that follows from it);
+    /// - the futex programs while a container's scheduler figures look like a lock storm's (or
+    ///   a storm is found): the storm rule needs their figures; while they are detached no
+    ///   thread pays the syscall slow path for them;
+    /// - the per-packet network programs while packets did not fit somewhere
+    ///   ([`packets_did_not_fit`]): they show which interfaces and containers.
+    demands: [Option<Demand>; Tier::COUNT],
+    /// The per-packet programs' surveys, where they are on demand.
+    survey: Option<Survey>,
+}
+
+/// When the per-packet network programs are attached for a survey anyway: at the first judgement,
+/// then every `every` (`net_packet_survey_seconds`).
+#[derive(Debug)]
+struct Survey {
+    every: Duration,
+    last: Option<Instant>,
+}
+
+impl Survey {
+    /// Whether a survey starts with the judgement at `now` (and notes it).
+    fn due(&mut self, now: Instant) -> bool {
+        let due = self
+            .last
+            .is_none_or(|t| now.saturating_duration_since(t) >= self.every);
+        if due {
+            self.last = Some(now);
+        }
+        due
+    }
 }
 
 /// When the daemon wants a tier of on-demand probes attached: from a judgement that asks for
@@ -249,6 +282,7 @@ impl Daemon {
             max_cgroups: config.max_cgroups,
             wake_kinds: config.wake_kinds,
             futex: config.futex_probes,
+            net_packets: config.net_packet_probes,
             ..LoadOptions::default()
         };
         let pipeline = Pipeline::start(&options, resolver)?;
@@ -299,24 +333,28 @@ impl Daemon {
             }
         }
         let linger = Duration::from_secs_f64(config.diagnosis_window_seconds);
-        let wake_kinds = pipeline
-            .probes
-            .wake_kinds_on_demand()
-            .then(|| Demand::new(linger));
-        let futex = pipeline
-            .probes
-            .futex_on_demand()
-            .then(|| Demand::new(linger));
-        if futex.is_some() {
+        let demand = |tier| pipeline.probes.on_demand(tier).then(|| Demand::new(linger));
+        let demands = [
+            demand(Tier::WakeKinds),
+            demand(Tier::Futex),
+            demand(Tier::NetPackets),
+        ];
+        if pipeline.probes.on_demand(Tier::Futex) {
             session.set_futex_watch(FutexWatch::Off);
         }
+        let survey = (pipeline.probes.on_demand(Tier::NetPackets)
+            && config.net_packet_survey_seconds > 0.0)
+            .then(|| Survey {
+                every: Duration::from_secs_f64(config.net_packet_survey_seconds),
+                last: None,
+            });
         Ok(Self {
             pipeline,
             exporter,
             session,
             _bpf_stats: bpf_stats,
-            wake_kinds,
-            futex,
+            demands,
+            survey,
         })
     }
 
@@ -337,6 +375,8 @@ impl Daemon {
         // looked like one from its scheduler figures (None: nothing judged).
         let mut storm_found = None;
         let mut candidate = false;
+        // Whether packets did not fit somewhere over the diagnosis window.
+        let mut misfits = false;
         match window {
             Ok(window) => {
                 let p = &self.pipeline;
@@ -354,8 +394,14 @@ impl Daemon {
                     let findings = self.session.judge(p.paths(), net.as_ref());
                     (net, findings)
                 });
-                candidate =
-                    step_done && self.futex.is_some() && self.session.storm_candidates(p.paths());
+                candidate = step_done
+                    && self.demands[Tier::Futex as usize].is_some()
+                    && self.session.storm_candidates(p.paths());
+                if let Some((Some(state), _)) = &judged
+                    && self.demands[Tier::NetPackets as usize].is_some()
+                {
+                    misfits = packets_did_not_fit(state, &self.session.window());
+                }
                 let mut e = exporter.lock().unwrap_or_else(PoisonError::into_inner);
                 e.cgroups.apply(
                     &Tick {
@@ -395,74 +441,92 @@ impl Daemon {
             }
         }
         if let Some(storm) = storm_found {
-            self.steer_wake_kinds(storm, started);
-            self.steer_futex(storm || candidate, Instant::now());
+            let now = Instant::now();
+            match self.steer(Tier::WakeKinds, storm, started) {
+                Steered::Attached => log::info!(
+                    "lock storm found: wake-ups are told local or remote until a diagnosis \
+                     window passes without one"
+                ),
+                Steered::Detached => {
+                    log::info!("no lock storm for a diagnosis window: wake-up probes detached")
+                }
+                Steered::Unchanged | Steered::Abandoned => {}
+            }
+            match self.steer(Tier::Futex, storm || candidate, now) {
+                Steered::Attached => {
+                    self.session.set_futex_watch(FutexWatch::Since(now));
+                    log::info!(
+                        "scheduler figures look like a lock storm: futex probes attached until \
+                         a diagnosis window passes without"
+                    );
+                }
+                Steered::Detached => {
+                    self.session.set_futex_watch(FutexWatch::Off);
+                    log::info!(
+                        "no lock storm candidate for a diagnosis window: futex probes detached"
+                    );
+                }
+                Steered::Abandoned => self.session.set_futex_watch(FutexWatch::Off),
+                Steered::Unchanged => {}
+            }
+            let survey = self.survey.as_mut().is_some_and(|s| s.due(now));
+            match self.steer(Tier::NetPackets, misfits || survey, now) {
+                Steered::Attached if misfits => log::info!(
+                    "packets did not fit somewhere (fragments, \"packet too big\" or drops for \
+                     size): per-packet network probes attached until a diagnosis window passes \
+                     without"
+                ),
+                Steered::Attached => log::info!(
+                    "per-packet network probes attached for a diagnosis window: a survey of the \
+                     interfaces and of what containers send"
+                ),
+                Steered::Detached => log::info!(
+                    "every packet fitted for a diagnosis window: per-packet network probes \
+                     detached"
+                ),
+                Steered::Unchanged | Steered::Abandoned => {}
+            }
         }
     }
 
-    /// Attaches or detaches the on-demand futex programs after a judgement, tells the session
-    /// since when their figures cover the window, and shows it (`stormwatch_probe_attached`).
-    fn steer_futex(&mut self, asks: bool, now: Instant) {
-        let Some(demand) = &mut self.futex else {
-            return;
+    /// Attaches or detaches a tier of on-demand programs after a judgement (whether it `asks`
+    /// for them, at `now`), and shows it (`stormwatch_probe_attached`). A tier that fails to
+    /// attach or detach is given up (not tried again: its status says why).
+    fn steer(&mut self, tier: Tier, asks: bool, now: Instant) -> Steered {
+        let slot = &mut self.demands[tier as usize];
+        let Some(demand) = slot else {
+            return Steered::Unchanged;
         };
         let want = demand.judged(asks, now);
         let probes = &mut self.pipeline.probes;
-        if want == probes.futex_attached() {
-            return;
+        if want == probes.tier_attached(tier) {
+            return Steered::Unchanged;
         }
-        match probes.set_futex(want) {
-            Ok(()) if want => {
-                self.session.set_futex_watch(FutexWatch::Since(now));
-                log::info!(
-                    "scheduler figures look like a lock storm: futex probes attached until a \
-                     diagnosis window passes without"
-                );
-            }
-            Ok(()) => {
-                self.session.set_futex_watch(FutexWatch::Off);
-                log::info!("no lock storm candidate for a diagnosis window: futex probes detached");
-            }
+        let steered = match probes.set(tier, want) {
+            Ok(()) if want => Steered::Attached,
+            Ok(()) => Steered::Detached,
             Err(err) => {
-                log::warn!("futex probes on demand: {err:#}; no longer attached on demand");
-                probes.abandon_futex(&format!("{err:#}"));
-                self.session.set_futex_watch(FutexWatch::Off);
-                self.futex = None;
+                log::warn!("{tier:?} probes on demand: {err:#}; no longer attached on demand");
+                probes.abandon(tier, &format!("{err:#}"));
+                *slot = None;
+                Steered::Abandoned
             }
-        }
-        let mut e = self.exporter.lock().unwrap_or_else(PoisonError::into_inner);
-        e.avail = self.pipeline.availability();
-        e.probes = self.pipeline.probes.status.clone();
-    }
-
-    /// Attaches or detaches the on-demand wake-kind programs after a judgement, and shows it
-    /// (`stormwatch_probe_attached`, and the wake-up figures while they are attached).
-    fn steer_wake_kinds(&mut self, storm: bool, now: Instant) {
-        let Some(demand) = &mut self.wake_kinds else {
-            return;
         };
-        let want = demand.judged(storm, now);
-        let probes = &mut self.pipeline.probes;
-        if want == probes.wake_kinds_attached() {
-            return;
-        }
-        match probes.set_wake_kinds(want) {
-            Ok(()) if want => log::info!(
-                "lock storm found: wake-ups are told local or remote until a diagnosis window \
-                 passes without one"
-            ),
-            Ok(()) => log::info!("no lock storm for a diagnosis window: wake-up probes detached"),
-            Err(err) => {
-                // Not tried again: the status says why.
-                log::warn!("wake-up probes on demand: {err:#}; no longer attached on demand");
-                probes.abandon_wake_kinds(&format!("{err:#}"));
-                self.wake_kinds = None;
-            }
-        }
         let mut e = self.exporter.lock().unwrap_or_else(PoisonError::into_inner);
         e.avail = self.pipeline.availability();
         e.probes = self.pipeline.probes.status.clone();
+        steered
     }
+}
+
+/// What [`Daemon::steer`] did to a tier.
+#[derive(Debug, PartialEq, Eq)]
+enum Steered {
+    Unchanged,
+    Attached,
+    Detached,
+    /// Given up after an error.
+    Abandoned,
 }
 
 /// The daemon's own figures of one collection.
@@ -538,6 +602,21 @@ fn sysctl_bpf_stats() -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn surveys_start_at_once_and_come_back_after_their_period() {
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let mut s = Survey {
+            every: Duration::from_secs(600),
+            last: None,
+        };
+        assert!(s.due(at(5)), "the first judgement surveys");
+        assert!(!s.due(at(10)));
+        assert!(!s.due(at(604)));
+        assert!(s.due(at(605)), "600 s after the last one");
+        assert!(!s.due(at(700)));
+    }
 
     #[test]
     fn wake_kinds_are_wanted_from_a_storm_until_a_window_without_one() {

@@ -493,6 +493,35 @@ fn container_findings(
     None
 }
 
+/// Whether, over a window, packets did not fit somewhere on the host, by what is counted
+/// without the per-packet probes: the namespaces' own counters (fragments made or received for
+/// reassembly, fragmentation or reassembly failures, ICMP destination-unreachable received —
+/// `/proc/net/snmp` does not split IPv4's "fragmentation needed" from the other codes — and
+/// ICMPv6 "packet too big" either way) and drops for size. The daemon attaches the per-packet
+/// probes on demand ([`crate::probes::NetPacketTier`]) while this holds: they show which
+/// interfaces and containers the packets were. Unreachables *sent* are left out: a host answers
+/// every UDP datagram to a closed port with one, and a "fragmentation needed" it sends comes
+/// with a fragmentation failure, counted.
+pub fn packets_did_not_fit(state: &NetState, window: &Window) -> bool {
+    let counted = state.snmp.values().any(|s| {
+        [
+            s.fragments_created,
+            s.fragmentation_failures,
+            s.reassembly_fragments,
+            s.reassembly_failures,
+            s.icmp_unreachable_received,
+            s.icmp6_packet_too_big_sent,
+            s.icmp6_packet_too_big_received,
+        ]
+        .iter()
+        .any(|v| v.unwrap_or(0) > 0)
+    });
+    counted
+        || window.net_drops.iter().any(|(k, v)| {
+            v.packets > 0 && MTU_DROP_REASONS.contains(&drop_reason_name(k.reason).as_str())
+        })
+}
+
 /// Runs `mtu_mismatch` over the host's network facts.
 pub fn diagnose_network(f: &NetFacts, t: &Thresholds) -> Vec<Finding> {
     let mut out = Vec::new();
@@ -507,6 +536,61 @@ pub fn diagnose_network(f: &NetFacts, t: &Thresholds) -> Vec<Finding> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::netinfo::snmp::Snmp;
+    use stormwatch_common::net::{NetDropKey, NetDropStats};
+
+    #[test]
+    fn per_packet_probes_are_wanted_where_packets_did_not_fit() {
+        let state = |snmp: Snmp| NetState {
+            namespaces: Vec::new(),
+            snmp: HashMap::from([(7, snmp)]),
+        };
+        let quiet = Window::empty();
+        assert!(!packets_did_not_fit(&state(Snmp::default()), &quiet));
+        // A port unreachable sent for a datagram to a closed port is no MTU sign.
+        let unreachable_sent = Snmp {
+            icmp_unreachable_sent: Some(3),
+            fragments_created: Some(0),
+            ..Snmp::default()
+        };
+        assert!(!packets_did_not_fit(&state(unreachable_sent), &quiet));
+        for sign in [
+            Snmp {
+                fragments_created: Some(2),
+                ..Snmp::default()
+            },
+            Snmp {
+                reassembly_fragments: Some(2),
+                ..Snmp::default()
+            },
+            Snmp {
+                fragmentation_failures: Some(1),
+                ..Snmp::default()
+            },
+            Snmp {
+                icmp_unreachable_received: Some(1),
+                ..Snmp::default()
+            },
+            Snmp {
+                icmp6_packet_too_big_sent: Some(1),
+                ..Snmp::default()
+            },
+        ] {
+            assert!(packets_did_not_fit(&state(sign), &quiet), "{sign:?}");
+        }
+        // Drops for another reason (2: the first that is a drop, never a size) are no sign.
+        let mut dropped = Window::empty();
+        dropped.net_drops.insert(
+            NetDropKey {
+                netns: 7,
+                ifindex: 2,
+                reason: 2,
+                _pad: 0,
+            },
+            NetDropStats { packets: 5 },
+        );
+        assert!(!packets_did_not_fit(&state(Snmp::default()), &dropped));
+    }
 
     fn iface(name: &str, kind: &str, mtu: u32) -> IfaceFacts {
         IfaceFacts {

@@ -84,6 +84,8 @@ impl ProbeStatus {
                     | sched::ON_DEMAND_ATTACHED
                     | futex::ON_DEMAND_DETACHED
                     | futex::ON_DEMAND_ATTACHED
+                    | net::ON_DEMAND_DETACHED
+                    | net::ON_DEMAND_ATTACHED
             )
         )
     }
@@ -164,10 +166,8 @@ pub struct Probes {
     /// The run-queue wait and the off-CPU time come from `sched_switch` alone (tp_btf with
     /// `sched_info`): the wake-up programs only tell wake-ups local or remote.
     pub waits_from_switch: bool,
-    /// The wake-up programs loaded but attached only on demand ([`Probes::set_wake_kinds`]).
-    on_demand: Vec<OnDemand>,
-    /// The futex programs loaded but attached only on demand ([`Probes::set_futex`]).
-    futex_on_demand: Vec<OnDemand>,
+    /// The programs of each [`Tier`] loaded but attached only on demand ([`Probes::set`]).
+    tiers: [Vec<OnDemand>; Tier::COUNT],
     /// The futex probes' attach epoch (`maps::FUTEX_EPOCH`), raised before each attach.
     futex_epoch: u32,
     idle_hot_futexes: IdleKeys<HotFutexKey>,
@@ -253,10 +253,13 @@ pub struct LoadOptions {
     pub wake_kinds: WakeKinds,
     /// When the futex programs are attached.
     pub futex: FutexTier,
+    /// When the per-packet network programs are attached.
+    pub net_packets: NetPacketTier,
 }
 
 /// When a tier of probes that the daemon attaches on demand is attached: the wake-up programs
-/// ([`WakeKinds`]) or the futex programs ([`FutexTier`]).
+/// ([`WakeKinds`]), the futex programs ([`FutexTier`]) or the per-packet network programs
+/// ([`NetPacketTier`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum AttachWhen {
@@ -282,6 +285,29 @@ pub type WakeKinds = AttachWhen;
 /// ([`Probes::set_futex`]): while a cgroup's scheduler figures show what a lock storm needs.
 pub type FutexTier = AttachWhen;
 
+/// When the per-packet network programs (`net:net_dev_start_xmit`, `net:netif_receive_skb`)
+/// are attached. They run for every packet of every interface — about 0.4 µs per packet each
+/// way here, several percent of a loopback Redis request — where the drop and retransmit
+/// programs run only for what went wrong. On demand ([`Probes::set`]) the daemon asks while a
+/// network namespace shows packets that did not fit (the kernel's fragmentation and ICMP
+/// counters, drops for being too big).
+pub type NetPacketTier = AttachWhen;
+
+/// A tier of programs the daemon attaches on demand.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tier {
+    /// The wake-up programs that tell wake-ups local or remote.
+    WakeKinds = 0,
+    /// The futex syscall programs.
+    Futex = 1,
+    /// The transmit and receive programs.
+    NetPackets = 2,
+}
+
+impl Tier {
+    pub const COUNT: usize = 3;
+}
+
 impl Default for LoadOptions {
     fn default() -> Self {
         Self {
@@ -291,6 +317,7 @@ impl Default for LoadOptions {
             max_cgroups: CGROUP_MAP_MIN_ENTRIES as usize,
             wake_kinds: WakeKinds::Always,
             futex: FutexTier::Always,
+            net_packets: NetPacketTier::Always,
         }
     }
 }
@@ -319,7 +346,9 @@ impl Probes {
                         on_demand: options.futex == FutexTier::OnDemand,
                     }),
                     Family::Locks => Box::new(locks::LockProbes),
-                    Family::Net => Box::new(net::NetProbes),
+                    Family::Net => Box::new(net::NetProbes {
+                        packets_on_demand: options.net_packets == NetPacketTier::OnDemand,
+                    }),
                     Family::EmptySched => Box::new(EmptySchedProbes),
                 }
             })
@@ -378,10 +407,11 @@ impl Probes {
         let loaded_for_later = |programs: &[(&'static str, &'static str)]| -> Vec<OnDemand> {
             programs
                 .iter()
-                .filter(|(tracepoint, _)| {
+                .filter(|(tracepoint, program)| {
                     status
                         .iter()
                         .any(|s| s.tracepoint == *tracepoint && s.on_demand())
+                        && ebpf.program(program).is_some_and(|p| p.fd().is_ok())
                 })
                 .map(|&(tracepoint, program)| OnDemand {
                     tracepoint,
@@ -390,8 +420,11 @@ impl Probes {
                 })
                 .collect()
         };
-        let on_demand = loaded_for_later(&sched::WAKE_KIND_PROGRAMS);
-        let futex_on_demand = loaded_for_later(&futex::PROGRAMS);
+        let tiers = [
+            loaded_for_later(&sched::WAKE_KIND_PROGRAMS),
+            loaded_for_later(&futex::PROGRAMS),
+            loaded_for_later(&net::PACKET_PROGRAMS),
+        ];
         let init_netns = facts.init_netns;
         drop(facts);
         // Parsing the kernel's BTF (several MB, for the loader and tp_btf) is the agent's
@@ -402,8 +435,7 @@ impl Probes {
             ebpf,
             status,
             waits_from_switch,
-            on_demand,
-            futex_on_demand,
+            tiers,
             futex_epoch: 1,
             idle_hot_futexes: IdleKeys::new(IDLE_READS_BEFORE_EVICTION),
             idle_lock_sites: IdleKeys::new(IDLE_READS_BEFORE_EVICTION),
@@ -411,59 +443,30 @@ impl Probes {
         })
     }
 
-    /// Whether the wake-kind programs wait to be attached on demand.
-    pub fn wake_kinds_on_demand(&self) -> bool {
-        !self.on_demand.is_empty()
+    /// Whether the programs of `tier` wait to be attached on demand.
+    pub fn on_demand(&self, tier: Tier) -> bool {
+        !self.tiers[tier as usize].is_empty()
     }
 
-    /// Detaches the on-demand wake-kind programs for good (after an error), their status
+    /// Whether the on-demand programs of `tier` are attached now.
+    pub fn tier_attached(&self, tier: Tier) -> bool {
+        self.tiers[tier as usize].iter().any(|p| p.link.is_some())
+    }
+
+    /// Detaches the on-demand programs of `tier` for good (after an error), their status
     /// saying `why`.
-    pub fn abandon_wake_kinds(&mut self, why: &str) {
-        let _ = self.set_wake_kinds(false);
-        abandon(&mut self.on_demand, &mut self.status, why);
+    pub fn abandon(&mut self, tier: Tier, why: &str) {
+        let _ = self.set(tier, false);
+        abandon(&mut self.tiers[tier as usize], &mut self.status, why);
     }
 
-    /// Whether the on-demand wake-kind programs are attached now.
-    pub fn wake_kinds_attached(&self) -> bool {
-        self.on_demand.iter().any(|p| p.link.is_some())
-    }
-
-    /// Attaches (`on`) or detaches the wake-kind programs loaded for [`WakeKinds::OnDemand`],
-    /// and updates their status; nothing when they are not on demand. On an error the programs
-    /// attached so far stay so, and their status says it.
-    pub fn set_wake_kinds(&mut self, on: bool) -> anyhow::Result<()> {
-        let notes = (sched::ON_DEMAND_ATTACHED, sched::ON_DEMAND_DETACHED);
-        set_tier(
-            &mut self.ebpf,
-            &mut self.on_demand,
-            &mut self.status,
-            on,
-            notes,
-        )
-    }
-
-    /// Whether the futex programs wait to be attached on demand.
-    pub fn futex_on_demand(&self) -> bool {
-        !self.futex_on_demand.is_empty()
-    }
-
-    /// Whether the on-demand futex programs are attached now.
-    pub fn futex_attached(&self) -> bool {
-        self.futex_on_demand.iter().any(|p| p.link.is_some())
-    }
-
-    /// Detaches the on-demand futex programs for good (after an error), their status saying
-    /// `why`.
-    pub fn abandon_futex(&mut self, why: &str) {
-        let _ = self.set_futex(false);
-        abandon(&mut self.futex_on_demand, &mut self.status, why);
-    }
-
-    /// Attaches (`on`) or detaches the futex programs loaded for [`FutexTier::OnDemand`]. Before
-    /// attaching, the attach epoch is raised, so that a call whose entry was seen before the
-    /// last detach is never paired with an exit seen now (it is counted as unpaired instead).
-    pub fn set_futex(&mut self, on: bool) -> anyhow::Result<()> {
-        if on && !self.futex_attached() {
+    /// Attaches (`on`) or detaches the programs of `tier` loaded to be attached on demand, and
+    /// updates their status; nothing when they are not on demand. On an error the programs
+    /// attached so far stay so, and their status says it. Before the futex programs attach,
+    /// their attach epoch is raised, so that a call whose entry was seen before the last
+    /// detach is never paired with an exit seen now (it is counted as unpaired instead).
+    pub fn set(&mut self, tier: Tier, on: bool) -> anyhow::Result<()> {
+        if tier == Tier::Futex && on && !self.tier_attached(tier) {
             let next = self.futex_epoch + 1;
             let mut epoch: aya::maps::Array<_, u32> = self
                 .ebpf
@@ -473,10 +476,14 @@ impl Probes {
             epoch.set(0, &next, 0)?;
             self.futex_epoch = next;
         }
-        let notes = (futex::ON_DEMAND_ATTACHED, futex::ON_DEMAND_DETACHED);
+        let notes = match tier {
+            Tier::WakeKinds => (sched::ON_DEMAND_ATTACHED, sched::ON_DEMAND_DETACHED),
+            Tier::Futex => (futex::ON_DEMAND_ATTACHED, futex::ON_DEMAND_DETACHED),
+            Tier::NetPackets => (net::ON_DEMAND_ATTACHED, net::ON_DEMAND_DETACHED),
+        };
         set_tier(
             &mut self.ebpf,
-            &mut self.futex_on_demand,
+            &mut self.tiers[tier as usize],
             &mut self.status,
             on,
             notes,

@@ -35,6 +35,21 @@ pub const RETRANSMIT: &str = "tcp:tcp_retransmit_skb";
 /// receive hook (the receiving namespace's container).
 pub const CONTAINER_PROBES: [&str; 2] = [XMIT, RECEIVE];
 
+/// The per-packet programs, each tracepoint's tp_btf and classic one: on demand
+/// ([`super::NetPacketTier`]), whichever of them loaded is attached.
+pub const PACKET_PROGRAMS: [(&str, &str); 4] = [
+    (XMIT, programs::XMIT_BTF),
+    (XMIT, programs::XMIT_TP),
+    (RECEIVE, programs::RECEIVE_BTF),
+    (RECEIVE, programs::RECEIVE_TP),
+];
+
+/// The status notes of a per-packet program loaded for [`super::NetPacketTier::OnDemand`].
+pub const ON_DEMAND_DETACHED: &str = "loaded, attached on demand (net_packet_probes = \
+     \"on-demand\"): while a network namespace shows packets that did not fit its path";
+pub const ON_DEMAND_ATTACHED: &str =
+    "attached on demand, while a network namespace shows packets that did not fit its path";
+
 /// (global, struct, member path): what the programs read, from BTF. `sk_buff.end` is an offset
 /// from `head` on 64-bit kernels (`NET_SKBUFF_DATA_USES_OFFSET`), the only ones we build for.
 const BTF_OFFSETS: [(&str, &str, &[&str]); 25] = [
@@ -227,7 +242,11 @@ pub const MTU_DROP_REASONS: [&str; 5] = [
     "SKB_GSO_SEG",
 ];
 
-pub struct NetProbes;
+pub struct NetProbes {
+    /// Load (verify) the per-packet programs at start but attach them only when asked
+    /// ([`super::Probes::set`]).
+    pub packets_on_demand: bool,
+}
 
 impl ProbeFamily for NetProbes {
     fn name(&self) -> &'static str {
@@ -300,6 +319,16 @@ impl ProbeFamily for NetProbes {
             let classic_ok = fields
                 .iter()
                 .all(|(_, f)| tracefs::field_offset(category, event, f).is_some());
+            if self.packets_on_demand && CONTAINER_PROBES.contains(&tracepoint) {
+                status.push(load_on_demand(
+                    ebpf,
+                    facts,
+                    tracepoint,
+                    btf_program,
+                    classic_ok.then_some(classic),
+                ));
+                continue;
+            }
             if classic_ok {
                 status.push(attach_preferring_btf(
                     ebpf,
@@ -327,6 +356,41 @@ impl ProbeFamily for NetProbes {
             });
         }
         status
+    }
+}
+
+/// Loads (verifies) a per-packet program to be attached on demand — tp_btf where it loads, else
+/// the classic one — so that a program the kernel refuses is found at start.
+fn load_on_demand(
+    ebpf: &mut Ebpf,
+    facts: &KernelFacts,
+    tracepoint: &'static str,
+    btf_program: &str,
+    classic: Option<&str>,
+) -> ProbeStatus {
+    let (_, event) = tracepoint.split_once(':').expect("category:event");
+    let btf = match &facts.aya_btf {
+        Some(btf) => super::load_btf(ebpf, btf_program, event, btf).map(|_| ()),
+        None => Err(anyhow::anyhow!(
+            "no tp_btf ({})",
+            facts.btf_error.as_deref().unwrap_or("no kernel BTF")
+        )),
+    };
+    let loaded = btf.or_else(|btf_err| match classic {
+        Some(program) => ebpf
+            .program_mut(program)
+            .ok_or_else(|| anyhow::anyhow!("program {program} missing from the object"))
+            .and_then(|p| {
+                let p: &mut aya::programs::TracePoint = p.try_into()?;
+                p.load()?;
+                Ok(())
+            })
+            .map_err(|e| anyhow::anyhow!("{btf_err:#}; tracepoint failed ({e:#})")),
+        None => Err(btf_err),
+    });
+    match loaded {
+        Ok(()) => not_attached(tracepoint, ON_DEMAND_DETACHED.to_owned()),
+        Err(e) => not_attached(tracepoint, format!("{e:#}")),
     }
 }
 
