@@ -1046,9 +1046,10 @@ fn run_attaches_the_per_packet_probes_while_packets_do_not_fit() {
     let _ = pings.kill();
     let _ = pings.wait();
     let stopped = Instant::now();
+    // The fragments leave the sliding window after one window, and the probes linger one more.
     wait_for(
         "the per-packet probes detached",
-        Duration::from_secs(2 * WINDOW + 3),
+        Duration::from_secs(3 * WINDOW + 4),
         || {
             let text = daemon.metrics();
             PACKET_PROBES

@@ -75,7 +75,11 @@ fn peak_rss_kib(pid: u32) -> Option<u64> {
 }
 
 /// Starts a command and waits until a line on its stderr (or stdout) contains `ready`.
-fn start_until(mut cmd: Command, ready: &'static str, on_stdout: bool) -> Result<Running> {
+pub(crate) fn start_until(
+    mut cmd: Command,
+    ready: &'static str,
+    on_stdout: bool,
+) -> Result<Running> {
     cmd.stdin(Stdio::null());
     if on_stdout {
         cmd.stdout(Stdio::piped()).stderr(Stdio::null());

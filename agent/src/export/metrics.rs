@@ -547,7 +547,9 @@ fn encode_self(enc: &mut DescriptorEncoder, e: &Exporter) -> fmt::Result {
         "stormwatch_probe_on_demand",
         "1 for a probe loaded at start and attached only while needed: the wake-up probes while a \
          lock storm is found (wake_kinds = \"on-demand\"), the futex probes while a cgroup's \
-         scheduler figures look like a lock storm (futex_probes = \"on-demand\").",
+         scheduler figures look like a lock storm (futex_probes = \"on-demand\"), the per-packet \
+         network probes while packets do not fit and in surveys (net_packet_probes = \
+         \"on-demand\").",
         None,
         Gauge,
     )?;
