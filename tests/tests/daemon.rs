@@ -1010,16 +1010,18 @@ fn run_attaches_the_per_packet_probes_while_packets_do_not_fit() {
         .spawn()
         .expect("ping");
     let started = Instant::now();
+    // /metrics once both probes' `stormwatch_probe_attached` is `want`.
+    let both_at = |want: f64| {
+        let text = daemon.metrics();
+        PACKET_PROBES
+            .iter()
+            .all(|tp| attached(&text, tp) == Some(want))
+            .then_some(text)
+    };
     let text = wait_for(
         "the per-packet probes attached",
         Duration::from_secs(2 * WINDOW + 3),
-        || {
-            let text = daemon.metrics();
-            PACKET_PROBES
-                .iter()
-                .all(|tp| attached(&text, tp) == Some(1.0))
-                .then_some(text)
-        },
+        || both_at(1.0),
     );
     eprintln!("attached {:?} after the first fragment", started.elapsed());
     assert!(
@@ -1050,13 +1052,7 @@ fn run_attaches_the_per_packet_probes_while_packets_do_not_fit() {
     wait_for(
         "the per-packet probes detached",
         Duration::from_secs(3 * WINDOW + 4),
-        || {
-            let text = daemon.metrics();
-            PACKET_PROBES
-                .iter()
-                .all(|tp| attached(&text, tp) == Some(0.0))
-                .then_some(())
-        },
+        || both_at(0.0),
     );
     eprintln!("detached {:?} after the last fragment", stopped.elapsed());
 }

@@ -75,11 +75,7 @@ fn peak_rss_kib(pid: u32) -> Option<u64> {
 }
 
 /// Starts a command and waits until a line on its stderr (or stdout) contains `ready`.
-pub(crate) fn start_until(
-    mut cmd: Command,
-    ready: &'static str,
-    on_stdout: bool,
-) -> Result<Running> {
+fn start_until(mut cmd: Command, ready: &'static str, on_stdout: bool) -> Result<Running> {
     cmd.stdin(Stdio::null());
     if on_stdout {
         cmd.stdout(Stdio::piped()).stderr(Stdio::null());
@@ -462,15 +458,22 @@ fn json_number(line: &str, field: &str) -> Option<f64> {
 /// `stormwatch run` as deployed: default configuration (5 s interval, every probe), serving
 /// on a free port.
 pub(crate) fn stormwatch_run() -> Starter {
-    Box::new(|bin: &Path, _seconds: u32| {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .context("no free port")?
-            .port();
-        let mut cmd = Command::new(bin);
-        cmd.args(["run", "--listen", &format!("127.0.0.1:{port}")]);
-        start_until(cmd, "serving http://", false)
-    })
+    Box::new(|bin: &Path, _seconds: u32| start_run(bin, free_port()?))
+}
+
+/// A free port on 127.0.0.1.
+pub(crate) fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .context("no free port")?
+        .port())
+}
+
+/// `stormwatch run` with its default configuration, serving on 127.0.0.1:`port`.
+pub(crate) fn start_run(bin: &Path, port: u16) -> Result<Running> {
+    let mut cmd = Command::new(bin);
+    cmd.args(["run", "--listen", &format!("127.0.0.1:{port}")]);
+    start_until(cmd, "serving http://", false)
 }
 
 #[cfg(test)]

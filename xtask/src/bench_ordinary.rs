@@ -25,7 +25,7 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 
 use crate::{
-    bench::{Running, median, start_until},
+    bench::{Running, free_port, median, start_run},
     build_release, root, say,
 };
 
@@ -342,13 +342,8 @@ pub fn run(rounds: u32, seconds: u32) -> Result<String> {
 /// window every 10 minutes, or while packets do not fit. Measured here is the rest of the time,
 /// 95% of a node's day; during a survey packets pay what `--programs net` shows.
 fn stormwatch_run_after_survey(bin: &Path) -> Result<Running> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .context("no free port")?
-        .port();
-    let mut cmd = Command::new(bin);
-    cmd.args(["run", "--listen", &format!("127.0.0.1:{port}")]);
-    let running = start_until(cmd, "serving http://", false)?;
+    let port = free_port()?;
+    let running = start_run(bin, port)?;
     let xmit = "stormwatch_probe_attached{tracepoint=\"net:net_dev_start_xmit\",kind=\"\"} 0";
     let deadline = Instant::now() + Duration::from_secs(120);
     let mut surveyed = false;
