@@ -15,6 +15,7 @@
 //! fresh for the round and stopped after it). Not a test: xtask/BENCHMARKS.md carries the table.
 
 use std::{
+    collections::BTreeMap,
     io::{BufRead as _, BufReader, Read as _, Write as _},
     net::TcpStream,
     path::{Path, PathBuf},
@@ -294,7 +295,7 @@ pub fn run(rounds: u32, seconds: u32) -> Result<String> {
         "--appendonly",
         "no",
     ];
-    let _redis = Server::start("redis", Command::new("redis-server").args(redis_args))?;
+    let redis_server = Server::start("redis", Command::new("redis-server").args(redis_args))?;
     wait_for_port(&format!("127.0.0.1:{redis_port}"))?;
     let pod = PodNetns::create()?;
     let _pod_redis = Server::start(
@@ -329,19 +330,86 @@ pub fn run(rounds: u32, seconds: u32) -> Result<String> {
             f.http_p50_us.push(p50);
             f.http_p99_us.push(p99);
             f.http_rate.push(rate);
-            if let Some(r) = running {
+            if let Some((r, _)) = running {
                 r.stop()?;
             }
         }
     }
-    Ok(table(&none, &agent, rounds, seconds))
+    say("ordinary workloads: BPF time per Redis SET request");
+    let accounting = redis_accounting(&bin, redis_port, &redis_server.1)?;
+    Ok(table(&none, &agent, rounds, seconds) + &accounting)
+}
+
+/// What the daemon's programs cost a Redis SET request, free of this VM's throughput noise: the
+/// kernel's BPF run-time statistics (turned on for this pass only: they cost every program two
+/// clock reads a run, so the rounds above run without them) summed over the daemon's programs
+/// during one redis-benchmark SET run, per request, against the CPU time the server's cgroup
+/// used per request (`cpu.stat` `usage_usec`). Their ratio bounds the share of the server's work
+/// the agent adds from above: all of the programs' time is counted, also what ran on the
+/// clients' CPU. Not counted: the few nanoseconds of entering a program.
+fn redis_accounting(bin: &Path, redis_port: u16, server_cgroup: &Path) -> Result<String> {
+    const STATS: &str = "/proc/sys/kernel/bpf_stats_enabled";
+    let was = std::fs::read_to_string(STATS).context("reading kernel.bpf_stats_enabled")?;
+    std::fs::write(STATS, "1").context("turning kernel.bpf_stats_enabled on")?;
+    let measured = (|| -> Result<_> {
+        let (running, port) = stormwatch_run_after_survey(bin)?;
+        let read = || -> Result<(f64, BTreeMap<String, f64>)> {
+            let usage = std::fs::read_to_string(server_cgroup.join("cpu.stat"))?
+                .lines()
+                .find_map(|l| l.strip_prefix("usage_usec "))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .context("no usage_usec in the server's cpu.stat")?;
+            Ok((usage * 1e3, program_seconds(&scrape(port)?)))
+        };
+        let (cpu0, bpf0) = read()?;
+        redis("127.0.0.1", redis_port, "set")?;
+        let (cpu1, bpf1) = read()?;
+        running.stop()?;
+        let per_program: Vec<(String, f64)> = bpf1
+            .iter()
+            .map(|(p, s)| (p.clone(), (s - bpf0.get(p).unwrap_or(&0.0)) * 1e9))
+            .filter(|(_, ns)| *ns > 0.0)
+            .collect();
+        Ok((cpu1 - cpu0, per_program))
+    })();
+    std::fs::write(STATS, was.trim()).context("restoring kernel.bpf_stats_enabled")?;
+    let (server_ns, per_program) = measured?;
+    let n = f64::from(REDIS_REQUESTS);
+    let bpf_ns: f64 = per_program.iter().map(|(_, ns)| ns).sum();
+    let mut out = format!(
+        "\nBPF time per Redis SET request over loopback (`stormwatch run` as deployed, after its \
+         start-up survey; {REDIS_REQUESTS} requests): {:.0} ns of the daemon's programs against \
+         {:.0} ns of the server's CPU, a share of {:.2}% at most ({}).\n",
+        bpf_ns / n,
+        server_ns / n,
+        100.0 * bpf_ns / server_ns,
+        per_program
+            .iter()
+            .map(|(p, ns)| format!("{p} {:.0} ns", ns / n))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    out.push('\n');
+    Ok(out)
+}
+
+/// `stormwatch_bpf_program_run_seconds_total{program}` of an exposition, by program.
+fn program_seconds(text: &str) -> BTreeMap<String, f64> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("stormwatch_bpf_program_run_seconds_total{program=\""))
+        .filter_map(|l| {
+            let (program, rest) = l.split_once('"')?;
+            let value = rest.rsplit(' ').next()?.parse().ok()?;
+            Some((program.to_owned(), value))
+        })
+        .collect()
 }
 
 /// `stormwatch run` as deployed (default configuration), once its start-up survey is over: the
 /// per-packet network probes attach for the first diagnosis window (30 s) and then for one
 /// window every 10 minutes, or while packets do not fit. Measured here is the rest of the time,
 /// 95% of a node's day; during a survey packets pay what `--programs net` shows.
-fn stormwatch_run_after_survey(bin: &Path) -> Result<Running> {
+fn stormwatch_run_after_survey(bin: &Path) -> Result<(Running, u16)> {
     let port = free_port()?;
     let running = start_run(bin, port)?;
     let xmit = "stormwatch_probe_attached{tracepoint=\"net:net_dev_start_xmit\",kind=\"\"} 0";
@@ -352,7 +420,7 @@ fn stormwatch_run_after_survey(bin: &Path) -> Result<Running> {
         let detached = text.lines().any(|l| l == xmit);
         surveyed |= !detached && text.contains("net:net_dev_start_xmit");
         if surveyed && detached {
-            return Ok(running);
+            return Ok((running, port));
         }
         if Instant::now() > deadline {
             running.stop()?;
@@ -438,4 +506,21 @@ fn table(none: &Figures, agent: &Figures, rounds: u32, seconds: u32) -> String {
         true,
     ));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn program_seconds_are_read_by_program() {
+        let text = "# TYPE stormwatch_bpf_program_run_seconds counter\n\
+                    stormwatch_bpf_program_run_seconds_total{program=\"sched_switch_btf\"} 1.5\n\
+                    stormwatch_bpf_program_run_seconds_total{program=\"net_kfree_skb_btf\"} 0\n\
+                    stormwatch_bpf_program_runs_total{program=\"sched_switch_btf\"} 9\n";
+        let got = program_seconds(text);
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert_eq!(got["sched_switch_btf"], 1.5);
+        assert_eq!(got["net_kfree_skb_btf"], 0.0);
+    }
 }
