@@ -26,7 +26,6 @@ use crate::{
     config::{Config, Flags},
     diagnose::{
         Kind,
-        network::packets_did_not_fit,
         session::{FutexWatch, Session, cgroupfs_reader},
     },
     export::{
@@ -219,7 +218,8 @@ struct Daemon {
     ///   a storm is found): the storm rule needs their figures; while they are detached no
     ///   thread pays the syscall slow path for them;
     /// - the per-packet network programs while packets did not fit somewhere
-    ///   ([`packets_did_not_fit`]): they show which interfaces and containers.
+    ///   ([`crate::diagnose::network::packets_did_not_fit`]): they show which interfaces and
+    ///   containers.
     demands: [Option<Demand>; Tier::COUNT],
     /// The per-packet programs' surveys, where they are on demand.
     survey: Option<Survey>,
@@ -391,17 +391,11 @@ impl Daemon {
                 let ctx = p.report_context(&limits);
                 let judged = step_done.then(|| {
                     let net = self.session.network(&p.seen_interfaces());
-                    let findings = self.session.judge(p.paths(), net.as_ref());
-                    (net, findings)
+                    let judgement = self.session.judgement(p.paths(), net.as_ref());
+                    candidate = judgement.storm_candidate;
+                    misfits = judgement.packets_did_not_fit;
+                    (net, judgement.findings)
                 });
-                candidate = step_done
-                    && self.demands[Tier::Futex as usize].is_some()
-                    && self.session.storm_candidates(p.paths());
-                if let Some((Some(state), _)) = &judged
-                    && self.demands[Tier::NetPackets as usize].is_some()
-                {
-                    misfits = packets_did_not_fit(state, &self.session.window());
-                }
                 let mut e = exporter.lock().unwrap_or_else(PoisonError::into_inner);
                 e.cgroups.apply(
                     &Tick {

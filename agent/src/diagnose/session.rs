@@ -42,7 +42,7 @@ use crate::{
 
 use super::{
     Facts, Finding, HostFacts, Thresholds, diagnose,
-    network::{diagnose_network, net_facts},
+    network::{diagnose_network, net_facts, packets_did_not_fit},
     sort_findings,
 };
 
@@ -295,17 +295,6 @@ impl Session {
     /// then cover only that part of the window (see [`Facts::futex_seconds`]).
     pub fn set_futex_watch(&mut self, watch: FutexWatch) {
         self.futex_watch = watch;
-    }
-
-    /// Whether some container's scheduler figures over the window look like a lock storm's
-    /// ([`super::rules::lock_storm_candidate`]): what the futex probes attach on.
-    pub fn storm_candidates(&self, paths: &HashMap<u64, String>) -> bool {
-        let window = self.window();
-        !window.duration.is_zero()
-            && self
-                .facts(&window, paths)
-                .iter()
-                .any(|f| super::rules::lock_storm_candidate(f, &self.options.thresholds))
     }
 
     pub fn options(&self) -> &SessionOptions {
@@ -567,12 +556,23 @@ impl Session {
     /// Runs every rule over the window. `net` is [`Session::network`]'s state (read once by a
     /// caller that also reports it); the network rules run when it is given.
     pub fn judge(&self, paths: &HashMap<u64, String>, net: Option<&NetState>) -> Vec<Finding> {
+        self.judgement(paths, net).findings
+    }
+
+    /// [`Session::judge`], and what the same window says to the daemon's on-demand tiers: one
+    /// assembly of the window and of each cgroup's facts serves all three.
+    pub fn judgement(&self, paths: &HashMap<u64, String>, net: Option<&NetState>) -> Judgement {
         let window = self.window();
         if window.duration.is_zero() {
-            return Vec::new();
+            return Judgement::default();
         }
         let t = &self.options.thresholds;
-        let mut findings = diagnose(&self.facts(&window, paths), t);
+        let facts = self.facts(&window, paths);
+        let storm_candidate = facts
+            .iter()
+            .any(|f| super::rules::lock_storm_candidate(f, t));
+        let mut findings = diagnose(&facts, t);
+        let mut misfits = false;
         if let (Some(state), Some(o)) = (net, &self.options.network) {
             let cgroup_id = |path: &str| {
                 std::fs::metadata(o.v2_root.join(path.trim_start_matches('/')))
@@ -583,10 +583,27 @@ impl Session {
                 &net_facts(state, &window, o.avail, cgroup_id),
                 t,
             ));
+            misfits = packets_did_not_fit(state, &window);
         }
         sort_findings(&mut findings);
-        findings
+        Judgement {
+            findings,
+            storm_candidate,
+            packets_did_not_fit: misfits,
+        }
     }
+}
+
+/// What one judgement of the window found.
+#[derive(Debug, Default)]
+pub struct Judgement {
+    pub findings: Vec<Finding>,
+    /// Some container's scheduler figures look like a lock storm's
+    /// ([`super::rules::lock_storm_candidate`]): what the futex probes attach on.
+    pub storm_candidate: bool,
+    /// Packets did not fit somewhere ([`packets_did_not_fit`]): what the per-packet network
+    /// probes attach on.
+    pub packets_did_not_fit: bool,
 }
 
 /// How often a cgroup's full limits are re-read: more often with a quota, whose throttling
