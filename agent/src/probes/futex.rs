@@ -122,16 +122,7 @@ impl ProbeFamily for FutexProbes {
 /// Loads (verifies) a program to be attached on demand: a program the kernel refuses is found
 /// at start, not when a storm needs it.
 fn load_on_demand(ebpf: &mut Ebpf, tracepoint: &'static str, program: &str) -> ProbeStatus {
-    let loaded = ebpf
-        .program_mut(program)
-        .ok_or_else(|| anyhow::anyhow!("program {program} missing from the object"))
-        .and_then(|p| {
-            let p: &mut aya::programs::TracePoint = p.try_into()?;
-            if p.fd().is_err() {
-                p.load()?;
-            }
-            Ok(())
-        });
+    let loaded = super::load_classic(ebpf, program);
     ProbeStatus {
         tracepoint,
         kind: None,

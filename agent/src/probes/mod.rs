@@ -882,6 +882,19 @@ pub(crate) fn load_btf<'a>(
     Ok(prog)
 }
 
+/// Loads (verifies) a classic tracepoint program without attaching it; nothing when it is loaded
+/// already (one program may serve several tracepoints).
+pub(crate) fn load_classic(ebpf: &mut Ebpf, program: &str) -> anyhow::Result<()> {
+    let p: &mut aya::programs::TracePoint = ebpf
+        .program_mut(program)
+        .ok_or_else(|| anyhow::anyhow!("program {program} missing from the object"))?
+        .try_into()?;
+    if p.fd().is_err() {
+        p.load()?;
+    }
+    Ok(())
+}
+
 /// Attaches a tp_btf program with no classic fallback; `why` words the note when it fails.
 pub(crate) fn attach_btf_only(
     ebpf: &mut Ebpf,

@@ -377,14 +377,7 @@ fn load_on_demand(
         )),
     };
     let loaded = btf.or_else(|btf_err| match classic {
-        Some(program) => ebpf
-            .program_mut(program)
-            .ok_or_else(|| anyhow::anyhow!("program {program} missing from the object"))
-            .and_then(|p| {
-                let p: &mut aya::programs::TracePoint = p.try_into()?;
-                p.load()?;
-                Ok(())
-            })
+        Some(program) => super::load_classic(ebpf, program)
             .map_err(|e| anyhow::anyhow!("{btf_err:#}; tracepoint failed ({e:#})")),
         None => Err(btf_err),
     });
