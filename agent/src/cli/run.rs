@@ -147,15 +147,11 @@ async fn daemon(config: Config, web: Arc<WebConfig>) -> anyhow::Result<u8> {
     shared.ran();
     let (attached, total) = probes_attached(&daemon.pipeline);
     let probes = &daemon.pipeline.probes;
-    let tiers: Vec<&str> = [
-        (Tier::Futex, "futex"),
-        (Tier::WakeKinds, "wake-up"),
-        (Tier::NetPackets, "per-packet network"),
-    ]
-    .into_iter()
-    .filter(|(tier, _)| probes.on_demand(*tier))
-    .map(|(_, name)| name)
-    .collect();
+    let tiers: Vec<&str> = [Tier::Futex, Tier::WakeKinds, Tier::NetPackets]
+        .into_iter()
+        .filter(|tier| probes.on_demand(*tier))
+        .map(Tier::name)
+        .collect();
     let on_demand = match tiers.as_slice() {
         [] => String::new(),
         [one] => format!(", the {one} probes on demand"),
@@ -500,7 +496,10 @@ impl Daemon {
             Ok(()) if want => Steered::Attached,
             Ok(()) => Steered::Detached,
             Err(err) => {
-                log::warn!("{tier:?} probes on demand: {err:#}; no longer attached on demand");
+                log::warn!(
+                    "{} probes on demand: {err:#}; no longer attached on demand",
+                    tier.name()
+                );
                 probes.abandon(tier, &format!("{err:#}"));
                 *slot = None;
                 Steered::Abandoned

@@ -306,6 +306,15 @@ pub enum Tier {
 
 impl Tier {
     pub const COUNT: usize = 3;
+
+    /// How the daemon's messages name the tier ("the futex probes").
+    pub fn name(self) -> &'static str {
+        match self {
+            Tier::WakeKinds => "wake-up",
+            Tier::Futex => "futex",
+            Tier::NetPackets => "per-packet network",
+        }
+    }
 }
 
 impl Default for LoadOptions {
@@ -1157,6 +1166,14 @@ mod tests {
         assert!(bytes <= PER_CPU_MAP_BUDGET_BYTES, "{bytes}");
         let huge = entries(&per_cpu_map_sizes(1024, 2000), maps::HOT_FUTEXES);
         assert_eq!(huge, PER_CPU_MAP_MIN_ENTRIES, "never below the floor");
+    }
+
+    #[test]
+    fn tiers_are_named_as_the_logs_have_them() {
+        // The pod test looks for "<name> probes on demand:" in the logs to see a refusal.
+        assert_eq!(Tier::WakeKinds.name(), "wake-up");
+        assert_eq!(Tier::Futex.name(), "futex");
+        assert_eq!(Tier::NetPackets.name(), "per-packet network");
     }
 
     #[test]
