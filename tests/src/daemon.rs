@@ -326,6 +326,29 @@ pub fn sum_with(text: &str, metric: &str, labels: &[(&str, &str)]) -> Option<f64
     samples_with(text, metric, labels).reduce(|a, b| a + b)
 }
 
+/// The per-packet network probes, which `run` attaches on demand (`net_packet_probes`).
+pub const PACKET_PROBES: [&str; 2] = ["net:net_dev_start_xmit", "net:netif_receive_skb"];
+
+/// `stormwatch_probe_attached` of the probe on `tracepoint`.
+pub fn probe_attached(text: &str, tracepoint: &str) -> Option<f64> {
+    sample_with(
+        text,
+        "stormwatch_probe_attached",
+        &[("tracepoint", tracepoint)],
+    )
+}
+
+/// Whether the probe on each of `tracepoints` has `stormwatch_probe_attached` = `want`.
+pub fn all_attached<'a>(
+    text: &str,
+    tracepoints: impl IntoIterator<Item = &'a str>,
+    want: f64,
+) -> bool {
+    tracepoints
+        .into_iter()
+        .all(|tp| probe_attached(text, tp) == Some(want))
+}
+
 /// Panics unless `promtool check metrics` (Debian package `prometheus`) has nothing to say
 /// about `exposition` (the classic text format).
 #[track_caller]

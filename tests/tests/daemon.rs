@@ -25,8 +25,8 @@ use serde_json::Value;
 use stormwatch_tests::{
     Agent, TestCgroup, agent_bin, agent_output, corpus,
     daemon::{
-        Daemon, EXIT_DEADLINE, assert_promtool_clean, http_get, sample, sample_with, sum_with,
-        wait_for, write_file,
+        Daemon, EXIT_DEADLINE, PACKET_PROBES, all_attached, assert_promtool_clean, http_get,
+        probe_attached, sample, sample_with, sum_with, wait_for, write_file,
     },
     deploy::kubernetes_validate,
     netns::{self, OuterDf, Overlay, PingDf, ping_node_b},
@@ -418,13 +418,7 @@ fn a_storm_after_calm_is_flagged_by_run_as_by_diagnose() {
         let text = daemon.metrics();
         assert!(!lock_storm(&text), "no lock storm while calm:\n{text}");
     }
-    let waking = |text: &str| {
-        sample_with(
-            text,
-            "stormwatch_probe_attached",
-            &[("tracepoint", "sched:sched_waking")],
-        )
-    };
+    let waking = |text: &str| probe_attached(text, "sched:sched_waking");
     let wakeups = |text: &str| sum_with(text, "stormwatch_wakeups_total", &[("cgroup", &rel)]);
     let text = daemon.metrics();
     assert_eq!(
@@ -433,13 +427,7 @@ fn a_storm_after_calm_is_flagged_by_run_as_by_diagnose() {
         "wake_kinds = \"on-demand\": sched_waking detached while nothing storms"
     );
     assert_eq!(wakeups(&text), None, "no wake-up kinds while detached");
-    let futex_attached = |text: &str| {
-        sample_with(
-            text,
-            "stormwatch_probe_attached",
-            &[("tracepoint", "syscalls:sys_enter_futex")],
-        )
-    };
+    let futex_attached = |text: &str| probe_attached(text, "syscalls:sys_enter_futex");
     assert_eq!(
         futex_attached(&text),
         Some(0.0),
@@ -972,19 +960,15 @@ fn run_attaches_the_per_packet_probes_while_packets_do_not_fit() {
     let daemon = Daemon::start_configured(&format!(
         "diagnosis_window_seconds = {WINDOW}\nnet_packet_survey_seconds = 0\n"
     ));
-    let attached = |text: &str, tracepoint: &str| {
-        sample_with(
-            text,
-            "stormwatch_probe_attached",
-            &[("tracepoint", tracepoint)],
-        )
-    };
-    const PACKET_PROBES: [&str; 2] = ["net:net_dev_start_xmit", "net:netif_receive_skb"];
     // A few collections with nothing too big (nothing to fragment on this test's part).
     std::thread::sleep(Duration::from_secs(WINDOW + 2));
     let text = daemon.metrics();
     for tp in PACKET_PROBES {
-        assert_eq!(attached(&text, tp), Some(0.0), "{tp} detached:\n{text}");
+        assert_eq!(
+            probe_attached(&text, tp),
+            Some(0.0),
+            "{tp} detached:\n{text}"
+        );
         assert_eq!(
             sample_with(&text, "stormwatch_probe_on_demand", &[("tracepoint", tp)]),
             Some(1.0),
@@ -992,7 +976,7 @@ fn run_attaches_the_per_packet_probes_while_packets_do_not_fit() {
         );
     }
     for tp in ["skb:kfree_skb", "tcp:tcp_retransmit_skb"] {
-        assert_eq!(attached(&text, tp), Some(1.0), "{tp} always attached");
+        assert_eq!(probe_attached(&text, tp), Some(1.0), "{tp} always attached");
     }
 
     let (a, b) = (netns::Netns::new("frag"), netns::Netns::new("frag"));
@@ -1013,10 +997,7 @@ fn run_attaches_the_per_packet_probes_while_packets_do_not_fit() {
     // /metrics once both probes' `stormwatch_probe_attached` is `want`.
     let both_at = |want: f64| {
         let text = daemon.metrics();
-        PACKET_PROBES
-            .iter()
-            .all(|tp| attached(&text, tp) == Some(want))
-            .then_some(text)
+        all_attached(&text, PACKET_PROBES, want).then_some(text)
     };
     let text = wait_for(
         "the per-packet probes attached",

@@ -50,15 +50,14 @@ use serde_json::Value as Json;
 use serde_yaml_ng::Value;
 use stormwatch_tests::{
     ONCPU_TOLERANCE, TestCgroup, agent_bin,
-    daemon::{free_port, http_get, sample, sample_with, sum_with, tool, wait_for},
+    daemon::{
+        PACKET_PROBES, all_attached, free_port, http_get, probe_attached, sample, sample_with,
+        sum_with, tool, wait_for,
+    },
     deploy::{documents, repo_file},
     netns::{self, Netns, ping_counts},
     num, run_in_cgroup, workload_result,
 };
-
-/// The probes the ConfigMap's `net_packet_probes = "on-demand"` loads at start and attaches
-/// while packets do not fit, and for a survey window at start and every 10 minutes.
-const PACKET_PROBES: [&str; 2] = ["net:net_dev_start_xmit", "net:netif_receive_skb"];
 
 /// The probes the ConfigMap's `wake_kinds = "on-demand"` loads at start and attaches while a
 /// lock storm is found.
@@ -663,14 +662,12 @@ impl RunningPod {
             "the per-packet probes' survey",
             Duration::from_secs(40),
             || {
-                let text = self.metrics();
-                PACKET_PROBES
-                    .iter()
-                    .all(|tp| {
-                        sample_with(&text, "stormwatch_probe_attached", &[("tracepoint", tp)])
-                            == Some(1.0)
-                    })
-                    .then_some(())
+                let logs = self.container.logs();
+                assert!(
+                    !logs.contains("per-packet network probes on demand:"),
+                    "the pod could not attach the per-packet probes:\n{logs}"
+                );
+                all_attached(&self.metrics(), PACKET_PROBES, 1.0).then_some(())
             },
         );
     }
@@ -843,9 +840,6 @@ fn the_pod_attaches_the_wake_up_probes_when_it_finds_a_lock_storm() {
     stormwatch_tests::require_bpf();
     let pod = Pod::from_manifest();
     let running = RunningPod::start(&pod);
-    let attached = |text: &str, tp: &str| {
-        sample_with(text, "stormwatch_probe_attached", &[("tracepoint", tp)])
-    };
     let text = running.metrics();
     for tp in WAKE_PROBES
         .iter()
@@ -853,7 +847,7 @@ fn the_pod_attaches_the_wake_up_probes_when_it_finds_a_lock_storm() {
         .chain(futex_probes().iter().map(String::as_str))
     {
         assert_eq!(
-            attached(&text, tp),
+            probe_attached(&text, tp),
             Some(0.0),
             "{tp} not attached yet:\n{text}"
         );
@@ -920,11 +914,7 @@ fn the_pod_attaches_the_wake_up_probes_when_it_finds_a_lock_storm() {
                     "the pod could not attach the {tier} probes:\n{logs}"
                 );
             }
-            let text = running.metrics();
-            WAKE_PROBES
-                .iter()
-                .all(|tp| attached(&text, tp) == Some(1.0))
-                .then_some(())
+            all_attached(&running.metrics(), WAKE_PROBES, 1.0).then_some(())
         },
     );
     // The futex probes were attached before the storm could be found (the rule needs their
@@ -932,7 +922,7 @@ fn the_pod_attaches_the_wake_up_probes_when_it_finds_a_lock_storm() {
     let text = running.metrics();
     for tp in futex_probes() {
         assert_eq!(
-            attached(&text, &tp),
+            probe_attached(&text, &tp),
             Some(1.0),
             "{tp} attached on demand in the pod once the storm was found:\n{text}"
         );
