@@ -162,6 +162,34 @@ impl Netns {
         c
     }
 
+    /// Waits (up to 10 s) until no TCP connection of the namespace can still send: every one
+    /// closed or in TIME-WAIT. A closing connection may still retransmit its FIN or last data
+    /// after its process exited, so counters read before that may miss a segment that a trace
+    /// running longer sees.
+    #[track_caller]
+    pub fn tcp_quiet(&self) {
+        for _ in 0..200 {
+            let out = self.exec(&[
+                "ss",
+                "-Htan",
+                "exclude",
+                "time-wait",
+                "exclude",
+                "listening",
+            ]);
+            if out.stdout.iter().all(u8::is_ascii_whitespace) {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let out = self.exec(&["ss", "-tan"]);
+        panic!(
+            "TCP connections in {} did not close in 10 s:\n{}",
+            self.name,
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+
     /// The kernel's IP and ICMP counters of the namespace (`/proc/net/snmp`), as
     /// `Proto.Name` → value.
     pub fn snmp(&self) -> HashMap<String, u64> {

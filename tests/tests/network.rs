@@ -569,6 +569,8 @@ fn tcp_super_packets_count_as_their_segments() {
         &["iperf3", "-c", NODE_B_OVERLAY_IP, "-t", "2"],
         &cg,
     );
+    // The trace ends after the second read: nothing may be sent between the two.
+    net.pod().tcp_quiet();
     let p1 = net.pod().snmp();
     let (report, _diag) = watch.finish("iperf3");
     let _ = server.kill();
