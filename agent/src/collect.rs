@@ -17,7 +17,7 @@ use stormwatch_common::{
 pub use crate::counters::Counters;
 use crate::{
     counters::UserLoss,
-    probes::{Probes, futex, locks, net, sched},
+    probes::{Probes, futex, locks, net},
 };
 
 /// Cumulative counters at one instant. Counters start at zero when the probes attach, so a
@@ -56,9 +56,9 @@ impl Snapshot {
         }
     }
 
-    pub fn read(probes: &Probes) -> anyhow::Result<Self> {
+    pub fn read(probes: &mut Probes) -> anyhow::Result<Self> {
+        let (sched, oncpu_by_cpu) = probes.read_sched()?;
         let ebpf = probes.ebpf();
-        let (sched, oncpu_by_cpu) = sched::read(ebpf)?;
         Ok(Self {
             taken_at: Instant::now(),
             sched,

@@ -46,8 +46,8 @@ impl Pipeline {
         // Every cgroup that exists now, before the probes attach: the diagnosis session reads
         // their cumulative counters as its baseline.
         resolver.walk();
-        let probes = Probes::load(options).context("loading the eBPF probes")?;
-        let previous = Snapshot::read(&probes).context("reading the probes' maps")?;
+        let mut probes = Probes::load(options).context("loading the eBPF probes")?;
+        let previous = Snapshot::read(&mut probes).context("reading the probes' maps")?;
         let host_netns = crate::netinfo::namespaces::host_inode(probes.init_netns);
         let mut pipeline = Self {
             probes,
@@ -97,7 +97,7 @@ impl Pipeline {
     /// and processes that exited are forgotten by the probes (their last counts are in this
     /// window).
     pub fn tick(&mut self) -> anyhow::Result<Window> {
-        let snapshot = Snapshot::read(&self.probes).context("reading the probes' maps")?;
+        let snapshot = Snapshot::read(&mut self.probes).context("reading the probes' maps")?;
         let window = Window::between(&self.previous, &snapshot);
         let ids: HashSet<u64> = snapshot.cgroup_ids().copied().collect();
         let active = |id: u64| window.cgroups.get(&id).is_some_and(|w| w.threads_moved());

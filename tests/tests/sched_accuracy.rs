@@ -142,6 +142,56 @@ fn mutex_storm_switches_match_rusage_classic_tracepoints() {
     mutex_storm_switches_match_rusage(true);
 }
 
+/// Two mutex storms one after the other, each in its own cgroup, each against its own rusage.
+/// The probes credit each CPU's busiest cgroup to a per-CPU cache instead of the cgroups' hash
+/// map, and the agent moves that cache to whichever cgroup switches most (see
+/// `stormwatch_common::SchedCache`): here it follows the first storm, then moves to the second,
+/// flushing the first one's figures into the map. Neither storm may lose or gain a switch on
+/// the way (2%, as above; with 1 s reads each storm spans several).
+#[test]
+fn storms_one_after_another_keep_their_switches_as_the_cache_moves() {
+    require_bpf();
+    let first = TestCgroup::new("storm-first");
+    let second = TestCgroup::new("storm-second");
+    let mut agent = Agent::trace_workload_with(
+        2.0 * STORM_SECONDS,
+        None,
+        &["--cgroup", first.rel_path(), "--cgroup", second.rel_path()],
+    );
+    let truths: Vec<Value> = [&first, &second]
+        .iter()
+        .map(|cgroup| {
+            run_workload(
+                env!("CARGO_BIN_EXE_mutex_storm"),
+                STORM_THREADS,
+                STORM_SECONDS,
+                &[],
+                cgroup,
+            )
+        })
+        .collect();
+    agent.assert_still_tracing("the second mutex storm");
+    let done = agent.finish();
+    for (cgroup, truth) in [&first, &second].into_iter().zip(&truths) {
+        let c = done.container(cgroup);
+        let (nvcsw, nivcsw) = (num(truth, "nvcsw"), num(truth, "nivcsw"));
+        let (vol, invol) = (
+            num(&c["context_switches"], "voluntary"),
+            num(&c["context_switches"], "involuntary"),
+        );
+        eprintln!(
+            "{}: voluntary {vol} vs nvcsw {nvcsw}, involuntary {invol} vs nivcsw {nivcsw}",
+            cgroup.rel_path()
+        );
+        assert!(
+            nvcsw >= 500.0 && nivcsw >= 500.0,
+            "the mutex storm should switch thousands of times each way: {truth}"
+        );
+        assert_within("voluntary switches", vol, nvcsw, 0.02);
+        assert_within("involuntary switches", invol, nivcsw, 0.02);
+    }
+}
+
 /// On-CPU time of CPU-bound threads against the process's own CPU time (`ru_utime + ru_stime`,
 /// which the kernel derives from the same per-thread runtime the scheduler keeps), within `ONCPU_TOLERANCE`;
 /// migrations must be a figure. Threads = 2 × CPUs, so they also get preempted: involuntary

@@ -21,7 +21,7 @@ use aya::{
         BtfTracePoint, TracePoint, tp_btf::BtfTracePointLinkId, trace_point::TracePointLinkId,
     },
 };
-use stormwatch_common::{ProbeError as KernelProbeError, globals, maps};
+use stormwatch_common::{ProbeError as KernelProbeError, SchedStats, globals, maps};
 use thiserror::Error;
 
 use stormwatch_common::{HotFutexKey, HotFutexValue, LockSiteKey, LockSiteValue};
@@ -170,6 +170,8 @@ pub struct Probes {
     tiers: [Vec<OnDemand>; Tier::COUNT],
     /// The futex probes' attach epoch (`maps::FUTEX_EPOCH`), raised before each attach.
     futex_epoch: u32,
+    /// The CPUs' switch caches, as the last read left them.
+    switch_caches: sched::SwitchCaches,
     idle_hot_futexes: IdleKeys<HotFutexKey>,
     idle_lock_sites: IdleKeys<LockSiteKey>,
     /// The host's network namespace inode where the kernel fixes it (`NET_NS_INIT_INO`, from
@@ -446,6 +448,7 @@ impl Probes {
             waits_from_switch,
             tiers,
             futex_epoch: 1,
+            switch_caches: sched::SwitchCaches::default(),
             idle_hot_futexes: IdleKeys::new(IDLE_READS_BEFORE_EVICTION),
             idle_lock_sites: IdleKeys::new(IDLE_READS_BEFORE_EVICTION),
             init_netns,
@@ -505,6 +508,15 @@ impl Probes {
             .any(|s| s.tracepoint == tracepoint && s.attached())
     }
 
+    /// The scheduler figures of every cgroup and its on-CPU time on each CPU
+    /// ([`sched::read`]).
+    #[allow(clippy::type_complexity)]
+    pub fn read_sched(
+        &mut self,
+    ) -> anyhow::Result<(HashMap<u64, SchedStats>, HashMap<u64, Vec<u64>>)> {
+        sched::read(&mut self.ebpf, &mut self.switch_caches)
+    }
+
     pub fn ebpf(&self) -> &Ebpf {
         &self.ebpf
     }
@@ -520,7 +532,9 @@ impl Probes {
         if cgroups.is_empty() {
             return;
         }
-        sched::forget(&mut self.ebpf, cgroups);
+        if let Err(err) = sched::forget(&mut self.ebpf, &mut self.switch_caches, cgroups) {
+            log::warn!("cannot give up the switch caches of removed cgroups: {err:#}");
+        }
         locks::forget(&mut self.ebpf, cgroups);
         futex::forget(&mut self.ebpf, cgroups);
         net::forget(&mut self.ebpf, cgroups);

@@ -5,13 +5,16 @@
 
 use std::collections::HashMap;
 
-use aya::Ebpf;
-use stormwatch_common::{SchedStats, globals, maps, programs};
+use aya::{
+    Ebpf,
+    maps::{PerCpuArray, PerCpuValues},
+};
+use stormwatch_common::{SchedCache, SchedStats, globals, maps, programs};
 
 use super::{
     AttachKind, KernelFacts, ProbeFamily, ProbeStatus, WakeKinds, attach_btf_only,
     attach_preferring_btf, btf_offsets, load_btf, pointer_path, read_per_cpu_hash_with,
-    tracepoint_offsets,
+    remove_per_cpu_keys, tracepoint_offsets,
 };
 use crate::counters::Counters as _;
 
@@ -268,24 +271,286 @@ fn load_on_demand(
     }
 }
 
-/// Reads `CGROUP_SCHED`: each cgroup's per-CPU slots summed (the counters only grow), and its
-/// on-CPU time on each CPU (which CPUs it ran on).
-#[allow(clippy::type_complexity)]
-pub fn read(ebpf: &Ebpf) -> anyhow::Result<(HashMap<u64, SchedStats>, HashMap<u64, Vec<u64>>)> {
-    let mut by_cpu = HashMap::new();
-    let totals = read_per_cpu_hash_with(ebpf, maps::CGROUP_SCHED, |id: &u64, per_cpu| {
-        by_cpu.insert(
-            *id,
-            per_cpu.iter().map(|v: &SchedStats| v.oncpu_ns).collect(),
-        );
-        let mut total = SchedStats::ZERO;
-        per_cpu.iter().for_each(|v| total.add(v));
-        total
-    })?;
-    Ok((totals, by_cpu))
+/// What the agent keeps between reads about the CPUs' switch caches (`SCHED_CACHE`: per CPU,
+/// the one cgroup whose switch-outs it credits without a hash lookup; see
+/// [`stormwatch_common::SchedCache`]).
+#[derive(Debug, Default)]
+pub struct SwitchCaches {
+    /// Per CPU, the cgroup last asked for in `SCHED_CACHE_WANT` (0: none).
+    wanted: Vec<u64>,
+    /// Per CPU, the cgroup its cache held at the last read (0: none).
+    held: Vec<u64>,
+    /// Per cgroup, per CPU: its switch-outs there as of the last read (cache and map together).
+    switches: HashMap<u64, Vec<u64>>,
+    /// Removed cgroups whose `CGROUP_SCHED` entries wait until no cache holds them: a flush
+    /// into a deleted entry would make it again.
+    forgetting: Vec<u64>,
 }
 
-/// Forgets removed cgroups.
-pub fn forget(ebpf: &mut Ebpf, cgroups: &[u64]) {
-    super::remove_per_cpu_keys::<u64, SchedStats>(ebpf, maps::CGROUP_SCHED, cgroups);
+/// Reads that found a flush between them before one did not.
+const CACHE_READ_ATTEMPTS: usize = 32;
+
+/// A CPU's cache moves to another cgroup when that one switched out there at least this many
+/// times since the last read, and more than twice as often as the cached one: a cache that
+/// follows every change of the busiest cgroup would flush at every read.
+const CACHE_MIN_SWITCHES: u64 = 1_000;
+
+/// Reads `CGROUP_SCHED` and the CPUs' switch caches: each cgroup's per-CPU slots summed with the
+/// caches that hold it (the counters only grow), and its on-CPU time on each CPU (which CPUs it
+/// ran on). Then asks each CPU's cache for the cgroup that switches out most there.
+#[allow(clippy::type_complexity)]
+pub fn read(
+    ebpf: &mut Ebpf,
+    caches: &mut SwitchCaches,
+) -> anyhow::Result<(HashMap<u64, SchedStats>, HashMap<u64, Vec<u64>>)> {
+    for _ in 0..CACHE_READ_ATTEMPTS {
+        let before = read_caches(ebpf)?;
+        let mut by_cpu = HashMap::new();
+        let mut switches = HashMap::new();
+        let mut totals = read_per_cpu_hash_with(ebpf, maps::CGROUP_SCHED, |id: &u64, per_cpu| {
+            by_cpu.insert(
+                *id,
+                per_cpu.iter().map(|v: &SchedStats| v.oncpu_ns).collect(),
+            );
+            switches.insert(*id, per_cpu.iter().map(switch_count).collect());
+            let mut total = SchedStats::ZERO;
+            per_cpu.iter().for_each(|v| total.add(v));
+            total
+        })?;
+        let after = read_caches(ebpf)?;
+        if !unchanged(&before, &after) {
+            // A flush came between (or was under way): its figures may be in both reads of the
+            // map and the cache, or in neither.
+            std::thread::yield_now();
+            continue;
+        }
+        merge_caches(&after, &mut totals, &mut by_cpu, &mut switches);
+        let held: Vec<u64> = after.iter().map(|c| c.cgroup_id).collect();
+        caches.forgetting.retain(|id| {
+            totals.remove(id);
+            by_cpu.remove(id);
+            switches.remove(id);
+            if held.contains(id) {
+                return true;
+            }
+            remove_per_cpu_keys::<u64, SchedStats>(ebpf, maps::CGROUP_SCHED, &[*id]);
+            false
+        });
+        // A cache that holds a removed cgroup is given up, never kept.
+        let keep: Vec<u64> = held
+            .iter()
+            .map(|id| {
+                if caches.forgetting.contains(id) {
+                    0
+                } else {
+                    *id
+                }
+            })
+            .collect();
+        let want = choose_caches(&keep, &caches.switches, &switches);
+        caches.switches = switches;
+        caches.held = held;
+        caches.ask(ebpf, want)?;
+        return Ok((totals, by_cpu));
+    }
+    anyhow::bail!(
+        "the CPUs' switch caches were flushed during each of {CACHE_READ_ATTEMPTS} reads of \
+         {}",
+        maps::CGROUP_SCHED
+    )
+}
+
+fn switch_count(v: &SchedStats) -> u64 {
+    v.voluntary_switches + v.involuntary_switches
+}
+
+fn read_caches(ebpf: &Ebpf) -> anyhow::Result<Vec<SchedCache>> {
+    let map = ebpf
+        .map(maps::SCHED_CACHE)
+        .ok_or_else(|| anyhow::anyhow!("map {} missing from the object", maps::SCHED_CACHE))?;
+    let values = PerCpuArray::<_, SchedCache>::try_from(map)?.get(&0, 0)?;
+    Ok(values.iter().copied().collect())
+}
+
+/// Whether no flush came between two reads of the caches, nor was under way at either.
+fn unchanged(before: &[SchedCache], after: &[SchedCache]) -> bool {
+    before.len() == after.len()
+        && before
+            .iter()
+            .zip(after)
+            .all(|(b, a)| b.generation == a.generation && a.generation % 2 == 0)
+}
+
+/// Adds each CPU's cache to the figures of the cgroup it holds.
+fn merge_caches(
+    caches: &[SchedCache],
+    totals: &mut HashMap<u64, SchedStats>,
+    by_cpu: &mut HashMap<u64, Vec<u64>>,
+    switches: &mut HashMap<u64, Vec<u64>>,
+) {
+    let cpus = caches.len();
+    for (cpu, cache) in caches.iter().enumerate() {
+        if cache.cgroup_id == 0 {
+            continue;
+        }
+        let id = cache.cgroup_id;
+        totals
+            .entry(id)
+            .or_insert(SchedStats::ZERO)
+            .add(&cache.stats);
+        by_cpu.entry(id).or_insert_with(|| vec![0; cpus])[cpu] += cache.stats.oncpu_ns;
+        switches.entry(id).or_insert_with(|| vec![0; cpus])[cpu] += switch_count(&cache.stats);
+    }
+}
+
+/// Per CPU, the cgroup its cache should hold: the one that switched out there most since the
+/// last read, when that is at least [`CACHE_MIN_SWITCHES`] and more than twice what the held
+/// one did; else the held one.
+fn choose_caches(
+    held: &[u64],
+    then: &HashMap<u64, Vec<u64>>,
+    now: &HashMap<u64, Vec<u64>>,
+) -> Vec<u64> {
+    let grew = |id: u64, cpu: usize| -> u64 {
+        let now = now.get(&id).and_then(|v| v.get(cpu)).copied().unwrap_or(0);
+        let then = then.get(&id).and_then(|v| v.get(cpu)).copied().unwrap_or(0);
+        now.saturating_sub(then)
+    };
+    held.iter()
+        .enumerate()
+        .map(|(cpu, &held)| {
+            let busiest = now
+                .keys()
+                .map(|&id| (grew(id, cpu), id))
+                .max()
+                .filter(|&(n, _)| n >= CACHE_MIN_SWITCHES);
+            match busiest {
+                Some((n, id)) if id != held && (held == 0 || n > 2 * grew(held, cpu)) => id,
+                _ => held,
+            }
+        })
+        .collect()
+}
+
+impl SwitchCaches {
+    /// Writes `want` to `SCHED_CACHE_WANT` when it differs from what was last asked.
+    fn ask(&mut self, ebpf: &mut Ebpf, want: Vec<u64>) -> anyhow::Result<()> {
+        if want == self.wanted {
+            return Ok(());
+        }
+        let map = ebpf.map_mut(maps::SCHED_CACHE_WANT).ok_or_else(|| {
+            anyhow::anyhow!("map {} missing from the object", maps::SCHED_CACHE_WANT)
+        })?;
+        let mut array = PerCpuArray::<_, u64>::try_from(map)?;
+        array.set(0, PerCpuValues::try_from(want.clone())?, 0)?;
+        self.wanted = want;
+        Ok(())
+    }
+}
+
+/// Forgets removed cgroups: their `CGROUP_SCHED` entries are deleted now, or, for one a CPU's
+/// cache holds, once no cache does (its caches are given up now; its figures are left out of
+/// every read meanwhile).
+pub fn forget(ebpf: &mut Ebpf, caches: &mut SwitchCaches, cgroups: &[u64]) -> anyhow::Result<()> {
+    let (held, now): (Vec<u64>, Vec<u64>) = cgroups.iter().partition(|id| {
+        caches.wanted.contains(id) || caches.held.contains(id) || caches.forgetting.contains(id)
+    });
+    remove_per_cpu_keys::<u64, SchedStats>(ebpf, maps::CGROUP_SCHED, &now);
+    if held.is_empty() {
+        return Ok(());
+    }
+    let want = caches
+        .wanted
+        .iter()
+        .map(|id| if held.contains(id) { 0 } else { *id })
+        .collect();
+    for id in held {
+        if !caches.forgetting.contains(&id) {
+            caches.forgetting.push(id);
+        }
+    }
+    caches.ask(ebpf, want)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cache(generation: u64, cgroup_id: u64, switches: u64, oncpu_ns: u64) -> SchedCache {
+        SchedCache {
+            generation,
+            cgroup_id,
+            stats: SchedStats {
+                voluntary_switches: switches,
+                oncpu_ns,
+                ..SchedStats::ZERO
+            },
+        }
+    }
+
+    #[test]
+    fn a_read_counts_only_where_no_flush_came_between() {
+        let before = [cache(2, 7, 10, 0), cache(4, 9, 3, 0)];
+        // The caches grew between the reads: no flush, the later figures are kept.
+        assert!(unchanged(&before, &[cache(2, 7, 15, 0), cache(4, 9, 8, 0)]));
+        // A flush came between on CPU 1, or was under way when read.
+        assert!(!unchanged(
+            &before,
+            &[cache(2, 7, 15, 0), cache(6, 8, 0, 0)]
+        ));
+        assert!(!unchanged(
+            &before,
+            &[cache(2, 7, 15, 0), cache(5, 9, 8, 0)]
+        ));
+        let under_way = [cache(2, 7, 10, 0), cache(5, 9, 3, 0)];
+        assert!(!unchanged(&under_way, &under_way));
+    }
+
+    #[test]
+    fn caches_add_to_the_cgroups_they_hold() {
+        let mut totals = HashMap::from([(
+            7,
+            SchedStats {
+                voluntary_switches: 100,
+                oncpu_ns: 1_000,
+                ..SchedStats::ZERO
+            },
+        )]);
+        let mut by_cpu = HashMap::from([(7, vec![600, 400])]);
+        let mut switches = HashMap::from([(7, vec![60, 40])]);
+        // CPU 0 holds 7, CPU 1 holds 9 (not in the map yet: all its switch-outs were cached).
+        let caches = [cache(2, 7, 5, 50), cache(2, 9, 8, 80)];
+        merge_caches(&caches, &mut totals, &mut by_cpu, &mut switches);
+        assert_eq!(totals[&7].voluntary_switches, 105);
+        assert_eq!(totals[&7].oncpu_ns, 1_050);
+        assert_eq!(totals[&9].voluntary_switches, 8);
+        assert_eq!(by_cpu[&7], vec![650, 400]);
+        assert_eq!(by_cpu[&9], vec![0, 80]);
+        assert_eq!(switches[&9], vec![0, 8]);
+        // An empty cache adds nothing.
+        let mut t2 = totals.clone();
+        merge_caches(
+            &[cache(2, 0, 0, 0), cache(2, 0, 0, 0)],
+            &mut t2,
+            &mut by_cpu,
+            &mut switches,
+        );
+        assert_eq!(t2, totals);
+    }
+
+    #[test]
+    fn a_cache_follows_the_busiest_cgroup_of_its_cpu_with_hysteresis() {
+        let then = HashMap::from([(7, vec![0, 0]), (9, vec![0, 0])]);
+        // CPU 0: 7 switched out 5,000 times, 9 only 100; CPU 1: nobody reached the minimum.
+        let now = HashMap::from([(7, vec![5_000, 10]), (9, vec![100, 900])]);
+        assert_eq!(choose_caches(&[0, 0], &then, &now), vec![7, 0]);
+        // Held by 9 on CPU 0: 7 switched out more than twice as often, so the cache moves.
+        assert_eq!(choose_caches(&[9, 9], &then, &now), vec![7, 9]);
+        // Not when the held one keeps up: 7's 5,000 against 9's 3,000 keeps 9.
+        let close = HashMap::from([(7, vec![5_000, 0]), (9, vec![3_000, 0])]);
+        assert_eq!(choose_caches(&[9, 0], &then, &close), vec![9, 0]);
+        // What counts is the growth since the last read, not the totals.
+        let later = HashMap::from([(7, vec![5_200, 10]), (9, vec![4_100, 900])]);
+        assert_eq!(choose_caches(&[7, 0], &now, &later), vec![9, 0]);
+    }
 }

@@ -29,6 +29,8 @@
 //! `getrusage`), including the cases the `preempt`/`prev_state` arguments misreport (a blocking
 //! task with a signal pending is counted voluntary but traced as running).
 
+use core::sync::atomic::{Ordering, compiler_fence};
+
 use aya_ebpf::{
     bindings::task_struct,
     helpers::{
@@ -40,9 +42,9 @@ use aya_ebpf::{
     programs::{BtfTracePointContext, TracePointContext},
 };
 use stormwatch_common::{
-    ON_CPU_HAS_RUNTIME, OnCpu, ProbeError, SchedStats, TASK_HAS_LAST_CPU, TASK_HAS_RUN_DELAY,
-    TASK_HAS_RUNTIME_BASELINE, TASK_HAS_SWITCH_BASELINE, TASK_HAS_WAKER, TASK_SEEN,
-    TASK_WAKE_KNOWN, TASK_WAKE_REMOTE, TASK_WOKEN, TaskState,
+    ON_CPU_HAS_RUNTIME, OnCpu, ProbeError, SchedCache, SchedStats, TASK_HAS_LAST_CPU,
+    TASK_HAS_RUN_DELAY, TASK_HAS_RUNTIME_BASELINE, TASK_HAS_SWITCH_BASELINE, TASK_HAS_WAKER,
+    TASK_SEEN, TASK_WAKE_KNOWN, TASK_WAKE_REMOTE, TASK_WOKEN, TaskState,
 };
 
 use crate::shared::{
@@ -62,6 +64,12 @@ const MAX_PENDING_WAKEUPS: u32 = 16384;
 #[map(name = "CGROUP_SCHED")]
 static CGROUP_SCHED: PerCpuHashMap<u64, SchedStats> =
     PerCpuHashMap::with_max_entries(MAX_CGROUPS, 0);
+
+#[map(name = "SCHED_CACHE")]
+static SCHED_CACHE: PerCpuArray<SchedCache> = PerCpuArray::with_max_entries(1, 0);
+
+#[map(name = "SCHED_CACHE_WANT")]
+static SCHED_CACHE_WANT: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 
 #[btf_map(name = "TASKS")]
 static TASKS: TaskStorage<TaskState> = TaskStorage::new();
@@ -484,6 +492,52 @@ fn cgroup_stats(cgroup_id: u64) -> Option<*mut SchedStats> {
     )
 }
 
+/// Where this CPU credits a switch-out of `cgroup_id`: its cache slot when the cache holds that
+/// cgroup (two inlined array loads), else the cgroup's `CGROUP_SCHED` slot. First, when the
+/// agent asked for another cgroup in the cache, the cache is flushed (see [`SchedCache`]).
+#[inline(always)]
+fn switch_stats(cgroup_id: u64) -> Option<*mut SchedStats> {
+    let want = SCHED_CACHE_WANT.get(0).copied().unwrap_or(0);
+    let cache = SCHED_CACHE.get_ptr_mut(0)?;
+    // SAFETY: this CPU's slot; sched_switch does not nest on one CPU.
+    let cache = unsafe { &mut *cache };
+    if cache.cgroup_id != want {
+        flush(cache, want);
+    }
+    if cgroup_id != 0 && cache.cgroup_id == cgroup_id {
+        return Some(&mut cache.stats);
+    }
+    cgroup_stats(cgroup_id)
+}
+
+/// Moves the cache's figures to its cgroup's `CGROUP_SCHED` slot and gives the cache to `want`.
+/// `generation` is odd while the figures are in neither place or in both.
+#[inline(always)]
+fn flush(cache: &mut SchedCache, want: u64) {
+    bump(&mut cache.generation);
+    if cache.cgroup_id != 0
+        && let Some(stats) = cgroup_stats(cache.cgroup_id)
+    {
+        // SAFETY: this CPU's slot of another map; sched_switch does not nest on one CPU.
+        unsafe { (*stats).absorb(&cache.stats) };
+    }
+    cache.stats = SchedStats::ZERO;
+    cache.cgroup_id = want;
+    bump(&mut cache.generation);
+}
+
+/// Raises a generation by one, a store the compiler keeps in its place between the others.
+#[inline(always)]
+fn bump(generation: &mut u64) {
+    compiler_fence(Ordering::SeqCst);
+    // SAFETY: a valid reference.
+    unsafe {
+        let g = core::ptr::read_volatile(generation);
+        core::ptr::write_volatile(generation, g + 1);
+    }
+    compiler_fence(Ordering::SeqCst);
+}
+
 /// When the outgoing thread went on this CPU, by the clock and by its own runtime.
 #[derive(Clone, Copy)]
 struct Since {
@@ -533,7 +587,7 @@ fn on_switch(now: u64, prev: Prev, next_tid: u32, next_runtime: Option<u64>) {
 #[inline(always)]
 fn switch_out(now: u64, cpu: u32, tid: u32, since: Since, prev: Prev) {
     let oncpu_since = since.ns;
-    let Some(stats) = cgroup_stats(prev.cgroup_id) else {
+    let Some(stats) = switch_stats(prev.cgroup_id) else {
         return;
     };
     // SAFETY: a per-CPU map value of this CPU; sched_switch does not nest on one CPU.
