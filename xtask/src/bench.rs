@@ -340,6 +340,10 @@ pub fn sched(bin: &Path, rounds: u32, seconds: u32) -> Result<String> {
                 start: Some(stormwatch_run()),
             },
             Tracer {
+                name: "stormwatch run, futex tier attached throughout (`futex_probes = \"always\"`)",
+                start: Some(stormwatch_run_with(FUTEX_TIER_ALWAYS)),
+            },
+            Tracer {
                 name: "bpftrace: switches + run-queue histogram per cgroup",
                 start: Some(bpftrace(BPFTRACE_SCHED)),
             },
@@ -459,6 +463,26 @@ fn json_number(line: &str, field: &str) -> Option<f64> {
 /// on a free port.
 pub(crate) fn stormwatch_run() -> Starter {
     Box::new(|bin: &Path, _seconds: u32| start_run(bin, free_port()?))
+}
+
+/// The default configuration but for the futex tier, attached from the start: the switch
+/// storm's worst case (the tier is what a storm attaches, and the daemon otherwise attaches it
+/// only after its first judgement, part of the way into a round).
+const FUTEX_TIER_ALWAYS: &str = "futex_probes = \"always\"\n";
+
+/// `stormwatch run` with a configuration file holding `config` (TOML).
+fn stormwatch_run_with(config: &'static str) -> Starter {
+    Box::new(move |bin: &Path, _seconds: u32| {
+        let path =
+            std::env::temp_dir().join(format!("stormwatch-bench-{}.toml", std::process::id()));
+        std::fs::write(&path, config)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        let mut cmd = Command::new(bin);
+        cmd.args(["run", "--listen", &format!("127.0.0.1:{}", free_port()?)])
+            .arg("--config")
+            .arg(&path);
+        start_until(cmd, "serving http://", false)
+    })
 }
 
 /// A free port on 127.0.0.1.
