@@ -40,6 +40,10 @@ pub(crate) struct Running {
 }
 
 impl Running {
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub(crate) fn stop(mut self) -> Result<Option<u64>> {
         let rss = peak_rss_kib(self.child.id());
         // SIGINT: stormwatch detaches and exits; bpftrace prints its maps and exits.
