@@ -20,3 +20,18 @@ pub fn release_free_memory() {
         libc::malloc_trim(0);
     }
 }
+
+/// Makes every thread allocate from the main heap. glibc gives each thread that allocates
+/// concurrently an arena of its own and trims them apart: the daemon's HTTP worker renders the
+/// exposition in its arena while the collection thread works in the main heap, so each keeps
+/// the high-water mark of its own work. Measured with `exporter_bench --cgroups 1000`: the HTTP
+/// worker's arena alone held 10 MiB of the daemon's 42 MiB. The daemon has two threads and
+/// hands work between them once a scrape: a shared arena costs nothing in contention. Called
+/// before any thread is started.
+pub fn one_arena() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: mallopt has no preconditions; M_ARENA_MAX takes effect for arenas made later.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 1);
+    }
+}

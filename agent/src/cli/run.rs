@@ -69,6 +69,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
         print!("{}", config.to_toml());
         return Ok(0);
     }
+    crate::memory::one_arena();
     // One worker for HTTP; the collection loop runs on this thread in `block_on`.
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
