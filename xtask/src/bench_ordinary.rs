@@ -430,13 +430,7 @@ fn program_seconds(pid: u32) -> Result<BTreeMap<String, f64>> {
         let Ok(text) = std::fs::read_to_string(entry?.path()) else {
             continue; // closed meanwhile
         };
-        let field = |name: &str| {
-            text.lines()
-                .find_map(|l| l.strip_prefix(name))
-                .and_then(|v| v.trim().parse::<u64>().ok())
-        };
-        // Link fds name their program too, without its run time.
-        if let (Some(id), Some(ns)) = (field("prog_id:"), field("run_time_ns:")) {
+        if let Some((id, ns)) = program_run_ns(&text) {
             run_ns.insert(id, ns as f64);
         }
     }
@@ -456,6 +450,18 @@ fn program_seconds(pid: u32) -> Result<BTreeMap<String, f64>> {
         }
     }
     Ok(by_name)
+}
+
+/// A program fd's id and run time from its fdinfo; `None` for any other fd, a link fd included
+/// (it names its program too, without the run time).
+fn program_run_ns(fdinfo: &str) -> Option<(u64, u64)> {
+    let field = |name: &str| {
+        fdinfo
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+    };
+    Some((field("prog_id:")?, field("run_time_ns:")?))
 }
 
 /// `stormwatch run` as deployed (default configuration), once its start-up survey is over: the
@@ -566,14 +572,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn program_seconds_are_read_by_program() {
-        let text = "# TYPE stormwatch_bpf_program_run_seconds counter\n\
-                    stormwatch_bpf_program_run_seconds_total{program=\"sched_switch_btf\"} 1.5\n\
-                    stormwatch_bpf_program_run_seconds_total{program=\"net_kfree_skb_btf\"} 0\n\
-                    stormwatch_bpf_program_runs_total{program=\"sched_switch_btf\"} 9\n";
-        let got = program_seconds(text);
-        assert_eq!(got.len(), 2, "{got:?}");
-        assert_eq!(got["sched_switch_btf"], 1.5);
-        assert_eq!(got["net_kfree_skb_btf"], 0.0);
+    fn program_fds_give_their_run_time_and_links_do_not() {
+        // As /proc/<pid>/fdinfo has them on 6.18, for a program fd and for its link's fd.
+        let program = "pos:\t0\nflags:\t02000002\nmnt_id:\t15\nino:\t2071\n\
+                       prog_type:\t26\nprog_jited:\t1\nprog_tag:\tdec8cdb02a6c078a\n\
+                       memlock:\t8192\nprog_id:\t2180\nrun_time_ns:\t555957\n\
+                       run_cnt:\t391\nrecursion_misses:\t0\nverified_insns:\t1201\n";
+        assert_eq!(program_run_ns(program), Some((2180, 555_957)));
+        let link = "pos:\t0\nflags:\t02000000\nmnt_id:\t15\nino:\t2071\n\
+                    link_type:\ttracing\nlink_id:\t77\nprog_tag:\tdec8cdb02a6c078a\n\
+                    prog_id:\t2180\nattach_type:\t23\n";
+        assert_eq!(program_run_ns(link), None);
+        assert_eq!(program_run_ns("pos:\t0\nflags:\t02\n"), None);
     }
 }
