@@ -481,10 +481,8 @@ fn stormwatch_run_with(config: &'static str) -> Starter {
             std::env::temp_dir().join(format!("stormwatch-bench-{}.toml", std::process::id()));
         std::fs::write(&path, config)
             .with_context(|| format!("cannot write {}", path.display()))?;
-        let mut cmd = Command::new(bin);
-        cmd.args(["run", "--listen", &format!("127.0.0.1:{}", free_port()?)])
-            .arg("--config")
-            .arg(&path);
+        let mut cmd = run_command(bin, free_port()?);
+        cmd.arg("--config").arg(&path);
         start_until(cmd, "serving http://", false)
     })
 }
@@ -499,9 +497,14 @@ pub(crate) fn free_port() -> Result<u16> {
 
 /// `stormwatch run` with its default configuration, serving on 127.0.0.1:`port`.
 pub(crate) fn start_run(bin: &Path, port: u16) -> Result<Running> {
+    start_until(run_command(bin, port), "serving http://", false)
+}
+
+/// The command line of `stormwatch run` serving on 127.0.0.1:`port`.
+fn run_command(bin: &Path, port: u16) -> Command {
     let mut cmd = Command::new(bin);
     cmd.args(["run", "--listen", &format!("127.0.0.1:{port}")]);
-    start_until(cmd, "serving http://", false)
+    cmd
 }
 
 #[cfg(test)]
