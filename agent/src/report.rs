@@ -21,6 +21,26 @@ const NS: f64 = 1e9;
 /// Hot futexes and contended call sites listed per container.
 pub const TOP_N: usize = 5;
 
+/// A window's edges, in seconds since the Unix epoch (wall clock).
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct WindowEdges {
+    pub start_unix_seconds: f64,
+    pub end_unix_seconds: f64,
+}
+
+impl WindowEdges {
+    pub fn new((start, end): (std::time::SystemTime, std::time::SystemTime)) -> Self {
+        let unix = |t: std::time::SystemTime| {
+            t.duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64())
+        };
+        Self {
+            start_unix_seconds: unix(start),
+            end_unix_seconds: unix(end),
+        }
+    }
+}
+
 fn secs(ns: u64) -> f64 {
     ns as f64 / NS
 }
@@ -28,6 +48,9 @@ fn secs(ns: u64) -> f64 {
 #[derive(Clone, Debug, Serialize)]
 pub struct TraceReport {
     pub duration_seconds: f64,
+    /// The window's edges: when the cumulative counters it differences (throttling, pressure)
+    /// were read at its start and at its end.
+    pub window: WindowEdges,
     /// The host over the window: CPUs, hypervisor, NUMA nodes, steal, kernel.
     pub host: crate::host::HostReport,
     /// Every interface of the host's and the containers' network namespaces, with MTU,
@@ -498,9 +521,11 @@ mod tests {
                 cpu_quota_cores: Some(1.5),
                 cpuset_cpus: Some(vec![0, 1]),
                 threads: Some(32),
-                throttled_periods: Some(3),
-                throttled_seconds: Some(0.25),
-                ..Limits::default()
+                counters: crate::identity::limits::CpuCounters {
+                    throttled_periods: Some(3),
+                    throttled_seconds: Some(0.25),
+                    ..Default::default()
+                },
             },
         )]);
         f(&ReportContext {

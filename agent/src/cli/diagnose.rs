@@ -14,6 +14,7 @@ use crate::{
     pipeline::Pipeline,
     privileges,
     probes::LoadOptions,
+    report::WindowEdges,
 };
 
 use super::{DiagnoseArgs, probes_attached, session_options};
@@ -32,6 +33,8 @@ pub struct DiagnoseReport {
 #[derive(Debug, Serialize)]
 pub struct Checked {
     pub duration_seconds: f64,
+    /// The window's edges (see `trace --json`'s `window`).
+    pub window: WindowEdges,
     pub containers: usize,
     pub host_cpus: u32,
     pub rules: Vec<&'static str>,
@@ -119,6 +122,7 @@ pub async fn run(args: DiagnoseArgs) -> anyhow::Result<u8> {
             .collect(),
         checked: Checked {
             duration_seconds: window.duration.as_secs_f64(),
+            window: WindowEdges::new(session.window_edges()),
             containers: facts.len(),
             host_cpus: host_cpus(),
             rules: RULES.iter().map(|k| k.as_str()).collect(),

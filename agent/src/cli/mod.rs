@@ -144,6 +144,9 @@ pub fn session_options(
         interval,
         thresholds,
         host_cpus: host_cpus(),
+        // Pressure over the window is a figure of trace's document; the daemon exports none,
+        // so it does not read `cpu.pressure` at every step of every active cgroup.
+        window_pressure: span.is_none(),
         network: with_net.then(|| NetworkOptions {
             avail,
             v2_root: pipeline.resolver.root().to_path_buf(),

@@ -19,7 +19,7 @@ use crate::{
     pipeline::Pipeline,
     privileges,
     probes::LoadOptions,
-    report::{ContainerReport, TraceReport, containers, network},
+    report::{ContainerReport, TraceReport, WindowEdges, containers, network},
 };
 
 use super::{TraceArgs, probes_attached, session_options};
@@ -123,6 +123,7 @@ pub async fn run(args: TraceArgs) -> anyhow::Result<()> {
         let ctx = pipeline.report_context(&limits);
         let report = TraceReport {
             duration_seconds: total.duration.as_secs_f64(),
+            window: WindowEdges::new(session.window_edges()),
             host: HostReport::new(session.host(), session.steal()),
             interfaces: net
                 .as_ref()

@@ -15,7 +15,10 @@ use stormwatch_common::{FutexStats, LockStats, SchedStats, lock_kind};
 use crate::{
     collect::Window,
     host::{Host, Steal},
-    identity::{limits::Limits, workload::Identity},
+    identity::{
+        limits::{CpuCounters, Limits},
+        workload::Identity,
+    },
 };
 
 /// One container's figures over one window, with what bounds it.
@@ -33,9 +36,9 @@ pub struct Facts {
     pub quota_cores: Option<f64>,
     /// Threads in the cgroup at the end of the window, when known.
     pub threads: Option<u64>,
-    /// Throttling during the window (deltas), when the cgroup has a quota.
-    pub throttled_periods: Option<u64>,
-    pub throttled_seconds: Option<f64>,
+    /// The CPU controller's counters over the window (differences between its edges):
+    /// enforcement periods, throttled periods and time, pressure.
+    pub cpu: CpuCounters,
     pub sched: SchedStats,
     pub futex: FutexStats,
     pub locks: LockStats,
@@ -133,21 +136,25 @@ impl Facts {
         self.futex_per_second(self.futex.woken_wait_ns as f64 / 1e9)
     }
 
-    /// Of the threads' time off the CPU (blocked, or queued for a CPU), the part in futex
-    /// waits; `None` when they were never off the CPU. A futex wait lasts until its thread is
-    /// back on a CPU, so it covers both kinds of off-CPU time; capped at 1. Where the futex
-    /// probes watched only part of the window, the off-CPU time is taken at its mean rate over
-    /// the window for that part.
+    /// Of the threads' sleep (time blocked, switched out not runnable, until woken), the part
+    /// in futex waits; `None` when they never slept. Measured against sleep only, not against
+    /// time runnable or throttled: threads queued behind a quota or for a CPU are not waiting
+    /// on a lock, and counting that time would dilute a storm inside a quota (there, most of
+    /// the threads' off-CPU time is throttled). A futex wait's time runs until its thread is
+    /// back on a CPU, so it can hold the run-queue wait after the wake-up too: capped at 1.
+    /// Where the futex probes watched only part of the window, the sleep is taken at its mean
+    /// rate over the window for that part.
     pub fn futex_blocked_share(&self) -> Option<f64> {
-        let off = self.per_second((self.sched.offcpu_ns + self.sched.runq.sum_ns) as f64);
+        let asleep = self.per_second(self.sched.offcpu_ns as f64);
         let futex = self.futex_per_second(self.futex.wait.sum_ns as f64);
-        (off > 0.0).then(|| (futex / off).min(1.0))
+        (asleep > 0.0).then(|| (futex / asleep).min(1.0))
     }
 
-    /// Throttled time per second of window, when the container has a quota.
+    /// Of the quota's enforcement periods in the window (those in which the container wanted
+    /// a CPU), the share in which the quota ran out, when the container has a quota.
     pub fn throttled_share(&self) -> Option<f64> {
         self.quota_cores?;
-        Some(self.per_second(self.throttled_seconds?))
+        self.cpu.throttled_period_share()
     }
 
     pub fn voluntary_switches_per_cpu_second(&self) -> f64 {
@@ -344,8 +351,7 @@ pub fn facts(
                     .map(|c| c.len() as u32),
                 quota_cores: l.and_then(|l| l.cpu_quota_cores),
                 threads: l.and_then(|l| l.threads),
-                throttled_periods: l.and_then(|l| l.throttled_periods),
-                throttled_seconds: l.and_then(|l| l.throttled_seconds),
+                cpu: l.map(|l| l.counters).unwrap_or_default(),
                 sched: w.sched,
                 futex: w.futex,
                 locks: w.locks,

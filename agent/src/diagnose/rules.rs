@@ -67,10 +67,14 @@ pub mod defaults {
     /// node has CPUs, and the node has at least 4 times the CPUs the container may use: pools
     /// sized from the container's CPUs would be 4 times smaller.
     pub const STORM_NODE_SIZED_MIN_HOST_PER_ALLOWED_CPU: f64 = 4.0;
-    /// Throttled time per second of window: 5% means the container stalls for 5 ms of every
-    /// 100 ms period on average, enough to show in tail latency.
+    /// Share of the quota's periods in which it ran out: in 5% of its periods (one in twenty)
+    /// the container stands stalled until the period ends, enough to show in tail latency.
     pub const THROTTLING_MIN_THROTTLED_SHARE: f64 = 0.05;
-    /// A quarter of the time stalled by its own quota.
+    /// A container inside a quota that runs at least this share of it has spent its quota: more
+    /// CPU would be used, so the quota limits its throughput before anything else does. Below
+    /// it, CPU time it may use goes unused, and what holds it back is elsewhere (its lock).
+    pub const QUOTA_SPENT_SHARE: f64 = 0.9;
+    /// A quarter of its periods end in a stall by its own quota.
     pub const THROTTLING_CRITICAL_THROTTLED_SHARE: f64 = 0.25;
     /// Mean run-queue wait of 1 ms: an idle or right-sized host serves wake-ups in tens of
     /// microseconds; a millisecond on average means threads regularly wait for a CPU.
@@ -299,7 +303,7 @@ pub fn lock_storm(f: &Facts, t: &Thresholds) -> Option<Finding> {
         recs.push(format!(
             "Size the runtimes to the quota, not the node: {threads:.0} threads take turns on \
              one lock inside a {q:.2}-CPU quota, and a thread throttled while it holds the lock \
-             (the quota stalled it {:.0}% of the time) stalls every waiter until the next period. \
+             (its quota ran out in {:.0}% of its periods) stalls every waiter until the next period. \
              Raising the limit shortens the stalls; fewer threads end the queue.",
             100.0 * share
         ));
@@ -361,12 +365,27 @@ pub fn lock_storm(f: &Facts, t: &Thresholds) -> Option<Finding> {
     }
     if let (Some(share), Some(q)) = (throttled, f.quota_cores) {
         summary.push_str(&format!(
-            "; inside a {q:.2}-CPU quota it is throttled {:.0}% of the time: {threads:.0} \
+            "; inside a {q:.2}-CPU quota it is throttled in {:.0}% of its periods: {threads:.0} \
              threads sized for the node's {} CPUs against a fractional quota",
             100.0 * share,
             f.host_cpus
         ));
-        e.insert("throttled_seconds_per_second", share);
+        e.insert("throttled_period_share", share);
+        let used = f.oncpu_cores() / q;
+        e.insert("quota_used_share", used);
+        summary.push_str(&if used >= defaults::QUOTA_SPENT_SHARE {
+            format!(
+                "; the quota limits its throughput first: it spends {:.0}% of it, and the lock \
+                 then decides how much of that is useful work",
+                100.0 * used
+            )
+        } else {
+            format!(
+                "; the lock limits its throughput first: {:.0}% of the quota goes unused while \
+                 its threads wait for the lock",
+                100.0 * (1.0 - used)
+            )
+        });
     }
     cost.explain(f, threads, allowed, t, &mut summary);
     let mut found = finding(f, Kind::LockStorm, severity, summary, e, recs);
@@ -522,10 +541,15 @@ fn node_sizing(threads: f64, host_cpus: u32, n: u64) -> String {
 }
 
 /// CFS throttling that stalls the container.
+///
+/// Judged on the share of the quota's enforcement periods in which the quota ran out (the
+/// kernel's `nr_throttled` against `nr_periods`, both over the window): the share of time the
+/// container stands stalled at the end of a period. The throttled time the kernel also reports
+/// is summed over the CPUs whose run queues were throttled, so it is given as what it is, never
+/// as a share of wall time.
 pub fn cpu_throttling(f: &Facts, t: &Thresholds) -> Option<Finding> {
     let quota = f.quota_cores?;
-    let throttled = f.throttled_seconds?;
-    let share = throttled / f.window_seconds.max(1e-9);
+    let share = f.throttled_share()?;
     if share < t.throttling_min_throttled_share {
         return None;
     }
@@ -534,10 +558,14 @@ pub fn cpu_throttling(f: &Facts, t: &Thresholds) -> Option<Finding> {
     } else {
         Severity::Warning
     };
+    let (periods, throttled) = (f.cpu.periods?, f.cpu.throttled_periods?);
     let mut e = BTreeMap::new();
-    e.insert("throttled_seconds_per_second", share);
-    if let Some(p) = f.throttled_periods {
-        e.insert("throttled_periods", p as f64);
+    e.insert("throttled_period_share", share);
+    e.insert("throttled_periods", throttled as f64);
+    e.insert("periods", periods as f64);
+    let held_back = f.cpu.throttled_seconds;
+    if let Some(s) = held_back {
+        e.insert("throttled_runqueue_seconds", s);
     }
     e.insert("oncpu_cores", f.oncpu_cores());
     e.insert("runnable_threads", f.runnable_threads());
@@ -547,9 +575,15 @@ pub fn cpu_throttling(f: &Facts, t: &Thresholds) -> Option<Finding> {
         Kind::CpuThrottling,
         severity,
         format!(
-            "CPU throttling: stalled {:.0}% of the time by its {quota:.2}-core quota (using \
-             {:.2} cores)",
+            "CPU throttling: its {quota:.2}-core quota ran out in {:.0}% of the periods it ran \
+             in ({throttled} of {periods}){}, using {:.2} cores",
             100.0 * share,
+            held_back
+                .map(|s| format!(
+                    ", holding its threads back {s:.1} s in all (summed over the CPUs they \
+                     were throttled on)"
+                ))
+                .unwrap_or_default(),
             f.oncpu_cores()
         ),
         e,
@@ -714,6 +748,7 @@ fn lock_context(f: &Facts, t: &Thresholds) -> String {
 mod tests {
     use super::*;
     use crate::diagnose::{HostFacts, diagnose};
+    use crate::identity::limits::CpuCounters;
     use stormwatch_common::{FutexStats, LockStats, Log2Histogram, SchedStats, lock_kind};
 
     const S: u64 = 1_000_000_000;
@@ -728,8 +763,7 @@ mod tests {
             cpuset_cpus: None,
             quota_cores: None,
             threads: Some(4),
-            throttled_periods: None,
-            throttled_seconds: None,
+            cpu: CpuCounters::default(),
             sched: SchedStats::ZERO,
             futex: FutexStats::ZERO,
             locks: LockStats::ZERO,
@@ -1081,8 +1115,9 @@ mod tests {
         let mut f = storm();
         f.quota_cores = Some(0.5);
         f.sched.oncpu_ns = 5 * S;
-        f.throttled_periods = Some(75);
-        f.throttled_seconds = Some(7.5);
+        f.cpu.periods = Some(100);
+        f.cpu.throttled_periods = Some(75);
+        f.cpu.throttled_seconds = Some(7.5);
         let found = check_all(&f, std::slice::from_ref(&f), &Thresholds::default());
         assert_eq!(
             kinds(&found),
@@ -1095,11 +1130,27 @@ mod tests {
         );
         let storm = &found[0];
         assert!(
-            storm.summary.contains("0.50-CPU quota") && storm.summary.contains("throttled 75%"),
+            storm.summary.contains("0.50-CPU quota")
+                && storm.summary.contains("throttled in 75% of its periods")
+                && storm
+                    .summary
+                    .contains("the quota limits its throughput first"),
             "{}",
             storm.summary
         );
-        assert_eq!(storm.evidence["throttled_seconds_per_second"], 0.75);
+        assert_eq!(storm.evidence["throttled_period_share"], 0.75);
+        assert_eq!(storm.evidence["quota_used_share"], 1.0);
+        // A convoy in the same quota, leaving most of it unused: the lock comes first.
+        let mut convoy = f.clone();
+        convoy.sched.oncpu_ns = S;
+        let storm = lock_storm(&convoy, &Thresholds::default()).expect("still a storm");
+        assert!(
+            storm
+                .summary
+                .contains("the lock limits its throughput first: 80% of the quota"),
+            "{}",
+            storm.summary
+        );
         for flag in ["ActiveProcessorCount=1", "GOMAXPROCS=1"] {
             assert!(
                 storm.recommendations.iter().any(|r| r.contains(flag)),
@@ -1169,17 +1220,29 @@ mod tests {
         let t = Thresholds::default();
         let mut f = base("/limited");
         f.quota_cores = Some(0.5);
-        f.throttled_periods = Some(90);
-        f.throttled_seconds = Some(3.0);
+        f.cpu.periods = Some(100);
+        f.cpu.throttled_periods = Some(100);
+        f.cpu.throttled_seconds = Some(8.6);
         f.sched.oncpu_ns = 5 * S;
         let found = cpu_throttling(&f, &t).unwrap();
         assert_eq!(found.severity, Severity::Critical);
-        assert_eq!(found.evidence["throttled_seconds_per_second"], 0.3);
+        // Every period throttled is 100%, whatever the throttled time summed over CPUs.
+        assert_eq!(found.evidence["throttled_period_share"], 1.0);
+        assert_eq!(found.evidence["throttled_runqueue_seconds"], 8.6);
+        assert!(
+            found
+                .summary
+                .contains("ran out in 100% of the periods it ran in (100 of 100)"),
+            "{}",
+            found.summary
+        );
         assert_eq!(found.evidence["allowed_cpus"], 0.5);
-        f.throttled_seconds = Some(0.1);
-        assert!(cpu_throttling(&f, &t).is_none());
+        f.cpu.throttled_periods = Some(4);
+        assert!(cpu_throttling(&f, &t).is_none(), "4% of the periods");
+        f.cpu.throttled_periods = Some(10);
+        assert_eq!(cpu_throttling(&f, &t).unwrap().severity, Severity::Warning);
         f.quota_cores = None;
-        f.throttled_seconds = Some(3.0);
+        f.cpu.throttled_periods = Some(100);
         assert!(cpu_throttling(&f, &t).is_none());
     }
 

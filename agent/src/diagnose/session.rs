@@ -21,7 +21,7 @@
 
 use std::{
     collections::{HashMap, HashSet, VecDeque},
-    time::{Duration, Instant},
+    time::{Duration, Instant, SystemTime},
 };
 
 use std::path::PathBuf;
@@ -31,7 +31,10 @@ use stormwatch_common::net::NetIfKey;
 use crate::{
     collect::{CgroupWindow, Window},
     host::{CpuTicks, Host, Steal, read_cpu_ticks, ticks_per_second},
-    identity::limits::{CgroupLayout, Limits, read_limits, read_threads, refresh_limits},
+    identity::limits::{
+        CgroupLayout, CpuCounters, Limits, read_cpu_counters, read_limits, read_threads,
+        refresh_limits,
+    },
     netinfo::{
         NetState, NetWatch,
         inventory::{InventoryCache, SeenInterface},
@@ -60,9 +63,6 @@ pub const ACTIVITY_CHANGE_FACTOR: f64 = 2.0;
 /// cgroup going from 1 to 3 switches per second has not changed what it is).
 pub const ACTIVITY_CHANGE_FLOOR: f64 = 50.0;
 
-/// Throttling counters of a cgroup (cumulative, as cgroupfs reports them).
-pub type Throttling = (Option<u64>, Option<f64>);
-
 /// Where the session reads a cgroup's resource context. The only I/O of the engine, behind a
 /// trait so that the engine is tested with synthetic cgroups.
 pub trait ResourceReader {
@@ -76,6 +76,15 @@ pub trait ResourceReader {
     }
     /// Only the thread count: cheap enough to read whenever activity changes.
     fn threads(&self, path: &str) -> Option<u64>;
+    /// The cumulative CPU counters at a window's edge: throttling when `throttling` (the
+    /// cgroup has a quota), pressure when `pressure`; the rest carried over from `previous`.
+    fn counters(
+        &self,
+        path: &str,
+        previous: &CpuCounters,
+        throttling: bool,
+        pressure: bool,
+    ) -> CpuCounters;
 }
 
 impl ResourceReader for CgroupLayout {
@@ -87,6 +96,15 @@ impl ResourceReader for CgroupLayout {
     }
     fn threads(&self, path: &str) -> Option<u64> {
         read_threads(self, path)
+    }
+    fn counters(
+        &self,
+        path: &str,
+        previous: &CpuCounters,
+        throttling: bool,
+        pressure: bool,
+    ) -> CpuCounters {
+        read_cpu_counters(self, path, previous, throttling, pressure)
     }
 }
 
@@ -111,6 +129,9 @@ pub struct SessionOptions {
     pub interval: Duration,
     pub thresholds: Thresholds,
     pub host_cpus: u32,
+    /// Whether the edge reads take each active cgroup's CPU pressure totals too (the window's
+    /// pressure figures); throttling is read at the edges whatever this says.
+    pub window_pressure: bool,
     /// With the network family: which packet figures exist, and the v2 root (to name a
     /// namespace's cgroup). `None`: no network rules.
     pub network: Option<NetworkOptions>,
@@ -136,6 +157,9 @@ struct Context {
     threads_read_at: Instant,
     /// Activity (events per second) in the tick whose thread count is in `limits`.
     activity_at_count: f64,
+    /// Whether it had a quota at the last edge read: its throttling counters may have moved
+    /// since, even if the quota is gone now.
+    quota_at_edge: bool,
     /// When the cgroup was last active (it is re-counted when it becomes active again).
     last_active: Instant,
     /// The tick number in which it was last active.
@@ -160,8 +184,11 @@ struct Step {
     /// the memory or less, for each step the window holds.
     cgroups: Vec<(u64, CgroupWindow)>,
     threads: HashMap<u64, ThreadTime>,
-    /// Each cgroup's cumulative throttling when the step began (latest known value).
-    throttling_at_start: HashMap<u64, Throttling>,
+    /// Each cgroup's cumulative CPU counters when the step began (the edge read that ended
+    /// the step before; a cgroup absent here was created since, or never read).
+    counters_at_start: HashMap<u64, CpuCounters>,
+    /// When that edge read was made (wall clock, for documents that state the window's edges).
+    started_at: SystemTime,
     /// The network namespaces' kernel counters when the step began (network rules only).
     net: Option<NetWatch>,
     /// The host's CPU time counters when the step began: steal over the window.
@@ -169,12 +196,17 @@ struct Step {
 }
 
 impl Step {
-    fn new(throttling: &HashMap<u64, Throttling>, network: Option<&NetworkOptions>) -> Self {
+    fn new(
+        counters: &HashMap<u64, CpuCounters>,
+        started_at: SystemTime,
+        network: Option<&NetworkOptions>,
+    ) -> Self {
         Self {
             window: Window::empty(),
             cgroups: Vec::new(),
             threads: HashMap::new(),
-            throttling_at_start: throttling.clone(),
+            counters_at_start: counters.clone(),
+            started_at,
             net: network.map(|o| NetWatch::start(o.host_netns)),
             cpu_ticks: read_cpu_ticks(),
         }
@@ -211,11 +243,15 @@ pub struct Session {
     steps: VecDeque<Step>,
     current: Step,
     contexts: HashMap<u64, Context>,
-    /// Latest known cumulative throttling of every cgroup: read at start for those that existed
-    /// then (a cgroup created since counts from zero), updated with every read.
-    throttling: HashMap<u64, Throttling>,
-    /// Throttling when the session started, for the counters "since the agent started".
-    baseline: HashMap<u64, Throttling>,
+    /// Latest cumulative CPU counters of every cgroup, as of the last edge read: read at start
+    /// for those that existed then (a cgroup created since counts from zero).
+    counters: HashMap<u64, CpuCounters>,
+    /// The counters when the session started, for the counters "since the agent started".
+    baseline: HashMap<u64, CpuCounters>,
+    /// The cgroups active since the last edge read: the ones whose counters can have moved.
+    since_edge: HashSet<u64>,
+    /// When the last edge read was made.
+    last_edge: SystemTime,
     ticks: u64,
     /// The host, read once when the session starts.
     host: Host,
@@ -225,6 +261,8 @@ pub struct Session {
     /// Limits reads and thread counts done, for the self-metrics and the tests.
     pub limits_reads: u64,
     pub thread_reads: u64,
+    /// Cumulative counters read at windows' edges.
+    pub edge_reads: u64,
     /// What the network inventory may reuse between diagnosis steps.
     inventory: std::sync::Mutex<InventoryCache>,
     /// Whether, and since when, the futex probes are attached.
@@ -251,13 +289,11 @@ impl Session {
         reader: Option<Box<dyn ResourceReader + Send>>,
         existing: impl IntoIterator<Item = (u64, &'a str)>,
     ) -> Self {
-        let baseline: HashMap<u64, Throttling> = match &reader {
+        let started_at = SystemTime::now();
+        let baseline: HashMap<u64, CpuCounters> = match &reader {
             Some(r) => existing
                 .into_iter()
-                .map(|(id, path)| {
-                    let l = r.limits(path);
-                    (id, (l.throttled_periods, l.throttled_seconds))
-                })
+                .map(|(id, path)| (id, r.limits(path).counters))
                 .collect(),
             None => HashMap::new(),
         };
@@ -269,16 +305,19 @@ impl Session {
             reader,
             step,
             steps: VecDeque::new(),
-            current: Step::new(&baseline, options.network.as_ref()),
+            current: Step::new(&baseline, started_at, options.network.as_ref()),
             contexts: HashMap::new(),
-            throttling: baseline.clone(),
+            counters: baseline.clone(),
             baseline,
+            since_edge: HashSet::new(),
+            last_edge: started_at,
             ticks: 0,
             host: Host::read(),
             latest_cpu_ticks: None,
             ticks_per_second: ticks_per_second(),
             limits_reads: 0,
             thread_reads: 0,
+            edge_reads: 0,
             inventory: std::sync::Mutex::new(InventoryCache::new(
                 options
                     .network
@@ -324,10 +363,21 @@ impl Session {
             t.seconds += secs;
         }
         self.current.window.extend_figures(tick);
-        if self.current.window.duration < self.step {
+        let step_done = self.current.window.duration >= self.step;
+        // A window the session judges ends at a completed step, or, without a span, at any
+        // tick: the cumulative counters are read there, so that the window's figures are
+        // their difference between its own edges.
+        if step_done || self.options.span.is_none() {
+            self.read_edges(&path, now);
+        }
+        if !step_done {
             return false;
         }
-        let mut next = Step::new(&self.throttling, self.options.network.as_ref());
+        let mut next = Step::new(
+            &self.counters,
+            self.last_edge,
+            self.options.network.as_ref(),
+        );
         next.cpu_ticks = self.latest_cpu_ticks;
         let mut done = std::mem::replace(&mut self.current, next);
         done.complete();
@@ -380,11 +430,16 @@ impl Session {
                 // together are not all re-read in the same tick.
                 let period = refresh_period(&limits);
                 let stagger = Duration::from_millis(id % period.as_millis().max(1) as u64);
+                // Its counters as first read: what it started from if it was created in this
+                // step; a cgroup that existed already has its start in `counters`.
+                self.counters.entry(id).or_insert(limits.counters);
+                let quota_at_edge = limits.cpu_quota_cores.is_some();
                 self.contexts.entry(id).or_insert(Context {
                     limits,
                     limits_read_at: now.checked_sub(stagger).unwrap_or(now),
                     threads_read_at: now,
                     activity_at_count: activity,
+                    quota_at_edge,
                     last_active: now,
                     last_tick: tick,
                 })
@@ -392,11 +447,43 @@ impl Session {
         };
         ctx.last_active = now;
         ctx.last_tick = tick;
-        self.throttling.insert(
-            id,
-            (ctx.limits.throttled_periods, ctx.limits.throttled_seconds),
-        );
+        self.since_edge.insert(id);
         ctx.limits.threads
+    }
+
+    /// The edge read: each cgroup active since the last one has its cumulative counters read
+    /// (throttling when it has, or had, a quota; pressure when the options ask for it) and its
+    /// threads counted. A cgroup that was not active cannot have been throttled (it ran
+    /// nothing) and keeps its counters.
+    fn read_edges<'p>(&mut self, path: &impl Fn(u64) -> Option<&'p str>, now: Instant) {
+        self.last_edge = SystemTime::now();
+        let Some(reader) = self.reader.as_deref() else {
+            self.since_edge.clear();
+            return;
+        };
+        let pressure = self.options.window_pressure;
+        for id in self.since_edge.drain() {
+            let (Some(p), Some(ctx)) = (path(id), self.contexts.get_mut(&id)) else {
+                continue;
+            };
+            let quota = ctx.limits.cpu_quota_cores.is_some();
+            let throttling = quota || ctx.quota_at_edge;
+            ctx.quota_at_edge = quota;
+            if throttling || pressure {
+                ctx.limits.counters =
+                    reader.counters(p, &ctx.limits.counters, throttling, pressure);
+                self.edge_reads += 1;
+            }
+            // Without a span every tick may end the window: the count is read with it, so the
+            // window's mean is of a count at every tick (one small file per active cgroup, for
+            // a one-off command). The daemon keeps to re-counts on activity changes.
+            if self.options.span.is_none() {
+                ctx.limits.threads = reader.threads(p);
+                ctx.threads_read_at = now;
+                self.thread_reads += 1;
+            }
+            self.counters.insert(id, ctx.limits.counters);
+        }
     }
 
     /// The network namespaces found when the current step began (`None` without the network
@@ -418,14 +505,14 @@ impl Session {
         let gone: HashSet<u64> = self
             .contexts
             .keys()
-            .chain(self.throttling.keys())
+            .chain(self.counters.keys())
             .copied()
             .filter(|id| !alive(*id))
             .collect();
         for id in gone {
             if !self.contains(id) {
                 self.contexts.remove(&id);
-                self.throttling.remove(&id);
+                self.counters.remove(&id);
                 self.baseline.remove(&id);
             }
         }
@@ -446,17 +533,14 @@ impl Session {
         total
     }
 
-    /// Each cgroup of `window`'s resource context over the session's window: quota, cpuset and
-    /// pressure as last read; threads the time-weighted mean of the counts while it was active;
-    /// throttling since the window began (a cgroup created since counts from zero). Cgroups
-    /// whose context was never read are left out.
+    /// Each cgroup of `window`'s resource context over the session's window: quota and cpuset
+    /// as last read; threads the time-weighted mean of the counts while it was active;
+    /// throttling and pressure between the window's edges ([`Session::window_edges`]; a cgroup
+    /// created since the first counts from zero). Cgroups whose context was never read are left
+    /// out.
     pub fn window_limits(&self, window: &Window) -> HashMap<u64, Limits> {
-        let start = self
-            .steps
-            .front()
-            .map_or(&self.current.throttling_at_start, |s| {
-                &s.throttling_at_start
-            });
+        let first = self.steps.front().unwrap_or(&self.current);
+        let start = &first.counters_at_start;
         window
             .cgroups
             .keys()
@@ -474,10 +558,18 @@ impl Session {
                 if t.seconds > 0.0 {
                     l.threads = Some((t.thread_seconds / t.seconds).round() as u64);
                 }
-                relative_throttling(&mut l, start.get(id).copied());
+                let end = self.counters.get(id).copied().unwrap_or(l.counters);
+                l.counters = end.since(start.get(id));
                 Some((*id, l))
             })
             .collect()
+    }
+
+    /// The wall-clock instants of the window's edges: the edge read its first step began with,
+    /// and the last one. The window's counters are the differences between the two reads.
+    pub fn window_edges(&self) -> (SystemTime, SystemTime) {
+        let first = self.steps.front().unwrap_or(&self.current);
+        (first.started_at, self.last_edge)
     }
 
     /// The latest resource context of the cgroups in `ids` (threads as last counted), with
@@ -489,7 +581,7 @@ impl Session {
         ids.into_iter()
             .filter_map(|id| {
                 let mut l = self.contexts.get(id)?.limits.clone();
-                relative_throttling(&mut l, self.baseline.get(id).copied());
+                l.counters = l.counters.since(self.baseline.get(id));
                 Some((*id, l))
             })
             .collect()
@@ -638,17 +730,6 @@ fn threads_due(ctx: &Context, activity: f64, tick: u64, now: Instant) -> bool {
     hi - lo > ACTIVITY_CHANGE_FLOOR && hi > ACTIVITY_CHANGE_FACTOR * lo
 }
 
-/// Makes `l`'s cumulative throttling relative to `start` (none: counts from zero).
-fn relative_throttling(l: &mut Limits, start: Option<Throttling>) {
-    let (periods, seconds) = start.unwrap_or((None, None));
-    l.throttled_periods = l
-        .throttled_periods
-        .map(|p| p.saturating_sub(periods.unwrap_or(0)));
-    l.throttled_seconds = l
-        .throttled_seconds
-        .map(|s| (s - seconds.unwrap_or(0.0)).max(0.0));
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::{Arc, Mutex};
@@ -682,6 +763,33 @@ mod tests {
             self.reads.lock().unwrap().push("threads");
             self.cgroups.lock().unwrap().get(path)?.threads
         }
+        fn counters(
+            &self,
+            path: &str,
+            previous: &CpuCounters,
+            throttling: bool,
+            pressure: bool,
+        ) -> CpuCounters {
+            self.reads.lock().unwrap().push("counters");
+            let now = self
+                .cgroups
+                .lock()
+                .unwrap()
+                .get(path)
+                .map(|l| l.counters)
+                .unwrap_or_default();
+            let mut c = *previous;
+            if throttling {
+                c.periods = now.periods;
+                c.throttled_periods = now.throttled_periods;
+                c.throttled_seconds = now.throttled_seconds;
+            }
+            if pressure {
+                c.cpu_pressure_some_seconds = now.cpu_pressure_some_seconds;
+                c.cpu_pressure_full_seconds = now.cpu_pressure_full_seconds;
+            }
+            c
+        }
     }
 
     fn tick(secs: u64, cgroups: &[(u64, u64)]) -> Window {
@@ -701,6 +809,7 @@ mod tests {
             interval: Duration::from_secs(interval),
             thresholds: Thresholds::default(),
             host_cpus: 2,
+            window_pressure: span.is_none(),
             network: None,
         }
     }
@@ -812,8 +921,12 @@ mod tests {
         let fake = Arc::new(Fake::default());
         let quota = |p: u64, secs: f64| Limits {
             cpu_quota_cores: Some(0.5),
-            throttled_periods: Some(p),
-            throttled_seconds: Some(secs),
+            counters: CpuCounters {
+                periods: Some(2 * p),
+                throttled_periods: Some(p),
+                throttled_seconds: Some(secs),
+                ..CpuCounters::default()
+            },
             ..Limits::default()
         };
         fake.set("a", quota(100, 10.0));
@@ -833,8 +946,8 @@ mod tests {
         );
         let w = s.window();
         let l = s.window_limits(&w);
-        assert_eq!(l[&1].throttled_periods, Some(10));
-        assert_eq!(l[&2].throttled_periods, Some(5));
+        assert_eq!(l[&1].counters.throttled_periods, Some(10));
+        assert_eq!(l[&2].counters.throttled_periods, Some(5));
         // Two more steps: the window (20 s) starts after the first one.
         fake.set("a", quota(130, 13.0));
         s.observe(&tick(10, &[(1, 1)]), path, t0 + Duration::from_secs(20));
@@ -843,10 +956,76 @@ mod tests {
         let w = s.window();
         let l = s.window_limits(&w);
         assert_eq!(w.duration, Duration::from_secs(20));
-        assert_eq!(l[&1].throttled_periods, Some(60));
-        assert!((l[&1].throttled_seconds.unwrap() - 6.0).abs() < 1e-9);
+        assert_eq!(l[&1].counters.throttled_periods, Some(60));
+        assert!((l[&1].counters.throttled_seconds.unwrap() - 6.0).abs() < 1e-9);
         // Since the session started, for the exported counters.
-        assert_eq!(s.latest_limits([&1])[&1].throttled_periods, Some(70));
+        assert_eq!(
+            s.latest_limits([&1])[&1].counters.throttled_periods,
+            Some(70)
+        );
+    }
+
+    /// The counters of a window are read at its edges, not on the limits' refresh period: a
+    /// one-off window of a few seconds, ending between two refreshes, still counts every
+    /// period throttled up to its last tick, and every pressure second.
+    #[test]
+    fn a_windows_counters_are_read_at_its_edges() {
+        let fake = Arc::new(Fake::default());
+        let at = |t: u64| Limits {
+            cpu_quota_cores: Some(0.5),
+            cpuset_cpus: None,
+            threads: Some(32),
+            counters: CpuCounters {
+                periods: Some(1000 + 10 * t),
+                throttled_periods: Some(500 + 10 * t),
+                throttled_seconds: Some(50.0 + 1.5 * t as f64),
+                cpu_pressure_some_seconds: Some(7.0 + 0.9 * t as f64),
+                cpu_pressure_full_seconds: Some(3.0 + 0.5 * t as f64),
+            },
+        };
+        fake.set("a", at(0));
+        let mut s = Session::new(options(None, 1), Some(Box::new(fake.clone())), [(1, "a")]);
+        let t0 = Instant::now();
+        for t in 1..=6 {
+            fake.set("a", at(t));
+            s.observe(&tick(1, &[(1, 100)]), path, t0 + Duration::from_secs(t));
+        }
+        let w = s.window();
+        let c = s.window_limits(&w)[&1].counters;
+        assert_eq!(c.periods, Some(60));
+        assert_eq!(c.throttled_periods, Some(60));
+        assert_eq!(c.throttled_period_share(), Some(1.0));
+        assert!((c.throttled_seconds.unwrap() - 9.0).abs() < 1e-9);
+        assert!((c.cpu_pressure_some_seconds.unwrap() - 5.4).abs() < 1e-9);
+        assert!((c.cpu_pressure_full_seconds.unwrap() - 3.0).abs() < 1e-9);
+        let (start, end) = s.window_edges();
+        assert!(start <= end);
+
+        // A sliding window (the daemon's) reads them when a step completes, and is judged
+        // then: its figures are those of the steps it holds, however the refreshes fall.
+        fake.set("a", at(0));
+        let mut s = Session::new(
+            options(Some(6), 1),
+            Some(Box::new(fake.clone())),
+            [(1, "a")],
+        );
+        let mut judged = 0;
+        for t in 1..=8 {
+            fake.set("a", at(t));
+            let done = s.observe(&tick(1, &[(1, 100)]), path, t0 + Duration::from_secs(t));
+            if done {
+                let w = s.window();
+                let c = s.window_limits(&w)[&1].counters;
+                assert_eq!(
+                    c.throttled_periods,
+                    Some(10 * w.duration.as_secs()),
+                    "at {t} s, over {:?}",
+                    w.duration
+                );
+                judged += 1;
+            }
+        }
+        assert_eq!(judged, 4, "a step every 2 s");
     }
 
     #[test]

@@ -839,9 +839,11 @@ mod tests {
                 cpu_quota_cores: Some(1.5),
                 cpuset_cpus: Some(vec![0, 1]),
                 threads: Some(12),
-                throttled_periods: Some(3),
-                throttled_seconds: Some(0.25),
-                ..Limits::default()
+                counters: crate::identity::limits::CpuCounters {
+                    throttled_periods: Some(3),
+                    throttled_seconds: Some(0.25),
+                    ..Default::default()
+                },
             },
         )]);
         let tick = Tick {

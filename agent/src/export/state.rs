@@ -13,7 +13,10 @@ use crate::{
     collect::{CgroupWindow, Window},
     diagnose::{Finding, Severity},
     host::Host,
-    identity::{limits::Limits, workload::Identity},
+    identity::{
+        limits::{CpuCounters, Limits},
+        workload::Identity,
+    },
     probes::ProbeStatus,
     report::Availability,
 };
@@ -56,7 +59,7 @@ pub struct Series {
     pub removed_at: Option<Instant>,
     /// Throttling of the earlier cgroups of this path (a re-created cgroup's cgroupfs counters
     /// start from zero): added, so that the counters stay monotonic.
-    pub throttled_base: (u64, f64),
+    pub throttled_base: CpuCounters,
 }
 
 impl Series {
@@ -66,14 +69,14 @@ impl Series {
 
     /// Periods throttled since the agent started (or the path's first cgroup was created).
     pub fn throttled_periods(&self) -> Option<u64> {
-        let now = self.limits.as_ref()?.throttled_periods?;
-        Some(self.throttled_base.0 + now)
+        let now = self.limits.as_ref()?.counters.throttled_periods?;
+        Some(self.throttled_base.throttled_periods.unwrap_or(0) + now)
     }
 
     /// Seconds throttled, likewise.
     pub fn throttled_seconds(&self) -> Option<f64> {
-        let now = self.limits.as_ref()?.throttled_seconds?;
-        Some(self.throttled_base.1 + now)
+        let now = self.limits.as_ref()?.counters.throttled_seconds?;
+        Some(self.throttled_base.throttled_seconds.unwrap_or(0.0) + now)
     }
 }
 
@@ -182,13 +185,12 @@ impl Cgroups {
                 totals: CgroupWindow::ZERO,
                 limits: None,
                 removed_at: None,
-                throttled_base: (0, 0.0),
+                throttled_base: CpuCounters::default(),
             });
             // A path taken over by a new id (re-created cgroup) continues its series.
             if series.cgroup_id != id {
                 if let Some(old) = series.limits.take() {
-                    series.throttled_base.0 += old.throttled_periods.unwrap_or(0);
-                    series.throttled_base.1 += old.throttled_seconds.unwrap_or(0.0);
+                    series.throttled_base.add(&old.counters);
                 }
                 series.cgroup_id = id;
             }
@@ -464,8 +466,11 @@ mod tests {
         let mut w = World::new();
         w.add(1, "/a");
         let throttled = |periods, seconds| Limits {
-            throttled_periods: Some(periods),
-            throttled_seconds: Some(seconds),
+            counters: CpuCounters {
+                throttled_periods: Some(periods),
+                throttled_seconds: Some(seconds),
+                ..CpuCounters::default()
+            },
             ..Limits::default()
         };
         w.limits.insert(1, throttled(10, 2.0));

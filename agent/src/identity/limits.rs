@@ -37,14 +37,111 @@ pub struct Limits {
     /// (`pids.current`), otherwise only the threads directly in this cgroup (`cgroup.threads`,
     /// v1 `tasks`), which is the same for a container's leaf cgroup.
     pub threads: Option<u64>,
-    /// Periods in which the quota ran out (`nr_throttled`), since the cgroup was created.
+    /// Cumulative CPU bandwidth and pressure counters, since the cgroup was created (a
+    /// window's figures are their differences between its edges: see [`CpuCounters::since`]).
+    #[serde(flatten)]
+    pub counters: CpuCounters,
+}
+
+/// The cumulative counters of a cgroup's CPU bandwidth control and CPU pressure, since the
+/// cgroup was created. The kernel only ever adds to them, so what happened in a window is the
+/// difference of two reads, one at each edge of the window: a read anywhere else (a refresh
+/// period that does not fall on the window's edges) gives a figure of some other span.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
+pub struct CpuCounters {
+    /// Enforcement periods (`nr_periods`): the periods of the quota in which the cgroup had
+    /// threads that wanted a CPU.
+    pub periods: Option<u64>,
+    /// Periods in which the quota ran out (`nr_throttled`).
     pub throttled_periods: Option<u64>,
-    /// Total time throttled, since the cgroup was created.
+    /// Time the cgroup's run queues were throttled, summed over the CPUs they were throttled
+    /// on (v1 `throttled_time`, v2 `throttled_usec`): on N CPUs, up to N seconds per second.
     pub throttled_seconds: Option<f64>,
-    /// PSI: share of the last 10 s in which some of the cgroup's tasks waited for a CPU (%).
-    pub cpu_pressure_some_avg10: Option<f64>,
-    /// PSI: share of the last 10 s in which all non-idle tasks waited for a CPU (%).
-    pub cpu_pressure_full_avg10: Option<f64>,
+    /// PSI: time in which some of the cgroup's threads waited for a CPU (`some total=`).
+    pub cpu_pressure_some_seconds: Option<f64>,
+    /// PSI: time in which all its non-idle threads waited for a CPU (`full total=`).
+    pub cpu_pressure_full_seconds: Option<f64>,
+}
+
+impl CpuCounters {
+    /// What the counters say happened between `start` (the earlier read; `None`: the cgroup was
+    /// created after it, so it counts from zero) and `self`. A counter unknown at either edge
+    /// is unknown over the window; a counter that went down (a cgroup removed and created again
+    /// under the same path) counts from zero.
+    pub fn since(&self, start: Option<&CpuCounters>) -> CpuCounters {
+        let Self {
+            periods,
+            throttled_periods,
+            throttled_seconds,
+            cpu_pressure_some_seconds,
+            cpu_pressure_full_seconds,
+        } = *self;
+        let zero = CpuCounters {
+            periods: Some(0),
+            throttled_periods: Some(0),
+            throttled_seconds: Some(0.0),
+            cpu_pressure_some_seconds: Some(0.0),
+            cpu_pressure_full_seconds: Some(0.0),
+        };
+        let s = start.unwrap_or(&zero);
+        let int = |now: Option<u64>, then: Option<u64>| {
+            let (now, then) = (now?, then?);
+            Some(if now >= then { now - then } else { now })
+        };
+        let float = |now: Option<f64>, then: Option<f64>| {
+            let (now, then) = (now?, then?);
+            Some(if now >= then { now - then } else { now })
+        };
+        CpuCounters {
+            periods: int(periods, s.periods),
+            throttled_periods: int(throttled_periods, s.throttled_periods),
+            throttled_seconds: float(throttled_seconds, s.throttled_seconds),
+            cpu_pressure_some_seconds: float(
+                cpu_pressure_some_seconds,
+                s.cpu_pressure_some_seconds,
+            ),
+            cpu_pressure_full_seconds: float(
+                cpu_pressure_full_seconds,
+                s.cpu_pressure_full_seconds,
+            ),
+        }
+    }
+
+    /// Adds `other`'s counts to these (a path's cgroups one after another). Unknown stays
+    /// unknown only where both are.
+    pub fn add(&mut self, other: &CpuCounters) {
+        let CpuCounters {
+            periods,
+            throttled_periods,
+            throttled_seconds,
+            cpu_pressure_some_seconds,
+            cpu_pressure_full_seconds,
+        } = *other;
+        fn sum<T: std::ops::Add<Output = T> + Copy>(a: &mut Option<T>, b: Option<T>) {
+            *a = match (*a, b) {
+                (Some(x), Some(y)) => Some(x + y),
+                (x, y) => x.or(y),
+            };
+        }
+        sum(&mut self.periods, periods);
+        sum(&mut self.throttled_periods, throttled_periods);
+        sum(&mut self.throttled_seconds, throttled_seconds);
+        sum(
+            &mut self.cpu_pressure_some_seconds,
+            cpu_pressure_some_seconds,
+        );
+        sum(
+            &mut self.cpu_pressure_full_seconds,
+            cpu_pressure_full_seconds,
+        );
+    }
+
+    /// Of the periods in which the cgroup wanted a CPU, the share in which its quota ran out:
+    /// "throttled in N% of its periods".
+    pub fn throttled_period_share(&self) -> Option<f64> {
+        let (periods, throttled) = (self.periods?, self.throttled_periods?);
+        (periods > 0).then(|| throttled as f64 / periods as f64)
+    }
 }
 
 /// Where the cgroup hierarchies are mounted.
@@ -128,12 +225,11 @@ pub fn read_limits(layout: &CgroupLayout, rel_path: &str) -> Limits {
     read(layout, rel_path, None)
 }
 
-/// Reads the resource context again, as [`read_limits`], knowing what the last read found.
-/// Throttling counters move only while the cgroup has a quota of its own (the bandwidth timer
-/// that counts them runs only then), so when neither the last read nor this one finds a quota
-/// the counters are carried over instead of read: `cpu.stat` is the costly file (reading it
-/// flushes the cgroup's per-CPU statistics under a global lock; seen as a tenth of the
-/// daemon's CPU time with 1,000 cgroups).
+/// Reads the resource context again, as [`read_limits`], except the cumulative counters, which
+/// are carried over from `previous`: a window's counters are read at its edges
+/// ([`read_cpu_counters`]), and `cpu.stat` is the costly file (reading it flushes the cgroup's
+/// per-CPU statistics under a global lock; seen as a tenth of the daemon's CPU time with 1,000
+/// cgroups), so it is not read again between them.
 pub fn refresh_limits(layout: &CgroupLayout, rel_path: &str, previous: &Limits) -> Limits {
     read(layout, rel_path, Some(previous))
 }
@@ -169,39 +265,70 @@ fn read(layout: &CgroupLayout, rel_path: &str, previous: Option<&Limits>) -> Lim
         .or_else(|| count_ids(&v2_file("cgroup.threads")?))
         .or_else(|| count_ids(&v1_file("cpu", "tasks")?));
 
-    let (throttled_periods, throttled_seconds) = match previous {
-        Some(p) if p.cpu_quota_cores.is_none() && cpu_quota_cores.is_none() => {
-            (p.throttled_periods, p.throttled_seconds)
-        }
-        _ => {
-            // v2 cpu.stat exists even without the cpu controller, but then has no throttling
-            // keys; hence the per-key fallback.
-            let v2_stat = v2_file("cpu.stat");
-            let v1_stat = v1_file("cpu", "cpu.stat");
-            let v2_key = |key: &str| v2_stat.as_deref().and_then(|t| flat_keyed(t, key));
-            let v1_key = |key: &str| v1_stat.as_deref().and_then(|t| flat_keyed(t, key));
-            (
-                v2_key("nr_throttled").or_else(|| v1_key("nr_throttled")),
-                v2_key("throttled_usec")
-                    .map(|us| us as f64 / 1e6)
-                    .or_else(|| v1_key("throttled_time").map(|ns| ns as f64 / 1e9)),
-            )
-        }
+    // A first read takes the counters too; a refresh carries them over: they are read at the
+    // edges of the windows that judge them ([`read_cpu_counters`]), not on a refresh period.
+    let counters = match previous {
+        Some(p) => p.counters,
+        None => counters_of(layout, &rel, None, true, true),
     };
-
-    let pressure = v2_file("cpu.pressure")
-        .map(|t| parse_pressure(&t))
-        .unwrap_or_default();
 
     Limits {
         cpu_quota_cores,
         cpuset_cpus,
         threads,
-        throttled_periods,
-        throttled_seconds,
-        cpu_pressure_some_avg10: pressure.some.map(|l| l.avg10),
-        cpu_pressure_full_avg10: pressure.full.map(|l| l.avg10),
+        counters,
     }
+}
+
+/// Reads a cgroup's cumulative CPU counters at a window's edge: the throttling counters from
+/// `cpu.stat` when `throttling` (only a cgroup with a quota throttles, and reading `cpu.stat`
+/// flushes the cgroup's per-CPU statistics under a global lock), the pressure totals from
+/// `cpu.pressure` when `pressure`. What is not read is carried over from `previous`.
+pub fn read_cpu_counters(
+    layout: &CgroupLayout,
+    rel_path: &str,
+    previous: &CpuCounters,
+    throttling: bool,
+    pressure: bool,
+) -> CpuCounters {
+    match safe_relative(rel_path) {
+        Some(rel) => counters_of(layout, &rel, Some(previous), throttling, pressure),
+        None => CpuCounters::default(),
+    }
+}
+
+fn counters_of(
+    layout: &CgroupLayout,
+    rel: &Path,
+    previous: Option<&CpuCounters>,
+    throttling: bool,
+    pressure: bool,
+) -> CpuCounters {
+    let mut c = previous.copied().unwrap_or_default();
+    let v2 = layout.v2_root.join(rel);
+    if throttling {
+        // v2 cpu.stat exists even without the cpu controller, but then has no throttling
+        // keys; hence the per-key fallback to the v1 controller's file.
+        let v2_stat = read_file(&v2.join("cpu.stat"));
+        let v1_stat = layout
+            .v1_dir("cpu", rel)
+            .and_then(|dir| read_file(&dir.join("cpu.stat")));
+        let v2_key = |key: &str| v2_stat.as_deref().and_then(|t| flat_keyed(t, key));
+        let v1_key = |key: &str| v1_stat.as_deref().and_then(|t| flat_keyed(t, key));
+        c.periods = v2_key("nr_periods").or_else(|| v1_key("nr_periods"));
+        c.throttled_periods = v2_key("nr_throttled").or_else(|| v1_key("nr_throttled"));
+        c.throttled_seconds = v2_key("throttled_usec")
+            .map(|us| us as f64 / 1e6)
+            .or_else(|| v1_key("throttled_time").map(|ns| ns as f64 / 1e9));
+    }
+    if pressure {
+        let p = read_file(&v2.join("cpu.pressure"))
+            .map(|t| parse_pressure(&t))
+            .unwrap_or_default();
+        c.cpu_pressure_some_seconds = p.some.map(|l| l.total_usec as f64 / 1e6);
+        c.cpu_pressure_full_seconds = p.full.map(|l| l.total_usec as f64 / 1e6);
+    }
+    c
 }
 
 /// Reads only the thread count of the cgroup at `rel_path` (as in [`read_limits`]): cheap
@@ -600,10 +727,13 @@ mod tests {
             cpu_quota_cores: Some(1.5),
             cpuset_cpus: Some(vec![0, 1, 2, 3, 8, 10, 11]),
             threads: Some(42),
-            throttled_periods: Some(3),
-            throttled_seconds: Some(2.5),
-            cpu_pressure_some_avg10: Some(1.5),
-            cpu_pressure_full_avg10: Some(0.25),
+            counters: CpuCounters {
+                periods: Some(10),
+                throttled_periods: Some(3),
+                throttled_seconds: Some(2.5),
+                cpu_pressure_some_seconds: Some(0.123456),
+                cpu_pressure_full_seconds: Some(0.000789),
+            },
         };
         assert_eq!(read_limits(&layout, REL), want);
         // Same path without the leading slash.
@@ -683,10 +813,13 @@ mod tests {
                 cpu_quota_cores: Some(0.5),
                 cpuset_cpus: Some(vec![0, 1]),
                 threads: Some(3),
-                throttled_periods: Some(2),
-                throttled_seconds: Some(1.5),
-                cpu_pressure_some_avg10: None,
-                cpu_pressure_full_avg10: None,
+                counters: CpuCounters {
+                    periods: Some(5),
+                    throttled_periods: Some(2),
+                    throttled_seconds: Some(1.5),
+                    cpu_pressure_some_seconds: None,
+                    cpu_pressure_full_seconds: None,
+                },
             }
         );
 
@@ -696,9 +829,9 @@ mod tests {
         let got = read_limits(&layout, REL);
         assert_eq!(got.cpu_quota_cores, None);
         assert_eq!(got.threads, Some(3));
-        assert_eq!(got.throttled_periods, Some(2));
-        // A refresh without a quota now and before carries the throttling counters over (they
-        // cannot move without a quota) and does not read cpu.stat; with a quota it reads them.
+        assert_eq!(got.counters.throttled_periods, Some(2));
+        // A refresh carries the counters over; an edge read takes them, throttling only when
+        // asked (the cgroup has a quota).
         write_files(
             &cpu_root.join(rel),
             &[(
@@ -707,25 +840,79 @@ mod tests {
             )],
         );
         let carried = refresh_limits(&layout, REL, &got);
-        assert_eq!(carried.throttled_periods, Some(2));
-        assert_eq!(carried.throttled_seconds, Some(1.5));
-        write_files(&cpu_root.join(rel), &[("cpu.cfs_quota_us", "50000\n")]);
-        let read = refresh_limits(&layout, REL, &carried);
-        assert_eq!(read.cpu_quota_cores, Some(0.5));
+        assert_eq!(carried.counters.throttled_periods, Some(2));
+        assert_eq!(carried.counters.throttled_seconds, Some(1.5));
+        let skipped = read_cpu_counters(&layout, REL, &carried.counters, false, false);
+        assert_eq!(skipped, carried.counters);
+        let read = read_cpu_counters(&layout, REL, &carried.counters, true, false);
         assert_eq!(read.throttled_periods, Some(7));
+        assert_eq!(read.periods, Some(9));
         assert_eq!(read.throttled_seconds, Some(3.0));
-        // The quota removed: the last read had one, so the counters are read once more.
-        write_files(&cpu_root.join(rel), &[("cpu.cfs_quota_us", "-1\n")]);
-        write_files(
-            &cpu_root.join(rel),
-            &[(
-                "cpu.stat",
-                "nr_periods 9\nnr_throttled 8\nthrottled_time 3000000000\n",
-            )],
-        );
+    }
+
+    #[test]
+    fn counters_over_a_window_are_the_difference_of_its_edges() {
+        let at = |p, t, s| CpuCounters {
+            periods: Some(p),
+            throttled_periods: Some(t),
+            throttled_seconds: Some(s),
+            cpu_pressure_some_seconds: Some(s * 2.0),
+            cpu_pressure_full_seconds: None,
+        };
+        let w = at(90, 80, 9.5).since(Some(&at(20, 10, 1.0)));
+        assert_eq!(w.periods, Some(70));
+        assert_eq!(w.throttled_periods, Some(70));
+        assert_eq!(w.throttled_seconds, Some(8.5));
+        assert_eq!(w.cpu_pressure_some_seconds, Some(17.0));
+        assert_eq!(w.cpu_pressure_full_seconds, None, "unknown at both edges");
+        assert_eq!(w.throttled_period_share(), Some(1.0));
+        // Created inside the window: counts from zero. Went down: a new cgroup at the path.
+        assert_eq!(at(5, 2, 0.5).since(None).throttled_periods, Some(2));
         assert_eq!(
-            refresh_limits(&layout, REL, &read).throttled_periods,
-            Some(8)
+            at(5, 2, 0.5)
+                .since(Some(&at(50, 20, 5.0)))
+                .throttled_periods,
+            Some(2)
         );
+        let mut sum = at(1, 1, 1.0);
+        sum.add(&at(2, 2, 2.0));
+        assert_eq!(sum, at(3, 3, 3.0));
+    }
+
+    #[test]
+    fn edge_reads_take_only_what_they_are_asked_for() {
+        let tmp = tempfile::tempdir().expect("a temp dir");
+        let layout = CgroupLayout {
+            v2_root: tmp.path().to_path_buf(),
+            v1_roots: HashMap::new(),
+        };
+        let dir = tmp.path().join("a");
+        write_files(
+            &dir,
+            &[
+                (
+                    "cpu.stat",
+                    "nr_periods 10\nnr_throttled 3\nthrottled_usec 2500000\n",
+                ),
+                (
+                    "cpu.pressure",
+                    "some avg10=1.50 avg60=0 avg300=0 total=2000000\n",
+                ),
+            ],
+        );
+        let before = CpuCounters {
+            periods: Some(1),
+            throttled_periods: Some(1),
+            throttled_seconds: Some(0.1),
+            cpu_pressure_some_seconds: Some(0.5),
+            cpu_pressure_full_seconds: None,
+        };
+        let no_throttling = read_cpu_counters(&layout, "/a", &before, false, true);
+        assert_eq!(no_throttling.throttled_periods, Some(1), "carried over");
+        assert_eq!(no_throttling.cpu_pressure_some_seconds, Some(2.0));
+        let both = read_cpu_counters(&layout, "/a", &before, true, false);
+        assert_eq!(both.periods, Some(10));
+        assert_eq!(both.throttled_periods, Some(3));
+        assert_eq!(both.cpu_pressure_some_seconds, Some(0.5), "carried over");
     }
 }
