@@ -10,7 +10,7 @@ use std::{
 
 use stormwatch_common::{
     FutexStats, HotFutexKey, HotFutexValue, LOG2_BUCKETS, LockSiteKey, LockSiteValue, LockStats,
-    Log2Histogram, SchedStats,
+    Log2Histogram, SchedStats, ThreadHandoff,
     net::{CgroupNetStats, NetDropKey, NetDropStats, NetIfKey, NetIfStats},
 };
 
@@ -32,6 +32,8 @@ pub struct Snapshot {
     pub locks: HashMap<u64, LockStats>,
     pub hot_futexes: HashMap<HotFutexKey, HotFutexValue>,
     pub lock_sites: HashMap<LockSiteKey, LockSiteValue>,
+    /// Per thread id: its part in futex hand-offs.
+    pub handoff_threads: HashMap<u32, ThreadHandoff>,
     /// Per cgroup: what its sockets sent and received.
     pub net: HashMap<u64, CgroupNetStats>,
     /// Per interface (namespace inode, ifindex).
@@ -50,6 +52,7 @@ impl Snapshot {
             locks: HashMap::new(),
             hot_futexes: HashMap::new(),
             lock_sites: HashMap::new(),
+            handoff_threads: HashMap::new(),
             net: HashMap::new(),
             net_ifaces: HashMap::new(),
             net_drops: HashMap::new(),
@@ -67,6 +70,7 @@ impl Snapshot {
             locks: locks::read(ebpf)?,
             hot_futexes: futex::read_hot(ebpf)?,
             lock_sites: locks::read_sites(ebpf)?,
+            handoff_threads: futex::read_handoff_threads(ebpf)?,
             net: net::read(ebpf)?,
             net_ifaces: net::read_ifaces(ebpf)?,
             net_drops: net::read_drops(ebpf)?,
@@ -107,6 +111,21 @@ impl Snapshot {
             .collect();
         probes.forget_hot_futexes(&doomed_hot);
         probes.forget_lock_sites(&doomed_sites);
+        // Threads that have exited (an entry that moves belongs to a live thread, so only the
+        // still ones are looked up).
+        let doomed_threads: Vec<u32> = self
+            .handoff_threads
+            .iter()
+            .filter(|(tid, v)| {
+                gone.contains(&v.cgroup_id)
+                    || !std::path::Path::new(&format!("/proc/{}/task/{tid}", v.tgid)).exists()
+            })
+            .map(|(tid, _)| *tid)
+            .collect();
+        futex::forget_handoff_threads(probes.ebpf_mut(), &doomed_threads);
+        for tid in &doomed_threads {
+            self.handoff_threads.remove(tid);
+        }
         for id in gone {
             self.forget_cgroup(*id);
         }
@@ -131,6 +150,7 @@ impl Snapshot {
         self.net.remove(&id);
         self.hot_futexes.retain(|k, _| k.cgroup_id != id);
         self.lock_sites.retain(|k, _| k.cgroup_id != id);
+        self.handoff_threads.retain(|_, v| v.cgroup_id != id);
     }
 }
 
@@ -237,6 +257,8 @@ pub struct Window {
     pub cgroups: HashMap<u64, CgroupWindow>,
     pub hot_futexes: HashMap<HotFutexKey, HotFutexValue>,
     pub lock_sites: HashMap<LockSiteKey, LockSiteValue>,
+    /// Per thread id: its part in futex hand-offs in the window (threads with any).
+    pub handoff_threads: HashMap<u32, ThreadHandoff>,
     /// Interfaces that handled packets in the window.
     pub net_ifaces: HashMap<NetIfKey, NetIfStats>,
     pub net_drops: HashMap<NetDropKey, NetDropStats>,
@@ -288,6 +310,7 @@ impl Window {
             cgroups: HashMap::new(),
             hot_futexes: HashMap::new(),
             lock_sites: HashMap::new(),
+            handoff_threads: HashMap::new(),
             net_ifaces: HashMap::new(),
             net_drops: HashMap::new(),
             counter_regressions: 0,
@@ -321,6 +344,13 @@ impl Window {
         let lock_sites = deltas(&before.lock_sites, &after.lock_sites, &mut regressions)
             .filter(|(_, v)| v.count > 0)
             .collect();
+        let handoff_threads = deltas(
+            &before.handoff_threads,
+            &after.handoff_threads,
+            &mut regressions,
+        )
+        .filter(|(_, v)| v.woken_waits + v.wakes > 0)
+        .collect();
         // The MTU alone changes nothing: only interfaces that handled packets.
         let net_ifaces = deltas(&before.net_ifaces, &after.net_ifaces, &mut regressions)
             .filter(|(_, v)| v.tx.packets + v.rx.packets > 0)
@@ -335,6 +365,7 @@ impl Window {
             cgroups,
             hot_futexes,
             lock_sites,
+            handoff_threads,
             net_ifaces,
             net_drops,
             counter_regressions: regressions,
@@ -359,8 +390,9 @@ impl Window {
         e.cpus.union(&w.cpus);
     }
 
-    /// Adds a later, adjacent window's per-cgroup and network figures only, without its hot
-    /// futexes, call sites and regression count (what the diagnosis rules read).
+    /// Adds a later, adjacent window's per-cgroup, per-thread hand-off and network figures only,
+    /// without its hot futexes, call sites and regression count (what the diagnosis rules
+    /// read).
     pub fn extend_figures(&mut self, later: &Window) {
         self.duration += later.duration;
         self.cgroups
@@ -368,6 +400,7 @@ impl Window {
         for (id, w) in &later.cgroups {
             self.add_cgroup(*id, w);
         }
+        add_all(&mut self.handoff_threads, &later.handoff_threads);
         add_all(&mut self.net_ifaces, &later.net_ifaces);
         add_all(&mut self.net_drops, &later.net_drops);
     }

@@ -12,7 +12,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use stormwatch_common::{
-    FutexStats, HotFutexValue, LockSiteValue, LockStats, Log2Histogram, SchedStats,
+    FutexStats, HotFutexValue, LockSiteValue, LockStats, Log2Histogram, SchedStats, ThreadHandoff,
     net::{CgroupNetStats, NetDirStats, NetDropStats, NetIfStats},
 };
 
@@ -89,6 +89,36 @@ all_u64_counters!(NetDropStats => NetDropStats { packets: 0 });
 
 /// `max_wait_ns` is a maximum since attach, not a counter: a window carries the latest. `comm`
 /// is the first waiter's name.
+/// A thread's hand-off counters; its cgroup and process are the latest ones, not counters.
+impl Counters for ThreadHandoff {
+    const ZERO: Self = ThreadHandoff::ZERO;
+    fn add(&mut self, o: &Self) {
+        let ThreadHandoff {
+            cgroup_id,
+            woken_waits,
+            woken_wait_ns,
+            wakes,
+            tgid,
+            _pad,
+        } = *o;
+        self.woken_waits += woken_waits;
+        self.woken_wait_ns += woken_wait_ns;
+        self.wakes += wakes;
+        if cgroup_id != 0 {
+            self.cgroup_id = cgroup_id;
+            self.tgid = tgid;
+        }
+    }
+    fn since(&self, t: &Self) -> Option<Self> {
+        Some(ThreadHandoff {
+            woken_waits: self.woken_waits.checked_sub(t.woken_waits)?,
+            woken_wait_ns: self.woken_wait_ns.checked_sub(t.woken_wait_ns)?,
+            wakes: self.wakes.checked_sub(t.wakes)?,
+            ..*self
+        })
+    }
+}
+
 impl Counters for HotFutexValue {
     const ZERO: Self = HotFutexValue {
         waits: 0,

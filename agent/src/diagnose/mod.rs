@@ -17,6 +17,7 @@ use crate::{
     host::{Host, Steal},
     identity::{
         limits::{CpuCounters, Limits},
+        runtime::ProcessRuntime,
         workload::Identity,
     },
 };
@@ -53,6 +54,33 @@ pub struct Facts {
     pub futex_seconds: f64,
     /// The host over the window, when known.
     pub host: Option<HostFacts>,
+    /// The futex hand-offs of the window, told apart by who made them (see [`Handoffs`]).
+    pub handoffs: Handoffs,
+    /// The processes whose threads took part in hand-offs, with their runtimes.
+    pub runtimes: Vec<ProcessRuntime>,
+}
+
+/// A container's futex waits that ended in a wake (hand-offs through the kernel), split by the
+/// part their threads played in the window. A lock is handed on by threads that each wait for
+/// it and wake the next waiter when they let go; a pool waiting for work has workers that only
+/// wait and a producer that only wakes; a runtime parks its idle threads itself and wakes them
+/// for work (Go's Ms, HotSpot's compiler, GC and service threads). Only the first make a lock's
+/// queue.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Handoffs {
+    /// Woken waits, and their time, of the threads that both waited for hand-offs and made
+    /// them, outside a runtime's own parking: the lock's hand-offs and its queue.
+    pub lock_waits: u64,
+    pub lock_wait_ns: u64,
+    /// How many threads those were.
+    pub lock_threads: u32,
+    /// Woken waits of threads a runtime parks itself (a Go program's Ms, a JVM's service
+    /// threads): hand-offs of work by the runtime's scheduler.
+    pub runtime_waits: u64,
+    pub runtime_wait_ns: u64,
+    /// Woken waits of threads that only waited (they woke no one): workers waiting for work.
+    pub waiter_only_waits: u64,
+    pub waiter_only_wait_ns: u64,
 }
 
 /// What the rules know of the host over a window.
@@ -98,7 +126,7 @@ impl Facts {
     }
 
     /// A futex figure per second of the span the futex probes watched.
-    fn futex_per_second(&self, v: f64) -> f64 {
+    pub fn futex_per_second(&self, v: f64) -> f64 {
         v / self.futex_seconds.max(1e-9)
     }
 
@@ -124,16 +152,23 @@ impl Facts {
         (threads > 0.0).then(|| (self.futex_waiting_threads() / threads).min(1.0))
     }
 
-    /// Hand-offs through the kernel: futex waits that ended in a wake, per second.
+    /// A lock's hand-offs through the kernel: futex waits that ended in a wake, of threads
+    /// that also woke others ([`Handoffs::lock_waits`]), per second.
     pub fn handoffs_per_second(&self) -> f64 {
-        self.futex_per_second(self.futex.woken_waits as f64)
+        self.futex_per_second(self.handoffs.lock_waits as f64)
     }
 
-    /// Average number of threads queued for a hand-off: time in the futex waits that ended in
-    /// a wake, per second (timed-out and EAGAIN waits left out: an idle thread parked on a
-    /// timer is not queued for anything).
+    /// Average number of threads queued for a lock's hand-off: the time of those waits, per
+    /// second (Little's law). Timed-out and EAGAIN waits are left out (an idle thread parked
+    /// on a timer is not queued for anything), and so are the waits of threads that only wait
+    /// (a pool waiting for work) and of threads a runtime parks itself.
     pub fn queued_threads(&self) -> f64 {
-        self.futex_per_second(self.futex.woken_wait_ns as f64 / 1e9)
+        self.futex_per_second(self.handoffs.lock_wait_ns as f64 / 1e9)
+    }
+
+    /// A runtime's own hand-offs (its parked threads woken for work), per second.
+    pub fn runtime_handoffs_per_second(&self) -> f64 {
+        self.futex_per_second(self.handoffs.runtime_waits as f64)
     }
 
     /// Of the threads' sleep (time blocked, switched out not runnable, until woken), the part
@@ -200,6 +235,7 @@ pub enum Kind {
     CpuThrottling,
     RunqueueSaturation,
     ThreadOversubscription,
+    RuntimeSizing,
     MtuMismatch,
 }
 
@@ -210,6 +246,7 @@ impl Kind {
             Kind::CpuThrottling => "cpu_throttling",
             Kind::RunqueueSaturation => "runqueue_saturation",
             Kind::ThreadOversubscription => "thread_oversubscription",
+            Kind::RuntimeSizing => "runtime_sizing",
             Kind::MtuMismatch => "mtu_mismatch",
         }
     }
@@ -249,6 +286,7 @@ pub struct Thresholds {
     pub storm_high_remote_wakeup_share: f64,
     pub storm_significant_steal_share: f64,
     pub storm_node_sized_min_host_per_allowed_cpu: f64,
+    pub runtime_min_handoffs_per_cpu_second: f64,
     pub throttling_min_throttled_share: f64,
     pub throttling_critical_throttled_share: f64,
     pub runq_min_mean_seconds: f64,
@@ -278,6 +316,7 @@ impl Default for Thresholds {
             storm_high_remote_wakeup_share: STORM_HIGH_REMOTE_WAKEUP_SHARE,
             storm_significant_steal_share: STORM_SIGNIFICANT_STEAL_SHARE,
             storm_node_sized_min_host_per_allowed_cpu: STORM_NODE_SIZED_MIN_HOST_PER_ALLOWED_CPU,
+            runtime_min_handoffs_per_cpu_second: RUNTIME_MIN_HANDOFFS_PER_CPU_SECOND,
             throttling_min_throttled_share: THROTTLING_MIN_THROTTLED_SHARE,
             throttling_critical_throttled_share: THROTTLING_CRITICAL_THROTTLED_SHARE,
             runq_min_mean_seconds: RUNQ_MIN_MEAN_SECONDS,
@@ -293,11 +332,12 @@ impl Default for Thresholds {
 }
 
 /// Every rule, by name: what `diagnose` says it checked.
-pub const RULES: [Kind; 5] = [
+pub const RULES: [Kind; 6] = [
     Kind::LockStorm,
     Kind::CpuThrottling,
     Kind::RunqueueSaturation,
     Kind::ThreadOversubscription,
+    Kind::RuntimeSizing,
     Kind::MtuMismatch,
 ];
 
@@ -360,8 +400,10 @@ pub fn facts(
                 // switch probe did not see it, not "no CPU".
                 cpus_used: Some(w.cpus_used()).filter(|n| *n > 0),
                 futex_seconds: window.duration.as_secs_f64(),
-                // The session adds the host over the same window.
+                // The session adds the host, and tells the hand-offs apart, over the same window.
                 host: None,
+                handoffs: Handoffs::default(),
+                runtimes: Vec::new(),
             })
         })
         .collect()

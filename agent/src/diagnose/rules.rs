@@ -67,6 +67,12 @@ pub mod defaults {
     /// node has CPUs, and the node has at least 4 times the CPUs the container may use: pools
     /// sized from the container's CPUs would be 4 times smaller.
     pub const STORM_NODE_SIZED_MIN_HOST_PER_ALLOWED_CPU: f64 = 4.0;
+    /// A runtime sized for more CPUs than the container may use is a problem worth a finding
+    /// once its scheduler hands work between its parked threads at least this often per second
+    /// per allowed CPU (the storm's saturated hand-off rate): each such hand-off is a futex wake
+    /// and a context switch, paid for threads that cannot run at once anyway. Or when the
+    /// container keeps its CPUs saturated (`STORM_SATURATED_RUNNABLE_PER_CPU`).
+    pub const RUNTIME_MIN_HANDOFFS_PER_CPU_SECOND: f64 = 100.0;
     /// Share of the quota's periods in which it ran out: in 5% of its periods (one in twenty)
     /// the container stands stalled until the period ends, enough to show in tail latency.
     pub const THROTTLING_MIN_THROTTLED_SHARE: f64 = 0.05;
@@ -96,6 +102,7 @@ pub fn check_all(f: &Facts, all: &[Facts], t: &Thresholds) -> Vec<Finding> {
     let is_storm = storm.is_some();
     out.extend(storm);
     out.extend(cpu_throttling(f, t));
+    out.extend(runtime_sizing(f, t));
     out.extend(runqueue_saturation(f, all, t));
     // Oversubscription is the early warning; once it is a storm, the storm says it all.
     if !is_storm {
@@ -146,6 +153,13 @@ pub struct StormFigures {
     pub threads_per_cpu: f64,
     pub queued_threads_per_cpu: f64,
     pub handoffs_per_cpu_second: f64,
+    /// Threads that both waited for hand-offs and made them: the lock's queue is theirs.
+    pub handoff_threads: u32,
+    /// Hand-offs of a runtime's own parked threads (Go's Ms, a JVM's service threads), per
+    /// second per allowed CPU: not a lock's, so not counted above.
+    pub runtime_handoffs_per_cpu_second: f64,
+    /// Hand-offs to threads that woke no one (workers waiting for work), likewise.
+    pub waiter_only_handoffs_per_cpu_second: f64,
     pub futex_blocked_share: f64,
     pub futex_timeout_share: f64,
     pub runnable_per_cpu: f64,
@@ -172,6 +186,11 @@ impl StormFigures {
             threads_per_cpu: threads / allowed,
             queued_threads_per_cpu: f.queued_threads() / allowed,
             handoffs_per_cpu_second: f.handoffs_per_second() / allowed,
+            handoff_threads: f.handoffs.lock_threads,
+            runtime_handoffs_per_cpu_second: f.runtime_handoffs_per_second() / allowed,
+            waiter_only_handoffs_per_cpu_second: f
+                .futex_per_second(f.handoffs.waiter_only_waits as f64)
+                / allowed,
             futex_blocked_share: f.futex_blocked_share().unwrap_or(0.0),
             futex_timeout_share: f.futex.timeouts as f64 / f.futex.wait.count as f64,
             runnable_per_cpu,
@@ -220,6 +239,15 @@ pub fn lock_storm_candidate(f: &Facts, t: &Thresholds) -> bool {
 /// - many of them queued for a hand-off at any moment: the time in futex waits that *ended in
 ///   a wake*, per second and per allowed CPU (`storm_min_queued_threads_per_cpu`). Waits that
 ///   time out (idle pools on timers) or return EAGAIN at once do not count;
+/// - only a lock's hand-offs count, here and in the rate below: the waits of threads that both
+///   waited for hand-offs and made them (each waits for the lock, then wakes the next waiter as
+///   it lets go). Not the waits of threads that only wait (workers of a pool waiting for work,
+///   woken by a producer), nor those of threads a runtime parks itself and wakes for work: a
+///   Go program's threads (its Ms: a goroutine blocked on a `sync.Mutex` is parked by the Go
+///   scheduler and never reaches the kernel, so every futex hand-off of a Go program is its
+///   scheduler's), and a JVM's named service threads (compiler, GC, reference handler, …) —
+///   told by the process's runtime (its build info, `libjvm.so`) and the threads' names
+///   ([`crate::identity::runtime`]);
 /// - their time off the CPU goes to futex waits, not to I/O or sleeps
 ///   (`storm_min_futex_blocked_share`), and few waits time out (`storm_max_timeout_share`);
 /// - the hand-offs are frequent: per allowed CPU, `storm_min_handoffs_per_cpu_second` when the
@@ -540,6 +568,119 @@ fn node_sizing(threads: f64, host_cpus: u32, n: u64) -> String {
     )
 }
 
+/// A runtime sized for more CPUs than the container may use, while that costs it: Go's
+/// `GOMAXPROCS`, the JVM's active processor count (and the GC pool it sized from it), .NET's
+/// processor count — each read from the process (its environment, command line, build info and
+/// threads), never guessed. It costs the container when the runtime's scheduler hands work
+/// between its parked threads often (`runtime_min_handoffs_per_cpu_second` per allowed CPU),
+/// or when the container keeps its CPUs saturated: then more threads than CPUs only take turns.
+pub fn runtime_sizing(f: &Facts, t: &Thresholds) -> Option<Finding> {
+    let allowed = f.allowed_cpus();
+    let n = allowed.ceil().max(1.0) as u32;
+    let runtime_rate = f.runtime_handoffs_per_second() / allowed;
+    let saturated = f.runnable_threads() / allowed >= t.storm_saturated_runnable_per_cpu;
+    if !(saturated || runtime_rate >= t.runtime_min_handoffs_per_cpu_second) {
+        return None;
+    }
+    let mut sized: Vec<String> = Vec::new();
+    let mut recs: Vec<String> = Vec::new();
+    let mut largest = 0u32;
+    for p in &f.runtimes {
+        let version = match &p.runtime {
+            crate::identity::runtime::Runtime::Go { version } => version.clone(),
+            _ => None,
+        };
+        let what = format!(
+            "{} process {} ({}{})",
+            runtime_label(&p.runtime),
+            p.tgid,
+            p.comm,
+            version
+                .as_deref()
+                .map(|v| format!(", {v}"))
+                .unwrap_or_default()
+        );
+        if let Some(c) = p.cpus.as_ref().filter(|c| c.value > n) {
+            largest = largest.max(c.value);
+            sized.push(match c.source {
+                "affinity" => format!(
+                    "{what} runs {} = {} (the CPUs it may run on: before Go 1.25 the runtime                      does not read the CPU limit)",
+                    c.name, c.value
+                ),
+                source => format!("{what} runs {}={} (from its {source})", c.name, c.value),
+            });
+            recs.push(runtime_fix(&p.runtime, c.name, c.source, n));
+        } else if let Some(gc) = p.gc_threads.filter(|g| *g > n) {
+            largest = largest.max(gc);
+            sized.push(format!(
+                "{what} runs {gc} GC worker threads: it sized its pools from {gc} or more CPUs"
+            ));
+            recs.push(format!(
+                "Give the JVM the container's CPU count: -XX:ActiveProcessorCount={n} (its GC,                  JIT and ForkJoin pools follow it), or -XX:ParallelGCThreads={n} and                  -XX:ConcGCThreads where they are set by hand; check that container support is                  on (-XX:+UseContainerSupport, the default since JDK 10)."
+            ));
+        }
+    }
+    if sized.is_empty() {
+        return None;
+    }
+    let mut e = BTreeMap::new();
+    e.insert("runtime_handoffs_per_cpu_second", runtime_rate);
+    e.insert("runtime_cpus", f64::from(largest));
+    e.insert("runnable_per_cpu", f.runnable_threads() / allowed);
+    limits_evidence(f, &mut e);
+    let mut summary = format!(
+        "runtime sized for {largest} CPUs on {allowed:.1} usable: {}",
+        sized.join("; ")
+    );
+    if runtime_rate > 0.0 {
+        summary.push_str(&format!(
+            "; its scheduler wakes parked threads {runtime_rate:.0} times/s per CPU to hand work              around (futex hand-offs of work, not of a lock)"
+        ));
+    }
+    if saturated {
+        summary.push_str("; the container keeps its CPUs saturated");
+    }
+    let mut found = finding(f, Kind::RuntimeSizing, Severity::Warning, summary, e, recs);
+    found.context.insert(
+        "runtimes",
+        f.runtimes
+            .iter()
+            .map(|p| format!("{}:{}", p.tgid, runtime_label(&p.runtime)))
+            .collect::<Vec<_>>()
+            .join(","),
+    );
+    Some(found)
+}
+
+fn runtime_label(r: &crate::identity::runtime::Runtime) -> &'static str {
+    use crate::identity::runtime::Runtime;
+    match r {
+        Runtime::Go { .. } => "Go",
+        Runtime::Jvm => "JVM",
+        Runtime::DotNet => ".NET",
+        Runtime::Native => "native",
+    }
+}
+
+fn runtime_fix(r: &crate::identity::runtime::Runtime, name: &str, source: &str, n: u32) -> String {
+    use crate::identity::runtime::Runtime;
+    match r {
+        Runtime::Go { .. } if source == "environment" => format!(
+            "Set GOMAXPROCS={n}, or unset it on Go 1.25 and later, which read the container's              CPU limit themselves (older: go.uber.org/automaxprocs): {name} above the CPUs it              may use only adds Ms that park and wake to pass goroutines around."
+        ),
+        Runtime::Go { .. } => format!(
+            "Set GOMAXPROCS={n}, or build with Go 1.25 or later, which reads the container's CPU              limit (older: go.uber.org/automaxprocs)."
+        ),
+        Runtime::Jvm => format!(
+            "Set -XX:ActiveProcessorCount={n} (or remove the flag: with container support the              JVM reads the CPU limit itself); its GC, JIT and ForkJoin pools follow it."
+        ),
+        Runtime::DotNet => format!(
+            "Set DOTNET_PROCESSOR_COUNT={n}, or unset it: .NET reads the container's CPU limit              itself."
+        ),
+        Runtime::Native => format!("Size the program's pools to {n} CPU(s)."),
+    }
+}
+
 /// CFS throttling that stalls the container.
 ///
 /// Judged on the share of the quota's enforcement periods in which the quota ran out (the
@@ -747,6 +888,7 @@ fn lock_context(f: &Facts, t: &Thresholds) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::diagnose::Handoffs;
     use crate::diagnose::{HostFacts, diagnose};
     use crate::identity::limits::CpuCounters;
     use stormwatch_common::{FutexStats, LockStats, Log2Histogram, SchedStats, lock_kind};
@@ -771,6 +913,8 @@ mod tests {
             cpus_used: None,
             futex_seconds: 10.0,
             host: None,
+            handoffs: Handoffs::default(),
+            runtimes: Vec::new(),
         }
     }
 
@@ -796,8 +940,8 @@ mod tests {
         f.futex.wait.count = 300_000;
         // 290,000 of them ended in a wake: 14,500 hand-offs/s per CPU, 11.5 threads per CPU
         // queued for them.
-        f.futex.woken_waits = 290_000;
-        f.futex.woken_wait_ns = 230 * S;
+        f.handoffs.lock_waits = 290_000;
+        f.handoffs.lock_wait_ns = 230 * S;
         f.locks.count[lock_kind::SPIN] = 50_000;
         f.locks.wait_ns[lock_kind::SPIN] = S / 2;
         f
@@ -867,8 +1011,8 @@ mod tests {
             f.futex.wait.record(16 * S); // 16,000 s of waiting in 10 s: 1,600 threads
         }
         f.futex.wait.count = 400_000;
-        f.futex.woken_waits = 390_000;
-        f.futex.woken_wait_ns = 15_000 * S;
+        f.handoffs.lock_waits = 390_000;
+        f.handoffs.lock_wait_ns = 15_000 * S;
         f.sched.offcpu_ns = 17_000 * S;
         f.remote_wakeup_share = Some(0.85);
         f.cpus_used = Some(host_cpus);
@@ -1037,6 +1181,61 @@ mod tests {
         assert!(!h.evidence.contains_key("steal_share"));
     }
 
+    /// The same kernel figures, but every hand-off made by a runtime's own parked threads (a Go
+    /// program's Ms) or to workers that only wait: no lock's queue, no storm. A Go runtime sized
+    /// above the CPUs is named instead, with its flag.
+    #[test]
+    fn hand_offs_of_work_are_not_a_lock() {
+        use crate::identity::runtime::{CpuSetting, ProcessRuntime, Runtime};
+        let t = Thresholds::default();
+        let lock = storm();
+        let mut go = storm();
+        go.handoffs.runtime_waits = go.handoffs.lock_waits;
+        go.handoffs.runtime_wait_ns = go.handoffs.lock_wait_ns;
+        go.handoffs.lock_waits = 0;
+        go.handoffs.lock_wait_ns = 0;
+        assert!(lock_storm(&lock, &t).is_some());
+        assert!(lock_storm(&go, &t).is_none(), "a runtime's hand-offs");
+        assert!(
+            runtime_sizing(&go, &t).is_none(),
+            "no runtime known to be sized wrong"
+        );
+        go.runtimes = vec![ProcessRuntime {
+            tgid: 42,
+            comm: "server".into(),
+            runtime: Runtime::Go {
+                version: Some("go1.26.8".into()),
+            },
+            cpus: Some(CpuSetting {
+                name: "GOMAXPROCS",
+                value: 16,
+                source: "environment",
+            }),
+            gc_threads: None,
+            threads: Some(20),
+        }];
+        let found = runtime_sizing(&go, &t).expect("sized for 16 CPUs on 2");
+        assert!(
+            found
+                .summary
+                .contains("GOMAXPROCS=16 (from its environment)")
+                && found.summary.contains("14500 times/s per CPU"),
+            "{}",
+            found.summary
+        );
+        assert!(found.recommendations[0].contains("Set GOMAXPROCS=2"));
+        let mut right = go.clone();
+        right.runtimes[0].cpus.as_mut().unwrap().value = 2;
+        assert!(runtime_sizing(&right, &t).is_none(), "sized to the CPUs");
+        let mut pool = storm();
+        pool.handoffs.waiter_only_waits = pool.handoffs.lock_waits;
+        pool.handoffs.waiter_only_wait_ns = pool.handoffs.lock_wait_ns;
+        pool.handoffs.lock_waits = 0;
+        pool.handoffs.lock_wait_ns = 0;
+        let s = StormFigures::of(&pool, &t).unwrap();
+        assert!(!s.lock_storm && s.waiter_only_handoffs_per_cpu_second > 14_000.0);
+    }
+
     #[test]
     fn each_storm_condition_is_required() {
         let t = Thresholds::default();
@@ -1044,10 +1243,10 @@ mod tests {
         few_threads.threads = Some(6);
         assert!(lock_storm(&few_threads, &t).is_none(), "3 threads per CPU");
         let mut slow = storm();
-        slow.futex.woken_waits = 1000; // 50 hand-offs/s per CPU
+        slow.handoffs.lock_waits = 1000; // 50 hand-offs/s per CPU
         assert!(lock_storm(&slow, &t).is_none(), "slow hand-offs");
         let mut short_queue = storm();
-        short_queue.futex.woken_wait_ns = 20 * S; // 1 thread per CPU queued
+        short_queue.handoffs.lock_wait_ns = 20 * S; // 1 thread per CPU queued
         assert!(lock_storm(&short_queue, &t).is_none(), "short queue");
         let mut io_bound = storm();
         io_bound.sched.offcpu_ns = 1000 * S; // blocked mostly outside futexes
@@ -1057,10 +1256,10 @@ mod tests {
         let mut pool = storm();
         pool.sched.oncpu_ns = 2 * S;
         pool.sched.runq = Log2Histogram::ZERO;
-        pool.futex.woken_waits = 10_000; // 500/s per CPU
+        pool.handoffs.lock_waits = 10_000; // 500/s per CPU
         assert!(lock_storm(&pool, &t).is_none(), "a pool waiting for work");
         let mut convoy = pool.clone();
-        convoy.futex.woken_waits = 80_000; // 4,000/s per CPU
+        convoy.handoffs.lock_waits = 80_000; // 4,000/s per CPU
         let found = lock_storm(&convoy, &t).expect("a convoy");
         assert!(found.summary.contains("convoy"), "{}", found.summary);
         assert_eq!(found.evidence["required_handoffs_per_cpu_second"], 1000.0);
@@ -1204,8 +1403,8 @@ mod tests {
         let rec = |f: &Facts| thread_oversubscription(f, &t).unwrap().recommendations[1].clone();
         assert!(rec(&f).starts_with("No futex waits"), "{}", rec(&f));
         f.futex.wait.count = 100;
-        f.futex.woken_waits = 100;
-        f.futex.woken_wait_ns = S;
+        f.handoffs.lock_waits = 100;
+        f.handoffs.lock_wait_ns = S;
         assert!(
             rec(&f).starts_with("Not a lock storm: 5 futex hand-offs/s per CPU"),
             "{}",

@@ -31,9 +31,12 @@ use stormwatch_common::net::NetIfKey;
 use crate::{
     collect::{CgroupWindow, Window},
     host::{CpuTicks, Host, Steal, read_cpu_ticks, ticks_per_second},
-    identity::limits::{
-        CgroupLayout, CpuCounters, Limits, read_cpu_counters, read_limits, read_threads,
-        refresh_limits,
+    identity::{
+        limits::{
+            CgroupLayout, CpuCounters, Limits, read_cpu_counters, read_limits, read_threads,
+            refresh_limits,
+        },
+        runtime::{ProcessRuntime, RuntimeCache, is_service_thread, parks_in_its_scheduler},
     },
     netinfo::{
         NetState, NetWatch,
@@ -44,7 +47,7 @@ use crate::{
 };
 
 use super::{
-    Facts, Finding, HostFacts, Thresholds, diagnose,
+    Facts, Finding, Handoffs, HostFacts, Thresholds, diagnose,
     network::{diagnose_network, net_facts, packets_did_not_fit},
     sort_findings,
 };
@@ -265,6 +268,8 @@ pub struct Session {
     pub edge_reads: u64,
     /// What the network inventory may reuse between diagnosis steps.
     inventory: std::sync::Mutex<InventoryCache>,
+    /// The runtimes of the processes seen in hand-offs, and their threads' names.
+    runtimes: std::sync::Mutex<RuntimeCache>,
     /// Whether, and since when, the futex probes are attached.
     futex_watch: FutexWatch,
     /// When the last tick was read.
@@ -324,6 +329,7 @@ impl Session {
                     .as_ref()
                     .map_or(Duration::ZERO, |n| n.inventory_max_age),
             )),
+            runtimes: std::sync::Mutex::new(RuntimeCache::default()),
             futex_watch: FutexWatch::Always,
             last_tick: None,
             options,
@@ -601,9 +607,18 @@ impl Session {
                 .min(window_seconds),
             _ => 0.0,
         };
+        let mut runtimes = self
+            .runtimes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut handoffs = tell_handoffs_apart(window, &mut runtimes);
         for f in &mut all {
             f.host = Some(host.clone());
             f.futex_seconds = futex_seconds;
+            if let Some((h, procs)) = handoffs.remove(&f.cgroup_id) {
+                f.handoffs = h;
+                f.runtimes = procs;
+            }
         }
         all
     }
@@ -696,6 +711,56 @@ pub struct Judgement {
     /// Packets did not fit somewhere ([`packets_did_not_fit`]): what the per-packet network
     /// probes attach on.
     pub packets_did_not_fit: bool,
+}
+
+/// Splits each cgroup's hand-offs in `window` by the part their threads played (see
+/// [`Handoffs`]): a thread of a runtime that parks its threads itself (Go), or one of a
+/// runtime's named service threads (HotSpot's), is the runtime's; a thread that both waited for
+/// hand-offs and made them is a lock's; one that only waited is a worker waiting for work.
+/// Returns, per cgroup, the split and the processes involved. Reads each new process's runtime
+/// and each new thread's name once (cached); forgets those no longer in the window.
+fn tell_handoffs_apart(
+    window: &Window,
+    cache: &mut RuntimeCache,
+) -> HashMap<u64, (Handoffs, Vec<ProcessRuntime>)> {
+    let mut out: HashMap<u64, (Handoffs, Vec<ProcessRuntime>)> = HashMap::new();
+    let mut seen: HashMap<u64, HashSet<u32>> = HashMap::new();
+    for (tid, t) in &window.handoff_threads {
+        if t.woken_waits == 0 {
+            continue;
+        }
+        let runtime = cache.process(t.tgid).map(|p| p.runtime.clone());
+        let (h, procs) = out.entry(t.cgroup_id).or_default();
+        if seen.entry(t.cgroup_id).or_default().insert(t.tgid)
+            && let Some(p) = cache.process(t.tgid)
+        {
+            procs.push(p.clone());
+        }
+        let runtime_thread = runtime.as_ref().is_some_and(|r| {
+            parks_in_its_scheduler(r)
+                || cache
+                    .thread_name(t.tgid, *tid)
+                    .is_some_and(|name| is_service_thread(r, name))
+        });
+        if runtime_thread {
+            h.runtime_waits += t.woken_waits;
+            h.runtime_wait_ns += t.woken_wait_ns;
+        } else if t.wakes > 0 {
+            h.lock_waits += t.woken_waits;
+            h.lock_wait_ns += t.woken_wait_ns;
+            h.lock_threads += 1;
+        } else {
+            h.waiter_only_waits += t.woken_waits;
+            h.waiter_only_wait_ns += t.woken_wait_ns;
+        }
+    }
+    let tgids: HashSet<u32> = window.handoff_threads.values().map(|t| t.tgid).collect();
+    let tids: HashSet<u32> = window.handoff_threads.keys().copied().collect();
+    cache.retain(&tgids, &tids);
+    for (_, procs) in out.values_mut() {
+        procs.sort_by_key(|p| p.tgid);
+    }
+    out
 }
 
 /// How often a cgroup's full limits are re-read: more often with a quota, whose throttling

@@ -22,6 +22,7 @@ pub mod kubelet;
 pub mod limits;
 pub mod mountinfo;
 pub mod netns;
+pub mod runtime;
 pub mod workload;
 
 use std::{

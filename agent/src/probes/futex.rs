@@ -4,7 +4,9 @@
 use std::collections::HashMap;
 
 use aya::Ebpf;
-use stormwatch_common::{FutexStats, HotFutexKey, HotFutexValue, globals, maps, programs};
+use stormwatch_common::{
+    FutexStats, HotFutexKey, HotFutexValue, ThreadHandoff, globals, maps, programs,
+};
 
 use super::{
     KernelFacts, ProbeFamily, ProbeStatus, attach_classic, read_per_cpu_hash, remove_per_cpu_keys,
@@ -145,6 +147,29 @@ pub fn read_hot(ebpf: &Ebpf) -> anyhow::Result<HashMap<HotFutexKey, HotFutexValu
         comm: [0; 16],
     };
     read_per_cpu_hash(ebpf, maps::HOT_FUTEXES, zero, |t, v| t.add(v))
+}
+
+/// Each thread's part in hand-offs, by thread id (cumulative since its entry was made).
+pub fn read_handoff_threads(ebpf: &Ebpf) -> anyhow::Result<HashMap<u32, ThreadHandoff>> {
+    let map = ebpf
+        .map(maps::HANDOFF_THREADS)
+        .ok_or_else(|| anyhow::anyhow!("map {} missing from the object", maps::HANDOFF_THREADS))?;
+    let map = aya::maps::HashMap::<_, u32, ThreadHandoff>::try_from(map)?;
+    // An entry deleted between the key walk and its lookup is simply not there.
+    Ok(map.iter().filter_map(Result::ok).collect())
+}
+
+/// Deletes the hand-off entries of threads that have exited.
+pub fn forget_handoff_threads(ebpf: &mut Ebpf, tids: &[u32]) {
+    let Some(map) = ebpf.map_mut(maps::HANDOFF_THREADS) else {
+        return;
+    };
+    let Ok(mut map) = aya::maps::HashMap::<_, u32, ThreadHandoff>::try_from(map) else {
+        return;
+    };
+    for tid in tids {
+        let _ = map.remove(tid);
+    }
 }
 
 /// Forgets removed cgroups (by key).

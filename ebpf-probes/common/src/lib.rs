@@ -34,6 +34,9 @@ pub mod maps {
     pub const HOT_FUTEXES: &str = "HOT_FUTEXES";
     /// Task storage: thread → [`crate::FutexInflight`], the futex syscall in progress.
     pub const FUTEX_INFLIGHT: &str = "FUTEX_INFLIGHT";
+    /// Hash: thread id (u32) → [`crate::ThreadHandoff`], each thread's part in futex hand-offs
+    /// (written only by the thread's own futex exits); the agent deletes exited threads.
+    pub const HANDOFF_THREADS: &str = "HANDOFF_THREADS";
     /// Array (one slot): u32, the futex probes' attach epoch. The agent raises it before each
     /// attach of the on-demand futex probes; an entry kept in an earlier epoch (its exit ran
     /// while the probes were detached) is then never paired with a later exit.
@@ -393,10 +396,13 @@ pub enum ProbeError {
     /// Classic tracepoints only: a wake-up could not be kept until its thread's switch-out
     /// (`PENDING_WAKEUPS` full): that wake's off-CPU and run-queue time are not credited.
     PendingWakeupFull = 10,
+    /// A thread's hand-off entry could not be created (`HANDOFF_THREADS` full): its part in
+    /// hand-offs is not told apart (the cgroup's futex figures still count it).
+    HandoffThreadsFull = 11,
 }
 
 impl ProbeError {
-    pub const COUNT: u32 = 11;
+    pub const COUNT: u32 = 12;
     pub const ALL: [ProbeError; Self::COUNT as usize] = [
         Self::CgroupMapFull,
         Self::TaskStorageBusy,
@@ -409,6 +415,7 @@ impl ProbeError {
         Self::LockStackFailed,
         Self::LockSiteFull,
         Self::PendingWakeupFull,
+        Self::HandoffThreadsFull,
     ];
 
     pub const fn name(self) -> &'static str {
@@ -424,6 +431,7 @@ impl ProbeError {
             Self::LockStackFailed => "lock_stack_failed",
             Self::LockSiteFull => "lock_site_full",
             Self::PendingWakeupFull => "pending_wakeup_full",
+            Self::HandoffThreadsFull => "handoff_threads_full",
         }
     }
 }
@@ -546,6 +554,34 @@ pub struct HotFutexValue {
     pub comm: [u8; 16],
 }
 
+/// One thread's part in futex hand-offs since its entry was made: the waits of its that ended
+/// in a wake, and its wakes that woke a waiter (or handed on a PI lock). A lock's hand-offs
+/// are made by threads that do both — each waits for the lock, then wakes the next waiter when
+/// it lets go — where a pool waiting for work has threads that only wait and a producer that
+/// only wakes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ThreadHandoff {
+    /// The cgroup the thread was in at its latest counted call.
+    pub cgroup_id: u64,
+    pub woken_waits: u64,
+    pub woken_wait_ns: u64,
+    pub wakes: u64,
+    pub tgid: u32,
+    pub _pad: u32,
+}
+
+impl ThreadHandoff {
+    pub const ZERO: Self = Self {
+        cgroup_id: 0,
+        woken_waits: 0,
+        woken_wait_ns: 0,
+        wakes: 0,
+        tgid: 0,
+        _pad: 0,
+    };
+}
+
 // ---- kernel locks -------------------------------------------------------------------------
 
 /// `lock:contention_begin` flags (include/trace/events/lock.h).
@@ -661,6 +697,7 @@ mod user {
     unsafe impl aya::Pod for SchedCache {}
     unsafe impl aya::Pod for FutexStats {}
     unsafe impl aya::Pod for FutexInflight {}
+    unsafe impl aya::Pod for ThreadHandoff {}
     unsafe impl aya::Pod for HotFutexKey {}
     unsafe impl aya::Pod for HotFutexValue {}
     unsafe impl aya::Pod for LockStats {}
@@ -695,6 +732,7 @@ mod tests {
         assert_eq!(size_of::<FutexInflight>(), 8 * 2 + 4 * 2);
         assert_eq!(size_of::<HotFutexKey>(), 8 * 2 + 4 * 2);
         assert_eq!(size_of::<HotFutexValue>(), 8 * 3 + 16);
+        assert_eq!(size_of::<ThreadHandoff>(), 8 * 4 + 4 * 2);
         assert_eq!(size_of::<LockStats>(), 8 * 2 * lock_kind::COUNT);
         assert_eq!(size_of::<LockInflight>(), 8 * 2 + 4 * 2);
         assert_eq!(size_of::<LockSiteKey>(), 8 + 4 * 2);

@@ -19,22 +19,27 @@ use aya_ebpf::{
         bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user,
     },
     macros::{btf_map, map, tracepoint},
-    maps::{Array, PerCpuHashMap},
+    maps::{Array, HashMap, PerCpuHashMap},
     programs::TracePointContext,
 };
 use stormwatch_common::{
-    FutexInflight, FutexStats, HotFutexKey, HotFutexValue, ProbeError, futex_class, futex_op_class,
+    FutexInflight, FutexStats, HotFutexKey, HotFutexValue, ProbeError, ThreadHandoff, futex_class,
+    futex_op_class,
 };
 
 use crate::shared::{
-    BPF_F_NO_PREALLOC, TaskStorage, count_error, current_task, global_u32, per_cpu_slot,
-    task_cgroup_id,
+    BPF_F_NO_PREALLOC, BPF_NOEXIST, TaskStorage, count_error, current_task, global_u32,
+    per_cpu_slot, task_cgroup_id,
 };
 
 const MAX_CGROUPS: u32 = 4096;
 /// Distinct (cgroup, process, futex word) entries kept. The agent deletes the entries of exited
 /// processes and of words idle for a while; an entry that does not fit is counted.
 const MAX_HOT_FUTEXES: u32 = 8192;
+
+/// Threads with a hand-off entry. The agent deletes the entries of threads that have exited;
+/// one that does not fit is counted.
+const MAX_HANDOFF_THREADS: u32 = 16384;
 
 const ETIMEDOUT: i64 = 110;
 const EAGAIN: i64 = 11;
@@ -55,6 +60,14 @@ static FUTEX_EPOCH: Array<u32> = Array::with_max_entries(1, 0);
 fn epoch() -> u32 {
     FUTEX_EPOCH.get(0).copied().unwrap_or(0).max(1)
 }
+
+/// Each thread's part in hand-offs. Only the thread itself writes its entry (at its own futex
+/// exits), so plain increments are exact. Not preallocated: memory follows the threads that
+/// take part in hand-offs, and only hand-offs (a wait that ended in a wake, a wake that woke)
+/// touch it.
+#[map(name = "HANDOFF_THREADS")]
+static HANDOFF_THREADS: HashMap<u32, ThreadHandoff> =
+    HashMap::with_max_entries(MAX_HANDOFF_THREADS, BPF_F_NO_PREALLOC);
 
 #[btf_map(name = "FUTEX_INFLIGHT")]
 static FUTEX_INFLIGHT: TaskStorage<FutexInflight> = TaskStorage::new();
@@ -229,6 +242,7 @@ fn exit(ret: i64) {
             if ret == 0 {
                 stats.woken_waits += 1;
                 stats.woken_wait_ns += waited;
+                record_handoff(cgroup_id, Some(waited));
             } else if ret == -ETIMEDOUT {
                 stats.timeouts += 1;
             } else if ret == -EAGAIN {
@@ -242,9 +256,50 @@ fn exit(ret: i64) {
             stats.wakes += 1;
             if ret > 0 {
                 stats.woken += ret as u64;
+                record_handoff(cgroup_id, None);
             }
         }
-        _ => stats.wakes += 1,
+        _ => {
+            // Requeues (their count of waiters woken or moved) and FUTEX_UNLOCK_PI (0 on
+            // success; glibc calls it only when the lock has waiters): the lock handed on.
+            stats.wakes += 1;
+            if ret >= 0 {
+                record_handoff(cgroup_id, None);
+            }
+        }
+    }
+}
+
+/// Credits the current thread's part in a hand-off: a wait that ended in a wake (`Some` of its
+/// length), or a wake that woke a waiter (`None`).
+#[inline(always)]
+fn record_handoff(cgroup_id: u64, woken_wait_ns: Option<u64>) {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tid = pid_tgid as u32;
+    let v = match HANDOFF_THREADS.get_ptr_mut(&tid) {
+        Some(v) => v,
+        None => {
+            let mut zero = ThreadHandoff::ZERO;
+            zero.tgid = (pid_tgid >> 32) as u32;
+            let _ = HANDOFF_THREADS.insert(&tid, &zero, BPF_NOEXIST);
+            match HANDOFF_THREADS.get_ptr_mut(&tid) {
+                Some(v) => v,
+                None => {
+                    count_error(ProbeError::HandoffThreadsFull);
+                    return;
+                }
+            }
+        }
+    };
+    // SAFETY: the entry of the current thread, which only this thread writes.
+    let v = unsafe { &mut *v };
+    v.cgroup_id = cgroup_id;
+    match woken_wait_ns {
+        Some(ns) => {
+            v.woken_waits += 1;
+            v.woken_wait_ns += ns;
+        }
+        None => v.wakes += 1,
     }
 }
 
