@@ -30,11 +30,12 @@ const STORM_WORK: &str = "2000";
 /// Exit status of `diagnose` with findings.
 const EXIT_FINDINGS: i32 = 3;
 /// The scheduler and lock rules every diagnosis must have checked.
-const RULES: [&str; 4] = [
+const RULES: [&str; 5] = [
     "lock_storm",
     "cpu_throttling",
     "runqueue_saturation",
     "thread_oversubscription",
+    "runtime_sizing",
 ];
 
 /// A finished diagnosis: exit status and JSON document.

@@ -142,6 +142,7 @@ fn every_finding_kind_has_an_alert() {
         "cpu_throttling",
         "runqueue_saturation",
         "thread_oversubscription",
+        "runtime_sizing",
         "mtu_mismatch",
     ];
     want.sort_unstable();
