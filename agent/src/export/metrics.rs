@@ -1062,6 +1062,103 @@ mod tests {
         assert!(!text.contains("stormwatch_host_numa_nodes"));
     }
 
+    /// Every family the exporter writes, on a fixed state with every figure (cgroups, findings,
+    /// the host, the network, the agent's own): the exposition, in both formats, is compared
+    /// byte for byte with the one kept in `testdata/` — a change of name, help, type, label or
+    /// value anywhere shows. The agent's process figures (read from /proc at each rendering)
+    /// are left out. `STORMWATCH_BLESS=1` rewrites the files after an intended change.
+    #[test]
+    fn the_exposition_is_the_golden_one() {
+        use crate::export::network::{InterfaceInfo, Owner};
+        use std::collections::HashSet;
+        use stormwatch_common::net::{NetDropKey, NetDropStats, NetIfKey, NetIfStats, len_bucket};
+        let e = exporter();
+        {
+            let mut e = e.lock().unwrap();
+            e.host = Some(crate::host::Host {
+                cpus: 56,
+                hypervisor: Some("kvm".into()),
+                numa_nodes: Some(2),
+                kernel: "6.18.0-1-amd64".into(),
+            });
+            e.host_steal_seconds = Some(12.34);
+            let pod = NetIfKey {
+                netns: 7,
+                ifindex: 2,
+            };
+            let mut s = NetIfStats::ZERO;
+            s.tx.packets = 10;
+            s.tx.bytes = 1000;
+            s.tx.len[len_bucket::AT_MTU] = 4;
+            s.tx.len[2] = 6;
+            s.rx.packets = 3;
+            s.mtu = 1450;
+            let mut window = Window::empty();
+            window.net_ifaces.insert(pod, s);
+            window.net_drops.insert(
+                NetDropKey {
+                    netns: 7,
+                    ifindex: 2,
+                    reason: 2,
+                    _pad: 0,
+                },
+                NetDropStats { packets: 6 },
+            );
+            let owner = Owner {
+                cgroup: "/kubepods/pod1/c1".into(),
+                labels: Labels {
+                    namespace: "shop".into(),
+                    pod: "web-1".into(),
+                    container: "app".into(),
+                },
+            };
+            e.network
+                .apply(&window, &HashSet::from([pod]), HashMap::from([(7, owner)]));
+            e.network.inventory.insert(
+                pod,
+                InterfaceInfo {
+                    name: "eth0".into(),
+                    kind: "vxlan".into(),
+                    mtu: 1450,
+                    encapsulation_overhead: Some(50),
+                    underlay_path_mtu: Some(1500),
+                },
+            );
+        }
+        let om = Renderer::new(e).openmetrics();
+        let keep = |t: &str| {
+            t.lines()
+                .filter(|l| !l.contains("process_"))
+                .map(|l| format!("{l}\n"))
+                .collect::<String>()
+        };
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/export/testdata");
+        for (file, text) in [
+            ("metrics.openmetrics.golden", keep(&om)),
+            ("metrics.classic.golden", keep(&classic::from_openmetrics(&om))),
+        ] {
+            let path = dir.join(file);
+            if std::env::var_os("STORMWATCH_BLESS").is_some() {
+                std::fs::write(&path, &text).unwrap();
+            }
+            let want = std::fs::read_to_string(&path)
+                .unwrap_or_else(|e| panic!("{}: {e} (STORMWATCH_BLESS=1 writes it)", path.display()));
+            if text != want {
+                let first = text
+                    .lines()
+                    .zip(want.lines())
+                    .position(|(a, b)| a != b)
+                    .unwrap_or(text.lines().count().min(want.lines().count()));
+                panic!(
+                    "{file} differs from the exposition at line {}: got {:?}, want {:?}",
+                    first + 1,
+                    text.lines().nth(first),
+                    want.lines().nth(first)
+                );
+            }
+        }
+    }
+
     #[test]
     fn missing_probes_mean_missing_families_not_zeros() {
         let e = exporter();

@@ -52,7 +52,7 @@ pub struct NetworkSeries {
     /// Network namespace inode → owner.
     owners: HashMap<u32, Owner>,
     /// The last inventory, by (namespace inode, ifindex).
-    inventory: BTreeMap<NetIfKey, InterfaceInfo>,
+    pub(crate) inventory: BTreeMap<NetIfKey, InterfaceInfo>,
 }
 
 impl NetworkSeries {
