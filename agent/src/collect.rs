@@ -184,6 +184,24 @@ impl CgroupWindow {
             || self.locks != LockStats::ZERO
     }
 
+    /// Adds a later, adjacent window's figures of the same cgroup. Every field is named, so
+    /// that a field added to the struct cannot be left out of the sum (the compiler asks for
+    /// it here); [`Window`] and the exporter's totals both add through this.
+    pub fn add(&mut self, later: &CgroupWindow) {
+        let CgroupWindow {
+            sched,
+            futex,
+            locks,
+            net,
+            cpus,
+        } = later;
+        self.sched.add(sched);
+        self.futex.add(futex);
+        self.locks.add(locks);
+        self.net.add(net);
+        self.cpus.union(cpus);
+    }
+
     /// Distinct CPUs the cgroup's threads ran on in the window.
     pub fn cpus_used(&self) -> u32 {
         self.cpus.len()
@@ -382,12 +400,7 @@ impl Window {
 
     /// Adds one cgroup's figures over a later, adjacent window.
     pub fn add_cgroup(&mut self, id: u64, w: &CgroupWindow) {
-        let e = self.cgroups.entry(id).or_insert(CgroupWindow::ZERO);
-        e.sched.add(&w.sched);
-        e.futex.add(&w.futex);
-        e.locks.add(&w.locks);
-        e.net.add(&w.net);
-        e.cpus.union(&w.cpus);
+        self.cgroups.entry(id).or_insert(CgroupWindow::ZERO).add(w);
     }
 
     /// Adds a later, adjacent window's per-cgroup, per-thread hand-off and network figures only,

@@ -83,6 +83,21 @@ pub fn run() -> Result<()> {
             .with_context(|| format!("reading deploy/{source}"))?;
         write_if_changed(&deploy.join(copy), &text)?;
     }
+    // The metric reference of agent/METRICS.md is generated from the agent's family table by
+    // the unit test that checks it, blessed.
+    say("regenerating agent/METRICS.md's metric reference from the family table");
+    crate::run_cmd(
+        crate::cargo()
+            .args([
+                "test",
+                "--quiet",
+                "--package",
+                "stormwatch",
+                "--lib",
+                "export::families::tests::the_metric_reference_is_generated_from_the_families",
+            ])
+            .env("STORMWATCH_BLESS", "1"),
+    )?;
     Ok(())
 }
 

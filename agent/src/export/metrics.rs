@@ -15,14 +15,13 @@ use std::{
 use prometheus_client::{
     collector::Collector,
     encoding::{DescriptorEncoder, EncodeLabelSet, MetricEncoder, NoLabelSet},
-    metrics::MetricType,
     registry::Registry,
 };
-use stormwatch_common::{Log2Histogram, lock_kind};
+use stormwatch_common::Log2Histogram;
 
 use super::{
     Rendered,
-    state::{DurationHistogram, Exporter, SEVERITIES, Series},
+    state::{DurationHistogram, Exporter, Series},
 };
 use crate::collect::bucket_upper_ns;
 
@@ -80,14 +79,14 @@ fn secs(ns: u64) -> f64 {
 
 /// The agent's own process, as the kernel accounts it: the standard `process_*` figures that
 /// every Prometheus client library exports, read at each rendering.
-struct ProcessFigures {
-    cpu_seconds: f64,
-    resident_bytes: u64,
-    open_fds: u64,
+pub struct ProcessFigures {
+    pub cpu_seconds: f64,
+    pub resident_bytes: u64,
+    pub open_fds: u64,
 }
 
 impl ProcessFigures {
-    fn read() -> Option<Self> {
+    pub(super) fn read() -> Option<Self> {
         let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
         Self::parse(
             &stat,
@@ -114,7 +113,7 @@ impl ProcessFigures {
 
 /// A number a counter or gauge can show.
 #[derive(Clone, Copy)]
-pub(super) enum Value {
+pub enum Value {
     Int(u64),
     Float(f64),
 }
@@ -141,7 +140,7 @@ pub(super) fn gauge(m: &mut MetricEncoder, labels: &impl EncodeLabelSet, v: Valu
 
 /// A latency histogram; with `buckets` false, only its `+Inf` bucket, `_sum` and `_count` (the
 /// mean stays computable, at three series).
-fn log2_histogram(
+pub(super) fn log2_histogram(
     m: &mut MetricEncoder,
     labels: &impl EncodeLabelSet,
     h: &Log2Histogram,
@@ -159,7 +158,7 @@ fn log2_histogram(
         .encode_histogram::<NoLabelSet>(secs(h.sum_ns), count, &buckets, None)
 }
 
-fn duration_histogram(m: &mut MetricEncoder, h: &DurationHistogram) -> fmt::Result {
+pub(super) fn duration_histogram(m: &mut MetricEncoder, h: &DurationHistogram) -> fmt::Result {
     let buckets: Vec<(f64, u64)> = h
         .bounds
         .iter()
@@ -168,537 +167,6 @@ fn duration_histogram(m: &mut MetricEncoder, h: &DurationHistogram) -> fmt::Resu
         .zip(h.counts.iter().copied())
         .collect();
     m.encode_histogram::<NoLabelSet>(h.sum_seconds, h.count(), &buckets, None)
-}
-
-/// Encodes one per-cgroup family over the series `value` has a figure for.
-pub(super) fn per_cgroup(
-    enc: &mut DescriptorEncoder,
-    e: &Exporter,
-    name: &str,
-    help: &str,
-    metric_type: MetricType,
-    value: impl Fn(&Series) -> Option<Value>,
-) -> fmt::Result {
-    let mut m = enc.encode_descriptor(name, help, None, metric_type)?;
-    for (path, s) in e.cgroups.series() {
-        if let Some(v) = value(s) {
-            let labels = cgroup_labels(path, s);
-            match metric_type {
-                MetricType::Counter => counter(&mut m, &labels, v)?,
-                _ => gauge(&mut m, &labels, v)?,
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Encodes one per-cgroup counter family with one series per value of the label `by`.
-fn per_cgroup_by<const N: usize>(
-    enc: &mut DescriptorEncoder,
-    e: &Exporter,
-    name: &str,
-    help: &str,
-    by: &str,
-    values: impl Fn(&Series) -> [(&'static str, u64); N],
-) -> fmt::Result {
-    let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
-    for (path, s) in e.cgroups.series() {
-        let base = cgroup_labels(path, s);
-        for (value, n) in values(s) {
-            counter(&mut m, &(base, [(by, value)]), Value::Int(n))?;
-        }
-    }
-    Ok(())
-}
-
-fn encode_cgroups(enc: &mut DescriptorEncoder, e: &Exporter) -> fmt::Result {
-    use MetricType::{Counter, Gauge, Histogram};
-    use Value::{Float, Int};
-    let a = e.avail;
-    let series = e.cgroups.series();
-
-    if a.switch {
-        per_cgroup_by(
-            enc,
-            e,
-            "stormwatch_context_switches",
-            "Context switches of the cgroup's tasks, by type: voluntary (the task blocked) or \
-             involuntary (it was preempted).",
-            "type",
-            |s| {
-                let sched = &s.totals.sched;
-                [
-                    ("voluntary", sched.voluntary_switches),
-                    ("involuntary", sched.involuntary_switches),
-                ]
-            },
-        )?;
-        per_cgroup(
-            enc,
-            e,
-            "stormwatch_migrations",
-            "Migrations of the cgroup's tasks from one CPU to another.",
-            Counter,
-            |s| Some(Int(s.totals.sched.migrations)),
-        )?;
-        per_cgroup(
-            enc,
-            e,
-            "stormwatch_oncpu_seconds",
-            "Time the cgroup's tasks spent on a CPU.",
-            Counter,
-            |s| Some(Float(secs(s.totals.sched.oncpu_ns))),
-        )?;
-    }
-    if a.wakeup {
-        per_cgroup(
-            enc,
-            e,
-            "stormwatch_offcpu_seconds",
-            "Time the cgroup's tasks spent off CPU, blocked or sleeping, until woken.",
-            Counter,
-            |s| Some(Float(secs(s.totals.sched.offcpu_ns))),
-        )?;
-        let mut m = enc.encode_descriptor(
-            "stormwatch_runqueue_latency_seconds",
-            "Time from a task's wake-up to its running on a CPU (run-queue latency).",
-            None,
-            Histogram,
-        )?;
-        for (path, s) in series {
-            log2_histogram(
-                &mut m,
-                &cgroup_labels(path, s),
-                &s.totals.sched.runq,
-                e.histograms,
-            )?;
-        }
-    }
-    if a.wake_kinds {
-        per_cgroup_by(
-            enc,
-            e,
-            "stormwatch_wakeups",
-            "Wake-ups of the cgroup's tasks, by kind: local (the waker ran on the CPU the task \
-             was queued on) or remote (another CPU: an inter-processor interrupt, a VM exit on \
-             most hypervisors). Counted while the wake-up probes are attached (with \
-             wake_kinds = \"on-demand\", while a lock storm is found).",
-            "kind",
-            |s| {
-                let sched = &s.totals.sched;
-                [
-                    ("local", sched.wake_local.count),
-                    ("remote", sched.wake_remote.count),
-                ]
-            },
-        )?;
-    }
-    if a.futex {
-        per_cgroup(
-            enc,
-            e,
-            "stormwatch_futex_waits",
-            "Futex wait calls of the cgroup's tasks (FUTEX_WAIT, WAIT_BITSET, LOCK_PI, futex_wait(v)).",
-            Counter,
-            |s| {
-                s.has_futex_figures()
-                    .then_some(Int(s.totals.futex.wait.count))
-            },
-        )?;
-        per_cgroup(
-            enc,
-            e,
-            "stormwatch_futex_wait_seconds",
-            "Time the cgroup's tasks spent in futex waits, summed over tasks.",
-            Counter,
-            |s| {
-                s.has_futex_figures()
-                    .then_some(Float(secs(s.totals.futex.wait.sum_ns)))
-            },
-        )?;
-        per_cgroup(
-            enc,
-            e,
-            "stormwatch_futex_wakes",
-            "Futex wake calls of the cgroup's tasks.",
-            Counter,
-            |s| s.has_futex_figures().then_some(Int(s.totals.futex.wakes)),
-        )?;
-        per_cgroup(
-            enc,
-            e,
-            "stormwatch_futex_timeouts",
-            "Futex waits of the cgroup's tasks that ended in a timeout.",
-            Counter,
-            |s| {
-                s.has_futex_figures()
-                    .then_some(Int(s.totals.futex.timeouts))
-            },
-        )?;
-        // Not `stormwatch_futex_wait_seconds`: that name's `_total` is the counter above.
-        // Without buckets its sum and count would repeat the two counters above: left out.
-        if e.histograms {
-            let mut m = enc.encode_descriptor(
-                "stormwatch_futex_wait_duration_seconds",
-                "Duration of single futex waits.",
-                None,
-                Histogram,
-            )?;
-            for (path, s) in series.iter().filter(|(_, s)| s.has_futex_figures()) {
-                log2_histogram(&mut m, &cgroup_labels(path, s), &s.totals.futex.wait, true)?;
-            }
-        }
-    }
-    if a.locks {
-        for (name, help, wait) in [
-            (
-                "stormwatch_kernel_lock_wait_seconds",
-                "Time the cgroup's tasks waited for contended kernel locks, by lock kind.",
-                true,
-            ),
-            (
-                "stormwatch_kernel_lock_waits",
-                "Contended kernel lock acquisitions of the cgroup's tasks, by lock kind.",
-                false,
-            ),
-        ] {
-            let mut m = enc.encode_descriptor(name, help, None, Counter)?;
-            for (path, s) in series {
-                let base = cgroup_labels(path, s);
-                let l = &s.totals.locks;
-                // A kind's series appears with its first contended wait.
-                for (k, kind) in lock_kind::NAMES.iter().enumerate() {
-                    if l.count[k] == 0 {
-                        continue;
-                    }
-                    let v = if wait {
-                        Float(secs(l.wait_ns[k]))
-                    } else {
-                        Int(l.count[k])
-                    };
-                    counter(&mut m, &(base, [("lock", *kind)]), v)?;
-                }
-            }
-        }
-    }
-
-    // Resource context. Gauges describe live cgroups only; throttling counters stay with the
-    // other counters through the grace period.
-    let live = |s: &Series| s.removed_at.is_none();
-    per_cgroup(
-        enc,
-        e,
-        "stormwatch_threads",
-        "Tasks (threads) in the cgroup (pids.current), read every 60 s (every 10 s with a CPU quota).",
-        Gauge,
-        |s| {
-            live(s)
-                .then(|| s.limits.as_ref()?.threads.map(Int))
-                .flatten()
-        },
-    )?;
-    per_cgroup(
-        enc,
-        e,
-        "stormwatch_cpu_quota_cores",
-        "CPU quota (cpu.max) in cores; absent when unlimited.",
-        Gauge,
-        |s| {
-            live(s)
-                .then(|| s.limits.as_ref()?.cpu_quota_cores.map(Float))
-                .flatten()
-        },
-    )?;
-    per_cgroup(
-        enc,
-        e,
-        "stormwatch_cpuset_cpus",
-        "CPUs in the cgroup's effective cpuset.",
-        Gauge,
-        |s| {
-            live(s)
-                .then(|| {
-                    let cpus = s.limits.as_ref()?.cpuset_cpus.as_ref()?;
-                    Some(Int(cpus.len() as u64))
-                })
-                .flatten()
-        },
-    )?;
-    per_cgroup(
-        enc,
-        e,
-        "stormwatch_cpu_throttled_periods",
-        "CFS periods in which the cgroup was throttled by its quota, since the agent started \
-         (or since the cgroup was created).",
-        Counter,
-        |s| s.throttled_periods().map(Int),
-    )?;
-    per_cgroup(
-        enc,
-        e,
-        "stormwatch_cpu_throttled_seconds",
-        "Time the cgroup was throttled by its quota, since the agent started (or since the \
-         cgroup was created).",
-        Counter,
-        |s| s.throttled_seconds().map(Float),
-    )?;
-    Ok(())
-}
-
-fn encode_findings(enc: &mut DescriptorEncoder, e: &Exporter) -> fmt::Result {
-    let mut m = enc.encode_descriptor(
-        "stormwatch_findings",
-        "Findings of the diagnosis rules over the sliding window, by severity.",
-        None,
-        MetricType::Gauge,
-    )?;
-    for severity in SEVERITIES {
-        let n = e.findings.iter().filter(|f| f.severity == severity).count();
-        gauge(&mut m, &[("severity", severity)], Value::Int(n as u64))?;
-    }
-    let mut m = enc.encode_descriptor(
-        "stormwatch_finding",
-        "1 while a diagnosis rule holds for a cgroup over the sliding window \
-         (see stormwatch diagnose for the evidence).",
-        None,
-        MetricType::Gauge,
-    )?;
-    for f in &e.findings {
-        let labels = [
-            ("kind", f.kind),
-            ("severity", f.severity),
-            ("namespace", f.labels.namespace.as_str()),
-            ("pod", f.labels.pod.as_str()),
-            ("container", f.labels.container.as_str()),
-            ("cgroup", f.cgroup.as_str()),
-        ];
-        gauge(&mut m, &labels, Value::Int(1))?;
-    }
-    Ok(())
-}
-
-/// The host's context: what it is (info), its CPUs, and the steal counter.
-fn encode_host(enc: &mut DescriptorEncoder, e: &Exporter) -> fmt::Result {
-    if let Some(h) = &e.host {
-        let mut m = enc.encode_descriptor(
-            "stormwatch_host",
-            "The host: hypervisor (kvm, xen, hyperv, vmware, ...; unknown when a hypervisor does \
-             not say which; none on bare metal) and kernel release.",
-            None,
-            MetricType::Info,
-        )?;
-        m.encode_info(&[
-            ("hypervisor", h.hypervisor.as_deref().unwrap_or("none")),
-            ("kernel", h.kernel.as_str()),
-        ])?;
-        let mut m = enc.encode_descriptor(
-            "stormwatch_host_cpus",
-            "Online CPUs of the host.",
-            None,
-            MetricType::Gauge,
-        )?;
-        m.encode_gauge(&u64::from(h.cpus))?;
-        if let Some(nodes) = h.numa_nodes {
-            let mut m = enc.encode_descriptor(
-                "stormwatch_host_numa_nodes",
-                "Online NUMA nodes of the host.",
-                None,
-                MetricType::Gauge,
-            )?;
-            m.encode_gauge(&u64::from(nodes))?;
-        }
-    }
-    if let Some(steal) = e.host_steal_seconds {
-        let mut m = enc.encode_descriptor(
-            "stormwatch_host_steal_seconds",
-            "CPU time the hypervisor gave to others while the host's vCPUs had work (steal, \
-             from /proc/stat), summed over CPUs, since the host booted.",
-            None,
-            MetricType::Counter,
-        )?;
-        m.encode_counter::<NoLabelSet, _, f64>(&steal, None)?;
-    }
-    Ok(())
-}
-
-fn encode_self(enc: &mut DescriptorEncoder, e: &Exporter) -> fmt::Result {
-    use MetricType::{Counter, Gauge};
-    use Value::{Float, Int};
-    let mut m = enc.encode_descriptor(
-        "stormwatch_build",
-        "The agent's version.",
-        None,
-        MetricType::Info,
-    )?;
-    m.encode_info(&[("version", env!("CARGO_PKG_VERSION"))])?;
-
-    let mut m = enc.encode_descriptor(
-        "stormwatch_probe_attached",
-        "1 when the probe on this tracepoint is attached (kind: tp_btf or tracepoint), 0 when not.",
-        None,
-        Gauge,
-    )?;
-    for p in &e.probes {
-        let kind = p.kind.map(|k| k.to_string()).unwrap_or_default();
-        let labels = [("tracepoint", p.tracepoint), ("kind", kind.as_str())];
-        gauge(&mut m, &labels, Int(u64::from(p.attached())))?;
-    }
-    let mut m = enc.encode_descriptor(
-        "stormwatch_probe_on_demand",
-        "1 for a probe loaded at start and attached only while needed: the wake-up probes while a \
-         lock storm is found (wake_kinds = \"on-demand\"), the futex probes while a cgroup's \
-         scheduler figures look like a lock storm (futex_probes = \"on-demand\"), the per-packet \
-         network probes while packets do not fit and in surveys (net_packet_probes = \
-         \"on-demand\").",
-        None,
-        Gauge,
-    )?;
-    for p in e.probes.iter().filter(|p| p.on_demand()) {
-        gauge(&mut m, &[("tracepoint", p.tracepoint)], Int(1))?;
-    }
-
-    let mut m = enc.encode_descriptor(
-        "stormwatch_bpf_stats_enabled",
-        "1 when the kernel's BPF run-time statistics are on (else the program run counters stand still).",
-        None,
-        Gauge,
-    )?;
-    m.encode_gauge(&u64::from(e.bpf_stats_enabled))?;
-    let mut m = enc.encode_descriptor(
-        "stormwatch_bpf_program_runs",
-        "Runs of each of the agent's BPF programs, from the kernel's BPF statistics.",
-        None,
-        Counter,
-    )?;
-    for p in &e.programs {
-        counter(&mut m, &[("program", p.program.as_str())], Int(p.runs))?;
-    }
-    let mut m = enc.encode_descriptor(
-        "stormwatch_bpf_program_run_seconds",
-        "Time spent running each of the agent's BPF programs, from the kernel's BPF statistics.",
-        None,
-        Counter,
-    )?;
-    for p in &e.programs {
-        counter(
-            &mut m,
-            &[("program", p.program.as_str())],
-            Float(secs(p.run_ns)),
-        )?;
-    }
-
-    let mut m = enc.encode_descriptor(
-        "stormwatch_lost_events",
-        "Events the probes could not record, by reason, since they were attached.",
-        None,
-        Counter,
-    )?;
-    for (reason, n) in &e.lost_events {
-        counter(&mut m, &[("reason", *reason)], Int(*n))?;
-    }
-
-    let mut m = enc.encode_descriptor(
-        "stormwatch_collection_errors",
-        "Collections that failed (reading the probes' maps); the next collection covers the gap.",
-        None,
-        Counter,
-    )?;
-    m.encode_counter::<NoLabelSet, _, f64>(&e.collection_errors, None)?;
-    let mut m = enc.encode_descriptor(
-        "stormwatch_collection_duration_seconds",
-        "Time one collection took (reading the maps, naming cgroups, reading limits, diagnosis).",
-        None,
-        MetricType::Histogram,
-    )?;
-    duration_histogram(&mut m, &e.collection_duration)?;
-    if let Some(t) = e.last_collection_unix_seconds {
-        let mut m = enc.encode_descriptor(
-            "stormwatch_last_collection_timestamp_seconds",
-            "Unix time of the last collection.",
-            None,
-            Gauge,
-        )?;
-        m.encode_gauge(&t)?;
-    }
-    let mut m = enc.encode_descriptor(
-        "stormwatch_render_duration_seconds",
-        "Time the previous rendering of this exposition took.",
-        None,
-        Gauge,
-    )?;
-    m.encode_gauge(&e.render_seconds)?;
-    let mut m = enc.encode_descriptor(
-        "stormwatch_exposition_bytes",
-        "Size of the previous rendering of this exposition (OpenMetrics text).",
-        None,
-        Gauge,
-    )?;
-    m.encode_gauge(&(e.exposition_bytes as u64))?;
-
-    if let Some(p) = ProcessFigures::read() {
-        let mut m = enc.encode_descriptor(
-            "process_cpu_seconds",
-            "CPU time the agent's process used, user and system (/proc/self/stat).",
-            None,
-            Counter,
-        )?;
-        m.encode_counter::<NoLabelSet, _, f64>(&p.cpu_seconds, None)?;
-        let mut m = enc.encode_descriptor(
-            "process_resident_memory_bytes",
-            "The agent's resident memory (/proc/self/stat); BPF maps are charged to its \
-             memory cgroup, not counted here.",
-            None,
-            Gauge,
-        )?;
-        m.encode_gauge(&p.resident_bytes)?;
-        let mut m = enc.encode_descriptor(
-            "process_open_fds",
-            "File descriptors the agent's process holds (BPF maps, programs and links among \
-             them).",
-            None,
-            Gauge,
-        )?;
-        m.encode_gauge(&p.open_fds)?;
-    }
-
-    let c = &e.cgroups;
-    for (name, help, v) in [
-        (
-            "stormwatch_cgroups_tracked",
-            "Cgroups exported, including removed ones in their grace period.",
-            c.series().len(),
-        ),
-        (
-            "stormwatch_cgroups_removed",
-            "Removed cgroups whose series are kept for the grace period.",
-            c.removed(),
-        ),
-        (
-            "stormwatch_cgroups_max",
-            "The most cgroups exported at once (max_cgroups).",
-            c.max_cgroups(),
-        ),
-    ] {
-        let mut m = enc.encode_descriptor(name, help, None, Gauge)?;
-        m.encode_gauge(&(v as u64))?;
-    }
-    for (name, help, v) in [
-        (
-            "stormwatch_cgroups_dropped",
-            "Cgroups not exported because max_cgroups were already tracked.",
-            c.dropped_total,
-        ),
-        (
-            "stormwatch_cgroups_unresolved",
-            "Cgroups with figures not exported because they were removed before their path \
-             could be read.",
-            c.unresolved_total,
-        ),
-    ] {
-        let mut m = enc.encode_descriptor(name, help, None, Counter)?;
-        m.encode_counter::<NoLabelSet, _, f64>(&v, None)?;
-    }
-    Ok(())
 }
 
 /// The registry's one collector: the exporter's state, read at each rendering.
@@ -713,12 +181,11 @@ impl fmt::Debug for StateCollector {
 impl Collector for StateCollector {
     fn encode(&self, mut enc: DescriptorEncoder) -> fmt::Result {
         let e = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        encode_cgroups(&mut enc, &e)?;
-        super::network::encode_cgroups(&mut enc, &e)?;
-        super::network::encode_interfaces(&mut enc, &e)?;
-        encode_findings(&mut enc, &e)?;
-        encode_host(&mut enc, &e)?;
-        encode_self(&mut enc, &e)
+        let ctx = super::families::Ctx {
+            e: &e,
+            process: ProcessFigures::read(),
+        };
+        super::families::encode(&mut enc, &ctx)
     }
 }
 
@@ -780,6 +247,7 @@ mod tests {
         probes::{AttachKind, ProbeStatus},
         report::Availability,
     };
+    use stormwatch_common::lock_kind;
 
     fn exporter() -> Arc<Mutex<Exporter>> {
         let mut e = Exporter::new(10, Duration::from_secs(60));
@@ -1135,14 +603,18 @@ mod tests {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/export/testdata");
         for (file, text) in [
             ("metrics.openmetrics.golden", keep(&om)),
-            ("metrics.classic.golden", keep(&classic::from_openmetrics(&om))),
+            (
+                "metrics.classic.golden",
+                keep(&classic::from_openmetrics(&om)),
+            ),
         ] {
             let path = dir.join(file);
             if std::env::var_os("STORMWATCH_BLESS").is_some() {
                 std::fs::write(&path, &text).unwrap();
             }
-            let want = std::fs::read_to_string(&path)
-                .unwrap_or_else(|e| panic!("{}: {e} (STORMWATCH_BLESS=1 writes it)", path.display()));
+            let want = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+                panic!("{}: {e} (STORMWATCH_BLESS=1 writes it)", path.display())
+            });
             if text != want {
                 let first = text
                     .lines()

@@ -8,6 +8,7 @@
 //! asks: at most once per collection whatever the number of scrapers, never when none asks.
 
 pub mod classic;
+pub mod families;
 pub mod metrics;
 pub mod network;
 pub mod server;
@@ -120,44 +121,5 @@ mod tests {
         let a = r.body(Format::Classic, true);
         let b = r.body(Format::Classic, true);
         assert_eq!(a.as_ptr(), b.as_ptr());
-    }
-
-    /// The family names a source file gives the encoder (string literals), test code left out.
-    fn families_in(source: &str) -> std::collections::BTreeSet<String> {
-        let code = source.split("#[cfg(test)]").next().unwrap_or(source);
-        code.split('"')
-            .skip(1)
-            .step_by(2)
-            .filter(|s| {
-                (s.starts_with("stormwatch_") || s.starts_with("process_"))
-                    && s.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
-            })
-            .map(str::to_owned)
-            .collect()
-    }
-
-    /// agent/METRICS.md documents every family the exporter can encode, whatever the
-    /// conditions under which it has samples, and no family that is gone.
-    #[test]
-    fn every_family_is_in_the_metric_reference() {
-        let doc = include_str!("../../METRICS.md");
-        let mut families = families_in(include_str!("metrics.rs"));
-        families.extend(families_in(include_str!("network.rs")));
-        assert!(families.len() >= 50, "{families:?}");
-        let documented: std::collections::BTreeSet<String> = doc
-            .lines()
-            .filter_map(|l| l.strip_prefix("| `")?.split('`').next())
-            .map(str::to_owned)
-            .collect();
-        let missing: Vec<_> = families.difference(&documented).collect();
-        assert!(
-            missing.is_empty(),
-            "exported but not in agent/METRICS.md's reference: {missing:?}"
-        );
-        let gone: Vec<_> = documented.difference(&families).collect();
-        assert!(
-            gone.is_empty(),
-            "in agent/METRICS.md's reference but not exported: {gone:?}"
-        );
     }
 }

@@ -9,19 +9,12 @@
 //! drops are keyed by (interface, reason) in `NET_DROPS` (at most 4096); per-container series
 //! follow the exporter's `max_cgroups`. See agent/METRICS.md for the label sets.
 
-use std::{
-    collections::{BTreeMap, HashMap, HashSet},
-    fmt,
-};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
-use prometheus_client::{encoding::DescriptorEncoder, metrics::MetricType};
 use stormwatch_common::net::{NetDirStats, NetDropKey, NetIfKey, NetIfStats, len_bucket};
 
-use super::{
-    metrics::{Value, counter, gauge, per_cgroup},
-    state::{Exporter, Labels},
-};
-use crate::{collect::Window, netinfo::inventory::Namespace, probes::net::drop_reason_name};
+use super::state::Labels;
+use crate::{collect::Window, netinfo::inventory::Namespace};
 
 /// Whose a network namespace is: the container (or pod) cgroup its traffic is counted for.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -46,9 +39,9 @@ pub struct InterfaceInfo {
 #[derive(Debug, Default)]
 pub struct NetworkSeries {
     /// Per interface, everything since the agent started (or the interface was first seen).
-    interfaces: BTreeMap<NetIfKey, NetIfStats>,
+    pub(super) interfaces: BTreeMap<NetIfKey, NetIfStats>,
     /// Per (interface, reason).
-    drops: BTreeMap<NetDropKey, u64>,
+    pub(super) drops: BTreeMap<NetDropKey, u64>,
     /// Network namespace inode → owner.
     owners: HashMap<u32, Owner>,
     /// The last inventory, by (namespace inode, ifindex).
@@ -87,7 +80,12 @@ impl NetworkSeries {
         self.inventory = inventory_of(namespaces);
     }
 
-    fn labels<'a>(&'a self, key: &NetIfKey, ifindex: &'a str, netns: &'a str) -> IfaceLabels<'a> {
+    pub(super) fn labels<'a>(
+        &'a self,
+        key: &NetIfKey,
+        ifindex: &'a str,
+        netns: &'a str,
+    ) -> IfaceLabels<'a> {
         let owner = self.owners.get(&key.netns);
         let name = self
             .inventory
@@ -144,237 +142,8 @@ pub fn sizes_against_mtu(d: &NetDirStats) -> [(&'static str, u64); 4] {
     ]
 }
 
-fn directions(s: &NetIfStats) -> [(&'static str, &NetDirStats); 2] {
+pub(super) fn directions(s: &NetIfStats) -> [(&'static str, &NetDirStats); 2] {
     [("sent", &s.tx), ("received", &s.rx)]
-}
-
-/// Encodes the per-container network families (part of the per-cgroup families).
-pub fn encode_cgroups(enc: &mut DescriptorEncoder, e: &Exporter) -> fmt::Result {
-    use MetricType::Counter;
-    use Value::Int;
-    let a = e.avail.net;
-    let series = e.cgroups.series();
-    if a.cgroup {
-        for (name, help, value) in [
-            (
-                "stormwatch_network_packets",
-                "IP packets of the cgroup, by direction: sent by its sockets, received by the \
-                 interfaces of its network namespace (a GSO/GRO super-packet counts as its \
-                 segments; a fragmented packet once).",
-                (|n| (n.tx_packets, n.rx_packets))
-                    as fn(&stormwatch_common::net::CgroupNetStats) -> (u64, u64),
-            ),
-            (
-                "stormwatch_network_bytes",
-                "IP bytes of the cgroup's packets, by direction (headers counted per segment).",
-                |n| (n.tx_bytes, n.rx_bytes),
-            ),
-            (
-                "stormwatch_network_gso_packets",
-                "GSO super-packets the cgroup's sockets sent and GRO super-packets its namespace \
-                 received (each also counted as its segments in stormwatch_network_packets).",
-                |n| (n.tx_gso_packets, n.rx_gso_packets),
-            ),
-        ] {
-            let mut m = enc.encode_descriptor(name, help, None, Counter)?;
-            for (path, s) in series {
-                let n = &s.totals.net;
-                if *n == stormwatch_common::net::CgroupNetStats::ZERO {
-                    continue;
-                }
-                let base = super::metrics::cgroup_labels(path, s);
-                let (sent, received) = value(n);
-                counter(&mut m, &(base, [("direction", "sent")]), Int(sent))?;
-                counter(&mut m, &(base, [("direction", "received")]), Int(received))?;
-            }
-        }
-    }
-    if a.tcp_retransmits {
-        per_cgroup(
-            enc,
-            e,
-            "stormwatch_tcp_retransmits",
-            "TCP segments the cgroup's sockets retransmitted (as the kernel's RetransSegs counts).",
-            Counter,
-            |s| (s.totals.net.tcp_retransmits != 0).then_some(Int(s.totals.net.tcp_retransmits)),
-        )?;
-    }
-    Ok(())
-}
-
-/// Encodes the per-interface families and the MTU inventory.
-pub fn encode_interfaces(enc: &mut DescriptorEncoder, e: &Exporter) -> fmt::Result {
-    use MetricType::{Counter, Gauge};
-    use Value::Int;
-    let a = e.avail.net;
-    let n = &e.network;
-    let keys: Vec<(NetIfKey, String, String)> = n
-        .interfaces
-        .keys()
-        .chain(n.inventory.keys())
-        .collect::<std::collections::BTreeSet<_>>()
-        .into_iter()
-        .map(|k| (*k, k.ifindex.to_string(), k.netns.to_string()))
-        .collect();
-    fn labels<'a>(n: &'a NetworkSeries, k: &'a (NetIfKey, String, String)) -> IfaceLabels<'a> {
-        n.labels(&k.0, &k.1, &k.2)
-    }
-    let traffic = |k: &NetIfKey| n.interfaces.get(k);
-    let dir_ok = |d: &str| if d == "sent" { a.tx } else { a.rx };
-
-    type DirValue = fn(&NetDirStats) -> u64;
-    let families: [(&str, &str, DirValue); 6] = [
-        (
-            "stormwatch_interface_packets",
-            "Packets the interface handled, by direction (a GSO/GRO super-packet counts once, \
-             as the device's own counters do).",
-            |d| d.packets,
-        ),
-        (
-            "stormwatch_interface_bytes",
-            "IP-level bytes the interface handled, by direction.",
-            |d| d.bytes,
-        ),
-        (
-            "stormwatch_interface_gso_packets",
-            "GSO (sent) and GRO (received) super-packets at the interface.",
-            |d| d.gso_packets,
-        ),
-        (
-            "stormwatch_interface_gso_segments",
-            "Segments the interface's GSO/GRO super-packets carried.",
-            |d| d.gso_segments,
-        ),
-        (
-            "stormwatch_interface_fragments",
-            "IPv4 and IPv6 fragments at the interface, by direction.",
-            |d| d.fragments,
-        ),
-        (
-            "stormwatch_interface_packet_too_big",
-            "ICMP \"fragmentation needed\" and ICMPv6 \"packet too big\" messages at the \
-             interface, by direction.",
-            |d| d.ptb,
-        ),
-    ];
-    if a.tx || a.rx {
-        for (name, help, value) in families {
-            let mut m = enc.encode_descriptor(name, help, None, Counter)?;
-            for k in &keys {
-                let Some(s) = traffic(&k.0) else { continue };
-                for (dir, d) in directions(s) {
-                    if dir_ok(dir) {
-                        counter(&mut m, &(labels(n, k), [("direction", dir)]), Int(value(d)))?;
-                    }
-                }
-            }
-        }
-        let mut m = enc.encode_descriptor(
-            "stormwatch_interface_packets_by_size",
-            "Packets that are not GSO/GRO super-packets, by direction and IP length against \
-             the interface's MTU: below_mtu (more than 80 bytes under it), near_mtu (within 80 \
-             bytes under it), at_mtu, above_mtu (received from a peer with a larger MTU; sent: \
-             should not exist).",
-            None,
-            Counter,
-        )?;
-        for k in &keys {
-            let Some(s) = traffic(&k.0) else { continue };
-            for (dir, d) in directions(s) {
-                if !dir_ok(dir) {
-                    continue;
-                }
-                for (size, v) in sizes_against_mtu(d) {
-                    counter(
-                        &mut m,
-                        &(labels(n, k), [("direction", dir), ("size", size)]),
-                        Int(v),
-                    )?;
-                }
-            }
-        }
-    }
-    if a.drops {
-        let mut m = enc.encode_descriptor(
-            "stormwatch_interface_drops",
-            "Packets the kernel dropped, by interface and reason (enum skb_drop_reason); \
-             netns and interface are empty when the packet named no device.",
-            None,
-            Counter,
-        )?;
-        for (k, v) in &n.drops {
-            let key = NetIfKey {
-                netns: k.netns,
-                ifindex: k.ifindex,
-            };
-            let (ifindex, netns) = if k.netns == 0 {
-                (String::new(), String::new())
-            } else {
-                (k.ifindex.to_string(), k.netns.to_string())
-            };
-            let reason = drop_reason_name(k.reason);
-            counter(
-                &mut m,
-                &(
-                    n.labels(&key, &ifindex, &netns),
-                    [("reason", reason.as_str())],
-                ),
-                Int(*v),
-            )?;
-        }
-    }
-
-    // The inventory: every interface netlink reported (idle ones included), else the MTU the
-    // probes saw on the interface's last packet.
-    let mut m = enc.encode_descriptor(
-        "stormwatch_interface_mtu_bytes",
-        "The interface's MTU (kind: veth, vxlan, physical…; empty when only the probes saw it).",
-        None,
-        Gauge,
-    )?;
-    for k in &keys {
-        let (kind, mtu) = match (n.inventory.get(&k.0), traffic(&k.0)) {
-            (Some(i), _) => (i.kind.as_str(), i.mtu),
-            (None, Some(s)) if s.mtu != 0 => ("", s.mtu),
-            _ => continue,
-        };
-        gauge(
-            &mut m,
-            &(labels(n, k), [("kind", kind)]),
-            Int(u64::from(mtu)),
-        )?;
-    }
-    type Inventoried = fn(&InterfaceInfo) -> Option<u32>;
-    let inventoried: [(&str, &str, Inventoried); 2] = [
-        (
-            "stormwatch_interface_encapsulation_overhead_bytes",
-            "Bytes the interface's kind adds to each packet it carries (0 for plain devices; \
-             absent when unknown, as for IPsec).",
-            |i| i.encapsulation_overhead,
-        ),
-        (
-            "stormwatch_interface_underlay_path_mtu_bytes",
-            "For a tunnel: the largest outer packet its underlay carries (the underlay device's \
-             MTU, or its route's when smaller). A tunnel's MTU should be at most this less its \
-             encapsulation overhead.",
-            |i| i.underlay_path_mtu,
-        ),
-    ];
-    for (name, help, value) in inventoried {
-        let mut m = enc.encode_descriptor(name, help, None, Gauge)?;
-        for k in &keys {
-            if let Some(i) = n.inventory.get(&k.0)
-                && let Some(v) = value(i)
-            {
-                gauge(
-                    &mut m,
-                    &(labels(n, k), [("kind", i.kind.as_str())]),
-                    Int(u64::from(v)),
-                )?;
-            }
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -195,7 +195,7 @@ impl Cgroups {
                 series.cgroup_id = id;
             }
             series.removed_at = None;
-            add_to(&mut series.totals, delta);
+            series.totals.add(delta);
             if let Some(identity) = tick.identities.get(&id) {
                 series.labels = Labels::of(Some(identity));
             }
@@ -220,17 +220,6 @@ impl Cgroups {
         });
         self.refused.retain(|id| alive(*id));
     }
-}
-
-/// Adds a cgroup's delta to its total the way [`Window::extend`] adds windows, so that every
-/// part of [`CgroupWindow`] is added, including parts added to it later.
-fn add_to(total: &mut CgroupWindow, delta: &CgroupWindow) {
-    let mut sum = Window::empty();
-    sum.cgroups.insert(0, *total);
-    let mut later = Window::empty();
-    later.cgroups.insert(0, *delta);
-    sum.extend(&later);
-    *total = sum.cgroups[&0];
 }
 
 /// A histogram of durations with fixed buckets (seconds).
