@@ -38,7 +38,10 @@ use crate::{
     identity::CgroupResolver,
     pipeline::Pipeline,
     privileges,
-    probes::{LoadOptions, Tier, net},
+    probes::{
+        LoadOptions, Tier,
+        demand::{Asks, Controller, Steered},
+    },
 };
 
 use super::{RunArgs, probes_attached, session_options};
@@ -148,7 +151,7 @@ async fn daemon(config: Config, web: Arc<WebConfig>) -> anyhow::Result<u8> {
     shared.ran();
     let (attached, total) = probes_attached(&daemon.pipeline);
     let probes = &daemon.pipeline.probes;
-    let tiers: Vec<&str> = [Tier::Futex, Tier::WakeKinds, Tier::NetPackets]
+    let tiers: Vec<&str> = Tier::ALL
         .into_iter()
         .filter(|tier| probes.on_demand(*tier))
         .map(Tier::name)
@@ -206,69 +209,8 @@ struct Daemon {
     session: Session,
     /// Keeps the kernel's BPF run-time statistics on while the daemon runs.
     _bpf_stats: Option<OwnedFd>,
-    /// When each [`Tier`] of on-demand programs is attached (`None`: not on demand), from a
-    /// judgement that asks for it until a whole diagnosis window has passed without one:
-    /// - the wake-kind programs while a lock storm is found, so that the windows a storm is
-    ///   judged on while it lasts have its wake-ups told apart (the share from another CPU, and
-    ///   the pinning advice that follows from it);
-    /// - the futex programs while a container's scheduler figures look like a lock storm's (or
-    ///   a storm is found): the storm rule needs their figures; while they are detached no
-    ///   thread pays the syscall slow path for them;
-    /// - the per-packet network programs while packets did not fit somewhere
-    ///   ([`crate::diagnose::network::packets_did_not_fit`]): they show which interfaces and
-    ///   containers.
-    demands: [Option<Demand>; Tier::COUNT],
-    /// The per-packet programs' surveys, where they are on demand.
-    survey: Option<Survey>,
-}
-
-/// When the per-packet network programs are attached for a survey anyway: at the first judgement,
-/// then every `every` (`net_packet_survey_seconds`).
-#[derive(Debug)]
-struct Survey {
-    every: Duration,
-    last: Option<Instant>,
-}
-
-impl Survey {
-    /// Whether a survey starts with the judgement at `now` (and notes it).
-    fn due(&mut self, now: Instant) -> bool {
-        let due = self
-            .last
-            .is_none_or(|t| now.saturating_duration_since(t) >= self.every);
-        if due {
-            self.last = Some(now);
-        }
-        due
-    }
-}
-
-/// When the daemon wants a tier of on-demand probes attached: from a judgement that asks for
-/// them until a whole diagnosis window has passed without one that does.
-#[derive(Debug)]
-struct Demand {
-    /// How long after the last judgement that asked for them they stay attached.
-    linger: Duration,
-    last_asked: Option<Instant>,
-}
-
-impl Demand {
-    fn new(linger: Duration) -> Self {
-        Self {
-            linger,
-            last_asked: None,
-        }
-    }
-
-    /// Takes one judgement (whether it asks for the tier, at `now`); returns whether the
-    /// programs should be attached from now on.
-    fn judged(&mut self, asks: bool, now: Instant) -> bool {
-        if asks {
-            self.last_asked = Some(now);
-        }
-        self.last_asked
-            .is_some_and(|t| now.saturating_duration_since(t) < self.linger)
-    }
+    /// When each tier of on-demand programs is attached ([`crate::probes::demand`]).
+    tiers: Controller,
 }
 
 impl Daemon {
@@ -303,7 +245,7 @@ impl Daemon {
             e.avail = pipeline.availability();
             e.probes = pipeline.probes.status.clone();
             e.lost_events = pipeline.probes.probe_errors();
-            e.programs = program_stats(&pipeline);
+            e.programs = pipeline.probes.program_stats();
             e.bpf_stats_enabled = bpf_stats.is_some() || sysctl_bpf_stats();
             e.host_steal_seconds = crate::host::steal_seconds_since_boot();
         }
@@ -329,29 +271,20 @@ impl Daemon {
                     .set_inventory(&crate::netinfo::inventory::collect(walk));
             }
         }
-        let linger = Duration::from_secs_f64(config.diagnosis_window_seconds);
-        let demand = |tier| pipeline.probes.on_demand(tier).then(|| Demand::new(linger));
-        let demands = [
-            demand(Tier::WakeKinds),
-            demand(Tier::Futex),
-            demand(Tier::NetPackets),
-        ];
         if pipeline.probes.on_demand(Tier::Futex) {
             session.set_futex_watch(FutexWatch::Off);
         }
-        let survey = (pipeline.probes.on_demand(Tier::NetPackets)
-            && config.net_packet_survey_seconds > 0.0)
-            .then(|| Survey {
-                every: Duration::from_secs_f64(config.net_packet_survey_seconds),
-                last: None,
-            });
+        let tiers = Controller::new(
+            &pipeline.probes,
+            Duration::from_secs_f64(config.diagnosis_window_seconds),
+            Duration::from_secs_f64(config.net_packet_survey_seconds.max(0.0)),
+        );
         Ok(Self {
             pipeline,
             exporter,
             session,
             _bpf_stats: bpf_stats,
-            demands,
-            survey,
+            tiers,
         })
     }
 
@@ -363,7 +296,7 @@ impl Daemon {
         // What the self-metrics show, read before taking the exporter's lock.
         let own = OwnFigures {
             lost_events: self.pipeline.probes.probe_errors(),
-            programs: program_stats(&self.pipeline),
+            programs: self.pipeline.probes.program_stats(),
             bpf_stats_enabled: self._bpf_stats.is_some() || sysctl_bpf_stats(),
             host_steal_seconds: crate::host::steal_seconds_since_boot(),
         };
@@ -433,94 +366,31 @@ impl Daemon {
         }
         if let Some(storm) = storm_found {
             let now = Instant::now();
-            match self.steer(Tier::WakeKinds, storm, started) {
-                Steered::Attached => log::info!(
-                    "lock storm found: wake-ups are told local or remote until a diagnosis \
-                     window passes without one"
-                ),
-                Steered::Detached => {
-                    log::info!("no lock storm for a diagnosis window: wake-up probes detached")
+            let asks = Asks {
+                storm,
+                storm_candidate: candidate,
+                packets_did_not_fit: misfits,
+            };
+            let changes = self.tiers.judged(&mut self.pipeline.probes, asks, now);
+            for change in &changes {
+                if change.tier == Tier::Futex {
+                    self.session.set_futex_watch(match change.steered {
+                        Steered::Attached => FutexWatch::Since(now),
+                        Steered::Detached | Steered::Abandoned => FutexWatch::Off,
+                    });
                 }
-                Steered::Unchanged | Steered::Abandoned => {}
+                if let Some(line) = change.message() {
+                    log::info!("{line}");
+                }
             }
-            match self.steer(Tier::Futex, storm || candidate, now) {
-                Steered::Attached => {
-                    self.session.set_futex_watch(FutexWatch::Since(now));
-                    log::info!(
-                        "scheduler figures look like a lock storm: futex probes attached until \
-                         a diagnosis window passes without"
-                    );
-                }
-                Steered::Detached => {
-                    self.session.set_futex_watch(FutexWatch::Off);
-                    log::info!(
-                        "no lock storm candidate for a diagnosis window: futex probes detached"
-                    );
-                }
-                Steered::Abandoned => self.session.set_futex_watch(FutexWatch::Off),
-                Steered::Unchanged => {}
-            }
-            let survey = self.survey.as_mut().is_some_and(|s| s.due(now));
-            match self.steer(Tier::NetPackets, misfits || survey, now) {
-                Steered::Attached if misfits => log::info!(
-                    "packets did not fit somewhere (fragments, \"packet too big\" or drops for \
-                     size): per-packet network probes attached until a diagnosis window passes \
-                     without"
-                ),
-                Steered::Attached => log::info!(
-                    "per-packet network probes attached for a diagnosis window: a survey of the \
-                     interfaces and of what containers send"
-                ),
-                Steered::Detached => log::info!(
-                    "every packet fitted for a diagnosis window: per-packet network probes \
-                     detached"
-                ),
-                Steered::Unchanged | Steered::Abandoned => {}
+            if !changes.is_empty() {
+                // Show it (`stormwatch_probe_attached`).
+                let mut e = self.exporter.lock().unwrap_or_else(PoisonError::into_inner);
+                e.avail = self.pipeline.availability();
+                e.probes = self.pipeline.probes.status.clone();
             }
         }
     }
-
-    /// Attaches or detaches a tier of on-demand programs after a judgement (whether it `asks`
-    /// for them, at `now`), and shows it (`stormwatch_probe_attached`). A tier that fails to
-    /// attach or detach is given up (not tried again: its status says why).
-    fn steer(&mut self, tier: Tier, asks: bool, now: Instant) -> Steered {
-        let slot = &mut self.demands[tier as usize];
-        let Some(demand) = slot else {
-            return Steered::Unchanged;
-        };
-        let want = demand.judged(asks, now);
-        let probes = &mut self.pipeline.probes;
-        if want == probes.tier_attached(tier) {
-            return Steered::Unchanged;
-        }
-        let steered = match probes.set(tier, want) {
-            Ok(()) if want => Steered::Attached,
-            Ok(()) => Steered::Detached,
-            Err(err) => {
-                log::warn!(
-                    "{} probes on demand: {err:#}; no longer attached on demand",
-                    tier.name()
-                );
-                probes.abandon(tier, &format!("{err:#}"));
-                *slot = None;
-                Steered::Abandoned
-            }
-        };
-        let mut e = self.exporter.lock().unwrap_or_else(PoisonError::into_inner);
-        e.avail = self.pipeline.availability();
-        e.probes = self.pipeline.probes.status.clone();
-        steered
-    }
-}
-
-/// What [`Daemon::steer`] did to a tier.
-#[derive(Debug, PartialEq, Eq)]
-enum Steered {
-    Unchanged,
-    Attached,
-    Detached,
-    /// Given up after an error.
-    Abandoned,
 }
 
 /// The daemon's own figures of one collection.
@@ -546,8 +416,6 @@ impl OwnFigures {
     }
 }
 
-/// Run counts and times of the loaded programs (the kernel counts them while BPF statistics
-/// are on). Programs of the object that were not loaded are left out.
 /// The network series: interface and drop totals, and each namespace's owner.
 fn update_network(
     p: &Pipeline,
@@ -558,8 +426,8 @@ fn update_network(
     if !p.availability().net.any() {
         return;
     }
-    let ebpf = p.probes.ebpf();
-    let owners = net::netns_owners(ebpf)
+    let (owners, live) = p.probes.network_keys();
+    let owners = owners
         .into_iter()
         .filter_map(|(netns, id)| {
             let cgroup = p.paths().get(&id)?.clone();
@@ -567,65 +435,10 @@ fn update_network(
             Some((netns, Owner { cgroup, labels }))
         })
         .collect();
-    e.network.apply(window, &net::iface_keys(ebpf), owners);
-}
-
-fn program_stats(pipeline: &Pipeline) -> Vec<ProgramStats> {
-    let mut out: Vec<ProgramStats> = pipeline
-        .probes
-        .ebpf()
-        .programs()
-        .filter_map(|(name, program)| {
-            let info = program.info().ok()?;
-            Some(ProgramStats {
-                program: name.to_owned(),
-                runs: info.run_count(),
-                run_ns: u64::try_from(info.run_time().as_nanos()).unwrap_or(u64::MAX),
-            })
-        })
-        .collect();
-    out.sort_by(|a, b| a.program.cmp(&b.program));
-    out
+    e.network.apply(window, &live, owners);
 }
 
 /// Whether the host turned BPF statistics on for everyone (`kernel.bpf_stats_enabled`).
 fn sysctl_bpf_stats() -> bool {
     std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled").is_ok_and(|v| v.trim() == "1")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn surveys_start_at_once_and_come_back_after_their_period() {
-        let t0 = Instant::now();
-        let at = |s: u64| t0 + Duration::from_secs(s);
-        let mut s = Survey {
-            every: Duration::from_secs(600),
-            last: None,
-        };
-        assert!(s.due(at(5)), "the first judgement surveys");
-        assert!(!s.due(at(10)));
-        assert!(!s.due(at(604)));
-        assert!(s.due(at(605)), "600 s after the last one");
-        assert!(!s.due(at(700)));
-    }
-
-    #[test]
-    fn wake_kinds_are_wanted_from_a_storm_until_a_window_without_one() {
-        let t0 = Instant::now();
-        let at = |s: u64| t0 + Duration::from_secs(s);
-        let mut d = Demand::new(Duration::from_secs(30));
-        assert!(!d.judged(false, at(0)), "no storm yet");
-        assert!(d.judged(true, at(5)), "a storm: attach");
-        assert!(d.judged(false, at(20)), "the window still has the storm");
-        assert!(d.judged(true, at(30)), "still storming");
-        assert!(d.judged(false, at(59)), "29 s since the last storm found");
-        assert!(
-            !d.judged(false, at(60)),
-            "a whole window without one: detach"
-        );
-        assert!(d.judged(true, at(61)), "a new storm attaches again");
-    }
 }

@@ -262,13 +262,7 @@ pub const COLLECTION_BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
 ];
 
-/// A BPF program's figures from the kernel's run-time statistics.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ProgramStats {
-    pub program: String,
-    pub runs: u64,
-    pub run_ns: u64,
-}
+pub use crate::probes::ProgramStats;
 
 /// A finding of the last diagnosis, shown as `stormwatch_finding{…} 1` while it holds.
 #[derive(Clone, Debug, PartialEq, Eq)]

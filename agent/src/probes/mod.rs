@@ -6,6 +6,7 @@
 
 pub mod batch;
 pub mod btf;
+pub mod demand;
 pub mod futex;
 pub mod locks;
 pub mod net;
@@ -179,6 +180,47 @@ pub struct Probes {
     pub init_netns: Option<u64>,
 }
 
+/// A BPF program's figures from the kernel's run-time statistics.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProgramStats {
+    pub program: String,
+    pub runs: u64,
+    pub run_ns: u64,
+}
+
+impl Probes {
+    /// Run counts and times of the loaded programs (the kernel counts them while BPF
+    /// statistics are on), by program name. Programs of the object that were not loaded are
+    /// left out.
+    pub fn program_stats(&self) -> Vec<ProgramStats> {
+        let mut out: Vec<ProgramStats> = self
+            .ebpf
+            .programs()
+            .filter_map(|(name, program)| {
+                let info = program.info().ok()?;
+                Some(ProgramStats {
+                    program: name.to_owned(),
+                    runs: info.run_count(),
+                    run_ns: u64::try_from(info.run_time().as_nanos()).unwrap_or(u64::MAX),
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| a.program.cmp(&b.program));
+        out
+    }
+
+    /// Each network namespace's owning cgroup (the namespace inode → cgroup id the receive
+    /// probe counts for), and the interfaces the probes keep figures for.
+    pub fn network_keys(
+        &self,
+    ) -> (
+        HashMap<u32, u64>,
+        std::collections::HashSet<stormwatch_common::net::NetIfKey>,
+    ) {
+        (net::netns_owners(&self.ebpf), net::iface_keys(&self.ebpf))
+    }
+}
+
 /// Reads after which an entry of a bounded map that has not moved is deleted.
 pub const IDLE_READS_BEFORE_EVICTION: u32 = 60;
 
@@ -307,7 +349,14 @@ pub enum Tier {
 }
 
 impl Tier {
-    pub const COUNT: usize = 3;
+    /// Every tier, in the one order that every per-tier array follows.
+    pub const ALL: [Tier; 3] = [Tier::WakeKinds, Tier::Futex, Tier::NetPackets];
+    pub const COUNT: usize = Tier::ALL.len();
+
+    /// Its place in [`Tier::ALL`] and in every per-tier array.
+    pub const fn index(self) -> usize {
+        self as usize
+    }
 
     /// How the daemon's messages name the tier ("the futex probes").
     pub fn name(self) -> &'static str {
@@ -457,19 +506,19 @@ impl Probes {
 
     /// Whether the programs of `tier` wait to be attached on demand.
     pub fn on_demand(&self, tier: Tier) -> bool {
-        !self.tiers[tier as usize].is_empty()
+        !self.tiers[tier.index()].is_empty()
     }
 
     /// Whether the on-demand programs of `tier` are attached now.
     pub fn tier_attached(&self, tier: Tier) -> bool {
-        self.tiers[tier as usize].iter().any(|p| p.link.is_some())
+        self.tiers[tier.index()].iter().any(|p| p.link.is_some())
     }
 
     /// Detaches the on-demand programs of `tier` for good (after an error), their status
     /// saying `why`.
     pub fn abandon(&mut self, tier: Tier, why: &str) {
         let _ = self.set(tier, false);
-        abandon(&mut self.tiers[tier as usize], &mut self.status, why);
+        abandon(&mut self.tiers[tier.index()], &mut self.status, why);
     }
 
     /// Attaches (`on`) or detaches the programs of `tier` loaded to be attached on demand, and
@@ -495,7 +544,7 @@ impl Probes {
         };
         set_tier(
             &mut self.ebpf,
-            &mut self.tiers[tier as usize],
+            &mut self.tiers[tier.index()],
             &mut self.status,
             on,
             notes,
@@ -1180,6 +1229,13 @@ mod tests {
         assert!(bytes <= PER_CPU_MAP_BUDGET_BYTES, "{bytes}");
         let huge = entries(&per_cpu_map_sizes(1024, 2000), maps::HOT_FUTEXES);
         assert_eq!(huge, PER_CPU_MAP_MIN_ENTRIES, "never below the floor");
+    }
+
+    #[test]
+    fn every_tier_has_its_place_in_the_one_order() {
+        for (i, tier) in Tier::ALL.into_iter().enumerate() {
+            assert_eq!(tier.index(), i, "{}", tier.name());
+        }
     }
 
     #[test]
