@@ -11,11 +11,10 @@ use anyhow::Context as _;
 use stormwatch_common::net::{NetIfInfo, NetIfKey};
 
 use crate::{
-    collect::{Snapshot, Window},
-    identity::{CgroupResolver, limits::Limits, netns::NetnsOwners, workload::Identities},
+    collect::{Availability, Snapshot, Window},
+    identity::{CgroupResolver, netns::NetnsOwners, workload::Identities},
     netinfo::inventory::SeenInterface,
     probes::{LoadOptions, Probes, locks},
-    report::{Availability, ReportContext},
     symbolize::{CallSite, KernelSymbolizer},
 };
 
@@ -75,22 +74,24 @@ impl Pipeline {
         self.previous.taken_at
     }
 
+    /// Each cgroup's Kubernetes identity, as resolved so far.
+    pub fn identities(&self) -> &HashMap<u64, crate::identity::workload::Identity> {
+        self.identities.all()
+    }
+
+    /// Process names by tgid, as seen while the processes lived.
+    pub fn process_names(&self) -> &HashMap<u32, String> {
+        &self.process_names
+    }
+
+    /// Kernel call sites by stack id, symbolized.
+    pub fn call_sites(&self) -> &HashMap<u32, CallSite> {
+        &self.call_sites
+    }
+
     /// Paths of the cgroups seen so far (including removed ones not yet forgotten).
     pub fn paths(&self) -> &HashMap<u64, String> {
         &self.paths
-    }
-
-    /// What a report of windows of this pipeline needs; `limits` from the diagnosis session
-    /// ([`crate::diagnose::session::Session::window_limits`]).
-    pub fn report_context<'a>(&'a self, limits: &'a HashMap<u64, Limits>) -> ReportContext<'a> {
-        ReportContext {
-            paths: &self.paths,
-            identities: self.identities.all(),
-            limits,
-            process_names: &self.process_names,
-            call_sites: &self.call_sites,
-            avail: self.availability(),
-        }
     }
 
     /// Reads the maps and returns the window since the previous tick. Cgroups that were removed

@@ -11,9 +11,9 @@ use serde::Serialize;
 use stormwatch_common::{FutexStats, LockStats, SchedStats, lock_kind};
 
 use crate::{
-    collect::{CgroupWindow, Window, log2_quantile_ns},
+    collect::{Availability, CgroupWindow, Window, log2_quantile_ns},
     identity::{limits::Limits, workload::Identity},
-    probes::{ProbeStatus, futex, locks, sched},
+    probes::ProbeStatus,
     symbolize::CallSite,
 };
 
@@ -184,53 +184,6 @@ pub struct LockSite {
     pub max_wait_seconds: f64,
 }
 
-/// Which figures can be trusted, from which probes are attached.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Availability {
-    /// sched_switch: switches, migrations, on-CPU time.
-    pub switch: bool,
-    /// Off-CPU time and run-queue latency: sched_switch as tp_btf where the kernel keeps
-    /// `sched_info`, else with sched_wakeup + sched_wakeup_new.
-    pub wakeup: bool,
-    /// sched_waking, sched_wakeup and sched_wakeup_new as tp_btf: wake-ups told local or remote.
-    pub wake_kinds: bool,
-    /// sys_enter_futex + sys_exit_futex.
-    pub futex: bool,
-    /// lock:contention_begin + contention_end.
-    pub locks: bool,
-    /// The network probes.
-    pub net: network::NetAvailability,
-}
-
-impl Availability {
-    pub const ALL: Self = Self {
-        switch: true,
-        wakeup: true,
-        wake_kinds: true,
-        futex: true,
-        locks: true,
-        net: network::NetAvailability::ALL,
-    };
-
-    /// From the probes' status; `waits_from_switch`: [`crate::probes::Probes::waits_from_switch`].
-    pub fn from_status(status: &[ProbeStatus], waits_from_switch: bool) -> Self {
-        let attached = |tp: &str| status.iter().any(|s| s.tracepoint == tp && s.attached());
-        let switch = attached(sched::SWITCH);
-        Self {
-            switch,
-            wakeup: switch
-                && (waits_from_switch || attached(sched::WAKEUP) && attached(sched::WAKEUP_NEW)),
-            wake_kinds: switch
-                && attached(sched::WAKEUP)
-                && attached(sched::WAKEUP_NEW)
-                && attached(sched::WAKING),
-            futex: attached(futex::ENTER) && attached(futex::EXIT),
-            locks: attached(locks::BEGIN) && attached(locks::END),
-            net: network::NetAvailability::from_status(status),
-        }
-    }
-}
-
 /// What a report needs besides the window: names and which probes work.
 pub struct ReportContext<'a> {
     pub paths: &'a HashMap<u64, String>,
@@ -242,6 +195,21 @@ pub struct ReportContext<'a> {
     /// Call sites by stack id.
     pub call_sites: &'a HashMap<u32, CallSite>,
     pub avail: Availability,
+}
+
+impl<'a> ReportContext<'a> {
+    /// What a report of windows of `pipeline` needs; `limits` from the diagnosis session
+    /// ([`crate::diagnose::session::Session::window_limits`]).
+    pub fn of(pipeline: &'a crate::pipeline::Pipeline, limits: &'a HashMap<u64, Limits>) -> Self {
+        Self {
+            paths: pipeline.paths(),
+            identities: pipeline.identities(),
+            limits,
+            process_names: pipeline.process_names(),
+            call_sites: pipeline.call_sites(),
+            avail: pipeline.availability(),
+        }
+    }
 }
 
 fn latency(h: &stormwatch_common::Log2Histogram) -> LatencySummary {

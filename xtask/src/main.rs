@@ -10,6 +10,7 @@ mod bench;
 mod bench_daemon;
 mod bench_ordinary;
 mod bench_programs;
+mod imports;
 mod manifests;
 mod setup;
 
@@ -41,6 +42,9 @@ enum Task {
     },
     /// Set up, then run every test: formatting, clippy, unit and integration tests.
     Test,
+    /// Print the agent's and xtask's module import graphs; fail on an arrow up the layers or
+    /// a circle (`xtask test` checks it too).
+    Imports,
     /// Regenerate the deploy/ files made from others (the PrometheusRule from
     /// deploy/rules.yaml); the tests fail while they are stale.
     Manifests,
@@ -107,6 +111,7 @@ fn main() -> ExitCode {
         Task::Diagnose { duration } => setup::build().and_then(|()| diagnose(duration)),
         Task::Test => setup::tests().and_then(|()| test()),
         Task::Manifests => manifests::run(),
+        Task::Imports => imports::run(true),
         Task::Corpus {
             repeat,
             noise,
@@ -251,6 +256,8 @@ fn diagnose(duration: u32) -> Result<()> {
 }
 
 fn test() -> Result<()> {
+    say("checking the module import graphs (no arrow up the layers, no circle)");
+    imports::run(false)?;
     say("checking formatting (cargo fmt --check)");
     run_cmd(cargo().args(["fmt", "--all", "--", "--check"]))?;
     // Clippy and unit tests on the default members: everything but the eBPF crate, which only

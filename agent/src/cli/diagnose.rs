@@ -96,7 +96,7 @@ pub async fn run(args: DiagnoseArgs) -> anyhow::Result<u8> {
     let findings = session.judge(pipeline.paths(), net.as_ref());
     let window = session.window();
     let limits = session.window_limits(&window);
-    let ctx = pipeline.report_context(&limits);
+    let ctx = crate::report::ReportContext::of(&pipeline, &limits);
     let facts = session.facts(&window, pipeline.paths());
     let thresholds = &session.options().thresholds;
     let mut storm_checks: Vec<StormCheck> = facts

@@ -138,7 +138,7 @@ pub fn session_options(
     thresholds: Thresholds,
 ) -> SessionOptions {
     let avail = pipeline.availability().net;
-    let with_net = avail != crate::report::network::NetAvailability::default();
+    let with_net = avail != crate::collect::NetAvailability::default();
     SessionOptions {
         span,
         interval,

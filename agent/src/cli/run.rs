@@ -318,7 +318,7 @@ impl Daemon {
                     .observe(&window, |id| resolver.path(id), started);
                 let alive = |id: u64| resolver.path(id).is_some();
                 let limits = self.session.latest_limits(window.cgroups.keys());
-                let ctx = p.report_context(&limits);
+                let ctx = crate::report::ReportContext::of(p, &limits);
                 let judged = step_done.then(|| {
                     let net = self.session.network(&p.seen_interfaces());
                     let judgement = self.session.judgement(p.paths(), net.as_ref());

@@ -93,7 +93,11 @@ pub async fn run(args: TraceArgs) -> anyhow::Result<()> {
         total.extend(&window);
         if !args.json {
             let limits = session.latest_limits(window.cgroups.keys());
-            let rows = containers(&window, &pipeline.report_context(&limits), keep);
+            let rows = containers(
+                &window,
+                &crate::report::ReportContext::of(&pipeline, &limits),
+                keep,
+            );
             print_table(&rows, &window, &pipeline.probes.probe_errors(), is_tty)?;
         }
         let done = interrupted || deadline.is_some_and(|d| tokio::time::Instant::now() >= d);
@@ -120,7 +124,7 @@ pub async fn run(args: TraceArgs) -> anyhow::Result<()> {
         let net_avail = pipeline.availability().net;
         let findings = session.judge(pipeline.paths(), net.as_ref());
         let limits = session.window_limits(&total);
-        let ctx = pipeline.report_context(&limits);
+        let ctx = crate::report::ReportContext::of(&pipeline, &limits);
         let report = TraceReport {
             duration_seconds: total.duration.as_secs_f64(),
             window: WindowEdges::new(session.window_edges()),

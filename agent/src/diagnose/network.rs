@@ -13,12 +13,12 @@ use stormwatch_common::net::len_bucket;
 use super::{Finding, Kind, Severity, Thresholds};
 use crate::{
     collect::Window,
+    collect::{NetAvailability, iface_key},
     netinfo::{
         inventory::{Namespace, NetState},
         namespaces::common_cgroup,
     },
     probes::net::{MTU_DROP_REASONS, drop_reason_name},
-    report::network::{NetAvailability, iface_key},
 };
 
 /// Default thresholds, with the reason for each value.

@@ -29,7 +29,7 @@ use std::path::PathBuf;
 use stormwatch_common::net::NetIfKey;
 
 use crate::{
-    collect::{CgroupWindow, Window},
+    collect::{CgroupWindow, NetAvailability, Window},
     host::{CpuTicks, Host, Steal, read_cpu_ticks, ticks_per_second},
     identity::{
         limits::{
@@ -43,7 +43,6 @@ use crate::{
         inventory::{InventoryCache, SeenInterface},
         namespaces::NetnsRef,
     },
-    report::network::NetAvailability,
 };
 
 use super::{

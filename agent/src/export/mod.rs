@@ -8,7 +8,9 @@
 //! asks: at most once per collection whatever the number of scrapers, never when none asks.
 
 pub mod classic;
+pub mod encode;
 pub mod families;
+pub mod labels;
 pub mod metrics;
 pub mod network;
 pub mod server;

@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use stormwatch_common::net::{NetDirStats, NetDropKey, NetIfKey, NetIfStats, len_bucket};
 
-use super::state::Labels;
+use super::labels::Labels;
 use crate::{collect::Window, netinfo::inventory::Namespace};
 
 /// Whose a network namespace is: the container (or pod) cgroup its traffic is counted for.
@@ -157,8 +157,8 @@ mod tests {
 
     use super::*;
     use crate::{
+        collect::Availability,
         export::{metrics::Renderer, state::Exporter},
-        report::Availability,
     };
 
     fn stats(tx_packets: u64, at_mtu: u64, mtu: u32) -> NetIfStats {

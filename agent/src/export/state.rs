@@ -10,7 +10,7 @@ use std::{
 use stormwatch_common::FutexStats;
 
 use crate::{
-    collect::{CgroupWindow, Window},
+    collect::{Availability, CgroupWindow, Window},
     diagnose::{Finding, Severity},
     host::Host,
     identity::{
@@ -18,30 +18,9 @@ use crate::{
         workload::Identity,
     },
     probes::ProbeStatus,
-    report::Availability,
 };
 
-/// The Kubernetes names of a cgroup; empty when unknown.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Labels {
-    pub namespace: String,
-    pub pod: String,
-    pub container: String,
-}
-
-impl Labels {
-    pub fn of(identity: Option<&Identity>) -> Self {
-        let name = |v: Option<&String>| v.cloned().unwrap_or_default();
-        match identity {
-            Some(i) => Self {
-                namespace: name(i.namespace.as_ref()),
-                pod: name(i.pod.as_ref()),
-                container: name(i.container.as_ref()),
-            },
-            None => Self::default(),
-        }
-    }
-}
+pub use super::labels::Labels;
 
 /// One exported cgroup: its series are keyed by its path, so a cgroup re-created under the same
 /// path (a new id) continues the same series instead of duplicating them.

@@ -11,52 +11,13 @@ use stormwatch_common::net::{
 };
 
 use crate::{
-    collect::Window,
+    collect::{NetAvailability, Window, iface_key},
     netinfo::{
         inventory::{Encapsulation, Namespace, Peer, RouteMtu, Underlay},
         snmp::Snmp,
     },
-    probes::{ProbeStatus, net},
+    probes::net,
 };
-
-/// Which network figures can be trusted, from which probes are attached.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct NetAvailability {
-    /// The transmit and receive hooks: per-container packets and bytes.
-    pub cgroup: bool,
-    pub tcp_retransmits: bool,
-    /// `net_dev_start_xmit`: interface transmit figures.
-    pub tx: bool,
-    /// `netif_receive_skb`: interface receive figures.
-    pub rx: bool,
-    /// `kfree_skb`: drops.
-    pub drops: bool,
-}
-
-impl NetAvailability {
-    pub const ALL: Self = Self {
-        cgroup: true,
-        tcp_retransmits: true,
-        tx: true,
-        rx: true,
-        drops: true,
-    };
-
-    pub fn from_status(status: &[ProbeStatus]) -> Self {
-        let attached = |tp: &str| status.iter().any(|s| s.tracepoint == tp && s.attached());
-        Self {
-            cgroup: net::CONTAINER_PROBES.iter().all(|p| attached(p)),
-            tcp_retransmits: attached(net::RETRANSMIT),
-            tx: attached(net::XMIT),
-            rx: attached(net::RECEIVE),
-            drops: attached(net::KFREE_SKB),
-        }
-    }
-
-    pub fn any(&self) -> bool {
-        self.cgroup || self.tcp_retransmits || self.tx || self.rx || self.drops
-    }
-}
 
 /// A container's traffic: what its sockets sent and received (IP packets; GSO/GRO
 /// super-packets count as the packets they carry).
@@ -289,15 +250,6 @@ fn add_drop(out: &mut HashMap<NetIfKey, BTreeMap<String, u64>>, k: &NetDropKey, 
         .or_default()
         .entry(net::drop_reason_name(k.reason))
         .or_default() += v.packets;
-}
-
-/// The key the probes use for an interface (namespace inodes fit in 32 bits: they come from
-/// the kernel's proc inode allocator).
-pub fn iface_key(netns: u64, ifindex: u32) -> NetIfKey {
-    NetIfKey {
-        netns: netns as u32,
-        ifindex,
-    }
 }
 
 /// The `interfaces` list: every interface of every namespace, with the window's figures.

@@ -14,6 +14,9 @@ use stormwatch_common::{
     net::{CgroupNetStats, NetDropKey, NetDropStats, NetIfKey, NetIfStats},
 };
 
+mod availability;
+
+pub use self::availability::{Availability, NetAvailability, iface_key};
 pub use crate::counters::Counters;
 use crate::{
     counters::UserLoss,

@@ -1,0 +1,411 @@
+//! The node's families: the diagnosis' findings, the host, and the agent itself.
+
+use super::{Family, Kind, Read, Sample, Scope, always, secs};
+use crate::export::{
+    encode::Value::{Float, Int},
+    state::SEVERITIES,
+};
+
+/// The node's families, in the order of the exposition.
+pub static FAMILIES: &[Family] = &[
+    // ---- findings ----
+    Family {
+        name: "stormwatch_findings",
+        help: "Findings of the diagnosis rules over the sliding window, by severity.",
+        kind: Kind::Gauge,
+        unit: "",
+        labels: &["severity"],
+        scope: Scope::Finding,
+        present: always,
+        absent: "",
+        read: Read::Samples(|c, emit| {
+            for severity in SEVERITIES {
+                let n =
+                    c.e.findings
+                        .iter()
+                        .filter(|f| f.severity == severity)
+                        .count();
+                emit(&[severity], Sample::Value(Int(n as u64)))?;
+            }
+            Ok(())
+        }),
+    },
+    Family {
+        name: "stormwatch_finding",
+        help: "1 while a diagnosis rule holds for a cgroup over the sliding window (see \
+               stormwatch diagnose for the evidence).",
+        kind: Kind::Gauge,
+        unit: "",
+        labels: &[
+            "kind",
+            "severity",
+            "namespace",
+            "pod",
+            "container",
+            "cgroup",
+        ],
+        scope: Scope::Finding,
+        present: always,
+        absent: "the rule does not hold",
+        read: Read::Samples(|c, emit| {
+            for f in &c.e.findings {
+                emit(
+                    &[
+                        f.kind,
+                        f.severity,
+                        f.labels.namespace.as_str(),
+                        f.labels.pod.as_str(),
+                        f.labels.container.as_str(),
+                        f.cgroup.as_str(),
+                    ],
+                    Sample::Value(Int(1)),
+                )?;
+            }
+            Ok(())
+        }),
+    },
+    // ---- the host ----
+    Family {
+        name: "stormwatch_host",
+        help: "The host: hypervisor (kvm, xen, hyperv, vmware, ...; unknown when a hypervisor \
+               does not say which; none on bare metal) and kernel release.",
+        kind: Kind::Info,
+        unit: "",
+        labels: &["hypervisor", "kernel"],
+        scope: Scope::Host,
+        present: |c| c.e.host.is_some(),
+        absent: "before the host is read",
+        read: Read::Samples(|c, emit| {
+            let Some(h) = &c.e.host else { return Ok(()) };
+            emit(
+                &[h.hypervisor.as_deref().unwrap_or("none"), h.kernel.as_str()],
+                Sample::Info,
+            )
+        }),
+    },
+    Family {
+        name: "stormwatch_host_cpus",
+        help: "Online CPUs of the host.",
+        kind: Kind::Gauge,
+        unit: "",
+        labels: &[],
+        scope: Scope::Host,
+        present: |c| c.e.host.is_some(),
+        absent: "before the host is read",
+        read: Read::Samples(|c, emit| match &c.e.host {
+            Some(h) => emit(&[], Sample::Value(Int(u64::from(h.cpus)))),
+            None => Ok(()),
+        }),
+    },
+    Family {
+        name: "stormwatch_host_numa_nodes",
+        help: "Online NUMA nodes of the host.",
+        kind: Kind::Gauge,
+        unit: "",
+        labels: &[],
+        scope: Scope::Host,
+        present: |c| c.e.host.as_ref().is_some_and(|h| h.numa_nodes.is_some()),
+        absent: "the NUMA nodes could not be read",
+        read: Read::Samples(
+            |c, emit| match c.e.host.as_ref().and_then(|h| h.numa_nodes) {
+                Some(n) => emit(&[], Sample::Value(Int(u64::from(n)))),
+                None => Ok(()),
+            },
+        ),
+    },
+    Family {
+        name: "stormwatch_host_steal_seconds",
+        help: "CPU time the hypervisor gave to others while the host's vCPUs had work (steal, \
+               from /proc/stat), summed over CPUs, since the host booted.",
+        kind: Kind::Counter,
+        unit: "seconds",
+        labels: &[],
+        scope: Scope::Host,
+        present: |c| c.e.host_steal_seconds.is_some(),
+        absent: "/proc/stat could not be read",
+        read: Read::Samples(|c, emit| match c.e.host_steal_seconds {
+            Some(s) => emit(&[], Sample::Value(Float(s))),
+            None => Ok(()),
+        }),
+    },
+    // ---- the agent itself ----
+    Family {
+        name: "stormwatch_build",
+        help: "The agent's version.",
+        kind: Kind::Info,
+        unit: "",
+        labels: &["version"],
+        scope: Scope::Agent,
+        present: always,
+        absent: "",
+        read: Read::Samples(|_, emit| emit(&[env!("CARGO_PKG_VERSION")], Sample::Info)),
+    },
+    Family {
+        name: "stormwatch_probe_attached",
+        help: "1 when the probe on this tracepoint is attached (kind: tp_btf or tracepoint), 0 \
+               when not.",
+        kind: Kind::Gauge,
+        unit: "",
+        labels: &["tracepoint", "kind"],
+        scope: Scope::Agent,
+        present: always,
+        absent: "",
+        read: Read::Samples(|c, emit| {
+            for p in &c.e.probes {
+                let kind = p.kind.map(|k| k.to_string()).unwrap_or_default();
+                emit(
+                    &[p.tracepoint, kind.as_str()],
+                    Sample::Value(Int(u64::from(p.attached()))),
+                )?;
+            }
+            Ok(())
+        }),
+    },
+    Family {
+        name: "stormwatch_probe_on_demand",
+        help: "1 for a probe loaded at start and attached only while needed: the wake-up probes \
+               while a lock storm is found (wake_kinds = \"on-demand\"), the futex probes while a \
+               cgroup's scheduler figures look like a lock storm (futex_probes = \"on-demand\"), \
+               the per-packet network probes while packets do not fit and in surveys \
+               (net_packet_probes = \"on-demand\").",
+        kind: Kind::Gauge,
+        unit: "",
+        labels: &["tracepoint"],
+        scope: Scope::Agent,
+        present: always,
+        absent: "a probe that is always attached",
+        read: Read::Samples(|c, emit| {
+            for p in c.e.probes.iter().filter(|p| p.on_demand()) {
+                emit(&[p.tracepoint], Sample::Value(Int(1)))?;
+            }
+            Ok(())
+        }),
+    },
+    Family {
+        name: "stormwatch_bpf_stats_enabled",
+        help: "1 when the kernel's BPF run-time statistics are on (else the program run counters \
+               stand still).",
+        kind: Kind::Gauge,
+        unit: "",
+        labels: &[],
+        scope: Scope::Agent,
+        present: always,
+        absent: "",
+        read: Read::Samples(|c, emit| {
+            emit(&[], Sample::Value(Int(u64::from(c.e.bpf_stats_enabled))))
+        }),
+    },
+    Family {
+        name: "stormwatch_bpf_program_runs",
+        help: "Runs of each of the agent's BPF programs, from the kernel's BPF statistics.",
+        kind: Kind::Counter,
+        unit: "",
+        labels: &["program"],
+        scope: Scope::Agent,
+        present: always,
+        absent: "",
+        read: Read::Samples(|c, emit| {
+            for p in &c.e.programs {
+                emit(&[p.program.as_str()], Sample::Value(Int(p.runs)))?;
+            }
+            Ok(())
+        }),
+    },
+    Family {
+        name: "stormwatch_bpf_program_run_seconds",
+        help: "Time spent running each of the agent's BPF programs, from the kernel's BPF \
+               statistics.",
+        kind: Kind::Counter,
+        unit: "seconds",
+        labels: &["program"],
+        scope: Scope::Agent,
+        present: always,
+        absent: "",
+        read: Read::Samples(|c, emit| {
+            for p in &c.e.programs {
+                emit(&[p.program.as_str()], Sample::Value(Float(secs(p.run_ns))))?;
+            }
+            Ok(())
+        }),
+    },
+    Family {
+        name: "stormwatch_lost_events",
+        help: "Events the probes could not record, by reason, since they were attached.",
+        kind: Kind::Counter,
+        unit: "",
+        labels: &["reason"],
+        scope: Scope::Agent,
+        present: always,
+        absent: "",
+        read: Read::Samples(|c, emit| {
+            for (reason, n) in &c.e.lost_events {
+                emit(&[reason], Sample::Value(Int(*n)))?;
+            }
+            Ok(())
+        }),
+    },
+    Family {
+        name: "stormwatch_collection_errors",
+        help: "Collections that failed (reading the probes' maps); the next collection covers \
+               the gap.",
+        kind: Kind::Counter,
+        unit: "",
+        labels: &[],
+        scope: Scope::Agent,
+        present: always,
+        absent: "",
+        read: Read::Samples(|c, emit| emit(&[], Sample::Value(Int(c.e.collection_errors)))),
+    },
+    Family {
+        name: "stormwatch_collection_duration_seconds",
+        help: "Time one collection took (reading the maps, naming cgroups, reading limits, \
+               diagnosis).",
+        kind: Kind::Histogram,
+        unit: "seconds",
+        labels: &[],
+        scope: Scope::Agent,
+        present: always,
+        absent: "",
+        read: Read::Samples(|c, emit| emit(&[], Sample::Durations(&c.e.collection_duration))),
+    },
+    Family {
+        name: "stormwatch_last_collection_timestamp_seconds",
+        help: "Unix time of the last collection.",
+        kind: Kind::Gauge,
+        unit: "seconds",
+        labels: &[],
+        scope: Scope::Agent,
+        present: |c| c.e.last_collection_unix_seconds.is_some(),
+        absent: "before the first collection",
+        read: Read::Samples(|c, emit| match c.e.last_collection_unix_seconds {
+            Some(t) => emit(&[], Sample::Value(Float(t))),
+            None => Ok(()),
+        }),
+    },
+    Family {
+        name: "stormwatch_render_duration_seconds",
+        help: "Time the previous rendering of this exposition took.",
+        kind: Kind::Gauge,
+        unit: "seconds",
+        labels: &[],
+        scope: Scope::Agent,
+        present: always,
+        absent: "",
+        read: Read::Samples(|c, emit| emit(&[], Sample::Value(Float(c.e.render_seconds)))),
+    },
+    Family {
+        name: "stormwatch_exposition_bytes",
+        help: "Size of the previous rendering of this exposition (OpenMetrics text).",
+        kind: Kind::Gauge,
+        unit: "bytes",
+        labels: &[],
+        scope: Scope::Agent,
+        present: always,
+        absent: "",
+        read: Read::Samples(|c, emit| emit(&[], Sample::Value(Int(c.e.exposition_bytes as u64)))),
+    },
+    Family {
+        name: "process_cpu_seconds",
+        help: "CPU time the agent's process used, user and system (/proc/self/stat).",
+        kind: Kind::Counter,
+        unit: "seconds",
+        labels: &[],
+        scope: Scope::Agent,
+        present: |c| c.process.is_some(),
+        absent: "/proc/self could not be read",
+        read: Read::Samples(|c, emit| match &c.process {
+            Some(p) => emit(&[], Sample::Value(Float(p.cpu_seconds))),
+            None => Ok(()),
+        }),
+    },
+    Family {
+        name: "process_resident_memory_bytes",
+        help: "The agent's resident memory (/proc/self/stat); BPF maps are charged to its memory \
+               cgroup, not counted here.",
+        kind: Kind::Gauge,
+        unit: "bytes",
+        labels: &[],
+        scope: Scope::Agent,
+        present: |c| c.process.is_some(),
+        absent: "/proc/self could not be read",
+        read: Read::Samples(|c, emit| match &c.process {
+            Some(p) => emit(&[], Sample::Value(Int(p.resident_bytes))),
+            None => Ok(()),
+        }),
+    },
+    Family {
+        name: "process_open_fds",
+        help: "File descriptors the agent's process holds (BPF maps, programs and links among \
+               them).",
+        kind: Kind::Gauge,
+        unit: "",
+        labels: &[],
+        scope: Scope::Agent,
+        present: |c| c.process.is_some(),
+        absent: "/proc/self could not be read",
+        read: Read::Samples(|c, emit| match &c.process {
+            Some(p) => emit(&[], Sample::Value(Int(p.open_fds))),
+            None => Ok(()),
+        }),
+    },
+    Family {
+        name: "stormwatch_cgroups_tracked",
+        help: "Cgroups exported, including removed ones in their grace period.",
+        kind: Kind::Gauge,
+        unit: "",
+        labels: &[],
+        scope: Scope::Agent,
+        present: always,
+        absent: "",
+        read: Read::Samples(|c, emit| {
+            emit(&[], Sample::Value(Int(c.e.cgroups.series().len() as u64)))
+        }),
+    },
+    Family {
+        name: "stormwatch_cgroups_removed",
+        help: "Removed cgroups whose series are kept for the grace period.",
+        kind: Kind::Gauge,
+        unit: "",
+        labels: &[],
+        scope: Scope::Agent,
+        present: always,
+        absent: "",
+        read: Read::Samples(|c, emit| emit(&[], Sample::Value(Int(c.e.cgroups.removed() as u64)))),
+    },
+    Family {
+        name: "stormwatch_cgroups_max",
+        help: "The most cgroups exported at once (max_cgroups).",
+        kind: Kind::Gauge,
+        unit: "",
+        labels: &[],
+        scope: Scope::Agent,
+        present: always,
+        absent: "",
+        read: Read::Samples(|c, emit| {
+            emit(&[], Sample::Value(Int(c.e.cgroups.max_cgroups() as u64)))
+        }),
+    },
+    Family {
+        name: "stormwatch_cgroups_dropped",
+        help: "Cgroups not exported because max_cgroups were already tracked.",
+        kind: Kind::Counter,
+        unit: "",
+        labels: &[],
+        scope: Scope::Agent,
+        present: always,
+        absent: "",
+        read: Read::Samples(|c, emit| emit(&[], Sample::Value(Int(c.e.cgroups.dropped_total)))),
+    },
+    Family {
+        name: "stormwatch_cgroups_unresolved",
+        help: "Cgroups with figures not exported because they were removed before their path \
+               could be read.",
+        kind: Kind::Counter,
+        unit: "",
+        labels: &[],
+        scope: Scope::Agent,
+        present: always,
+        absent: "",
+        read: Read::Samples(|c, emit| emit(&[], Sample::Value(Int(c.e.cgroups.unresolved_total)))),
+    },
+];
