@@ -15,162 +15,25 @@
 //! Results are printed as a Markdown table; xtask/BENCHMARKS.md carries the last run.
 
 use std::{
-    io::{BufRead as _, BufReader},
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
-    sync::mpsc,
-    time::{Duration, Instant},
+    process::{Command, Stdio},
 };
 
 use anyhow::{Context as _, Result, bail};
 
-use crate::{build_release, cargo, root, run_cmd, say};
-
-/// Starts a tracer, given the stormwatch binary and the measurement's length in seconds.
-pub(crate) type Starter = Box<dyn Fn(&Path, u32) -> Result<Running>>;
+use crate::{
+    bench_common::{
+        BPFTRACE_EMPTY_FUTEX, BPFTRACE_FUTEX, BPFTRACE_SCHED, Starter, bpftrace, free_port, median,
+        run_command, start_until, stormwatch, stormwatch_run,
+    },
+    build_release, cargo, root, run_cmd, say,
+};
 
 /// A tracer configuration: how to start it, or `None` for no tracing.
 struct Tracer {
     name: &'static str,
     start: Option<Starter>,
 }
-
-pub(crate) struct Running {
-    child: Child,
-}
-
-impl Running {
-    pub(crate) fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    pub(crate) fn stop(mut self) -> Result<Option<u64>> {
-        let rss = peak_rss_kib(self.child.id());
-        // SIGINT: stormwatch detaches and exits; bpftrace prints its maps and exits.
-        interrupt(self.child.id());
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if self.child.try_wait()?.is_some() {
-                break;
-            }
-            if Instant::now() > deadline {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Ok(rss)
-    }
-}
-
-fn interrupt(pid: u32) {
-    let _ = Command::new("kill")
-        .args(["-INT", &pid.to_string()])
-        .status();
-}
-
-/// VmHWM (peak resident set) of a process, in KiB.
-fn peak_rss_kib(pid: u32) -> Option<u64> {
-    use procfs_core::FromRead as _;
-    procfs_core::process::Status::from_file(format!("/proc/{pid}/status"))
-        .ok()?
-        .vmhwm
-}
-
-/// Starts a command and waits until a line on its stderr (or stdout) contains `ready`.
-fn start_until(mut cmd: Command, ready: &'static str, on_stdout: bool) -> Result<Running> {
-    cmd.stdin(Stdio::null());
-    if on_stdout {
-        cmd.stdout(Stdio::piped()).stderr(Stdio::null());
-    } else {
-        cmd.stdout(Stdio::null()).stderr(Stdio::piped());
-    }
-    let shown = format!("{cmd:?}");
-    let mut child = cmd
-        .spawn()
-        .with_context(|| format!("cannot start {shown}"))?;
-    let stream: Box<dyn std::io::Read + Send> = if on_stdout {
-        Box::new(child.stdout.take().expect("piped"))
-    } else {
-        Box::new(child.stderr.take().expect("piped"))
-    };
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut sent = false;
-        for line in BufReader::new(stream).lines().map_while(Result::ok) {
-            if !sent && line.contains(ready) {
-                let _ = tx.send(());
-                sent = true;
-            }
-        }
-    });
-    if rx.recv_timeout(Duration::from_secs(60)).is_err() {
-        let _ = child.kill();
-        bail!("{shown} did not become ready");
-    }
-    Ok(Running { child })
-}
-
-pub(crate) fn stormwatch(probes: &'static str) -> Starter {
-    Box::new(move |bin: &Path, seconds: u32| {
-        let mut cmd = Command::new(bin);
-        cmd.args([
-            "trace",
-            "--json",
-            "--interval",
-            "1",
-            "--duration",
-            &(seconds + 30).to_string(),
-            "--probes",
-            probes,
-        ]);
-        start_until(cmd, "tracing with", false)
-    })
-}
-
-pub(crate) fn bpftrace(script: &'static str) -> Starter {
-    Box::new(move |_bin: &Path, _seconds: u32| {
-        let mut cmd = Command::new("bpftrace");
-        cmd.args(["-e", script]);
-        start_until(cmd, "Attaching", true)
-    })
-}
-
-/// What bpftrace users write for the same figures: switches per cgroup and a run-queue
-/// latency histogram per cgroup.
-pub(crate) const BPFTRACE_SCHED: &str = r#"
-tracepoint:sched:sched_wakeup,tracepoint:sched:sched_wakeup_new { @qt[args->pid] = nsecs; }
-tracepoint:sched:sched_switch {
-  @switches[cgroup] = count();
-  if (args->prev_state == 0) { @qt[args->prev_pid] = nsecs; }
-  $t = @qt[args->next_pid];
-  if ($t) { @runq[cgroup] = hist(nsecs - $t); delete(@qt[args->next_pid]); }
-}
-"#;
-
-/// Futex wait time per cgroup, as a bpftrace user would measure it.
-pub(crate) const BPFTRACE_FUTEX: &str = r#"
-tracepoint:syscalls:sys_enter_futex /(args->op & 0x7f) == 0 || (args->op & 0x7f) == 9/ {
-  @start[tid] = nsecs;
-}
-tracepoint:syscalls:sys_exit_futex /@start[tid]/ {
-  @wait_ns[cgroup] = sum(nsecs - @start[tid]); @waits[cgroup] = count(); delete(@start[tid]);
-}
-"#;
-
-/// Empty programs on the futex syscall's tracepoints: what attaching there costs by itself
-/// (every thread's every system call takes the kernel's slow path while they are attached).
-pub(crate) const BPFTRACE_EMPTY_FUTEX: &str = r#"
-tracepoint:syscalls:sys_enter_futex { }
-tracepoint:syscalls:sys_exit_futex { }
-"#;
-
-/// Empty programs on the two tracepoints the network probes count packets at: their floor.
-pub(crate) const BPFTRACE_EMPTY_NET: &str = r#"
-tracepoint:net:net_dev_start_xmit { }
-tracepoint:net:netif_receive_skb { }
-"#;
 
 /// Runs `stress-ng --<stressor> 2` for `seconds` and returns bogo ops per second (real time).
 fn stress(stressor: &str, seconds: u32) -> Result<f64> {
@@ -207,16 +70,6 @@ struct Row {
     name: &'static str,
     ops: Vec<f64>,
     rss_kib: Vec<u64>,
-}
-
-pub(crate) fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
 }
 
 /// A measured workload: what the table calls it and its unit, and how to run it for a number
@@ -463,12 +316,6 @@ fn json_number(line: &str, field: &str) -> Option<f64> {
     rest[..end].parse().ok()
 }
 
-/// `stormwatch run` as deployed: default configuration (5 s interval, every probe), serving
-/// on a free port.
-pub(crate) fn stormwatch_run() -> Starter {
-    Box::new(|bin: &Path, _seconds: u32| start_run(bin, free_port()?))
-}
-
 /// The default configuration but for the futex tier, attached from the start: the switch
 /// storm's worst case (the tier is what a storm attaches, and the daemon otherwise attaches it
 /// only after its first judgement, part of the way into a round).
@@ -487,26 +334,6 @@ fn stormwatch_run_with(config: &'static str) -> Starter {
     })
 }
 
-/// A free port on 127.0.0.1.
-pub(crate) fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .context("no free port")?
-        .port())
-}
-
-/// `stormwatch run` with its default configuration, serving on 127.0.0.1:`port`.
-pub(crate) fn start_run(bin: &Path, port: u16) -> Result<Running> {
-    start_until(run_command(bin, port), "serving http://", false)
-}
-
-/// The command line of `stormwatch run` serving on 127.0.0.1:`port`.
-fn run_command(bin: &Path, port: u16) -> Command {
-    let mut cmd = Command::new(bin);
-    cmd.args(["run", "--listen", &format!("127.0.0.1:{port}")]);
-    cmd
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -517,12 +344,5 @@ mod tests {
         assert_eq!(json_number(line, "ops"), Some(123456.0));
         assert_eq!(json_number(line, "nvcsw"), Some(7.0));
         assert_eq!(json_number(line, "missing"), None);
-    }
-
-    #[test]
-    fn median_of_odd_and_even_counts() {
-        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
-        assert!(median(&[]).is_nan());
     }
 }

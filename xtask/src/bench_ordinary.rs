@@ -26,7 +26,7 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 
 use crate::{
-    bench::{Running, free_port, median, start_run},
+    bench_common::{Running, free_port, median, start_run},
     build_release, root, say,
 };
 

@@ -15,7 +15,7 @@ use std::{collections::HashMap, path::Path, process::Command};
 use anyhow::{Context as _, Result, bail};
 
 use crate::{
-    bench::{self, Starter},
+    bench_common::{self as bench, Starter},
     say,
 };
 

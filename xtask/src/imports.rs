@@ -115,8 +115,7 @@ fn imports_of(module: &str, code: &str, known: &BTreeSet<String>) -> BTreeSet<St
 /// The paths a `use` tree (or a plain path) names, from the text after its prefix.
 fn expand(text: &str) -> Vec<String> {
     let mut head = String::new();
-    let mut chars = text.char_indices();
-    while let Some((i, c)) = chars.next() {
+    for (i, c) in text.char_indices() {
         match c {
             'a'..='z' | 'A'..='Z' | '0'..='9' | '_' | ':' => head.push(c),
             '{' => {

@@ -7,6 +7,7 @@
 //! started with `+stable`.
 
 mod bench;
+mod bench_common;
 mod bench_daemon;
 mod bench_ordinary;
 mod bench_programs;
