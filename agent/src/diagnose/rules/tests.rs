@@ -1,0 +1,608 @@
+use super::*;
+use crate::diagnose::Handoffs;
+use crate::diagnose::{HostFacts, diagnose};
+use crate::identity::limits::CpuCounters;
+use stormwatch_common::{FutexStats, LockStats, Log2Histogram, SchedStats, lock_kind};
+
+const S: u64 = 1_000_000_000;
+
+/// A 10 s window of a container on a 2-CPU host.
+fn base(cgroup: &str) -> Facts {
+    Facts {
+        cgroup_id: cgroup.len() as u64,
+        cgroup: cgroup.into(),
+        window_seconds: 10.0,
+        host_cpus: 2,
+        cpuset_cpus: None,
+        quota_cores: None,
+        threads: Some(4),
+        cpu: CpuCounters::default(),
+        sched: SchedStats::ZERO,
+        futex: FutexStats::ZERO,
+        locks: LockStats::ZERO,
+        remote_wakeup_share: None,
+        cpus_used: None,
+        futex_seconds: 10.0,
+        host: None,
+        handoffs: Handoffs::default(),
+        runtimes: Vec::new(),
+    }
+}
+
+fn runq(f: &mut Facts, samples: u64, each_ns: u64) {
+    for _ in 0..samples {
+        f.sched.runq.record(each_ns);
+    }
+}
+
+/// 32 threads on 2 CPUs, mostly waiting on one mutex: what the mutex storm test runs.
+fn storm() -> Facts {
+    let mut f = base("/storm");
+    f.threads = Some(32);
+    f.sched.oncpu_ns = 19 * S;
+    f.sched.voluntary_switches = 400_000;
+    f.sched.involuntary_switches = 20_000;
+    f.sched.migrations = 30_000;
+    f.sched.offcpu_ns = 250 * S;
+    runq(&mut f, 1000, 5_000_000); // 5 s queued for a CPU: 1.2 runnable per CPU
+    for _ in 0..1000 {
+        f.futex.wait.record(240_000_000); // 240 s of waiting in 10 s: 24 threads
+    }
+    f.futex.wait.count = 300_000;
+    // 290,000 of them ended in a wake: 14,500 hand-offs/s per CPU, 11.5 threads per CPU
+    // queued for them.
+    f.handoffs.lock_waits = 290_000;
+    f.handoffs.lock_wait_ns = 230 * S;
+    f.locks.count[lock_kind::SPIN] = 50_000;
+    f.locks.wait_ns[lock_kind::SPIN] = S / 2;
+    f
+}
+
+/// 32 CPU-bound threads on 2 CPUs, no lock.
+fn cpu_bound() -> Facts {
+    let mut f = base("/spin");
+    f.threads = Some(32);
+    f.sched.oncpu_ns = 20 * S;
+    f.sched.involuntary_switches = 20_000;
+    runq(&mut f, 20_000, 14_000_000); // 280 s queued: ~28 waiting
+    f
+}
+
+/// Two threads ping-ponging over a pipe: a very high switch rate, no futex.
+fn ping_pong() -> Facts {
+    let mut f = base("/pingpong");
+    f.threads = Some(2);
+    f.sched.oncpu_ns = 15 * S;
+    f.sched.voluntary_switches = 3_000_000;
+    runq(&mut f, 3_000_000, 3_000);
+    f
+}
+
+fn kinds(fs: &[Finding]) -> Vec<Kind> {
+    fs.iter().map(|f| f.kind).collect()
+}
+
+#[test]
+fn a_mutex_storm_is_a_lock_storm_with_pinning_advice() {
+    let t = Thresholds::default();
+    let f = lock_storm(&storm(), &t).expect("storm");
+    assert_eq!(f.severity, Severity::Critical);
+    assert!(f.evidence["futex_wait_share"] > 0.7);
+    assert_eq!(f.evidence["handoffs_per_cpu_second"], 14_500.0);
+    assert_eq!(f.evidence["queued_threads_per_cpu"], 11.5);
+    assert!(
+        !f.summary.contains("convoy"),
+        "saturated CPUs: {}",
+        f.summary
+    );
+    assert_eq!(f.evidence["threads"], 32.0);
+    assert_eq!(f.evidence["allowed_cpus"], 2.0);
+    assert!(f.recommendations[0].contains("Pin"), "migrations are high");
+    assert!(
+        f.recommendations
+            .iter()
+            .any(|r| r.contains("ActiveProcessorCount=2"))
+    );
+    assert!(f.recommendations.iter().any(|r| r.starts_with("Caveat")));
+    assert!(f.summary.contains("32 threads"));
+}
+
+/// The storm of the issue: a Java service with 2,000 threads (pools sized from the node)
+/// in a container with a 4-core quota, on a 56-vCPU node; `host` says what is under it.
+fn node_sized_storm(host: Option<HostFacts>, host_cpus: u32) -> Facts {
+    let mut f = base("/kubepods/java");
+    f.host_cpus = host_cpus;
+    f.quota_cores = Some(4.0);
+    f.threads = Some(2000);
+    f.sched.oncpu_ns = 39 * S;
+    f.sched.voluntary_switches = 400_000;
+    f.sched.migrations = 1_000;
+    runq(&mut f, 1000, 50_000);
+    for _ in 0..1000 {
+        f.futex.wait.record(16 * S); // 16,000 s of waiting in 10 s: 1,600 threads
+    }
+    f.futex.wait.count = 400_000;
+    f.handoffs.lock_waits = 390_000;
+    f.handoffs.lock_wait_ns = 15_000 * S;
+    f.sched.offcpu_ns = 17_000 * S;
+    f.remote_wakeup_share = Some(0.85);
+    f.cpus_used = Some(host_cpus);
+    f.host = host;
+    f
+}
+
+fn kvm(steal_share: f64) -> Option<HostFacts> {
+    Some(HostFacts {
+        hypervisor: Some("kvm".into()),
+        steal_share: Some(steal_share),
+    })
+}
+
+#[test]
+fn the_vm_storm_of_the_issue_is_explained() {
+    let f = lock_storm(&node_sized_storm(kvm(0.02), 56), &Thresholds::default()).unwrap();
+    let s = &f.summary;
+    for want in [
+        "lock storm: 2000 threads on 4.0 usable CPU(s)",
+        "; 85% of its wake-ups come from another CPU, an inter-processor interrupt each, \
+         usually a VM exit in this kvm guest",
+        "; its threads ran on 56 CPUs, more than the 4.0 it may use at once",
+        "; 2000 threads for the node's 56 CPUs (35.7 per node CPU) but 4.0 usable: its pools \
+         look sized from the node's CPU count, not the container's",
+    ] {
+        assert!(s.contains(want), "missing {want:?} in {s:?}");
+    }
+    assert!(
+        !s.contains("steal"),
+        "2% steal is not worth a sentence: {s}"
+    );
+    let pin = &f.recommendations[0];
+    assert!(
+        pin.starts_with("Pin the container to 4 dedicated CPU(s): 85% of its wake-ups")
+            && pin.contains("ran on 56 CPUs")
+            && pin.contains("(usually a VM exit in this kvm guest)")
+            && pin.contains("static CPU manager policy")
+            && pin.contains("Guaranteed"),
+        "{pin}"
+    );
+    let sizing = f
+        .recommendations
+        .iter()
+        .find(|r| r.starts_with("Size the runtimes"))
+        .expect("node sizing advice");
+    for flag in [
+        "not the node's 56",
+        "-XX:ActiveProcessorCount=4",
+        "-XX:ParallelGCThreads=4",
+        "-Djava.util.concurrent.ForkJoinPool.common.parallelism=4",
+        "GOMAXPROCS=4",
+        "automaxprocs",
+    ] {
+        assert!(sizing.contains(flag), "missing {flag:?} in {sizing}");
+    }
+    assert!(!f.recommendations.iter().any(|r| r.contains("(steal)")));
+    assert_eq!(f.evidence["remote_wakeup_share"], 0.85);
+    assert_eq!(f.evidence["cpus_used"], 56.0);
+    assert_eq!(f.evidence["host_cpus"], 56.0);
+    assert_eq!(f.evidence["threads_per_host_cpu"], 2000.0 / 56.0);
+    assert_eq!(f.evidence["steal_share"], 0.02);
+    assert_eq!(f.evidence["allowed_cpus"], 4.0);
+    assert_eq!(f.context["hypervisor"], "kvm");
+}
+
+#[test]
+fn on_bare_metal_a_hand_off_is_an_interrupt_not_a_vm_exit() {
+    let metal = Some(HostFacts {
+        hypervisor: None,
+        steal_share: Some(0.0),
+    });
+    let f = lock_storm(&node_sized_storm(metal, 24), &Thresholds::default()).unwrap();
+    assert!(
+        f.summary.contains(
+            "85% of its wake-ups come from another CPU, an inter-processor interrupt each;"
+        ),
+        "{}",
+        f.summary
+    );
+    assert!(!f.summary.contains("VM exit"), "{}", f.summary);
+    assert!(!f.recommendations.iter().any(|r| r.contains("VM exit")));
+    assert!(f.recommendations[0].starts_with("Pin the container to 4 dedicated CPU(s)"));
+    // 24 CPUs is 6 times the 4 allowed: still pools sized from the node.
+    assert!(
+        f.summary
+            .contains("for the node's 24 CPUs (83.3 per node CPU)")
+    );
+    assert_eq!(f.context["hypervisor"], "none");
+    assert_eq!(f.evidence["steal_share"], 0.0);
+}
+
+#[test]
+fn a_pinned_kvm_guest_with_steal_is_told_about_steal_not_spread() {
+    // 32 threads pinned to 4 of 8 vCPUs: few remote wake-ups, no spread, pools not sized
+    // from the node (8 < 4 x 4), but the hypervisor steals 8%.
+    let mut f = storm();
+    f.host_cpus = 8;
+    f.cpuset_cpus = Some(4);
+    f.sched.oncpu_ns = 38 * S;
+    f.sched.voluntary_switches = 800_000;
+    f.futex.wait.count = 600_000;
+    f.sched.migrations = 0;
+    f.remote_wakeup_share = Some(0.1);
+    f.cpus_used = Some(4);
+    f.host = kvm(0.08);
+    let found = lock_storm(&f, &Thresholds::default()).unwrap();
+    let s = &found.summary;
+    assert!(
+        s.contains("; 10% of its wake-ups come from another CPU; its threads ran on 4 CPUs;"),
+        "{s}"
+    );
+    assert!(!s.contains("interrupt") && !s.contains("VM exit"), "{s}");
+    assert!(!s.contains("more than the"), "{s}");
+    assert!(!s.contains("sized from the node"), "{s}");
+    assert!(
+        s.ends_with("; the hypervisor took 8% of the host's CPU time (steal)"),
+        "{s}"
+    );
+    assert!(!found.recommendations[0].starts_with("Pin"));
+    assert!(
+        found
+            .recommendations
+            .iter()
+            .any(|r| r.starts_with("The hypervisor took 8%"))
+    );
+    assert!(
+        found
+            .recommendations
+            .iter()
+            .any(|r| r.starts_with("Size thread pools"))
+    );
+    assert_eq!(found.context["hypervisor"], "kvm");
+}
+
+#[test]
+fn without_the_figures_the_explanation_is_left_out() {
+    let f = lock_storm(&node_sized_storm(None, 56), &Thresholds::default());
+    let mut unknown = node_sized_storm(None, 56);
+    unknown.remote_wakeup_share = None;
+    unknown.cpus_used = None;
+    let g = lock_storm(&unknown, &Thresholds::default()).unwrap();
+    for s in [&f.unwrap().summary, &g.summary] {
+        assert!(!s.contains("VM exit") && !s.contains("steal"), "{s}");
+    }
+    assert!(!g.summary.contains("wake-ups") && !g.summary.contains("ran on"));
+    assert!(!g.recommendations[0].starts_with("Pin the container to 4 dedicated"));
+    for absent in ["remote_wakeup_share", "cpus_used", "steal_share"] {
+        assert!(!g.evidence.contains_key(absent), "{absent}");
+    }
+    assert!(g.context.is_empty());
+    // Threads per node CPU and the node sizing need only the thread count and the CPUs.
+    assert!(g.summary.contains("pools look sized from the node"));
+    // An unknown hypervisor still pays a VM exit per interrupt.
+    let mut guest = node_sized_storm(None, 56);
+    guest.host = Some(HostFacts {
+        hypervisor: Some("unknown".into()),
+        steal_share: None,
+    });
+    let h = lock_storm(&guest, &Thresholds::default()).unwrap();
+    assert!(
+        h.summary.contains("usually a VM exit in this guest"),
+        "{}",
+        h.summary
+    );
+    assert!(!h.evidence.contains_key("steal_share"));
+}
+
+/// The same kernel figures, but every hand-off made by a runtime's own parked threads (a Go
+/// program's Ms) or to workers that only wait: no lock's queue, no storm. A Go runtime sized
+/// above the CPUs is named instead, with its flag.
+#[test]
+fn hand_offs_of_work_are_not_a_lock() {
+    use crate::identity::runtime::{CpuSetting, ProcessRuntime, Runtime};
+    let t = Thresholds::default();
+    let lock = storm();
+    let mut go = storm();
+    go.handoffs.runtime_waits = go.handoffs.lock_waits;
+    go.handoffs.runtime_wait_ns = go.handoffs.lock_wait_ns;
+    go.handoffs.lock_waits = 0;
+    go.handoffs.lock_wait_ns = 0;
+    assert!(lock_storm(&lock, &t).is_some());
+    assert!(lock_storm(&go, &t).is_none(), "a runtime's hand-offs");
+    assert!(
+        runtime_sizing(&go, &t).is_none(),
+        "no runtime known to be sized wrong"
+    );
+    go.runtimes = vec![ProcessRuntime {
+        tgid: 42,
+        comm: "server".into(),
+        runtime: Runtime::Go {
+            version: Some("go1.26.8".into()),
+        },
+        cpus: Some(CpuSetting {
+            name: "GOMAXPROCS",
+            value: 16,
+            source: "environment",
+        }),
+        gc_threads: None,
+        threads: Some(20),
+    }];
+    let found = runtime_sizing(&go, &t).expect("sized for 16 CPUs on 2");
+    assert!(
+        found
+            .summary
+            .contains("GOMAXPROCS=16 (from its environment)")
+            && found.summary.contains("14500 times/s per CPU"),
+        "{}",
+        found.summary
+    );
+    assert!(found.recommendations[0].contains("Set GOMAXPROCS=2"));
+    let mut right = go.clone();
+    right.runtimes[0].cpus.as_mut().unwrap().value = 2;
+    assert!(runtime_sizing(&right, &t).is_none(), "sized to the CPUs");
+    let mut pool = storm();
+    pool.handoffs.waiter_only_waits = pool.handoffs.lock_waits;
+    pool.handoffs.waiter_only_wait_ns = pool.handoffs.lock_wait_ns;
+    pool.handoffs.lock_waits = 0;
+    pool.handoffs.lock_wait_ns = 0;
+    let s = StormFigures::of(&pool, &t).unwrap();
+    assert!(!s.lock_storm && s.waiter_only_handoffs_per_cpu_second > 14_000.0);
+}
+
+#[test]
+fn each_storm_condition_is_required() {
+    let t = Thresholds::default();
+    let mut few_threads = storm();
+    few_threads.threads = Some(6);
+    assert!(lock_storm(&few_threads, &t).is_none(), "3 threads per CPU");
+    let mut slow = storm();
+    slow.handoffs.lock_waits = 1000; // 50 hand-offs/s per CPU
+    assert!(lock_storm(&slow, &t).is_none(), "slow hand-offs");
+    let mut short_queue = storm();
+    short_queue.handoffs.lock_wait_ns = 20 * S; // 1 thread per CPU queued
+    assert!(lock_storm(&short_queue, &t).is_none(), "short queue");
+    let mut io_bound = storm();
+    io_bound.sched.offcpu_ns = 1000 * S; // blocked mostly outside futexes
+    assert!(lock_storm(&io_bound, &t).is_none(), "I/O-bound");
+    // Idle CPUs, threads parked on the queue, woken at the rate work arrives: not a storm;
+    // at the rate of a convoy, one.
+    let mut pool = storm();
+    pool.sched.oncpu_ns = 2 * S;
+    pool.sched.runq = Log2Histogram::ZERO;
+    pool.handoffs.lock_waits = 10_000; // 500/s per CPU
+    assert!(lock_storm(&pool, &t).is_none(), "a pool waiting for work");
+    let mut convoy = pool.clone();
+    convoy.handoffs.lock_waits = 80_000; // 4,000/s per CPU
+    let found = lock_storm(&convoy, &t).expect("a convoy");
+    assert!(found.summary.contains("convoy"), "{}", found.summary);
+    assert_eq!(found.evidence["required_handoffs_per_cpu_second"], 1000.0);
+    let mut polling = storm();
+    polling.futex.timeouts = 200_000; // parked with timeouts, not queued on a lock
+    assert!(lock_storm(&polling, &t).is_none());
+    let mut unknown = storm();
+    unknown.threads = None;
+    assert!(
+        lock_storm(&unknown, &t).is_none(),
+        "no thread count, no verdict"
+    );
+    let mut pinned_low = storm();
+    pinned_low.sched.migrations = 0;
+    let f = lock_storm(&pinned_low, &t).unwrap();
+    assert!(!f.recommendations[0].contains("Pin"));
+}
+
+#[test]
+fn cpu_bound_threads_are_not_a_storm_but_saturation() {
+    let all = [cpu_bound()];
+    let found = diagnose(&all, &Thresholds::default());
+    assert_eq!(
+        kinds(&found),
+        [Kind::RunqueueSaturation, Kind::ThreadOversubscription]
+    );
+    assert_eq!(found[0].severity, Severity::Critical);
+    assert!(found[0].summary.contains("runnable threads"));
+}
+
+#[test]
+fn ping_pong_is_not_a_lock_storm() {
+    let found = diagnose(&[ping_pong()], &Thresholds::default());
+    assert!(!kinds(&found).contains(&Kind::LockStorm), "{found:?}");
+}
+
+#[test]
+fn a_storm_is_not_also_reported_as_oversubscription() {
+    let mut f = storm();
+    f.sched.oncpu_ns = 20 * S;
+    runq(&mut f, 10_000, 10_000_000);
+    let found = diagnose(&[f], &Thresholds::default());
+    assert!(kinds(&found).contains(&Kind::LockStorm));
+    assert!(!kinds(&found).contains(&Kind::ThreadOversubscription));
+}
+
+/// The seed's shape inside a quota: the storm and the throttling both found, the storm's
+/// summary tying them, advice sized to the quota, and no oversubscription finding telling
+/// the user to go and watch futexes.
+#[test]
+fn a_storm_inside_a_quota_is_also_throttling_and_says_so() {
+    let mut f = storm();
+    f.quota_cores = Some(0.5);
+    f.sched.oncpu_ns = 5 * S;
+    f.cpu.periods = Some(100);
+    f.cpu.throttled_periods = Some(75);
+    f.cpu.throttled_seconds = Some(7.5);
+    let found = check_all(&f, std::slice::from_ref(&f), &Thresholds::default());
+    assert_eq!(
+        kinds(&found),
+        [
+            Kind::LockStorm,
+            Kind::CpuThrottling,
+            Kind::RunqueueSaturation
+        ],
+        "{found:?}"
+    );
+    let storm = &found[0];
+    assert!(
+        storm.summary.contains("0.50-CPU quota")
+            && storm.summary.contains("throttled in 75% of its periods")
+            && storm
+                .summary
+                .contains("the quota limits its throughput first"),
+        "{}",
+        storm.summary
+    );
+    assert_eq!(storm.evidence["throttled_period_share"], 0.75);
+    assert_eq!(storm.evidence["quota_used_share"], 1.0);
+    // A convoy in the same quota, leaving most of it unused: the lock comes first.
+    let mut convoy = f.clone();
+    convoy.sched.oncpu_ns = S;
+    let storm = lock_storm(&convoy, &Thresholds::default()).expect("still a storm");
+    assert!(
+        storm
+            .summary
+            .contains("the lock limits its throughput first: 80% of the quota"),
+        "{}",
+        storm.summary
+    );
+    for flag in ["ActiveProcessorCount=1", "GOMAXPROCS=1"] {
+        assert!(
+            storm.recommendations.iter().any(|r| r.contains(flag)),
+            "{flag}: {:?}",
+            storm.recommendations
+        );
+    }
+    assert!(
+        !found
+            .iter()
+            .flat_map(|f| &f.recommendations)
+            .any(|r| r.contains("watch futex")),
+        "{found:?}"
+    );
+}
+
+/// The futex tier's trigger: the storm's scheduler side, in both regimes; not an idle
+/// pool's occasional wake-ups, nor a pool waking at a queue's modest rate on idle CPUs.
+#[test]
+fn storm_candidates_come_from_scheduler_figures_alone() {
+    let t = Thresholds::default();
+    let mut f = storm();
+    f.futex = FutexStats::ZERO;
+    f.futex_seconds = 0.0;
+    assert!(lock_storm_candidate(&f, &t), "a saturated storm");
+    let mut convoy = f.clone();
+    convoy.sched.oncpu_ns = 2 * S;
+    convoy.sched.runq = Log2Histogram::ZERO;
+    assert!(
+        lock_storm_candidate(&convoy, &t),
+        "400,000 switches in 10 s: a convoy"
+    );
+    let mut queue = convoy.clone();
+    queue.sched.voluntary_switches = 10_000; // 500/s per CPU on idle CPUs
+    assert!(
+        !lock_storm_candidate(&queue, &t),
+        "a queue at a modest rate"
+    );
+    let mut idle = f.clone();
+    idle.sched.offcpu_ns = 10 * S; // 0.5 threads per CPU off the CPU and woken again
+    assert!(!lock_storm_candidate(&idle, &t), "few threads waking");
+    let mut few = f;
+    few.threads = Some(6);
+    assert!(!lock_storm_candidate(&few, &t), "3 threads per CPU");
+}
+
+#[test]
+fn oversubscription_says_what_the_futex_figures_show() {
+    let t = Thresholds::default();
+    let mut f = cpu_bound();
+    let rec = |f: &Facts| thread_oversubscription(f, &t).unwrap().recommendations[1].clone();
+    assert!(rec(&f).starts_with("No futex waits"), "{}", rec(&f));
+    f.futex.wait.count = 100;
+    f.handoffs.lock_waits = 100;
+    f.handoffs.lock_wait_ns = S;
+    assert!(
+        rec(&f).starts_with("Not a lock storm: 5 futex hand-offs/s per CPU"),
+        "{}",
+        rec(&f)
+    );
+    f.futex_seconds = 0.0;
+    assert!(rec(&f).contains("not attached"), "{}", rec(&f));
+}
+
+#[test]
+fn throttling_needs_a_quota_and_stalls() {
+    let t = Thresholds::default();
+    let mut f = base("/limited");
+    f.quota_cores = Some(0.5);
+    f.cpu.periods = Some(100);
+    f.cpu.throttled_periods = Some(100);
+    f.cpu.throttled_seconds = Some(8.6);
+    f.sched.oncpu_ns = 5 * S;
+    let found = cpu_throttling(&f, &t).unwrap();
+    assert_eq!(found.severity, Severity::Critical);
+    // Every period throttled is 100%, whatever the throttled time summed over CPUs.
+    assert_eq!(found.evidence["throttled_period_share"], 1.0);
+    assert_eq!(found.evidence["throttled_runqueue_seconds"], 8.6);
+    assert!(
+        found
+            .summary
+            .contains("ran out in 100% of the periods it ran in (100 of 100)"),
+        "{}",
+        found.summary
+    );
+    assert_eq!(found.evidence["allowed_cpus"], 0.5);
+    f.cpu.throttled_periods = Some(4);
+    assert!(cpu_throttling(&f, &t).is_none(), "4% of the periods");
+    f.cpu.throttled_periods = Some(10);
+    assert_eq!(cpu_throttling(&f, &t).unwrap().severity, Severity::Warning);
+    f.quota_cores = None;
+    f.cpu.throttled_periods = Some(100);
+    assert!(cpu_throttling(&f, &t).is_none());
+}
+
+#[test]
+fn saturation_names_the_noisy_neighbour() {
+    let mut victim = base("/victim");
+    victim.threads = Some(1);
+    victim.sched.oncpu_ns = S / 10;
+    runq(&mut victim, 500, 5_000_000);
+    let mut hog = base("/hog");
+    hog.sched.oncpu_ns = 19 * S;
+    let found =
+        runqueue_saturation(&victim, &[victim.clone(), hog], &Thresholds::default()).unwrap();
+    assert!(
+        found.summary.contains("noisy neighbour: /hog"),
+        "{}",
+        found.summary
+    );
+    assert_eq!(found.evidence["neighbour_oncpu_cores"], 1.9);
+}
+
+#[test]
+fn quiet_containers_have_no_findings() {
+    let mut idle = base("/idle");
+    idle.threads = Some(200);
+    idle.sched.oncpu_ns = S / 100;
+    idle.sched.voluntary_switches = 2000;
+    runq(&mut idle, 2000, 20_000);
+    for _ in 0..2000 {
+        idle.futex.wait.record(S); // parked pool: long waits, few of them
+    }
+    assert!(diagnose(&[idle], &Thresholds::default()).is_empty());
+}
+
+#[test]
+fn thresholds_come_from_config_by_name() {
+    let t: Thresholds = serde_json::from_str(r#"{"storm_min_threads_per_cpu": 8.0}"#).unwrap();
+    assert_eq!(t.storm_min_threads_per_cpu, 8.0);
+    assert_eq!(t.runq_min_mean_seconds, defaults::RUNQ_MIN_MEAN_SECONDS);
+    let err = serde_json::from_str::<Thresholds>(r#"{"storm_min_thread": 8.0}"#).unwrap_err();
+    assert!(err.to_string().contains("storm_min_thread"));
+}
+
+#[test]
+fn allowed_cpus_is_the_tightest_bound() {
+    let mut f = base("/x");
+    f.host_cpus = 56;
+    assert_eq!(f.allowed_cpus(), 56.0);
+    f.cpuset_cpus = Some(24);
+    assert_eq!(f.allowed_cpus(), 24.0);
+    f.quota_cores = Some(4.5);
+    assert_eq!(f.allowed_cpus(), 4.5);
+}

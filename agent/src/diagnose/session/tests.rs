@@ -1,0 +1,313 @@
+use std::sync::{Arc, Mutex};
+
+use super::*;
+
+/// A cgroupfs of synthetic cgroups: path → limits, with a count of reads.
+#[derive(Default)]
+struct Fake {
+    cgroups: Mutex<HashMap<String, Limits>>,
+    reads: Mutex<Vec<&'static str>>,
+}
+
+impl Fake {
+    fn set(&self, path: &str, l: Limits) {
+        self.cgroups.lock().unwrap().insert(path.to_owned(), l);
+    }
+}
+
+impl ResourceReader for Arc<Fake> {
+    fn limits(&self, path: &str) -> Limits {
+        self.reads.lock().unwrap().push("limits");
+        self.cgroups
+            .lock()
+            .unwrap()
+            .get(path)
+            .cloned()
+            .unwrap_or_default()
+    }
+    fn threads(&self, path: &str) -> Option<u64> {
+        self.reads.lock().unwrap().push("threads");
+        self.cgroups.lock().unwrap().get(path)?.threads
+    }
+    fn counters(
+        &self,
+        path: &str,
+        previous: &CpuCounters,
+        throttling: bool,
+        pressure: bool,
+    ) -> CpuCounters {
+        self.reads.lock().unwrap().push("counters");
+        let now = self
+            .cgroups
+            .lock()
+            .unwrap()
+            .get(path)
+            .map(|l| l.counters)
+            .unwrap_or_default();
+        let mut c = *previous;
+        if throttling {
+            c.periods = now.periods;
+            c.throttled_periods = now.throttled_periods;
+            c.throttled_seconds = now.throttled_seconds;
+        }
+        if pressure {
+            c.cpu_pressure_some_seconds = now.cpu_pressure_some_seconds;
+            c.cpu_pressure_full_seconds = now.cpu_pressure_full_seconds;
+        }
+        c
+    }
+}
+
+fn tick(secs: u64, cgroups: &[(u64, u64)]) -> Window {
+    let mut w = Window::empty();
+    w.duration = Duration::from_secs(secs);
+    for (id, switches) in cgroups {
+        let mut c = CgroupWindow::ZERO;
+        c.sched.voluntary_switches = *switches;
+        w.cgroups.insert(*id, c);
+    }
+    w
+}
+
+fn options(span: Option<u64>, interval: u64) -> SessionOptions {
+    SessionOptions {
+        span: span.map(Duration::from_secs),
+        interval: Duration::from_secs(interval),
+        thresholds: Thresholds::default(),
+        host_cpus: 2,
+        window_pressure: span.is_none(),
+        network: None,
+    }
+}
+
+fn threads(n: u64) -> Limits {
+    Limits {
+        threads: Some(n),
+        ..Limits::default()
+    }
+}
+
+fn path(id: u64) -> Option<&'static str> {
+    match id {
+        1 => Some("a"),
+        2 => Some("b"),
+        _ => None,
+    }
+}
+
+#[test]
+fn the_facts_carry_the_host_over_the_window() {
+    let fake = Arc::new(Fake::default());
+    fake.set("a", threads(2));
+    let mut s = Session::new(options(None, 1), Some(Box::new(fake)), []);
+    assert_eq!(
+        s.steal(),
+        None,
+        "no tick yet: no window to measure steal over"
+    );
+    s.observe(&tick(1, &[(1, 10)]), path, Instant::now());
+    let steal = s.steal().expect("steal between the start and the tick");
+    assert!(steal.seconds >= 0.0 && steal.share.is_none_or(|x| (0.0..=1.0).contains(&x)));
+    let paths = HashMap::from([(1, "a".to_owned())]);
+    let facts = s.facts(&s.window(), &paths);
+    let host = facts[0].host.as_ref().expect("the host context");
+    assert_eq!(host.hypervisor, s.host().hypervisor);
+}
+
+#[test]
+fn the_window_slides_by_steps() {
+    let fake = Arc::new(Fake::default());
+    let mut s = Session::new(options(Some(30), 5), Some(Box::new(fake)), []);
+    let t0 = Instant::now();
+    let mut completed = 0;
+    for i in 0..12 {
+        let now = t0 + Duration::from_secs(5 * (i + 1));
+        if s.observe(&tick(5, &[(1, i)]), path, now) {
+            completed += 1;
+        }
+    }
+    // 60 s in 10 s steps: six steps completed, the last three (30 s) kept.
+    assert_eq!(completed, 6);
+    let w = s.window();
+    assert_eq!(w.duration, Duration::from_secs(30));
+    assert_eq!(w.cgroups[&1].sched.voluntary_switches, (6..12).sum::<u64>());
+    assert!(s.contains(1));
+    assert!(!s.contains(2));
+}
+
+#[test]
+fn a_storm_after_long_calm_is_counted_in_the_tick_it_starts() {
+    let fake = Arc::new(Fake::default());
+    fake.set("a", threads(2));
+    let mut s = Session::new(options(Some(30), 5), Some(Box::new(fake.clone())), []);
+    let t0 = Instant::now();
+    let mut now = t0;
+    // Ten minutes of calm: one busy thread, steady switch rate.
+    for _ in 0..120 {
+        now += Duration::from_secs(5);
+        s.observe(&tick(5, &[(1, 500)]), path, now);
+    }
+    let reads_before = fake.reads.lock().unwrap().len();
+    // At most one re-count a minute while calm, plus the limits refreshes.
+    assert!(
+        reads_before <= 25,
+        "{reads_before} reads in 10 calm minutes"
+    );
+    // The storm: 64 threads, switch rate up 100x.
+    fake.set("a", threads(66));
+    let mut flagged_threads = Vec::new();
+    for _ in 0..6 {
+        now += Duration::from_secs(5);
+        s.observe(&tick(5, &[(1, 50_000)]), path, now);
+        let w = s.window();
+        flagged_threads.push(s.window_limits(&w)[&1].threads.unwrap());
+    }
+    // Re-counted at once; after a span (30 s) the window mean is the storm's count.
+    assert!(flagged_threads[0] > 2, "{flagged_threads:?}");
+    assert_eq!(*flagged_threads.last().unwrap(), 66, "{flagged_threads:?}");
+}
+
+#[test]
+fn threads_are_a_time_weighted_mean_over_the_window() {
+    let fake = Arc::new(Fake::default());
+    fake.set("a", threads(10));
+    let mut s = Session::new(options(None, 1), Some(Box::new(fake.clone())), []);
+    let t0 = Instant::now();
+    s.observe(&tick(1, &[(1, 100)]), path, t0 + Duration::from_secs(1));
+    fake.set("a", threads(40));
+    // Activity x100: re-counted.
+    s.observe(&tick(3, &[(1, 30_000)]), path, t0 + Duration::from_secs(4));
+    let w = s.window();
+    // (10 * 1 + 40 * 3) / 4 = 32.5 → 33
+    assert_eq!(s.window_limits(&w)[&1].threads, Some(33));
+}
+
+#[test]
+fn throttling_is_relative_to_the_window_and_new_cgroups_count_from_zero() {
+    let fake = Arc::new(Fake::default());
+    let quota = |p: u64, secs: f64| Limits {
+        cpu_quota_cores: Some(0.5),
+        counters: CpuCounters {
+            periods: Some(2 * p),
+            throttled_periods: Some(p),
+            throttled_seconds: Some(secs),
+            ..CpuCounters::default()
+        },
+        ..Limits::default()
+    };
+    fake.set("a", quota(100, 10.0));
+    // "a" existed at start; "b" is created later, with counters from zero.
+    let mut s = Session::new(
+        options(Some(20), 10),
+        Some(Box::new(fake.clone())),
+        [(1, "a")],
+    );
+    let t0 = Instant::now();
+    fake.set("a", quota(110, 11.0));
+    fake.set("b", quota(5, 0.5));
+    s.observe(
+        &tick(10, &[(1, 1), (2, 1)]),
+        path,
+        t0 + Duration::from_secs(10),
+    );
+    let w = s.window();
+    let l = s.window_limits(&w);
+    assert_eq!(l[&1].counters.throttled_periods, Some(10));
+    assert_eq!(l[&2].counters.throttled_periods, Some(5));
+    // Two more steps: the window (20 s) starts after the first one.
+    fake.set("a", quota(130, 13.0));
+    s.observe(&tick(10, &[(1, 1)]), path, t0 + Duration::from_secs(20));
+    fake.set("a", quota(170, 17.0));
+    s.observe(&tick(10, &[(1, 1)]), path, t0 + Duration::from_secs(30));
+    let w = s.window();
+    let l = s.window_limits(&w);
+    assert_eq!(w.duration, Duration::from_secs(20));
+    assert_eq!(l[&1].counters.throttled_periods, Some(60));
+    assert!((l[&1].counters.throttled_seconds.unwrap() - 6.0).abs() < 1e-9);
+    // Since the session started, for the exported counters.
+    assert_eq!(
+        s.latest_limits([&1])[&1].counters.throttled_periods,
+        Some(70)
+    );
+}
+
+/// The counters of a window are read at its edges, not on the limits' refresh period: a
+/// one-off window of a few seconds, ending between two refreshes, still counts every
+/// period throttled up to its last tick, and every pressure second.
+#[test]
+fn a_windows_counters_are_read_at_its_edges() {
+    let fake = Arc::new(Fake::default());
+    let at = |t: u64| Limits {
+        cpu_quota_cores: Some(0.5),
+        cpuset_cpus: None,
+        threads: Some(32),
+        counters: CpuCounters {
+            periods: Some(1000 + 10 * t),
+            throttled_periods: Some(500 + 10 * t),
+            throttled_seconds: Some(50.0 + 1.5 * t as f64),
+            cpu_pressure_some_seconds: Some(7.0 + 0.9 * t as f64),
+            cpu_pressure_full_seconds: Some(3.0 + 0.5 * t as f64),
+        },
+    };
+    fake.set("a", at(0));
+    let mut s = Session::new(options(None, 1), Some(Box::new(fake.clone())), [(1, "a")]);
+    let t0 = Instant::now();
+    for t in 1..=6 {
+        fake.set("a", at(t));
+        s.observe(&tick(1, &[(1, 100)]), path, t0 + Duration::from_secs(t));
+    }
+    let w = s.window();
+    let c = s.window_limits(&w)[&1].counters;
+    assert_eq!(c.periods, Some(60));
+    assert_eq!(c.throttled_periods, Some(60));
+    assert_eq!(c.throttled_period_share(), Some(1.0));
+    assert!((c.throttled_seconds.unwrap() - 9.0).abs() < 1e-9);
+    assert!((c.cpu_pressure_some_seconds.unwrap() - 5.4).abs() < 1e-9);
+    assert!((c.cpu_pressure_full_seconds.unwrap() - 3.0).abs() < 1e-9);
+    let (start, end) = s.window_edges();
+    assert!(start <= end);
+
+    // A sliding window (the daemon's) reads them when a step completes, and is judged
+    // then: its figures are those of the steps it holds, however the refreshes fall.
+    fake.set("a", at(0));
+    let mut s = Session::new(
+        options(Some(6), 1),
+        Some(Box::new(fake.clone())),
+        [(1, "a")],
+    );
+    let mut judged = 0;
+    for t in 1..=8 {
+        fake.set("a", at(t));
+        let done = s.observe(&tick(1, &[(1, 100)]), path, t0 + Duration::from_secs(t));
+        if done {
+            let w = s.window();
+            let c = s.window_limits(&w)[&1].counters;
+            assert_eq!(
+                c.throttled_periods,
+                Some(10 * w.duration.as_secs()),
+                "at {t} s, over {:?}",
+                w.duration
+            );
+            judged += 1;
+        }
+    }
+    assert_eq!(judged, 4, "a step every 2 s");
+}
+
+#[test]
+fn gone_cgroups_are_forgotten_once_out_of_the_window() {
+    let fake = Arc::new(Fake::default());
+    fake.set("a", threads(1));
+    let mut s = Session::new(options(Some(10), 5), Some(Box::new(fake)), []);
+    let t0 = Instant::now();
+    s.observe(&tick(5, &[(1, 1)]), path, t0 + Duration::from_secs(5));
+    s.forget(|_| false);
+    assert!(s.contains(1), "still in the window");
+    assert!(!s.latest_limits([&1]).is_empty());
+    for i in 2..6 {
+        s.observe(&tick(5, &[]), path, t0 + Duration::from_secs(5 * i));
+    }
+    s.forget(|_| false);
+    assert!(!s.contains(1));
+    assert!(s.latest_limits([&1]).is_empty());
+}
