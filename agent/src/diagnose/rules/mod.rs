@@ -1,0 +1,360 @@
+//! The rules. Each is a pure function of one container's [`Facts`] (and, for naming a noisy
+//! neighbour, the host's), returning a finding or nothing.
+
+use std::collections::BTreeMap;
+
+mod runtime;
+mod storm;
+
+pub use self::{
+    runtime::runtime_sizing,
+    storm::{StormFigures, lock_storm, lock_storm_candidate},
+};
+use super::{Facts, Finding, Kind, Severity, Thresholds};
+use crate::collect::log2_quantile_ns;
+
+/// Default thresholds, with the reason for each value.
+pub mod defaults {
+    /// "Far more threads than usable CPUs": with fewer than 4 per CPU, a waiting thread's CPU
+    /// is not what the others wait for, and the hand-off cost stays bounded. (The corpus's
+    /// 2-thread hand-off has 11 threads per CPU counting the JVM's own: the queue gate below is
+    /// what rules it out, not this one.)
+    pub const STORM_MIN_THREADS_PER_CPU: f64 = 4.0;
+    /// Threads queued for a hand-off, per allowed CPU: the time in futex waits that ended in a
+    /// wake, per second of window (Little's law). Twice the CPUs means the lock's queue, not
+    /// the CPUs, holds most of the threads. Measured on the corpus: lock storms 5.8 (Go, whose
+    /// runtime parks its Ms) to 53 (a storm inside a 0.5-CPU quota); a 2-thread JVM hand-off
+    /// 0.9, stress-ng's futex stressor 1.0.
+    pub const STORM_MIN_QUEUED_THREADS_PER_CPU: f64 = 2.0;
+    /// Of the threads' time off the CPU (blocked, or waiting for a CPU), the part in futex
+    /// waits: the threads wait for each other, not for I/O or timers they sleep on. Corpus:
+    /// storms 0.76–1.0; servers blocked in epoll or reads, and CPU-bound threads, 0.
+    pub const STORM_MIN_FUTEX_BLOCKED_SHARE: f64 = 0.5;
+    /// Hand-offs (waits that ended in a wake) per second per allowed CPU while the container
+    /// keeps its CPUs saturated (see `STORM_SATURATED_RUNNABLE_PER_CPU`): a lock taken so often
+    /// that threads queue for it while others wait for a CPU. Corpus: a JVM `synchronized`
+    /// storm 271–295 (the monitor spins first, so few acquisitions reach the kernel), Go 480,
+    /// pthread mutex storms 940–980; every case that is not lock-bound hands off 0 here, or
+    /// has CPUs to spare.
+    pub const STORM_MIN_HANDOFFS_PER_CPU_SECOND: f64 = 100.0;
+    /// Hand-offs per second per allowed CPU when the CPUs are not saturated: a convoy. When
+    /// every release wakes a parked waiter, the CPUs go idle while the lock is passed through
+    /// the kernel, so busy CPUs cannot be required — but idle CPUs with parked threads are
+    /// also what a pool waiting for work looks like. What tells them apart is the rate: a
+    /// convoy hands the lock on as fast as the kernel can wake the next waiter (corpus:
+    /// futex lock-pi 3,900, a fair ReentrantLock 22,900 per CPU), a queue at the rate work
+    /// arrives (corpus: 250 per CPU for 500 tasks/s).
+    pub const STORM_MIN_CONVOY_HANDOFFS_PER_CPU_SECOND: f64 = 1000.0;
+    /// The container keeps at least its allowed CPUs' worth of threads running or runnable
+    /// (on-CPU time plus run-queue wait per second, per allowed CPU): it would use more CPU
+    /// than it may, so a lock taken even a hundred times a second per CPU stalls work. Chosen
+    /// over on-CPU time alone because a storm throttled by its quota, or sharing its CPUs with
+    /// a neighbour, is saturated with little CPU time of its own.
+    pub const STORM_SATURATED_RUNNABLE_PER_CPU: f64 = 1.0;
+    /// At most half of the waits may end in a timeout: threads parked with a timeout (idle
+    /// pools polling for work) time out; threads queued on a lock are woken by its release.
+    pub const STORM_MAX_TIMEOUT_SHARE: f64 = 0.5;
+    /// Eight threads queued per CPU: the service mostly queues on its lock.
+    pub const STORM_CRITICAL_QUEUED_THREADS_PER_CPU: f64 = 8.0;
+    /// Migrations per second per allowed CPU above which pinning is worth recommending: each
+    /// migration moves the lock's cache lines and the thread's working set.
+    pub const STORM_HIGH_MIGRATIONS_PER_SECOND: f64 = 50.0;
+    /// Kernel spinlock wait, in seconds per second (0.01 = 1% of a CPU spinning): the
+    /// `_raw_spin_unlock_irqrestore` signature of futex hash-bucket and run-queue lock hand-offs.
+    pub const STORM_SIGNIFICANT_SPIN_WAIT: f64 = 0.01;
+    /// Half of the container's wake-ups sent from another CPU than the woken thread's: most
+    /// hand-offs then pay an inter-processor interrupt (in a guest, usually a VM exit), so how
+    /// far the threads spread over CPUs, not the lock alone, sets the cost of each hand-off. A
+    /// storm pinned to one CPU is near 0.
+    pub const STORM_HIGH_REMOTE_WAKEUP_SHARE: f64 = 0.5;
+    /// 5% of the host's CPU time stolen by the hypervisor: vCPUs are descheduled often enough
+    /// that a lock holder preempted on its vCPU (lock-holder preemption) stalls every waiter.
+    pub const STORM_SIGNIFICANT_STEAL_SHARE: f64 = 0.05;
+    /// Pools look sized from the node when the container runs at least as many threads as the
+    /// node has CPUs, and the node has at least 4 times the CPUs the container may use: pools
+    /// sized from the container's CPUs would be 4 times smaller.
+    pub const STORM_NODE_SIZED_MIN_HOST_PER_ALLOWED_CPU: f64 = 4.0;
+    /// A runtime sized for more CPUs than the container may use is a problem worth a finding
+    /// once its scheduler hands work between its parked threads at least this often per second
+    /// per allowed CPU (the storm's saturated hand-off rate): each such hand-off is a futex wake
+    /// and a context switch, paid for threads that cannot run at once anyway. Or when the
+    /// container keeps its CPUs saturated (`STORM_SATURATED_RUNNABLE_PER_CPU`).
+    pub const RUNTIME_MIN_HANDOFFS_PER_CPU_SECOND: f64 = 100.0;
+    /// Share of the quota's periods in which it ran out: in 5% of its periods (one in twenty)
+    /// the container stands stalled until the period ends, enough to show in tail latency.
+    pub const THROTTLING_MIN_THROTTLED_SHARE: f64 = 0.05;
+    /// A container inside a quota that runs at least this share of it has spent its quota: more
+    /// CPU would be used, so the quota limits its throughput before anything else does. Below
+    /// it, CPU time it may use goes unused, and what holds it back is elsewhere (its lock).
+    pub const QUOTA_SPENT_SHARE: f64 = 0.9;
+    /// A quarter of its periods end in a stall by its own quota.
+    pub const THROTTLING_CRITICAL_THROTTLED_SHARE: f64 = 0.25;
+    /// Mean run-queue wait of 1 ms: an idle or right-sized host serves wake-ups in tens of
+    /// microseconds; a millisecond on average means threads regularly wait for a CPU.
+    pub const RUNQ_MIN_MEAN_SECONDS: f64 = 0.001;
+    /// p99 of 20 ms: a request served by such a wake-up misses typical latency budgets.
+    pub const RUNQ_MIN_P99_SECONDS: f64 = 0.020;
+    /// Mean of 10 ms: more than a scheduler slice; threads wait longer than they run.
+    pub const RUNQ_CRITICAL_MEAN_SECONDS: f64 = 0.010;
+    /// Twice as many threads runnable on average as CPUs allowed: half of them always wait.
+    pub const OVERSUBSCRIPTION_MIN_RUNNABLE_PER_CPU: f64 = 2.0;
+    /// Run-queue samples a window needs before its latency is judged.
+    pub const RUNQ_MIN_SAMPLES: u64 = 100;
+}
+
+/// Runs every rule on one container.
+pub fn check_all(f: &Facts, all: &[Facts], t: &Thresholds) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let storm = lock_storm(f, t);
+    let is_storm = storm.is_some();
+    out.extend(storm);
+    out.extend(cpu_throttling(f, t));
+    out.extend(runtime_sizing(f, t));
+    out.extend(runqueue_saturation(f, all, t));
+    // Oversubscription is the early warning; once it is a storm, the storm says it all.
+    if !is_storm {
+        out.extend(thread_oversubscription(f, t));
+    }
+    out
+}
+
+fn finding(
+    f: &Facts,
+    kind: Kind,
+    severity: Severity,
+    summary: String,
+    evidence: BTreeMap<&'static str, f64>,
+    recommendations: Vec<String>,
+) -> Finding {
+    Finding {
+        kind,
+        severity,
+        cgroup_id: f.cgroup_id,
+        cgroup: f.cgroup.clone(),
+        summary,
+        evidence,
+        context: BTreeMap::new(),
+        recommendations,
+    }
+}
+
+fn limits_evidence(f: &Facts, e: &mut BTreeMap<&'static str, f64>) {
+    e.insert("allowed_cpus", f.allowed_cpus());
+    e.insert("host_cpus", f64::from(f.host_cpus));
+    if let Some(c) = f.cpuset_cpus {
+        e.insert("cpuset_cpus", f64::from(c));
+    }
+    if let Some(q) = f.quota_cores {
+        e.insert("cpu_quota_cores", q);
+    }
+    if let Some(n) = f.threads {
+        e.insert("threads", n as f64);
+    }
+}
+
+/// CFS throttling that stalls the container.
+///
+/// Judged on the share of the quota's enforcement periods in which the quota ran out (the
+/// kernel's `nr_throttled` against `nr_periods`, both over the window): the share of time the
+/// container stands stalled at the end of a period. The throttled time the kernel also reports
+/// is summed over the CPUs whose run queues were throttled, so it is given as what it is, never
+/// as a share of wall time.
+pub fn cpu_throttling(f: &Facts, t: &Thresholds) -> Option<Finding> {
+    let quota = f.quota_cores?;
+    let share = f.throttled_share()?;
+    if share < t.throttling_min_throttled_share {
+        return None;
+    }
+    let severity = if share >= t.throttling_critical_throttled_share {
+        Severity::Critical
+    } else {
+        Severity::Warning
+    };
+    let (periods, throttled) = (f.cpu.periods?, f.cpu.throttled_periods?);
+    let mut e = BTreeMap::new();
+    e.insert("throttled_period_share", share);
+    e.insert("throttled_periods", throttled as f64);
+    e.insert("periods", periods as f64);
+    let held_back = f.cpu.throttled_seconds;
+    if let Some(s) = held_back {
+        e.insert("throttled_runqueue_seconds", s);
+    }
+    e.insert("oncpu_cores", f.oncpu_cores());
+    e.insert("runnable_threads", f.runnable_threads());
+    limits_evidence(f, &mut e);
+    Some(finding(
+        f,
+        Kind::CpuThrottling,
+        severity,
+        format!(
+            "CPU throttling: its {quota:.2}-core quota ran out in {:.0}% of the periods it ran \
+             in ({throttled} of {periods}){}, using {:.2} cores",
+            100.0 * share,
+            held_back
+                .map(|s| format!(
+                    ", holding its threads back {s:.1} s in all (summed over the CPUs they \
+                     were throttled on)"
+                ))
+                .unwrap_or_default(),
+            f.oncpu_cores()
+        ),
+        e,
+        vec![
+            format!(
+                "Raise the CPU limit above {quota:.2} cores, or remove it and rely on requests: \
+                 the quota is spent early in each period and the rest of the period stalls."
+            ),
+            format!(
+                "Size thread pools to the quota ({} CPU(s)): many threads burn a quota in a \
+                 fraction of the period.",
+                quota.ceil().max(1.0) as u64
+            ),
+        ],
+    ))
+}
+
+/// Long run-queue waits: from the container's own oversubscription, or a noisy neighbour.
+pub fn runqueue_saturation(f: &Facts, all: &[Facts], t: &Thresholds) -> Option<Finding> {
+    let runq = &f.sched.runq;
+    if runq.count < defaults::RUNQ_MIN_SAMPLES {
+        return None;
+    }
+    let mean = f.runq_mean_seconds()?;
+    let p99 = log2_quantile_ns(runq, 0.99).map(|ns| ns as f64 / 1e9)?;
+    if mean < t.runq_min_mean_seconds && p99 < t.runq_min_p99_seconds {
+        return None;
+    }
+    let severity = if mean >= t.runq_critical_mean_seconds {
+        Severity::Critical
+    } else {
+        Severity::Warning
+    };
+    let allowed = f.allowed_cpus();
+    let runnable = f.runnable_threads();
+    let mut e = BTreeMap::new();
+    e.insert("runqueue_mean_seconds", mean);
+    e.insert("runqueue_p99_seconds", p99);
+    e.insert("runnable_threads", runnable);
+    e.insert("oncpu_cores", f.oncpu_cores());
+    limits_evidence(f, &mut e);
+
+    let own = runnable > allowed;
+    let neighbour = all
+        .iter()
+        .filter(|o| o.cgroup_id != f.cgroup_id)
+        .max_by(|a, b| a.oncpu_cores().total_cmp(&b.oncpu_cores()));
+    let host_busy: f64 = all.iter().map(Facts::oncpu_cores).sum();
+    let mut recs = Vec::new();
+    let summary = if own {
+        recs.push(format!(
+            "The container keeps {runnable:.1} threads runnable on {allowed:.1} usable CPU(s): \
+             give it more CPUs or run fewer busy threads."
+        ));
+        format!(
+            "run-queue saturation: threads wait {:.2} ms on average (p99 ≤ {:.1} ms) for a CPU; \
+             {runnable:.1} runnable threads on {allowed:.1} usable CPU(s)",
+            mean * 1e3,
+            p99 * 1e3
+        )
+    } else {
+        let mut s = format!(
+            "run-queue saturation: threads wait {:.2} ms on average (p99 ≤ {:.1} ms) for a CPU \
+             although the container keeps only {runnable:.1} runnable",
+            mean * 1e3,
+            p99 * 1e3
+        );
+        if let Some(n) = neighbour.filter(|n| n.oncpu_cores() > 0.25 * f64::from(f.host_cpus)) {
+            e.insert("neighbour_oncpu_cores", n.oncpu_cores());
+            e.insert("host_oncpu_cores", host_busy);
+            s.push_str(&format!(
+                "; noisy neighbour: {} uses {:.2} of the host's {} CPUs",
+                n.cgroup,
+                n.oncpu_cores(),
+                f.host_cpus
+            ));
+            recs.push(format!(
+                "Separate it from {}: give one of them dedicated CPUs (cpuset / static CPU \
+                 manager policy) or limit the neighbour's CPU.",
+                n.cgroup
+            ));
+        }
+        s
+    };
+    recs.push(
+        "Check the host's CPU allocation: requests that sum above the node's CPUs, or \
+         burstable pods without limits, produce exactly this."
+            .to_owned(),
+    );
+    Some(finding(
+        f,
+        Kind::RunqueueSaturation,
+        severity,
+        summary,
+        e,
+        recs,
+    ))
+}
+
+/// Far more threads runnable than CPUs allowed, before it becomes a storm.
+pub fn thread_oversubscription(f: &Facts, t: &Thresholds) -> Option<Finding> {
+    let allowed = f.allowed_cpus();
+    let runnable = f.runnable_threads();
+    if runnable < t.oversubscription_min_runnable_per_cpu * allowed {
+        return None;
+    }
+    let mut e = BTreeMap::new();
+    e.insert("runnable_threads", runnable);
+    e.insert("runnable_per_cpu", runnable / allowed);
+    if let Some(m) = f.runq_mean_seconds() {
+        e.insert("runqueue_mean_seconds", m);
+    }
+    e.insert(
+        "involuntary_switches_per_second",
+        f.sched.involuntary_switches as f64 / f.window_seconds.max(1e-9),
+    );
+    limits_evidence(f, &mut e);
+    Some(finding(
+        f,
+        Kind::ThreadOversubscription,
+        Severity::Warning,
+        format!(
+            "thread oversubscription: {runnable:.1} threads runnable on average on \
+             {allowed:.1} usable CPU(s)"
+        ),
+        e,
+        vec![
+            format!(
+                "Run about {} busy threads: size pools and runtimes to the CPUs really \
+                 available (JVM -XX:ActiveProcessorCount, Go GOMAXPROCS, worker counts).",
+                allowed.ceil().max(1.0) as u64
+            ),
+            lock_context(f, t),
+        ],
+    ))
+}
+
+/// What the futex figures say about a lock behind an oversubscription: measured, never a
+/// suggestion to go and look for what the probes already show.
+fn lock_context(f: &Facts, t: &Thresholds) -> String {
+    if !f.futex_watched() {
+        return "The futex probes were not attached in this window (they attach when the \
+                scheduler figures look like a lock storm); `stormwatch trace` shows futex waits \
+                now."
+            .to_owned();
+    }
+    match StormFigures::of(f, t) {
+        None => "No futex waits: the threads do not queue on a lock; they queue for the CPUs."
+            .to_owned(),
+        Some(s) => format!(
+            "Not a lock storm: {:.0} futex hand-offs/s per CPU (a storm needs {:.0}) with {:.1} \
+             threads per CPU queued for them (a storm needs {:.1}).",
+            s.handoffs_per_cpu_second,
+            s.required_handoffs_per_cpu_second,
+            s.queued_threads_per_cpu,
+            t.storm_min_queued_threads_per_cpu
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests;

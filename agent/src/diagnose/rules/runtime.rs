@@ -1,0 +1,120 @@
+//! The runtime-sizing rule: a Go, JVM or .NET runtime sized for more CPUs than the container
+//! may use.
+
+use std::collections::BTreeMap;
+
+use super::{Facts, Finding, Kind, Severity, Thresholds, finding, limits_evidence};
+
+/// A runtime sized for more CPUs than the container may use, while that costs it: Go's
+/// `GOMAXPROCS`, the JVM's active processor count (and the GC pool it sized from it), .NET's
+/// processor count — each read from the process (its environment, command line, build info and
+/// threads), never guessed. It costs the container when the runtime's scheduler hands work
+/// between its parked threads often (`runtime_min_handoffs_per_cpu_second` per allowed CPU),
+/// or when the container keeps its CPUs saturated: then more threads than CPUs only take turns.
+pub fn runtime_sizing(f: &Facts, t: &Thresholds) -> Option<Finding> {
+    let allowed = f.allowed_cpus();
+    let n = allowed.ceil().max(1.0) as u32;
+    let runtime_rate = f.runtime_handoffs_per_second() / allowed;
+    let saturated = f.runnable_threads() / allowed >= t.storm_saturated_runnable_per_cpu;
+    if !(saturated || runtime_rate >= t.runtime_min_handoffs_per_cpu_second) {
+        return None;
+    }
+    let mut sized: Vec<String> = Vec::new();
+    let mut recs: Vec<String> = Vec::new();
+    let mut largest = 0u32;
+    for p in &f.runtimes {
+        let version = match &p.runtime {
+            crate::identity::runtime::Runtime::Go { version } => version.clone(),
+            _ => None,
+        };
+        let what = format!(
+            "{} process {} ({}{})",
+            runtime_label(&p.runtime),
+            p.tgid,
+            p.comm,
+            version
+                .as_deref()
+                .map(|v| format!(", {v}"))
+                .unwrap_or_default()
+        );
+        if let Some(c) = p.cpus.as_ref().filter(|c| c.value > n) {
+            largest = largest.max(c.value);
+            sized.push(match c.source {
+                "affinity" => format!(
+                    "{what} runs {} = {} (the CPUs it may run on: before Go 1.25 the runtime                      does not read the CPU limit)",
+                    c.name, c.value
+                ),
+                source => format!("{what} runs {}={} (from its {source})", c.name, c.value),
+            });
+            recs.push(runtime_fix(&p.runtime, c.name, c.source, n));
+        } else if let Some(gc) = p.gc_threads.filter(|g| *g > n) {
+            largest = largest.max(gc);
+            sized.push(format!(
+                "{what} runs {gc} GC worker threads: it sized its pools from {gc} or more CPUs"
+            ));
+            recs.push(format!(
+                "Give the JVM the container's CPU count: -XX:ActiveProcessorCount={n} (its GC,                  JIT and ForkJoin pools follow it), or -XX:ParallelGCThreads={n} and                  -XX:ConcGCThreads where they are set by hand; check that container support is                  on (-XX:+UseContainerSupport, the default since JDK 10)."
+            ));
+        }
+    }
+    if sized.is_empty() {
+        return None;
+    }
+    let mut e = BTreeMap::new();
+    e.insert("runtime_handoffs_per_cpu_second", runtime_rate);
+    e.insert("runtime_cpus", f64::from(largest));
+    e.insert("runnable_per_cpu", f.runnable_threads() / allowed);
+    limits_evidence(f, &mut e);
+    let mut summary = format!(
+        "runtime sized for {largest} CPUs on {allowed:.1} usable: {}",
+        sized.join("; ")
+    );
+    if runtime_rate > 0.0 {
+        summary.push_str(&format!(
+            "; its scheduler wakes parked threads {runtime_rate:.0} times/s per CPU to hand work              around (futex hand-offs of work, not of a lock)"
+        ));
+    }
+    if saturated {
+        summary.push_str("; the container keeps its CPUs saturated");
+    }
+    let mut found = finding(f, Kind::RuntimeSizing, Severity::Warning, summary, e, recs);
+    found.context.insert(
+        "runtimes",
+        f.runtimes
+            .iter()
+            .map(|p| format!("{}:{}", p.tgid, runtime_label(&p.runtime)))
+            .collect::<Vec<_>>()
+            .join(","),
+    );
+    Some(found)
+}
+
+fn runtime_label(r: &crate::identity::runtime::Runtime) -> &'static str {
+    use crate::identity::runtime::Runtime;
+    match r {
+        Runtime::Go { .. } => "Go",
+        Runtime::Jvm => "JVM",
+        Runtime::DotNet => ".NET",
+        Runtime::Native => "native",
+    }
+}
+
+fn runtime_fix(r: &crate::identity::runtime::Runtime, name: &str, source: &str, n: u32) -> String {
+    use crate::identity::runtime::Runtime;
+    match r {
+        Runtime::Go { .. } if source == "environment" => format!(
+            "Set GOMAXPROCS={n}, or unset it on Go 1.25 and later, which read the container's              CPU limit themselves (older: go.uber.org/automaxprocs): {name} above the CPUs it              may use only adds Ms that park and wake to pass goroutines around."
+        ),
+        Runtime::Go { .. } => format!(
+            "Set GOMAXPROCS={n}, or build with Go 1.25 or later, which reads the container's CPU              limit (older: go.uber.org/automaxprocs)."
+        ),
+        Runtime::Jvm => format!(
+            "Set -XX:ActiveProcessorCount={n} (or remove the flag: with container support the              JVM reads the CPU limit itself); its GC, JIT and ForkJoin pools follow it."
+        ),
+        Runtime::DotNet => format!(
+            "Set DOTNET_PROCESSOR_COUNT={n}, or unset it: .NET reads the container's CPU limit              itself."
+        ),
+        Runtime::Native => format!("Size the program's pools to {n} CPU(s)."),
+    }
+}
+

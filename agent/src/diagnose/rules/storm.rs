@@ -1,0 +1,480 @@
+//! The lock-storm rule: its figures, the candidate test the daemon attaches the futex probes on,
+//! the finding and why its hand-offs cost what they do.
+
+use std::collections::BTreeMap;
+
+use super::{Facts, Finding, Kind, Severity, Thresholds, defaults, finding, limits_evidence};
+use crate::collect::log2_quantile_ns;
+
+/// The figures the lock-storm rule judges, for every container with futex waits: with a
+/// finding they are its evidence, without one they say why not (`diagnose --json` prints
+/// them under `checked.lock_storm`).
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct StormFigures {
+    pub threads_per_cpu: f64,
+    pub queued_threads_per_cpu: f64,
+    pub handoffs_per_cpu_second: f64,
+    /// Threads that both waited for hand-offs and made them: the lock's queue is theirs.
+    pub handoff_threads: u32,
+    /// Hand-offs of a runtime's own parked threads (Go's Ms, a JVM's service threads), per
+    /// second per allowed CPU: not a lock's, so not counted above.
+    pub runtime_handoffs_per_cpu_second: f64,
+    /// Hand-offs to threads that woke no one (workers waiting for work), likewise.
+    pub waiter_only_handoffs_per_cpu_second: f64,
+    pub futex_blocked_share: f64,
+    pub futex_timeout_share: f64,
+    pub runnable_per_cpu: f64,
+    /// The hand-off rate the container must reach: the saturated or the convoy threshold.
+    pub required_handoffs_per_cpu_second: f64,
+    pub lock_storm: bool,
+}
+
+impl StormFigures {
+    /// `None` without a thread count or without futex waits (nothing to judge).
+    pub fn of(f: &Facts, t: &Thresholds) -> Option<Self> {
+        let threads = f.threads? as f64;
+        if !f.futex_watched() || f.futex.wait.count == 0 {
+            return None;
+        }
+        let allowed = f.allowed_cpus();
+        let runnable_per_cpu = f.runnable_threads() / allowed;
+        let required = if runnable_per_cpu >= t.storm_saturated_runnable_per_cpu {
+            t.storm_min_handoffs_per_cpu_second
+        } else {
+            t.storm_min_convoy_handoffs_per_cpu_second
+        };
+        let mut s = Self {
+            threads_per_cpu: threads / allowed,
+            queued_threads_per_cpu: f.queued_threads() / allowed,
+            handoffs_per_cpu_second: f.handoffs_per_second() / allowed,
+            handoff_threads: f.handoffs.lock_threads,
+            runtime_handoffs_per_cpu_second: f.runtime_handoffs_per_second() / allowed,
+            waiter_only_handoffs_per_cpu_second: f
+                .futex_per_second(f.handoffs.waiter_only_waits as f64)
+                / allowed,
+            futex_blocked_share: f.futex_blocked_share().unwrap_or(0.0),
+            futex_timeout_share: f.futex.timeouts as f64 / f.futex.wait.count as f64,
+            runnable_per_cpu,
+            required_handoffs_per_cpu_second: required,
+            lock_storm: false,
+        };
+        s.lock_storm = s.threads_per_cpu >= t.storm_min_threads_per_cpu
+            && s.queued_threads_per_cpu >= t.storm_min_queued_threads_per_cpu
+            && s.futex_blocked_share >= t.storm_min_futex_blocked_share
+            && s.futex_timeout_share <= t.storm_max_timeout_share
+            && s.handoffs_per_cpu_second >= required;
+        Some(s)
+    }
+}
+
+/// Whether a container's scheduler figures alone — what `sched_switch` sees, no futex probe —
+/// show what a lock storm needs: the daemon attaches the futex probes for such a container
+/// (`futex_probes = "on-demand"`). Each condition is implied by the storm rule's: as many
+/// threads per CPU; at least as many threads per CPU off the CPU (blocked or queued for it) as
+/// queued for hand-offs (a waiter is off the CPU until it runs again); and at least as many
+/// voluntary switches per CPU as the hand-offs the rule requires (a waiter woken from a futex
+/// wait blocked first) — the saturated threshold when the container keeps its CPUs saturated,
+/// the convoy threshold otherwise, as the rule chooses. A busy I/O server with many threads can
+/// still look like this (its switches are not futex hand-offs); then the futex probes attach
+/// and the rule, with their figures, says it is not a storm.
+pub fn lock_storm_candidate(f: &Facts, t: &Thresholds) -> bool {
+    let Some(threads) = f.threads else {
+        return false;
+    };
+    let allowed = f.allowed_cpus();
+    let required = if f.runnable_threads() / allowed >= t.storm_saturated_runnable_per_cpu {
+        t.storm_min_handoffs_per_cpu_second
+    } else {
+        t.storm_min_convoy_handoffs_per_cpu_second
+    };
+    threads as f64 / allowed >= t.storm_min_threads_per_cpu
+        && f.off_cpu_threads() / allowed >= t.storm_min_queued_threads_per_cpu
+        && f.voluntary_switches_per_cpu_second() >= required
+}
+
+/// A lock storm: threads serialized on futexes, handing the lock to one another through the
+/// kernel far more often than the allowed CPUs can absorb. What the kernel says the threads
+/// do, each condition required:
+///
+/// - far more threads than usable CPUs (`storm_min_threads_per_cpu`);
+/// - many of them queued for a hand-off at any moment: the time in futex waits that *ended in
+///   a wake*, per second and per allowed CPU (`storm_min_queued_threads_per_cpu`). Waits that
+///   time out (idle pools on timers) or return EAGAIN at once do not count;
+/// - only a lock's hand-offs count, here and in the rate below: the waits of threads that both
+///   waited for hand-offs and made them (each waits for the lock, then wakes the next waiter as
+///   it lets go). Not the waits of threads that only wait (workers of a pool waiting for work,
+///   woken by a producer), nor those of threads a runtime parks itself and wakes for work: a
+///   Go program's threads (its Ms: a goroutine blocked on a `sync.Mutex` is parked by the Go
+///   scheduler and never reaches the kernel, so every futex hand-off of a Go program is its
+///   scheduler's), and a JVM's named service threads (compiler, GC, reference handler, …) —
+///   told by the process's runtime (its build info, `libjvm.so`) and the threads' names
+///   ([`crate::identity::runtime`]);
+/// - their time off the CPU goes to futex waits, not to I/O or sleeps
+///   (`storm_min_futex_blocked_share`), and few waits time out (`storm_max_timeout_share`);
+/// - the hand-offs are frequent: per allowed CPU, `storm_min_handoffs_per_cpu_second` when the
+///   container keeps its CPUs saturated (running or queued for a CPU), or the far higher
+///   `storm_min_convoy_handoffs_per_cpu_second` when its CPUs sit partly idle — a convoy,
+///   where every release wakes a parked waiter, against a pool waiting for work at the rate
+///   work arrives.
+///
+/// Not judged: the CPU busy share (a convoy leaves the CPUs idle, a storm in a quota is
+/// throttled) and the futex wait share of wall time (throttling and run-queue waits dilute it).
+/// Nor which futex words the waits are on: the Go runtime parks each M on a word of its own, so
+/// a Go mutex storm reaches the kernel spread over as many words as Ms. The thresholds were
+/// chosen from a corpus of real workloads on both sides (tests/tests/corpus.rs, tests/CORPUS.md).
+pub fn lock_storm(f: &Facts, t: &Thresholds) -> Option<Finding> {
+    let figures = StormFigures::of(f, t)?;
+    if !figures.lock_storm {
+        return None;
+    }
+    let storm = Storm::of(f, t, figures)?;
+    let spin = f.spin_wait_per_second();
+    let severity = if storm.figures.queued_threads_per_cpu
+        >= t.storm_critical_queued_threads_per_cpu
+        || spin >= t.storm_significant_spin_wait
+    {
+        Severity::Critical
+    } else {
+        Severity::Warning
+    };
+    let mut e = storm.evidence(f);
+    let summary = storm.summary(f, t, &mut e);
+    let recs = storm.recommendations(f, t);
+    let mut found = finding(f, Kind::LockStorm, severity, summary, e, recs);
+    if let Some(host) = &f.host {
+        found.context.insert(
+            "hypervisor",
+            host.hypervisor.clone().unwrap_or_else(|| "none".to_owned()),
+        );
+    }
+    Some(found)
+}
+
+/// A storm found, with what its finding is made of.
+struct Storm<'a> {
+    figures: StormFigures,
+    threads: f64,
+    allowed: f64,
+    /// The share of the quota's periods throttled, when it is significant.
+    throttled: Option<f64>,
+    cost: HandOffCost<'a>,
+}
+
+impl<'a> Storm<'a> {
+    fn of(f: &'a Facts, t: &Thresholds, figures: StormFigures) -> Option<Self> {
+        let threads = f.threads? as f64;
+        let allowed = f.allowed_cpus();
+        Some(Self {
+            figures,
+            threads,
+            allowed,
+            throttled: f
+                .throttled_share()
+                .filter(|s| *s >= t.throttling_min_throttled_share),
+            cost: HandOffCost::of(f, t, threads, allowed),
+        })
+    }
+
+    /// The figures the rule used, and the ones that explain the storm.
+    fn evidence(&self, f: &Facts) -> BTreeMap<&'static str, f64> {
+        let figures = &self.figures;
+        let mut e = BTreeMap::new();
+        e.insert("queued_threads_per_cpu", figures.queued_threads_per_cpu);
+        e.insert("handoffs_per_cpu_second", figures.handoffs_per_cpu_second);
+        e.insert(
+            "required_handoffs_per_cpu_second",
+            figures.required_handoffs_per_cpu_second,
+        );
+        e.insert("futex_blocked_share", figures.futex_blocked_share);
+        e.insert("runnable_per_cpu", figures.runnable_per_cpu);
+        e.insert("futex_wait_share", f.futex_wait_share().unwrap_or(0.0));
+        e.insert("futex_waiting_threads", f.futex_waiting_threads());
+        e.insert("futex_waits_per_second", f.futex_waits_per_second());
+        e.insert("futex_timeout_share", figures.futex_timeout_share);
+        if f.futex.wait.count > 0 {
+            e.insert(
+                "futex_mean_wait_seconds",
+                f.futex.wait.sum_ns as f64 / 1e9 / f.futex.wait.count as f64,
+            );
+        }
+        if let Some(p99) = log2_quantile_ns(&f.futex.wait, 0.99) {
+            e.insert("futex_p99_wait_seconds", p99 as f64 / 1e9);
+        }
+        e.insert(
+            "voluntary_switches_per_cpu_second",
+            f.voluntary_switches_per_cpu_second(),
+        );
+        e.insert("runnable_threads", f.runnable_threads());
+        e.insert("oncpu_cores", f.oncpu_cores());
+        e.insert(
+            "kernel_spin_wait_seconds_per_second",
+            f.spin_wait_per_second(),
+        );
+        e.insert("migrations_per_second", f.migrations_per_second());
+        limits_evidence(f, &mut e);
+        self.cost.evidence(f, self.threads, &mut e);
+        e
+    }
+
+    /// What to do, most effective first.
+    fn recommendations(&self, f: &Facts, t: &Thresholds) -> Vec<String> {
+        let (threads, allowed) = (self.threads, self.allowed);
+        let n = allowed.ceil().max(1.0) as u64;
+        let mut recs = Vec::new();
+        if let Some(pin) = self.cost.pinning(n) {
+            recs.push(pin);
+        } else if f.migrations_per_second() / allowed >= t.storm_high_migrations_per_second {
+            recs.push(format!(
+                "Pin the container to fewer, dedicated CPUs: threads move between CPUs {:.0} \
+                 times per second, and every lock hand-off then crosses caches. On Kubernetes \
+                 use the kubelet's static CPU manager policy (Guaranteed pod, integer CPU \
+                 request); elsewhere a cpuset.",
+                f.migrations_per_second()
+            ));
+        }
+        if let (Some(share), Some(q)) = (self.throttled, f.quota_cores) {
+            recs.push(format!(
+                "Size the runtimes to the quota, not the node: {threads:.0} threads take turns \
+                 on one lock inside a {q:.2}-CPU quota, and a thread throttled while it holds \
+                 the lock (its quota ran out in {:.0}% of its periods) stalls every waiter until \
+                 the next period. Raising the limit shortens the stalls; fewer threads end the \
+                 queue.",
+                100.0 * share
+            ));
+        }
+        recs.push(if self.cost.node_sized || self.throttled.is_some() {
+            node_sizing(threads, f.host_cpus, n)
+        } else {
+            format!(
+                "Size thread pools and runtimes to the {allowed:.0} CPU(s) really available \
+                 instead of running {threads:.0} threads: JVM -XX:ActiveProcessorCount={n} and \
+                 explicit pool sizes; Go GOMAXPROCS={n}; fewer worker threads in \
+                 thread-per-request servers."
+            )
+        });
+        let spin = f.spin_wait_per_second();
+        if spin >= t.storm_significant_spin_wait {
+            recs.push(format!(
+                "Kernel spinlock hand-offs cost {:.1}% of a CPU (the \
+                 `_raw_spin_unlock_irqrestore` signature in perf top): fewer CPUs contending for \
+                 the same futex hash buckets and run queues helps; see kernel_lock_sites in \
+                 `stormwatch trace --json`.",
+                100.0 * spin
+            ));
+        }
+        if let Some(steal) = self
+            .cost
+            .steal_share
+            .filter(|s| *s >= t.storm_significant_steal_share)
+        {
+            recs.push(format!(
+                "The hypervisor took {:.0}% of the host's CPU time (steal): a vCPU descheduled \
+                 while its thread holds the lock stalls every waiter. Ask for vCPUs that are not \
+                 overcommitted (dedicated or pinned), or move to a less loaded host.",
+                100.0 * steal
+            ));
+        }
+        recs.push(
+            "Caveat: pinning to fewer CPUs hurts runtimes that size their pools from the host's \
+             CPU count (older JVMs, GOMAXPROCS before Go 1.25, many native thread pools): set \
+             the CPU count explicitly when you pin."
+                .to_owned(),
+        );
+        recs.push(
+            "Name the contended lock: `stormwatch trace --json` lists the futex words these \
+             waits are on, per process (hot_futexes); a JVM thread dump, a Go mutex profile or \
+             `perf lock contention` names the code that takes it."
+                .to_owned(),
+        );
+        recs
+    }
+
+    /// The one-paragraph account; adds the quota's figures to `e`.
+    fn summary(&self, f: &Facts, t: &Thresholds, e: &mut BTreeMap<&'static str, f64>) -> String {
+        let (threads, allowed, figures) = (self.threads, self.allowed, &self.figures);
+        let mut summary = format!(
+            "lock storm: {threads:.0} threads on {allowed:.1} usable CPU(s) hand a lock to one \
+             another through the kernel {:.0} times/s per CPU, with {:.1} threads per CPU \
+             queued for it on average; {:.0}% of their time off the CPU is futex waits",
+            figures.handoffs_per_cpu_second,
+            figures.queued_threads_per_cpu,
+            100.0 * figures.futex_blocked_share,
+        );
+        if figures.runnable_per_cpu < t.storm_saturated_runnable_per_cpu {
+            summary.push_str(&format!(
+                " — a convoy: the CPUs are {:.0}% busy while the lock is passed from one parked \
+                 thread to the next",
+                100.0 * f.oncpu_cores() / allowed
+            ));
+        }
+        if let (Some(share), Some(q)) = (self.throttled, f.quota_cores) {
+            summary.push_str(&format!(
+                "; inside a {q:.2}-CPU quota it is throttled in {:.0}% of its periods: \
+                 {threads:.0} threads sized for the node's {} CPUs against a fractional quota",
+                100.0 * share,
+                f.host_cpus
+            ));
+            e.insert("throttled_period_share", share);
+            let used = f.oncpu_cores() / q;
+            e.insert("quota_used_share", used);
+            summary.push_str(&if used >= defaults::QUOTA_SPENT_SHARE {
+                format!(
+                    "; the quota limits its throughput first: it spends {:.0}% of it, and the \
+                     lock then decides how much of that is useful work",
+                    100.0 * used
+                )
+            } else {
+                format!(
+                    "; the lock limits its throughput first: {:.0}% of the quota goes unused \
+                     while its threads wait for the lock",
+                    100.0 * (1.0 - used)
+                )
+            });
+        }
+        self.cost.explain(f, threads, allowed, t, &mut summary);
+        summary
+    }
+}
+
+/// Why each hand-off of a storm costs what it does: where the wake-ups come from, how far the
+/// threads spread, the hypervisor under them, steal, and how the pools were sized. Each part
+/// comes from measured figures only; an unknown figure leaves its part out.
+struct HandOffCost<'a> {
+    remote_share: Option<f64>,
+    /// Most wake-ups come from another CPU.
+    remote_high: bool,
+    cpus_used: Option<u32>,
+    /// The threads ran on more CPUs than the container may use at once.
+    spread_high: bool,
+    /// `Some(None)`: bare metal; `None`: the host is not known.
+    hypervisor: Option<Option<&'a str>>,
+    steal_share: Option<f64>,
+    /// As many threads as the node has CPUs, on a node far larger than the container.
+    node_sized: bool,
+}
+
+impl<'a> HandOffCost<'a> {
+    fn of(f: &'a Facts, t: &Thresholds, threads: f64, allowed: f64) -> Self {
+        let host_cpus = f64::from(f.host_cpus.max(1));
+        Self {
+            remote_share: f.remote_wakeup_share,
+            remote_high: f
+                .remote_wakeup_share
+                .is_some_and(|r| r >= t.storm_high_remote_wakeup_share),
+            cpus_used: f.cpus_used,
+            spread_high: f.cpus_used.is_some_and(|c| f64::from(c) > allowed.ceil()),
+            hypervisor: f.host.as_ref().map(|h| h.hypervisor.as_deref()),
+            steal_share: f.host.as_ref().and_then(|h| h.steal_share),
+            node_sized: threads >= host_cpus
+                && host_cpus >= t.storm_node_sized_min_host_per_allowed_cpu * allowed,
+        }
+    }
+
+    fn evidence(&self, f: &Facts, threads: f64, e: &mut BTreeMap<&'static str, f64>) {
+        if let Some(r) = self.remote_share {
+            e.insert("remote_wakeup_share", r);
+        }
+        if let Some(c) = self.cpus_used {
+            e.insert("cpus_used", f64::from(c));
+        }
+        e.insert(
+            "threads_per_host_cpu",
+            threads / f64::from(f.host_cpus.max(1)),
+        );
+        if let Some(s) = self.steal_share {
+            e.insert("steal_share", s);
+        }
+    }
+
+    /// What an inter-processor interrupt costs here, for the sentences that name it.
+    fn vm_exit(&self) -> Option<String> {
+        match self.hypervisor? {
+            Some("unknown") => Some("usually a VM exit in this guest".to_owned()),
+            Some(h) => Some(format!("usually a VM exit in this {h} guest")),
+            None => None,
+        }
+    }
+
+    /// Appends the explanation to a storm's summary.
+    fn explain(&self, f: &Facts, threads: f64, allowed: f64, t: &Thresholds, s: &mut String) {
+        use std::fmt::Write as _;
+        if let Some(r) = self.remote_share {
+            let _ = write!(
+                s,
+                "; {:.0}% of its wake-ups come from another CPU",
+                100.0 * r
+            );
+            if self.remote_high {
+                s.push_str(", an inter-processor interrupt each");
+                if let Some(exit) = self.vm_exit() {
+                    let _ = write!(s, ", {exit}");
+                }
+            }
+        }
+        if let Some(c) = self.cpus_used {
+            let _ = write!(
+                s,
+                "; its threads ran on {c} CPU{}",
+                if c == 1 { "" } else { "s" }
+            );
+            if self.spread_high {
+                let _ = write!(s, ", more than the {allowed:.1} it may use at once");
+            }
+        }
+        if let Some(steal) = self
+            .steal_share
+            .filter(|s| *s >= t.storm_significant_steal_share)
+        {
+            let _ = write!(
+                s,
+                "; the hypervisor took {:.0}% of the host's CPU time (steal)",
+                100.0 * steal
+            );
+        }
+        if self.node_sized {
+            let _ = write!(
+                s,
+                "; {threads:.0} threads for the node's {} CPUs ({:.1} per node CPU) but {allowed:.1} \
+                 usable: its pools look sized from the node's CPU count, not the container's",
+                f.host_cpus,
+                threads / f64::from(f.host_cpus.max(1)),
+            );
+        }
+    }
+
+    /// Pinning, first of the recommendations when the hand-offs cross many CPUs.
+    fn pinning(&self, n: u64) -> Option<String> {
+        if !(self.remote_high && self.spread_high) {
+            return None;
+        }
+        let remote = 100.0 * self.remote_share?;
+        let used = self.cpus_used?;
+        let exit = self
+            .vm_exit()
+            .map(|e| format!(" ({e})"))
+            .unwrap_or_default();
+        Some(format!(
+            "Pin the container to {n} dedicated CPU(s): {remote:.0}% of its wake-ups cross CPUs \
+             and its threads ran on {used} CPUs, so each lock hand-off pays an inter-processor \
+             interrupt{exit}; pinned, the hand-offs stay within {n} CPU(s) that share caches. On \
+             Kubernetes: the kubelet's static CPU manager policy with a Guaranteed pod (CPU \
+             request = limit = {n}, an integer); elsewhere taskset -c or a cpuset."
+        ))
+    }
+}
+
+/// Sizing advice when the pools were sized from the node: the runtime flags that set the CPU
+/// count each runtime sizes its pools from.
+fn node_sizing(threads: f64, host_cpus: u32, n: u64) -> String {
+    format!(
+        "Size the runtimes to the container's {n} CPU(s), not the node's {host_cpus}: \
+         {threads:.0} threads on a {host_cpus}-CPU node is what pools sized from the node look \
+         like. JVM: -XX:ActiveProcessorCount={n} (GC and JIT threads and the common ForkJoinPool \
+         follow it), and where flags or libraries set them, -XX:ParallelGCThreads={n} and \
+         -Djava.util.concurrent.ForkJoinPool.common.parallelism={n}; Go: GOMAXPROCS={n} (or \
+         go.uber.org/automaxprocs; Go 1.25 and later read the CPU limit); .NET: \
+         DOTNET_PROCESSOR_COUNT={n}; OpenMP: OMP_NUM_THREADS={n}; then the application's own \
+         pools (executors, request workers)."
+    )
+}
+
