@@ -32,11 +32,8 @@ use crate::{
     collect::{CgroupWindow, NetAvailability, Window},
     host::{CpuTicks, Host, Steal, read_cpu_ticks, ticks_per_second},
     identity::{
-        limits::{
-            CgroupLayout, CpuCounters, Limits, read_cpu_counters, read_limits, read_threads,
-            refresh_limits,
-        },
-        runtime::{ProcessRuntime, RuntimeCache, is_service_thread, parks_in_its_scheduler},
+        limits::{CpuCounters, Limits},
+        runtime::RuntimeCache,
     },
     netinfo::{
         NetState, NetWatch,
@@ -46,7 +43,7 @@ use crate::{
 };
 
 use super::{
-    Facts, Finding, Handoffs, HostFacts, Thresholds, diagnose,
+    Facts, Finding, HostFacts, Thresholds, diagnose,
     network::{diagnose_network, net_facts, packets_did_not_fit},
     sort_findings,
 };
@@ -64,63 +61,6 @@ pub const ACTIVITY_CHANGE_FACTOR: f64 = 2.0;
 /// Changes smaller than this many events per second are noise, whatever the factor (an idle
 /// cgroup going from 1 to 3 switches per second has not changed what it is).
 pub const ACTIVITY_CHANGE_FLOOR: f64 = 50.0;
-
-/// Where the session reads a cgroup's resource context. The only I/O of the engine, behind a
-/// trait so that the engine is tested with synthetic cgroups.
-pub trait ResourceReader {
-    /// Quota, cpuset, threads, cumulative throttling and pressure of the cgroup at `path`
-    /// (relative to the v2 root).
-    fn limits(&self, path: &str) -> Limits;
-    /// The same, read again knowing `previous` (a reader may then skip what cannot have
-    /// changed).
-    fn refresh(&self, path: &str, _previous: &Limits) -> Limits {
-        self.limits(path)
-    }
-    /// Only the thread count: cheap enough to read whenever activity changes.
-    fn threads(&self, path: &str) -> Option<u64>;
-    /// The cumulative CPU counters at a window's edge: throttling when `throttling` (the
-    /// cgroup has a quota), pressure when `pressure`; the rest carried over from `previous`.
-    fn counters(
-        &self,
-        path: &str,
-        previous: &CpuCounters,
-        throttling: bool,
-        pressure: bool,
-    ) -> CpuCounters;
-}
-
-impl ResourceReader for CgroupLayout {
-    fn limits(&self, path: &str) -> Limits {
-        read_limits(self, path)
-    }
-    fn refresh(&self, path: &str, previous: &Limits) -> Limits {
-        refresh_limits(self, path, previous)
-    }
-    fn threads(&self, path: &str) -> Option<u64> {
-        read_threads(self, path)
-    }
-    fn counters(
-        &self,
-        path: &str,
-        previous: &CpuCounters,
-        throttling: bool,
-        pressure: bool,
-    ) -> CpuCounters {
-        read_cpu_counters(self, path, previous, throttling, pressure)
-    }
-}
-
-/// The host's cgroupfs as the session's reader; `None` (logged) when the hierarchies cannot
-/// be told, and then no resource context is reported.
-pub fn cgroupfs_reader() -> Option<Box<dyn ResourceReader + Send>> {
-    match CgroupLayout::discover() {
-        Ok(layout) => Some(Box::new(layout)),
-        Err(err) => {
-            log::warn!("no resource limits: {err}");
-            None
-        }
-    }
-}
 
 /// What the session judges and how.
 #[derive(Clone, Debug)]
@@ -712,56 +652,6 @@ pub struct Judgement {
     pub packets_did_not_fit: bool,
 }
 
-/// Splits each cgroup's hand-offs in `window` by the part their threads played (see
-/// [`Handoffs`]): a thread of a runtime that parks its threads itself (Go), or one of a
-/// runtime's named service threads (HotSpot's), is the runtime's; a thread that both waited for
-/// hand-offs and made them is a lock's; one that only waited is a worker waiting for work.
-/// Returns, per cgroup, the split and the processes involved. Reads each new process's runtime
-/// and each new thread's name once (cached); forgets those no longer in the window.
-fn tell_handoffs_apart(
-    window: &Window,
-    cache: &mut RuntimeCache,
-) -> HashMap<u64, (Handoffs, Vec<ProcessRuntime>)> {
-    let mut out: HashMap<u64, (Handoffs, Vec<ProcessRuntime>)> = HashMap::new();
-    let mut seen: HashMap<u64, HashSet<u32>> = HashMap::new();
-    for (tid, t) in &window.handoff_threads {
-        if t.woken_waits == 0 {
-            continue;
-        }
-        let runtime = cache.process(t.tgid).map(|p| p.runtime.clone());
-        let (h, procs) = out.entry(t.cgroup_id).or_default();
-        if seen.entry(t.cgroup_id).or_default().insert(t.tgid)
-            && let Some(p) = cache.process(t.tgid)
-        {
-            procs.push(p.clone());
-        }
-        let runtime_thread = runtime.as_ref().is_some_and(|r| {
-            parks_in_its_scheduler(r)
-                || cache
-                    .thread_name(t.tgid, *tid)
-                    .is_some_and(|name| is_service_thread(r, name))
-        });
-        if runtime_thread {
-            h.runtime_waits += t.woken_waits;
-            h.runtime_wait_ns += t.woken_wait_ns;
-        } else if t.wakes > 0 {
-            h.lock_waits += t.woken_waits;
-            h.lock_wait_ns += t.woken_wait_ns;
-            h.lock_threads += 1;
-        } else {
-            h.waiter_only_waits += t.woken_waits;
-            h.waiter_only_wait_ns += t.woken_wait_ns;
-        }
-    }
-    let tgids: HashSet<u32> = window.handoff_threads.values().map(|t| t.tgid).collect();
-    let tids: HashSet<u32> = window.handoff_threads.keys().copied().collect();
-    cache.retain(&tgids, &tids);
-    for (_, procs) in out.values_mut() {
-        procs.sort_by_key(|p| p.tgid);
-    }
-    out
-}
-
 /// How often a cgroup's full limits are re-read: more often with a quota, whose throttling
 /// counters feed the diagnosis.
 fn refresh_period(limits: &Limits) -> Duration {
@@ -793,6 +683,12 @@ fn threads_due(ctx: &Context, activity: f64, tick: u64, now: Instant) -> bool {
     };
     hi - lo > ACTIVITY_CHANGE_FLOOR && hi > ACTIVITY_CHANGE_FACTOR * lo
 }
+
+mod handoffs;
+mod resources;
+
+pub use self::resources::{ResourceReader, cgroupfs_reader};
+use self::handoffs::tell_handoffs_apart;
 
 #[cfg(test)]
 mod tests;
