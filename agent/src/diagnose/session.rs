@@ -687,8 +687,8 @@ fn threads_due(ctx: &Context, activity: f64, tick: u64, now: Instant) -> bool {
 mod handoffs;
 mod resources;
 
-pub use self::resources::{ResourceReader, cgroupfs_reader};
 use self::handoffs::tell_handoffs_apart;
+pub use self::resources::{ResourceReader, cgroupfs_reader};
 
 #[cfg(test)]
 mod tests;

@@ -117,4 +117,3 @@ fn runtime_fix(r: &crate::identity::runtime::Runtime, name: &str, source: &str, 
         Runtime::Native => format!("Size the program's pools to {n} CPU(s)."),
     }
 }
-

@@ -477,4 +477,3 @@ fn node_sizing(threads: f64, host_cpus: u32, n: u64) -> String {
          pools (executors, request workers)."
     )
 }
-

@@ -58,4 +58,3 @@ pub(super) fn tell_handoffs_apart(
     }
     out
 }
-

@@ -2,8 +2,7 @@
 //! in the tests.
 
 use crate::identity::limits::{
-    CgroupLayout, CpuCounters, Limits, read_cpu_counters, read_limits, read_threads,
-    refresh_limits,
+    CgroupLayout, CpuCounters, Limits, read_cpu_counters, read_limits, read_threads, refresh_limits,
 };
 
 /// Where the session reads a cgroup's resource context. The only I/O of the engine, behind a
@@ -62,4 +61,3 @@ pub fn cgroupfs_reader() -> Option<Box<dyn ResourceReader + Send>> {
         }
     }
 }
-

@@ -1,0 +1,377 @@
+//! Loading the probes: what the running kernel offers (its facts), which families to load with
+//! which options, and the object's globals set before load. Imports the attach, maps, sizing
+//! and tiers jobs of `probes`; nothing of the agent above it.
+
+use super::*;
+
+/// The compiled probes, built by `build.rs` from `ebpf-probes/kernel`.
+pub(super) static PROBES_OBJECT: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/stormwatch"));
+
+#[derive(Debug, Error)]
+pub enum LoadError {
+    #[error("cannot load the eBPF object")]
+    Object(#[source] Box<aya::EbpfError>),
+    #[error("no probe could be attached")]
+    NothingAttached,
+}
+
+/// What a family needs from the running kernel, for `load` and for `stormwatch check`.
+pub struct KernelFacts {
+    /// The kernel's BTF, as aya needs it to load tp_btf programs.
+    pub aya_btf: Option<aya::Btf>,
+    /// The same BTF, for our own offset lookups.
+    pub btf: Option<Btf>,
+    /// Why BTF is unusable, when it is.
+    pub btf_error: Option<String>,
+    /// Whether the `task_struct` offsets the scheduler probes need were found (kept after
+    /// `btf` is dropped).
+    pub task_offsets: bool,
+    /// Whether the kernel keeps each thread's run-queue wait (`task_struct.sched_info`,
+    /// CONFIG_SCHED_INFO) where BTF finds it: then `sched_switch` alone times the waits.
+    pub sched_info: bool,
+    /// The inode of the host's network namespace, where the kernel gives it a fixed one
+    /// (`NET_NS_INIT_INO`, 6.18 and later): known without seeing any of the host's processes.
+    pub init_netns: Option<u64>,
+}
+
+impl KernelFacts {
+    /// Reads the kernel's BTF once: our lookups index the bytes, aya's loader parses them.
+    pub fn probe() -> Self {
+        let unusable = |why: String| Self {
+            aya_btf: None,
+            btf: None,
+            task_offsets: false,
+            sched_info: false,
+            init_netns: None,
+            btf_error: Some(why),
+        };
+        let btf = match Btf::from_file(VMLINUX_BTF) {
+            Ok(btf) => btf,
+            Err(e) => return unusable(format!("{e}")),
+        };
+        match aya::Btf::parse(btf.bytes(), aya::Endianness::default()) {
+            Ok(aya_btf) => Self {
+                aya_btf: Some(aya_btf),
+                task_offsets: btf.member_offset("task_struct", "nvcsw").is_ok(),
+                sched_info: ["run_delay", "pcount"]
+                    .iter()
+                    .all(|f| btf.offset_of("task_struct", &["sched_info", f]).is_ok()),
+                init_netns: init_netns_inode(&btf),
+                btf: Some(btf),
+                btf_error: None,
+            },
+            Err(e) => unusable(format!("{VMLINUX_BTF}: {e}")),
+        }
+    }
+}
+
+/// `NET_NS_INIT_INO` of `enum init_ns_ino` (uapi `linux/nsfs.h`): the host's network namespace
+/// inode on kernels that fix it. Inode numbers are 32-bit, as the probes key them.
+pub(super) fn init_netns_inode(btf: &Btf) -> Option<u64> {
+    btf.enum_values("init_ns_ino")?
+        .into_iter()
+        .find(|(name, _)| name == "NET_NS_INIT_INO")
+        .map(|(_, v)| u64::from(v as u32))
+}
+
+/// A probe family, as named on the command line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Family {
+    /// Context switches, run-queue latency, on/off-CPU time, migrations.
+    Sched,
+    /// Futex waits and wakes, hot futex words.
+    Futex,
+    /// Kernel lock contention by kind and call site.
+    Locks,
+    /// Packets per interface against the MTU, per-container traffic, drops, TCP retransmits.
+    Net,
+    /// Empty programs on sched_switch and sched_wakeup: the overhead benchmark's floor.
+    #[value(hide = true)]
+    EmptySched,
+}
+
+impl Family {
+    /// What the agent runs by default: every real family.
+    pub const DEFAULT: [Family; 4] = [Family::Sched, Family::Futex, Family::Locks, Family::Net];
+}
+
+/// Options for [`Probes::load`].
+#[derive(Clone, Debug)]
+pub struct LoadOptions {
+    /// Use classic tracepoints even where tp_btf would work (for testing the fallback and for
+    /// measuring both).
+    pub force_tracepoints: bool,
+    /// Ignore the kernel's `sched_info`: the wake-up programs time the waits, as on kernels
+    /// without it (for testing that way and measuring both).
+    pub waits_from_wakeups: bool,
+    pub families: Vec<Family>,
+    /// The most cgroups followed: the per-cgroup maps hold at least this many.
+    pub max_cgroups: usize,
+    /// When the wake-up programs that tell local from remote wake-ups are attached.
+    pub wake_kinds: WakeKinds,
+    /// When the futex programs are attached.
+    pub futex: FutexTier,
+    /// When the per-packet network programs are attached.
+    pub net_packets: NetPacketTier,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        Self {
+            force_tracepoints: false,
+            waits_from_wakeups: false,
+            families: Family::DEFAULT.to_vec(),
+            max_cgroups: CGROUP_MAP_MIN_ENTRIES as usize,
+            wake_kinds: WakeKinds::Always,
+            futex: FutexTier::Always,
+            net_packets: NetPacketTier::Always,
+        }
+    }
+}
+
+impl Probes {
+    pub fn load(options: &LoadOptions) -> Result<Self, LoadError> {
+        raise_memlock_rlimit();
+        tracefs::ensure_mounted();
+        let mut facts = KernelFacts::probe();
+        if options.force_tracepoints {
+            facts.aya_btf = None;
+            facts.btf_error = Some("tp_btf disabled by --force-tracepoints".to_owned());
+        }
+        if options.waits_from_wakeups {
+            facts.sched_info = false;
+        }
+        let families: Vec<Box<dyn ProbeFamily>> = options
+            .families
+            .iter()
+            .map(|f| -> Box<dyn ProbeFamily> {
+                match f {
+                    Family::Sched => Box::new(sched::SchedProbes {
+                        wake_kinds: options.wake_kinds,
+                    }),
+                    Family::Futex => Box::new(futex::FutexProbes {
+                        on_demand: options.futex == FutexTier::OnDemand,
+                    }),
+                    Family::Locks => Box::new(locks::LockProbes),
+                    Family::Net => Box::new(net::NetProbes {
+                        packets_on_demand: options.net_packets == NetPacketTier::OnDemand,
+                    }),
+                    Family::EmptySched => Box::new(EmptySchedProbes),
+                }
+            })
+            .collect();
+
+        // Globals must all be set before the single load of the object. Names come from the
+        // shared crate; a missing one is set to 0 and the family that needs it degrades.
+        let values: Vec<(&'static str, u32)> = shared_globals(&facts)
+            .into_iter()
+            .chain(families.iter().flat_map(|f| f.globals(&facts)))
+            .collect();
+        // Our parse of the kernel's BTF is only for offsets: free it before the loader works.
+        // The loader reuses aya's parse (kernel BTF is several MB; three copies at once would
+        // set the agent's peak memory).
+        facts.btf = None;
+        let mut loader = EbpfLoader::new();
+        // The task-storage maps (per-thread state) have no aya type; the agent never opens them
+        // from user space, the kernel programs use them.
+        loader.allow_unsupported_maps();
+        if let Some(btf) = &facts.aya_btf {
+            loader.btf(btf);
+        }
+        for (name, value) in &values {
+            loader.override_global(name, value, true);
+        }
+        let cpus = aya::util::nr_cpus().map(|n| n.get()).unwrap_or(1);
+        for (map, entries) in per_cpu_map_sizes(cpus, options.max_cgroups) {
+            loader.map_max_entries(map, entries);
+        }
+        let mut ebpf = loader
+            .load(PROBES_OBJECT)
+            .map_err(|e| LoadError::Object(Box::new(e)))?;
+
+        let mut status = Vec::new();
+        for family in &families {
+            let family_status = family.attach(&mut ebpf, &facts);
+            for s in &family_status {
+                match (&s.kind, &s.note) {
+                    (Some(kind), _) => log::debug!("{} attached ({kind})", s.tracepoint),
+                    (None, Some(note)) if s.on_demand() => log::info!("{} {note}", s.tracepoint),
+                    (None, note) => log::warn!(
+                        "{} probe {} not attached: {}",
+                        family.name(),
+                        s.tracepoint,
+                        note.as_deref().unwrap_or("unknown reason")
+                    ),
+                }
+            }
+            status.extend(family_status);
+        }
+        if !status.iter().any(ProbeStatus::attached) {
+            return Err(LoadError::NothingAttached);
+        }
+        let waits_from_switch = sched::waits_from_switch(&facts, &status);
+        // The programs the families loaded for later (none unless on demand).
+        let loaded_for_later = |programs: &[(&'static str, &'static str)]| -> Vec<OnDemand> {
+            programs
+                .iter()
+                .filter(|(tracepoint, program)| {
+                    status
+                        .iter()
+                        .any(|s| s.tracepoint == *tracepoint && s.on_demand())
+                        && ebpf.program(program).is_some_and(|p| p.fd().is_ok())
+                })
+                .map(|&(tracepoint, program)| OnDemand {
+                    tracepoint,
+                    program,
+                    link: None,
+                })
+                .collect()
+        };
+        let tiers = [
+            loaded_for_later(&sched::WAKE_KIND_PROGRAMS),
+            loaded_for_later(&futex::PROGRAMS),
+            loaded_for_later(&net::PACKET_PROGRAMS),
+        ];
+        let init_netns = facts.init_netns;
+        drop(facts);
+        // Parsing the kernel's BTF (several MB, for the loader and tp_btf) is the agent's
+        // largest allocation and it is over now: give the memory back to the system instead of
+        // keeping it in the allocator for the agent's lifetime.
+        crate::memory::release_free_memory();
+        Ok(Self {
+            ebpf,
+            status,
+            waits_from_switch,
+            tiers,
+            futex_epoch: 1,
+            switch_caches: sched::SwitchCaches::default(),
+            idle_hot_futexes: IdleKeys::new(IDLE_READS_BEFORE_EVICTION),
+            idle_lock_sites: IdleKeys::new(IDLE_READS_BEFORE_EVICTION),
+            init_netns,
+        })
+    }
+}
+
+/// The benchmark floor: empty tp_btf programs on `sched_switch` and `sched_wakeup`.
+pub(super) struct EmptySchedProbes;
+
+impl ProbeFamily for EmptySchedProbes {
+    fn name(&self) -> &'static str {
+        "empty (benchmark floor)"
+    }
+
+    fn globals(&self, _facts: &KernelFacts) -> Vec<(&'static str, u32)> {
+        Vec::new()
+    }
+
+    fn attach(&self, ebpf: &mut Ebpf, facts: &KernelFacts) -> Vec<ProbeStatus> {
+        use stormwatch_common::programs::{
+            BENCH_EMPTY_SWITCH, BENCH_EMPTY_WAKEUP, BENCH_EMPTY_WAKEUP_NEW, BENCH_EMPTY_WAKING,
+        };
+        // The same four tracepoints as the scheduler probes.
+        [
+            (sched::SWITCH, BENCH_EMPTY_SWITCH),
+            (sched::WAKEUP, BENCH_EMPTY_WAKEUP),
+            (sched::WAKEUP_NEW, BENCH_EMPTY_WAKEUP_NEW),
+            (sched::WAKING, BENCH_EMPTY_WAKING),
+        ]
+        .into_iter()
+        .map(|(tracepoint, program)| {
+            let (_, event) = tracepoint.split_once(':').expect("category:event");
+            let result = match &facts.aya_btf {
+                Some(btf) => attach_btf(ebpf, program, event, btf),
+                None => Err(anyhow::anyhow!("no kernel BTF")),
+            };
+            ProbeStatus {
+                tracepoint,
+                kind: result.is_ok().then_some(AttachKind::TpBtf),
+                note: result.err().map(|e| format!("{e:#}")),
+            }
+        })
+        .collect()
+    }
+}
+
+/// Sets the globals of one family from BTF offsets: `(global, struct, [member names])`.
+pub(crate) fn btf_offsets(
+    facts: &KernelFacts,
+    wanted: &[(&'static str, &str, &[&str])],
+) -> Vec<(&'static str, u32)> {
+    wanted
+        .iter()
+        .filter_map(|(global, strukt, members)| {
+            let btf = facts.btf.as_ref()?;
+            match btf.first_member_offset(strukt, members) {
+                Ok(off) => Some((*global, off)),
+                Err(err) => {
+                    log::warn!("{global}: {err}");
+                    None
+                }
+            }
+        })
+        .collect()
+}
+
+/// The kernel accounts BPF maps to memory cgroups since 5.11; older kernels charge
+/// RLIMIT_MEMLOCK. Raising it may be refused (as in some containers); that is harmless on a
+/// kernel that does not use it, so a failure is only logged.
+pub(super) fn raise_memlock_rlimit() {
+    use rustix::process::{Resource, Rlimit, setrlimit};
+    let unlimited = Rlimit {
+        current: None,
+        maximum: None,
+    };
+    if let Err(err) = setrlimit(Resource::Memlock, unlimited) {
+        log::debug!("could not raise RLIMIT_MEMLOCK ({err}); fine on kernels >= 5.11");
+    }
+}
+
+pub(super) fn shared_globals(facts: &KernelFacts) -> Vec<(&'static str, u32)> {
+    let Some(btf) = &facts.btf else {
+        return Vec::new();
+    };
+    pointer_path(
+        btf,
+        &[
+            (globals::TASK_CGROUPS_OFFSET, "task_struct", &["cgroups"]),
+            (globals::CSS_SET_DFL_CGRP_OFFSET, "css_set", &["dfl_cgrp"]),
+            (globals::CGROUP_KN_OFFSET, "cgroup", &["kn"]),
+            (globals::KERNFS_NODE_ID_OFFSET, "kernfs_node", &["id"]),
+        ],
+        globals::HAVE_TASK_CGROUP_OFFSETS,
+    )
+}
+
+/// The offsets of fields the probes read together (a chain of pointer loads, or fields of one
+/// struct), `(global, struct, member path)` each, and `flag` set to 1, when BTF has every one;
+/// nothing when it lacks any (the probes then take their fallback).
+pub(crate) fn pointer_path(
+    btf: &Btf,
+    steps: &[(&'static str, &str, &[&str])],
+    flag: &'static str,
+) -> Vec<(&'static str, u32)> {
+    let offsets: Option<Vec<(&'static str, u32)>> = steps
+        .iter()
+        .map(|(global, root, path)| btf.offset_of(root, path).ok().map(|off| (*global, off)))
+        .collect();
+    match offsets {
+        Some(mut offsets) => {
+            offsets.push((flag, 1));
+            offsets
+        }
+        None => Vec::new(),
+    }
+}
+
+/// Offsets of tracepoint record fields, as globals: `(global, category, event, field)`.
+pub(crate) fn tracepoint_offsets(
+    wanted: &[(&'static str, &str, &str, &str)],
+) -> Vec<(&'static str, u32)> {
+    wanted
+        .iter()
+        .filter_map(|(global, category, event, field)| {
+            tracefs::field_offset(category, event, field).map(|off| (*global, off))
+        })
+        .collect()
+}

@@ -1,0 +1,130 @@
+//! Sizing the maps: how many entries each per-CPU map gets for the host's CPUs and the
+//! followed cgroups, within a memory budget.
+
+use super::*;
+
+/// Kernel memory each preallocated per-CPU map may take. Per-CPU hash maps are preallocated
+/// for every possible CPU unless created with `BPF_F_NO_PREALLOC`: `HOT_FUTEXES` at its
+/// 8192-entry default is 64 B × 8192 × CPUs. A node agent must not take that on a big host, so
+/// the capacity of the preallocated maps shrinks with the CPU count; what does not fit is
+/// counted (`hot_futex_full`, `lock_site_full`, …).
+pub const PER_CPU_MAP_BUDGET_BYTES: u64 = 16 << 20;
+
+/// No map is made smaller than this many entries, whatever the CPU count.
+pub(super) const PER_CPU_MAP_MIN_ENTRIES: u32 = 512;
+
+/// The per-cgroup maps hold at least this many cgroups (and at least `max_cgroups`).
+pub const CGROUP_MAP_MIN_ENTRIES: u32 = 4096;
+
+/// `(map, max_entries)` for each per-CPU hash map, given the number of possible CPUs and the
+/// most cgroups the agent is asked to follow. The per-cgroup maps always hold at least
+/// `max_cgroups`, whatever the CPU count: `CGROUP_FUTEX` is not preallocated (its memory follows
+/// the cgroups that exist) and holds `max(max_cgroups, 4096)`; `CGROUP_SCHED` and
+/// `CGROUP_LOCKS` must be preallocated (their programs run where the kernel's allocator cannot
+/// refill), so they take the budget's fit but never fewer than `max_cgroups`: on a many-CPU
+/// host a large `max_cgroups` costs kernel memory (`CGROUP_SCHED`: 856 B per cgroup per CPU).
+pub fn per_cpu_map_sizes(cpus: u32, max_cgroups: usize) -> Vec<(&'static str, u32)> {
+    use std::mem::size_of;
+    use stormwatch_common::{LockStats, SchedStats, net};
+    let cgroups = u32::try_from(max_cgroups)
+        .unwrap_or(u32::MAX)
+        .max(CGROUP_MAP_MIN_ENTRIES);
+    let per_cpu = |value: usize, key: usize| value + key / cpus.max(1) as usize;
+    // (map, default entries, bytes per entry per CPU: the value; keys are stored once)
+    let preallocated = [
+        (
+            maps::HOT_FUTEXES,
+            8192,
+            per_cpu(size_of::<HotFutexValue>(), size_of::<HotFutexKey>()),
+        ),
+        (
+            maps::LOCK_SITES,
+            4096,
+            per_cpu(size_of::<LockSiteValue>(), size_of::<LockSiteKey>()),
+        ),
+        (
+            net::maps::CGROUP_NET,
+            4096,
+            size_of::<net::CgroupNetStats>(),
+        ),
+        (
+            net::maps::NET_IFACES,
+            4096,
+            per_cpu(size_of::<net::NetIfStats>(), size_of::<net::NetIfKey>()),
+        ),
+        (
+            net::maps::NET_DROPS,
+            4096,
+            per_cpu(size_of::<net::NetDropStats>(), size_of::<net::NetDropKey>()),
+        ),
+    ];
+    let fit = |default: u32, per_cpu_bytes: usize| {
+        let fit = PER_CPU_MAP_BUDGET_BYTES / (per_cpu_bytes as u64 * u64::from(cpus.max(1)));
+        fit.clamp(u64::from(PER_CPU_MAP_MIN_ENTRIES), u64::from(default)) as u32
+    };
+    let max_cgroups = u32::try_from(max_cgroups).unwrap_or(u32::MAX);
+    [
+        (maps::CGROUP_FUTEX, cgroups),
+        (
+            maps::CGROUP_SCHED,
+            fit(4096, size_of::<SchedStats>()).max(max_cgroups),
+        ),
+        (
+            maps::CGROUP_LOCKS,
+            fit(4096, size_of::<LockStats>()).max(max_cgroups),
+        ),
+    ]
+    .into_iter()
+    .chain(
+        preallocated
+            .into_iter()
+            .map(|(name, default, per_cpu_bytes)| (name, fit(default, per_cpu_bytes))),
+    )
+    // One entry per interface in NET_IFACES: the same bound.
+    .chain(
+        preallocated
+            .iter()
+            .find(|p| p.0 == net::maps::NET_IFACES)
+            .map(|&(_, default, per_cpu_bytes)| {
+                (net::maps::NET_IFINFO, fit(default, per_cpu_bytes))
+            }),
+    )
+    .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entries(sizes: &[(&str, u32)], map: &str) -> u32 {
+        sizes.iter().find(|(m, _)| *m == map).unwrap().1
+    }
+
+    #[test]
+    fn cgroup_maps_hold_max_cgroups_on_any_cpu_count() {
+        for cpus in [1, 2, 56, 1024] {
+            for max_cgroups in [10, 2000, 100_000] {
+                let sizes = per_cpu_map_sizes(cpus, max_cgroups);
+                for map in [maps::CGROUP_SCHED, maps::CGROUP_FUTEX, maps::CGROUP_LOCKS] {
+                    let n = entries(&sizes, map);
+                    assert!(n as usize >= max_cgroups, "{map} {n} on {cpus} CPUs");
+                    assert!(n >= PER_CPU_MAP_MIN_ENTRIES, "{map} {n}");
+                }
+                let futex = entries(&sizes, maps::CGROUP_FUTEX);
+                assert!(futex >= CGROUP_MAP_MIN_ENTRIES, "not preallocated: {futex}");
+            }
+        }
+    }
+
+    #[test]
+    fn preallocated_maps_shrink_with_the_cpu_count() {
+        let small = per_cpu_map_sizes(2, 2000);
+        assert!(small.iter().all(|(_, n)| *n >= 4096), "{small:?}");
+        let hot = entries(&per_cpu_map_sizes(56, 2000), maps::HOT_FUTEXES);
+        assert!((PER_CPU_MAP_MIN_ENTRIES..8192).contains(&hot), "{hot}");
+        let bytes = u64::from(hot) * 40 * 56;
+        assert!(bytes <= PER_CPU_MAP_BUDGET_BYTES, "{bytes}");
+        let huge = entries(&per_cpu_map_sizes(1024, 2000), maps::HOT_FUTEXES);
+        assert_eq!(huge, PER_CPU_MAP_MIN_ENTRIES, "never below the floor");
+    }
+}
