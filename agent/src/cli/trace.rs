@@ -120,39 +120,50 @@ pub async fn run(args: TraceArgs) -> anyhow::Result<()> {
     }
 
     if args.json {
-        let net = session.network(&pipeline.seen_interfaces());
-        let net_avail = pipeline.availability().net;
-        let findings = session.judge(pipeline.paths(), net.as_ref());
-        let limits = session.window_limits(&total);
-        let ctx = crate::report::ReportContext::of(&pipeline, &limits);
-        let report = TraceReport {
-            duration_seconds: total.duration.as_secs_f64(),
-            window: WindowEdges::new(session.window_edges()),
-            host: HostReport::new(session.host(), session.steal()),
-            interfaces: net
-                .as_ref()
-                .map(|n| network::interfaces(&n.namespaces, &total, net_avail)),
-            network_namespaces: net
-                .as_ref()
-                .map(|n| network::namespaces(&n.namespaces, &n.snmp)),
-            containers: containers(&total, &ctx, keep),
-            findings: findings
-                .iter()
-                .filter(|f| keep(f.cgroup_id, Some(f.cgroup.as_str())))
-                .map(|f| FindingReport::new(f, ctx.identities.get(&f.cgroup_id)))
-                .collect(),
-            probes: pipeline.probes.status.clone(),
-            lost_events: pipeline
-                .probes
-                .probe_errors()
-                .into_iter()
-                .collect::<BTreeMap<_, _>>(),
-        };
+        let report = json_report(&pipeline, &session, &total, keep);
         let mut out = std::io::stdout().lock();
         serde_json::to_writer_pretty(&mut out, &report).context("writing the report")?;
         writeln!(out)?;
     }
     Ok(())
+}
+
+/// The JSON document of the whole trace: the window's figures per container, the network,
+/// the findings over the same window, and how the probes are attached.
+fn json_report(
+    pipeline: &Pipeline,
+    session: &Session,
+    total: &Window,
+    keep: impl Fn(u64, Option<&str>) -> bool,
+) -> TraceReport {
+    let net = session.network(&pipeline.seen_interfaces());
+    let net_avail = pipeline.availability().net;
+    let findings = session.judge(pipeline.paths(), net.as_ref());
+    let limits = session.window_limits(total);
+    let ctx = crate::report::ReportContext::of(pipeline, &limits);
+    TraceReport {
+        duration_seconds: total.duration.as_secs_f64(),
+        window: WindowEdges::new(session.window_edges()),
+        host: HostReport::new(session.host(), session.steal()),
+        interfaces: net
+            .as_ref()
+            .map(|n| network::interfaces(&n.namespaces, total, net_avail)),
+        network_namespaces: net
+            .as_ref()
+            .map(|n| network::namespaces(&n.namespaces, &n.snmp)),
+        containers: containers(total, &ctx, &keep),
+        findings: findings
+            .iter()
+            .filter(|f| keep(f.cgroup_id, Some(f.cgroup.as_str())))
+            .map(|f| FindingReport::new(f, ctx.identities.get(&f.cgroup_id)))
+            .collect(),
+        probes: pipeline.probes.status.clone(),
+        lost_events: pipeline
+            .probes
+            .probe_errors()
+            .into_iter()
+            .collect::<BTreeMap<_, _>>(),
+    }
 }
 
 /// `namespace/pod/container` when the kubelet names it, else the cgroup path.
