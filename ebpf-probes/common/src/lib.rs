@@ -328,8 +328,10 @@ impl TaskState {
 /// another cgroup in `SCHED_CACHE_WANT`, the CPU's next switch-out adds `stats` to the old
 /// cgroup's `CGROUP_SCHED` entry and starts the new one from zero: a *flush*. `generation` is
 /// raised by one before a flush and by one after it, so it is odd during one and changes with
-/// each; the agent reads the slots before and after the hash map and keeps a read only where no
-/// flush came between (else the flushed figures could be counted twice or not at all).
+/// each: a seqlock. The agent reads the slots, then the hash map, then the slots again (the copy
+/// it merges), then the slots a third time, and keeps the copy only where each CPU's generation
+/// is even and the same in all three reads: no flush came between, nor fell inside the copy
+/// (else the flushed figures could be counted twice or not at all).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SchedCache {
