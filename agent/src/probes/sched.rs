@@ -101,6 +101,14 @@ impl ProbeFamily for SchedProbes {
         );
         let have_offsets = values.len() == 5;
         values.push((globals::HAVE_TASK_OFFSETS, u32::from(have_offsets)));
+        let release = rustix::system::uname()
+            .release()
+            .to_string_lossy()
+            .into_owned();
+        values.push((
+            globals::FLUSH_WITH_BARRIERS,
+            u32::from(flush_with_barriers(std::env::consts::ARCH, &release)),
+        ));
         // The CPU a task is queued on: `task_struct.cpu` where the kernel keeps it there
         // (THREAD_INFO_IN_TASK, e.g. x86-64), else in `thread_info`.
         if let Some(btf) = &facts.btf {
@@ -256,6 +264,55 @@ impl ProbeFamily for SchedProbes {
     }
 }
 
+/// Whether a switch cache's flush orders its stores with BPF's fully ordered atomics
+/// (`FLUSH_WITH_BARRIERS`): where the CPU may make stores visible out of program order, and the
+/// kernel's JIT has those atomics. x86 and s390x keep stores in order: the compiler fence the
+/// probes always have is enough there. arm64 reorders them; its JIT emits the fetching atomics
+/// since Linux 5.18 (before, a program with one would not load). Elsewhere the flush stays
+/// unordered, and a read may rarely take a flush half done for whole (a warning says so).
+fn flush_with_barriers(arch: &str, release: &str) -> bool {
+    match arch {
+        "x86" | "x86_64" | "s390x" => false,
+        "aarch64" => {
+            let at_least = kernel_at_least(release, (5, 18));
+            if !at_least {
+                log::warn!(
+                    "kernel {release} on arm64 cannot order the switch caches' flush (Linux \
+                     5.18): a read may rarely see a cgroup's switches dip"
+                );
+            }
+            at_least
+        }
+        _ => {
+            log::warn!(
+                "the switch caches' flush is not ordered on {arch}: a read may rarely see a \
+                 cgroup's switches dip"
+            );
+            false
+        }
+    }
+}
+
+/// Whether a kernel release (`uname -r`, e.g. `6.18.44-fc`) is at least `major.minor`; false
+/// when it does not parse.
+fn kernel_at_least(release: &str, (major, minor): (u32, u32)) -> bool {
+    let mut parts = release.split(['.', '-']).map(|p| {
+        p.bytes()
+            .take_while(u8::is_ascii_digit)
+            .fold(None, |n: Option<u32>, d| {
+                Some(
+                    n.unwrap_or(0)
+                        .saturating_mul(10)
+                        .saturating_add(u32::from(d - b'0')),
+                )
+            })
+    });
+    match (parts.next().flatten(), parts.next().flatten()) {
+        (Some(a), Some(b)) => (a, b) >= (major, minor),
+        _ => false,
+    }
+}
+
 /// Loads a wake-kind program for [`WakeKinds::OnDemand`], without attaching it.
 fn load_on_demand(
     ebpf: &mut Ebpf,
@@ -404,7 +461,8 @@ struct Merged {
 /// two reads, or fell inside the copy of one CPU's slot (whose generation is copied before its
 /// figures), changes the third read's generation, so no flushed figures are ever counted twice
 /// or not at all. The fences keep this CPU's loads of each read (done by the kernel, in the
-/// syscall) after those of the read before, on weakly ordered CPUs too.
+/// syscall) after those of the read before, on weakly ordered CPUs too; the probes order their
+/// stores ([`stormwatch_common::globals::FLUSH_WITH_BARRIERS`]).
 fn read_merged(maps: &mut impl SwitchMaps) -> anyhow::Result<Merged> {
     let mut before = maps.caches()?;
     for _ in 0..CACHE_READ_ATTEMPTS {
@@ -609,6 +667,18 @@ mod tests {
         let totals = figures.totals.clone();
         merge_caches(&[cache(2, 0, 0, 0), cache(2, 0, 0, 0)], &mut figures);
         assert_eq!(figures.totals, totals);
+    }
+
+    #[test]
+    fn flushes_are_ordered_only_where_the_cpu_needs_it_and_the_kernel_can() {
+        assert!(!flush_with_barriers("x86_64", "6.18.44-fc"));
+        assert!(flush_with_barriers("aarch64", "5.18.0"));
+        assert!(flush_with_barriers("aarch64", "6.1.0-28-arm64"));
+        assert!(!flush_with_barriers("aarch64", "5.15.0-1051-aws"));
+        assert!(!flush_with_barriers("aarch64", "garbage"));
+        assert!(kernel_at_least("5.18-rc1", (5, 18)));
+        assert!(kernel_at_least("10.0.1", (5, 18)));
+        assert!(!kernel_at_least("4.19.0", (5, 18)));
     }
 
     /// One store of the probes to the maps (`flush` and a switch-out in

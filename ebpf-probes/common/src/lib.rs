@@ -79,6 +79,10 @@ pub mod globals {
     pub const TP_SWITCH_PREV_STATE_OFFSET: &str = "TP_SWITCH_PREV_STATE_OFFSET";
     /// 1 when the `TASK_*_OFFSET` globals hold real offsets (the kernel has BTF).
     pub const HAVE_TASK_OFFSETS: &str = "HAVE_TASK_OFFSETS";
+    /// 1 when a [`crate::SchedCache`] flush orders its stores with fully ordered atomics: on a
+    /// weakly ordered CPU (arm64) whose kernel's JIT has them. 0 on x86, whose stores are seen
+    /// in program order anyway.
+    pub const FLUSH_WITH_BARRIERS: &str = "FLUSH_WITH_BARRIERS";
     /// `offsetof(struct task_struct, cpu)` (or `thread_info.cpu`): the CPU whose run queue a
     /// woken thread was put on.
     pub const TASK_CPU_OFFSET: &str = "TASK_CPU_OFFSET";

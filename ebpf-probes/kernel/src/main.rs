@@ -2,6 +2,8 @@
 //! failure is counted in `PROBE_ERRORS` where the agent reads it.
 #![no_std]
 #![no_main]
+// Inline BPF assembly: the one fully ordered atomic LLVM will not emit for cpu v1 (sched.rs).
+#![feature(asm_experimental_arch)]
 
 mod bench;
 mod futex;
