@@ -546,8 +546,6 @@ impl OwnFigures {
     }
 }
 
-/// Run counts and times of the loaded programs (the kernel counts them while BPF statistics
-/// are on). Programs of the object that were not loaded are left out.
 /// The network series: interface and drop totals, and each namespace's owner.
 fn update_network(
     p: &Pipeline,
@@ -570,6 +568,8 @@ fn update_network(
     e.network.apply(window, &net::iface_keys(ebpf), owners);
 }
 
+/// Run counts and times of the loaded programs (the kernel counts them while BPF statistics
+/// are on). Programs of the object that were not loaded are left out.
 fn program_stats(pipeline: &Pipeline) -> Vec<ProgramStats> {
     let mut out: Vec<ProgramStats> = pipeline
         .probes
