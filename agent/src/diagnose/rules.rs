@@ -111,23 +111,27 @@ pub fn check_all(f: &Facts, all: &[Facts], t: &Thresholds) -> Vec<Finding> {
     out
 }
 
-fn finding(
-    f: &Facts,
-    kind: Kind,
-    severity: Severity,
-    summary: String,
-    evidence: BTreeMap<&'static str, f64>,
-    recommendations: Vec<String>,
-) -> Finding {
-    Finding {
-        kind,
-        severity,
-        cgroup_id: f.cgroup_id,
-        cgroup: f.cgroup.clone(),
-        summary,
-        evidence,
-        context: BTreeMap::new(),
-        recommendations,
+impl Finding {
+    /// The one constructor of a finding, for the rules here and the network's: of `owner`
+    /// (cgroup id, path), its context empty until the rule adds to it.
+    pub(super) fn new(
+        kind: Kind,
+        severity: Severity,
+        (cgroup_id, cgroup): (u64, String),
+        summary: String,
+        evidence: BTreeMap<&'static str, f64>,
+        recommendations: Vec<String>,
+    ) -> Self {
+        Self {
+            kind,
+            severity,
+            cgroup_id,
+            cgroup,
+            summary,
+            evidence,
+            context: BTreeMap::new(),
+            recommendations,
+        }
     }
 }
 
@@ -416,7 +420,14 @@ pub fn lock_storm(f: &Facts, t: &Thresholds) -> Option<Finding> {
         });
     }
     cost.explain(f, threads, allowed, t, &mut summary);
-    let mut found = finding(f, Kind::LockStorm, severity, summary, e, recs);
+    let mut found = Finding::new(
+        Kind::LockStorm,
+        severity,
+        (f.cgroup_id, f.cgroup.clone()),
+        summary,
+        e,
+        recs,
+    );
     if let Some(host) = &f.host {
         found.context.insert(
             "hypervisor",
@@ -640,7 +651,14 @@ pub fn runtime_sizing(f: &Facts, t: &Thresholds) -> Option<Finding> {
     if saturated {
         summary.push_str("; the container keeps its CPUs saturated");
     }
-    let mut found = finding(f, Kind::RuntimeSizing, Severity::Warning, summary, e, recs);
+    let mut found = Finding::new(
+        Kind::RuntimeSizing,
+        Severity::Warning,
+        (f.cgroup_id, f.cgroup.clone()),
+        summary,
+        e,
+        recs,
+    );
     found.context.insert(
         "runtimes",
         f.runtimes
@@ -711,10 +729,10 @@ pub fn cpu_throttling(f: &Facts, t: &Thresholds) -> Option<Finding> {
     e.insert("oncpu_cores", f.oncpu_cores());
     e.insert("runnable_threads", f.runnable_threads());
     limits_evidence(f, &mut e);
-    Some(finding(
-        f,
+    Some(Finding::new(
         Kind::CpuThrottling,
         severity,
+        (f.cgroup_id, f.cgroup.clone()),
         format!(
             "CPU throttling: its {quota:.2}-core quota ran out in {:.0}% of the periods it ran \
              in ({throttled} of {periods}){}, using {:.2} cores",
@@ -814,10 +832,10 @@ pub fn runqueue_saturation(f: &Facts, all: &[Facts], t: &Thresholds) -> Option<F
          burstable pods without limits, produce exactly this."
             .to_owned(),
     );
-    Some(finding(
-        f,
+    Some(Finding::new(
         Kind::RunqueueSaturation,
         severity,
+        (f.cgroup_id, f.cgroup.clone()),
         summary,
         e,
         recs,
@@ -842,10 +860,10 @@ pub fn thread_oversubscription(f: &Facts, t: &Thresholds) -> Option<Finding> {
         f.sched.involuntary_switches as f64 / f.window_seconds.max(1e-9),
     );
     limits_evidence(f, &mut e);
-    Some(finding(
-        f,
+    Some(Finding::new(
         Kind::ThreadOversubscription,
         Severity::Warning,
+        (f.cgroup_id, f.cgroup.clone()),
         format!(
             "thread oversubscription: {runnable:.1} threads runnable on average on \
              {allowed:.1} usable CPU(s)"
