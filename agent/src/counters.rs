@@ -3,7 +3,7 @@
 //! folds per-CPU values) and `collect` (which takes differences).
 //!
 //! Most of the kernel's value structs are `#[repr(C)]` runs of `u64` counters and nothing else;
-//! for those, adding and subtracting is done once, word by word ([`all_u64_counters!`]). The
+//! for those, adding and subtracting is done once, word by word (`all_u64_counters!`). The
 //! few with a field that is not a counter (a maximum, a name, an MTU) say so in their own impl.
 //!
 //! Also here: what the agent itself had to drop or chose to forget, next to the kernel's

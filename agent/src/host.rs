@@ -11,6 +11,7 @@
 
 use std::path::Path;
 
+use procfs_core::{ExplicitSystemInfo, FromBufReadSI as _, KernelStats};
 use serde::Serialize;
 
 use crate::identity::limits::parse_cpu_list;
@@ -58,19 +59,26 @@ pub fn online_cpus() -> u32 {
     read("/sys/devices/system/cpu/online")
         .and_then(|t| parse_cpu_list(&t))
         .map(|cpus| cpus.len() as u32)
-        .or_else(|| read("/proc/stat").map(|t| count_cpu_lines(&t)))
+        .or_else(|| read("/proc/stat").and_then(|t| count_cpu_lines(&t)))
         .unwrap_or(1)
         .max(1)
 }
 
 /// The number of per-CPU lines (`cpu0 …`, `cpu1 …`) of a `/proc/stat` text.
-fn count_cpu_lines(stat: &str) -> u32 {
-    stat.lines()
-        .filter(|l| {
-            l.strip_prefix("cpu")
-                .is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit()))
-        })
-        .count() as u32
+fn count_cpu_lines(stat: &str) -> Option<u32> {
+    Some(kernel_stats(stat)?.cpu_time.len() as u32)
+}
+
+/// A `/proc/stat` text, parsed by procfs-core. Only its tick counts are read, as they are:
+/// the system figures it asks for to convert them are never used.
+fn kernel_stats(stat: &str) -> Option<KernelStats> {
+    let system = ExplicitSystemInfo {
+        boot_time_secs: 0,
+        ticks_per_second: ticks_per_second(),
+        page_size: 0,
+        is_little_endian: cfg!(target_endian = "little"),
+    };
+    KernelStats::from_buf_read(stat.as_bytes(), &system).ok()
 }
 
 // ---- the hypervisor ---------------------------------------------------------------------------
@@ -240,19 +248,21 @@ pub struct CpuTicks {
 }
 
 /// The `cpu` line of a `/proc/stat` text. `None` without one, or when it has no steal column
-/// (kernels before 2.6.11).
+/// (kernels before 2.6.11), or when the file does not parse.
 pub fn parse_cpu_ticks(stat: &str) -> Option<CpuTicks> {
-    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
-    let fields: Vec<u64> = line
-        .split_whitespace()
-        .skip(1)
-        .map(str::parse)
-        .collect::<Result<_, _>>()
-        .ok()?;
-    let counted = fields.get(..8)?;
+    let cpu = kernel_stats(stat)?.total;
+    // The columns before steal are all there when it is.
+    let steal = cpu.steal?;
     Some(CpuTicks {
-        steal: counted[7],
-        total: counted.iter().sum(),
+        steal,
+        total: cpu.user
+            + cpu.nice
+            + cpu.system
+            + cpu.idle
+            + cpu.iowait?
+            + cpu.irq?
+            + cpu.softirq?
+            + steal,
     })
 }
 
@@ -326,22 +336,30 @@ impl HostReport {
 mod tests {
     use super::*;
 
+    /// A `/proc/stat` with these CPU lines, and the lines every kernel writes after them (which
+    /// procfs-core requires: a file without them is not a `/proc/stat`).
+    fn proc_stat(cpu_lines: &str) -> String {
+        format!("{cpu_lines}intr 1 2\nctxt 3\nbtime 4\nprocesses 5\nprocs_running 1\n")
+    }
+
     #[test]
     fn cpu_ticks_from_proc_stat() {
-        let stat = "cpu  35979 12 7964 22093 938 0 231 1330 7 0\n\
-                    cpu0 17381 0 3492 12692 105 0 14 631 0 0\n\
-                    cpu1 18597 0 4472 9401 832 0 217 699 0 0\nintr 1 2\n";
+        let stat = proc_stat(
+            "cpu  35979 12 7964 22093 938 0 231 1330 7 0\n\
+             cpu0 17381 0 3492 12692 105 0 14 631 0 0\n\
+             cpu1 18597 0 4472 9401 832 0 217 699 0 0\n",
+        );
         assert_eq!(
-            parse_cpu_ticks(stat),
+            parse_cpu_ticks(&stat),
             Some(CpuTicks {
                 steal: 1330,
                 total: 35979 + 12 + 7964 + 22093 + 938 + 231 + 1330,
             })
         );
-        assert_eq!(count_cpu_lines(stat), 2);
+        assert_eq!(count_cpu_lines(&stat), Some(2));
         // Exactly eight columns (no guest): still has steal.
         assert_eq!(
-            parse_cpu_ticks("cpu 1 2 3 4 5 6 7 8").map(|t| (t.steal, t.total)),
+            parse_cpu_ticks(&proc_stat("cpu 1 2 3 4 5 6 7 8\n")).map(|t| (t.steal, t.total)),
             Some((8, 36))
         );
         for bad in [
@@ -351,8 +369,12 @@ mod tests {
             "cpu  1 2 x 4 5 6 7 8\n",
             "cpu  1 2 3 4 5 6 7 -8\n",
         ] {
-            assert_eq!(parse_cpu_ticks(bad), None, "{bad:?}");
+            assert_eq!(parse_cpu_ticks(&proc_stat(bad)), None, "{bad:?}");
         }
+        assert_eq!(parse_cpu_ticks(""), None);
+        // The live file parses.
+        assert!(read_cpu_ticks().is_some_and(|t| t.total > 0));
+        assert!(count_cpu_lines(&read("/proc/stat").expect("/proc/stat")).is_some_and(|n| n > 0));
     }
 
     #[test]

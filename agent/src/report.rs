@@ -80,7 +80,7 @@ pub struct ContainerReport {
     /// containerd, crio, docker, podman, systemd, or none (host, or a path that does not say).
     pub runtime: crate::identity::container::Runtime,
     pub container_id: Option<String>,
-    /// Resource context over the window (see [`crate::pipeline::Pipeline::window_limits`]);
+    /// Resource context over the window (see [`crate::diagnose::session::Session::window_limits`]);
     /// each field `null` where unknown or unlimited, the whole `null` when the cgroup is gone.
     pub limits: Option<Limits>,
     pub context_switches: Option<ContextSwitches>,

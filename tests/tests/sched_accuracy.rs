@@ -204,6 +204,146 @@ fn storms_one_after_another_keep_their_switches_as_the_cache_moves() {
     }
 }
 
+/// A ping-pong (two threads handing a byte back and forth over pipes: hundreds of thousands of
+/// switches a second) in its own cgroup, while the test reads the scheduler figures every 100 µs
+/// and, every 200 µs, moves every CPU's switch cache to that cgroup or away from it: the CPUs
+/// flush their caches at their next switch-out, a few µs later, in the middle of the read that
+/// follows. The agent's read of a cache is a seqlock read (see `stormwatch_common::SchedCache`):
+/// no counter of the cgroup may ever go down from one read to the next (a flush that fell inside
+/// a read would make them dip, or count figures twice and drop back), and at the end its
+/// switches still match its rusage (2%, as above).
+///
+/// The probes are loaded in this process (the agent's own `Probes`): the property checked is of
+/// the agent's read itself; the ground truth is the invariant and the workload's rusage. The
+/// reads are paced so that the test leaves the CPUs to the tests running beside it.
+#[test]
+fn counters_never_go_down_while_the_caches_flush_during_reads() {
+    use std::time::{Duration, Instant};
+
+    use aya::maps::{PerCpuArray, PerCpuValues};
+    use stormwatch::probes::{Family, LoadOptions, Probes};
+    use stormwatch_common::{SchedCache, SchedStats, maps};
+
+    const SECONDS: f64 = 2.0;
+    require_bpf();
+    let cgroup = TestCgroup::new("flush");
+    let mut probes = Probes::load(&LoadOptions {
+        families: vec![Family::Sched],
+        ..LoadOptions::default()
+    })
+    .unwrap_or_else(|e| panic!("loading the scheduler probes: {e:#}"));
+    let id = cgroup.id();
+    let child = stormwatch_tests::run_in_cgroup(
+        std::process::Command::new(env!("CARGO_BIN_EXE_pingpong"))
+            .args(["--seconds", &SECONDS.to_string()]),
+        &cgroup,
+    );
+    let cpus = aya::util::nr_cpus().expect("possible CPUs").get() as usize;
+    let ask = |probes: &mut Probes, want: u64| {
+        let map = probes
+            .ebpf_mut()
+            .map_mut(maps::SCHED_CACHE_WANT)
+            .expect("SCHED_CACHE_WANT");
+        let mut array = PerCpuArray::<_, u64>::try_from(map).expect("a per-CPU array");
+        let want = PerCpuValues::try_from(vec![want; cpus]).expect("one value per CPU");
+        array.set(0, want, 0).expect("writing SCHED_CACHE_WANT");
+    };
+    let flushes = |probes: &Probes| -> u64 {
+        let map = probes.ebpf().map(maps::SCHED_CACHE).expect("SCHED_CACHE");
+        let array = PerCpuArray::<_, SchedCache>::try_from(map).expect("a per-CPU array");
+        let caches = array.get(&0, 0).expect("reading SCHED_CACHE");
+        caches.iter().map(|c| c.generation / 2).sum()
+    };
+    let counters = |s: &SchedStats| {
+        [
+            ("voluntary switches", s.voluntary_switches),
+            ("involuntary switches", s.involuntary_switches),
+            ("migrations", s.migrations),
+            ("on-CPU ns", s.oncpu_ns),
+            ("off-CPU ns", s.offcpu_ns),
+            ("run-queue waits", s.runq.count),
+        ]
+    };
+
+    let flushes_before = flushes(&probes);
+    let mut last: Option<(SchedStats, Vec<u64>)> = None;
+    let (mut reads, mut failed, mut turns) = (0u64, 0u64, 0u64);
+    let start = Instant::now();
+    let mut turned = start;
+    while start.elapsed().as_secs_f64() < SECONDS + 0.5 {
+        // Every cache to the cgroup, then to none, and so on. Asked again before every read:
+        // the read itself asks for the cgroup each cache holds (the agent's policy), which
+        // would undo a turn whose flush has not happened on every CPU yet.
+        if turned.elapsed() >= Duration::from_micros(200) {
+            turns += 1;
+            turned = Instant::now();
+        }
+        ask(&mut probes, if turns % 2 == 0 { id } else { 0 });
+        let read = probes.read_sched();
+        std::thread::sleep(Duration::from_micros(100));
+        let (totals, by_cpu) = match read {
+            Ok(read) => read,
+            Err(e) => {
+                // Every attempt saw a flush: allowed, never a wrong figure.
+                failed += 1;
+                eprintln!("read {reads}: {e:#}");
+                continue;
+            }
+        };
+        reads += 1;
+        let Some(now) = totals.get(&id) else {
+            assert!(last.is_none(), "the cgroup vanished from read {reads}");
+            continue;
+        };
+        let on_cpus = by_cpu[&id].clone();
+        if let Some((then, then_cpus)) = &last {
+            for ((what, now), (_, then)) in counters(now).into_iter().zip(counters(then)) {
+                assert!(
+                    now >= then,
+                    "read {reads}: the cgroup's {what} went down from {then} to {now}"
+                );
+            }
+            for (cpu, (now, then)) in on_cpus.iter().zip(then_cpus).enumerate() {
+                assert!(
+                    now >= then,
+                    "read {reads}: the cgroup's on-CPU time on CPU {cpu} went down from {then} \
+                     to {now}"
+                );
+            }
+        }
+        last = Some((*now, on_cpus));
+    }
+    let truth = stormwatch_tests::workload_result(child);
+    // The ping-pong is over: give the caches up and read what the cgroup kept.
+    ask(&mut probes, 0);
+    std::thread::sleep(Duration::from_millis(100));
+    let (totals, _) = probes.read_sched().expect("a read after the ping-pong");
+    let flushes = flushes(&probes) - flushes_before;
+    eprintln!(
+        "{reads} reads ({failed} found a flush in each attempt), {turns} turns, {flushes} \
+         flushes over {cpus} CPUs"
+    );
+    assert!(reads >= 2_000, "only {reads} reads in {SECONDS} s");
+    assert!(
+        flushes >= 1_000,
+        "the caches should have flushed at about every turn: {flushes} flushes, {turns} turns"
+    );
+    let t = &totals[&id];
+    eprintln!(
+        "{}: voluntary {} vs nvcsw {}, involuntary {} vs nivcsw {}",
+        cgroup.rel_path(),
+        t.voluntary_switches,
+        truth["nvcsw"],
+        t.involuntary_switches,
+        truth["nivcsw"]
+    );
+    let c = serde_json::json!({"context_switches": {
+        "voluntary": t.voluntary_switches,
+        "involuntary": t.involuntary_switches,
+    }});
+    switches_match_rusage(&c, &truth);
+}
+
 /// On-CPU time of CPU-bound threads against the process's own CPU time (`ru_utime + ru_stime`,
 /// which the kernel derives from the same per-thread runtime the scheduler keeps), within `ONCPU_TOLERANCE`;
 /// migrations must be a figure. Threads = 2 × CPUs, so they also get preempted: involuntary

@@ -54,7 +54,7 @@ pub struct RunArgs {
     pub listen: Option<std::net::SocketAddr>,
 
     /// Configuration file (TOML): listen, interval_seconds, max_cgroups,
-    /// removed_grace_seconds, diagnosis_window_seconds, bpf_stats, histograms, [thresholds].
+    /// removed_grace_seconds, diagnosis_window_seconds, bpf_stats, histograms, `[thresholds]`.
     #[arg(long, value_name = "FILE")]
     pub config: Option<std::path::PathBuf>,
 

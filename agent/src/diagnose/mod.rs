@@ -130,6 +130,11 @@ impl Facts {
         v / self.futex_seconds.max(1e-9)
     }
 
+    /// The cgroup a finding about these facts is of: its id and path.
+    pub fn owner(&self) -> (u64, String) {
+        (self.cgroup_id, self.cgroup.clone())
+    }
+
     /// Whether the futex probes watched any of the window.
     pub fn futex_watched(&self) -> bool {
         self.futex_seconds > 0.0
@@ -407,6 +412,30 @@ pub fn facts(
             })
         })
         .collect()
+}
+
+impl Finding {
+    /// The one constructor of a finding, for every rule: of `owner` (cgroup id, path), its
+    /// context empty until the rule adds to it.
+    pub(crate) fn new(
+        kind: Kind,
+        severity: Severity,
+        (cgroup_id, cgroup): (u64, String),
+        summary: String,
+        evidence: BTreeMap<&'static str, f64>,
+        recommendations: Vec<String>,
+    ) -> Self {
+        Self {
+            kind,
+            severity,
+            cgroup_id,
+            cgroup,
+            summary,
+            evidence,
+            context: BTreeMap::new(),
+            recommendations,
+        }
+    }
 }
 
 /// A finding as documents show it (`diagnose --json`, `trace --json`): the rule's verdict with

@@ -268,25 +268,6 @@ fn graded(c: &MtuCounters, t: &Thresholds, quiet: Option<Severity>) -> Option<Se
     }
 }
 
-fn finding(
-    owner: (u64, String),
-    severity: Severity,
-    summary: String,
-    evidence: BTreeMap<&'static str, f64>,
-    recommendations: Vec<String>,
-) -> Finding {
-    Finding {
-        kind: Kind::MtuMismatch,
-        severity,
-        cgroup_id: owner.0,
-        cgroup: owner.1,
-        summary,
-        evidence,
-        context: BTreeMap::new(),
-        recommendations,
-    }
-}
-
 /// An overlay (tunnel) whose MTU plus its encapsulation exceeds what its underlay carries, or
 /// that leaves most of a jumbo underlay unused.
 fn overlay_findings(ns: &NetnsFacts, window_seconds: f64, t: &Thresholds) -> Vec<Finding> {
@@ -312,9 +293,10 @@ fn overlay_findings(ns: &NetnsFacts, window_seconds: f64, t: &Thresholds) -> Vec
             };
             counters_evidence(&ns.counters, &mut e);
             e.insert("excess_bytes", f64::from(i.mtu - allowed));
-            out.push(finding(
-                ns.owner(),
+            out.push(Finding::new(
+                Kind::MtuMismatch,
                 severity,
+                ns.owner(),
                 format!(
                     "{} ({}, MTU {}) in {}: with {overhead} bytes of encapsulation its \
                      full-size packets leave as {} bytes, more than the {} that {} carries, so \
@@ -353,9 +335,10 @@ fn overlay_findings(ns: &NetnsFacts, window_seconds: f64, t: &Thresholds) -> Vec
             && f64::from(i.mtu) <= t.mtu_jumbo_max_used_share * f64::from(allowed)
         {
             e.insert("unused_bytes", f64::from(allowed - i.mtu));
-            out.push(finding(
-                ns.owner(),
+            out.push(Finding::new(
+                Kind::MtuMismatch,
                 Severity::Info,
+                ns.owner(),
                 format!(
                     "{} ({}, MTU {}) in {}: its underlay {} carries {} bytes (jumbo frames), \
                      {allowed} after the {overhead}-byte encapsulation, but packets are cut to \
@@ -447,9 +430,10 @@ fn container_findings(
         let severity = graded(&c, t, None)?;
         counters_evidence(&c, &mut e);
         e.insert("excess_bytes", f64::from(up.mtu - path.allowed));
-        return Some(finding(
-            ns.owner(),
+        return Some(Finding::new(
+            Kind::MtuMismatch,
             severity,
+            ns.owner(),
             format!(
                 "{} in {} has MTU {}, but its traffic leaves through {}, which takes at most \
                  {} ({} there and in the container in {:.0}s)",
@@ -474,9 +458,10 @@ fn container_findings(
     {
         e.insert("unused_bytes", f64::from(path.underlay_allows - up.mtu));
         e.insert("underlay_allows_mtu", f64::from(path.underlay_allows));
-        return Some(finding(
-            ns.owner(),
+        return Some(Finding::new(
+            Kind::MtuMismatch,
             Severity::Info,
+            ns.owner(),
             format!(
                 "{} in {} has MTU {}, while the underlay of its path through {} would take {} \
                  (jumbo frames unused)",

@@ -81,16 +81,14 @@ impl ProcessFigures {
         )
     }
 
-    /// `stat` is /proc/<pid>/stat: fields after the command's closing parenthesis, from the
-    /// state (field 3): utime is field 14, stime 15, rss (pages) 24.
+    /// `stat` is /proc/<pid>/stat, parsed by procfs-core: utime and stime (clock ticks), rss
+    /// (pages).
     fn parse(stat: &str, ticks_per_second: u64, page_size: u64, open_fds: u64) -> Option<Self> {
-        let rest = &stat[stat.rfind(')')? + 1..];
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        let field = |n: usize| fields.get(n - 3)?.parse::<u64>().ok();
-        let ticks = field(14)? + field(15)?;
+        use procfs_core::FromRead as _;
+        let stat = procfs_core::process::Stat::from_read(stat.as_bytes()).ok()?;
         Some(Self {
-            cpu_seconds: ticks as f64 / ticks_per_second.max(1) as f64,
-            resident_bytes: field(24)? * page_size,
+            cpu_seconds: (stat.utime + stat.stime) as f64 / ticks_per_second.max(1) as f64,
+            resident_bytes: stat.rss * page_size,
             open_fds,
         })
     }
@@ -160,9 +158,13 @@ mod tests {
 
     #[test]
     fn process_figures_from_proc_stat() {
-        // A command with spaces and a parenthesis, as /proc shows it.
+        // A command with spaces and a parenthesis, as /proc shows it (the whole line of a 6.18
+        // kernel: utime 250, stime 50, rss 2000 pages).
         let stat = "4242 (stormwatch (x) y) S 1 4242 4242 0 -1 4194560 2361 0 0 0 \
-                    250 50 0 0 20 0 3 0 12345 104857600 2000 18446744073709551615";
+                    250 50 0 0 20 0 3 0 12345 104857600 2000 18446744073709551615 \
+                    94645393670144 94645393690025 140728777893168 0 0 0 0 0 0 0 0 0 17 0 0 0 0 \
+                    0 0 94645393706032 94645393707648 94645601714176 140728777898692 \
+                    140728777898712 140728777898712 140728777900011 0\n";
         let p = ProcessFigures::parse(stat, 100, 4096, 17).unwrap();
         assert_eq!(p.cpu_seconds, 3.0);
         assert_eq!(p.resident_bytes, 2000 * 4096);

@@ -2,10 +2,11 @@
 //!
 //! The collection loop (`stormwatch run`) owns the pipeline: every interval it reads a
 //! window, adds it to per-cgroup running totals ([`state`]), runs the diagnosis rules over a
-//! sliding window ([`diagnosis`]). The first scrape after a collection renders the exposition,
-//! in OpenMetrics ([`metrics`]); the HTTP handlers ([`server`]) hand out that rendering,
-//! converted to the classic text format ([`classic`]) and gzip-compressed only when a scraper
-//! asks: at most once per collection whatever the number of scrapers, never when none asks.
+//! sliding window ([`crate::diagnose::session`]). The first scrape after a collection renders
+//! the exposition, in OpenMetrics ([`metrics`]); the HTTP handlers ([`server`]) hand out that
+//! rendering, converted to the classic text format ([`classic`]) and gzip-compressed only when
+//! a scraper asks: at most once per collection whatever the number of scrapers, never when none
+//! asks.
 
 pub mod classic;
 pub mod encode;

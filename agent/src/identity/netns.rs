@@ -26,8 +26,8 @@ const NETNS_WALK_MIN_GAP: Duration = Duration::from_secs(1);
 /// belong to no one.
 ///
 /// `/proc` is walked when a namespace the last walk did not consider carries traffic or sends,
-/// and at least every [`NETNS_WALK_PERIOD`]: not at every collection (thousands of processes on
-/// a busy node).
+/// and at least once a minute (`NETNS_WALK_PERIOD`): not at every collection (thousands of
+/// processes on a busy node).
 #[derive(Debug, Default)]
 pub struct NetnsOwners {
     /// Namespace inode → cgroup paths of its processes, from the last walk.

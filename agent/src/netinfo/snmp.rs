@@ -2,6 +2,11 @@
 //! `/proc/net/snmp6`, read from inside the namespace): fragmentation and reassembly, and the
 //! ICMP messages that carry path-MTU information. These are the kernel's truth; no probe
 //! needs to re-count them.
+//!
+//! Not procfs-core's `Snmp` and `Snmp6`, which the agent has at hand: they leave out the
+//! `IcmpMsg` section (the destination-unreachable messages counted here), and fail the whole
+//! file when one of the counters they know is not in a kernel's list, where here a missing
+//! counter is one `None` and the rest stands.
 
 use std::collections::HashMap;
 

@@ -40,7 +40,7 @@ pub const ON_DEMAND_ATTACHED: &str =
 
 pub struct FutexProbes {
     /// Load (verify) the programs at start but attach them only when asked
-    /// ([`super::Probes::set_futex`]).
+    /// ([`super::Probes::set`]).
     pub on_demand: bool,
 }
 

@@ -20,15 +20,16 @@ pub enum AttachWhen {
 /// `sched_wakeup_new`) are attached. They run at every wake-up of every thread on the node, and
 /// are most of the scheduler probes' cost on a switch-heavy load; the figures the rest of the
 /// agent exports do not need them where the kernel keeps `sched_info` (tp_btf). On demand
-/// ([`Probes::set_wake_kinds`]) the daemon asks while it finds a lock storm, whose hand-offs
-/// they explain. Where the wake-up programs time the run-queue wait (no `sched_info`, classic
-/// tracepoints), they are always attached instead.
+/// ([`Probes::set`] with [`Tier::WakeKinds`]) the daemon asks while it finds a lock storm,
+/// whose hand-offs they explain. Where the wake-up programs time the run-queue wait (no
+/// `sched_info`, classic tracepoints), they are always attached instead.
 pub type WakeKinds = AttachWhen;
 
 /// When the futex programs (`syscalls:sys_{enter,exit}_futex*`) are attached. Any attached
 /// `syscalls:` tracepoint puts every thread of the node on the kernel's syscall slow path (12%
 /// more per system call, measured), so the daemon attaches them on demand
-/// ([`Probes::set_futex`]): while a cgroup's scheduler figures show what a lock storm needs.
+/// ([`Probes::set`] with [`Tier::Futex`]): while a cgroup's scheduler figures show what a lock
+/// storm needs.
 pub type FutexTier = AttachWhen;
 
 /// When the per-packet network programs (`net:net_dev_start_xmit`, `net:netif_receive_skb`)

@@ -2,7 +2,8 @@
 //!
 //! Every type here is `#[repr(C)]`, made of fixed-width integers only and laid out without
 //! implicit padding, so that both sides agree on it byte for byte. Map names are constants:
-//! the agent never retypes them as strings. The size tests at the bottom catch layout drift.
+//! the agent never retypes them as strings. The size tests at the bottom (`tests`) catch layout
+//! drift.
 #![no_std]
 
 /// Map names, as the kernel object declares them.
@@ -79,6 +80,10 @@ pub mod globals {
     pub const TP_SWITCH_PREV_STATE_OFFSET: &str = "TP_SWITCH_PREV_STATE_OFFSET";
     /// 1 when the `TASK_*_OFFSET` globals hold real offsets (the kernel has BTF).
     pub const HAVE_TASK_OFFSETS: &str = "HAVE_TASK_OFFSETS";
+    /// 1 when a [`crate::SchedCache`] flush orders its stores with fully ordered atomics: on a
+    /// weakly ordered CPU (arm64) whose kernel's JIT has them. 0 on x86, whose stores are seen
+    /// in program order anyway.
+    pub const FLUSH_WITH_BARRIERS: &str = "FLUSH_WITH_BARRIERS";
     /// `offsetof(struct task_struct, cpu)` (or `thread_info.cpu`): the CPU whose run queue a
     /// woken thread was put on.
     pub const TASK_CPU_OFFSET: &str = "TASK_CPU_OFFSET";
@@ -328,8 +333,10 @@ impl TaskState {
 /// another cgroup in `SCHED_CACHE_WANT`, the CPU's next switch-out adds `stats` to the old
 /// cgroup's `CGROUP_SCHED` entry and starts the new one from zero: a *flush*. `generation` is
 /// raised by one before a flush and by one after it, so it is odd during one and changes with
-/// each; the agent reads the slots before and after the hash map and keeps a read only where no
-/// flush came between (else the flushed figures could be counted twice or not at all).
+/// each: a seqlock. The agent reads the slots, then the hash map, then the slots again (the copy
+/// it merges), then the slots a third time, and keeps the copy only where each CPU's generation
+/// is even and the same in all three reads: no flush came between, nor fell inside the copy
+/// (else the flushed figures could be counted twice or not at all).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SchedCache {
@@ -686,155 +693,10 @@ pub struct LockSiteValue {
     pub max_wait_ns: u64,
 }
 
-#[cfg(feature = "user")]
-mod user {
-    use super::*;
-    // SAFETY (all): plain #[repr(C)] structs of fixed-width integers with no padding (see the
-    // size tests).
-    unsafe impl aya::Pod for SchedStats {}
-    unsafe impl aya::Pod for TaskState {}
-    unsafe impl aya::Pod for OnCpu {}
-    unsafe impl aya::Pod for SchedCache {}
-    unsafe impl aya::Pod for FutexStats {}
-    unsafe impl aya::Pod for FutexInflight {}
-    unsafe impl aya::Pod for ThreadHandoff {}
-    unsafe impl aya::Pod for HotFutexKey {}
-    unsafe impl aya::Pod for HotFutexValue {}
-    unsafe impl aya::Pod for LockStats {}
-    unsafe impl aya::Pod for LockInflight {}
-    unsafe impl aya::Pod for LockSiteKey {}
-    unsafe impl aya::Pod for LockSiteValue {}
-    unsafe impl aya::Pod for net::NetIfKey {}
-    unsafe impl aya::Pod for net::NetIfStats {}
-    unsafe impl aya::Pod for net::NetIfInfo {}
-    unsafe impl aya::Pod for net::NetDropKey {}
-    unsafe impl aya::Pod for net::NetDropStats {}
-    unsafe impl aya::Pod for net::CgroupNetStats {}
-    unsafe impl aya::Pod for net::NetSenderKey {}
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use core::mem::size_of;
-
-    #[test]
-    fn layouts_have_no_padding() {
-        assert_eq!(size_of::<Log2Histogram>(), 8 * (2 + LOG2_BUCKETS));
-        assert_eq!(
-            size_of::<SchedStats>(),
-            8 * 5 + 3 * size_of::<Log2Histogram>()
-        );
-        assert_eq!(size_of::<TaskState>(), 8 * 7 + 4 * 4);
-        assert_eq!(size_of::<OnCpu>(), 8 * 2 + 4 * 2);
-        assert_eq!(size_of::<SchedCache>(), 8 * 2 + size_of::<SchedStats>());
-        assert_eq!(size_of::<FutexStats>(), 8 * 6 + size_of::<Log2Histogram>());
-        assert_eq!(size_of::<FutexInflight>(), 8 * 2 + 4 * 2);
-        assert_eq!(size_of::<HotFutexKey>(), 8 * 2 + 4 * 2);
-        assert_eq!(size_of::<HotFutexValue>(), 8 * 3 + 16);
-        assert_eq!(size_of::<ThreadHandoff>(), 8 * 4 + 4 * 2);
-        assert_eq!(size_of::<LockStats>(), 8 * 2 * lock_kind::COUNT);
-        assert_eq!(size_of::<LockInflight>(), 8 * 2 + 4 * 2);
-        assert_eq!(size_of::<LockSiteKey>(), 8 + 4 * 2);
-        assert_eq!(size_of::<LockSiteValue>(), 8 * 3);
-    }
-
-    #[test]
-    fn net_layouts_have_no_padding() {
-        use net::*;
-        let buckets = 8 * len_bucket::COUNT;
-        assert_eq!(size_of::<NetDirStats>(), 8 * 6 + buckets);
-        assert_eq!(size_of::<NetIfKey>(), 4 * 2);
-        assert_eq!(
-            size_of::<NetIfStats>(),
-            2 * size_of::<NetDirStats>() + 4 * 2
-        );
-        assert_eq!(size_of::<NetIfInfo>(), 16 * 2 + 8);
-        assert_eq!(size_of::<NetDropKey>(), 4 * 4);
-        assert_eq!(size_of::<NetDropStats>(), 8);
-        assert_eq!(size_of::<CgroupNetStats>(), 8 * 7 + 2 * buckets);
-        assert_eq!(size_of::<NetSenderKey>(), 16);
-    }
-
-    #[test]
-    fn futex_ops_are_classified_with_flags_masked() {
-        const PRIVATE: u32 = 128;
-        const CLOCK_REALTIME: u32 = 256;
-        assert_eq!(futex_op_class(futex_cmd::WAIT), futex_class::WAIT);
-        assert_eq!(futex_op_class(futex_cmd::WAIT | PRIVATE), futex_class::WAIT);
-        assert_eq!(
-            futex_op_class(futex_cmd::WAIT_BITSET | PRIVATE | CLOCK_REALTIME),
-            futex_class::WAIT
-        );
-        for op in [
-            futex_cmd::LOCK_PI,
-            futex_cmd::LOCK_PI2,
-            futex_cmd::WAIT_REQUEUE_PI,
-        ] {
-            assert_eq!(futex_op_class(op | PRIVATE), futex_class::WAIT);
-        }
-        assert_eq!(futex_op_class(futex_cmd::WAKE | PRIVATE), futex_class::WAKE);
-        assert_eq!(futex_op_class(futex_cmd::WAKE_OP), futex_class::WAKE);
-        assert_eq!(
-            futex_op_class(futex_cmd::CMP_REQUEUE),
-            futex_class::WAKE_OTHER
-        );
-        assert_eq!(futex_op_class(futex_cmd::TRYLOCK_PI), 0);
-        assert_eq!(futex_op_class(2 /* FUTEX_FD, removed */), 0);
-    }
-
-    #[test]
-    fn lock_kinds_follow_the_kernels_flags() {
-        assert_eq!(lock_kind_of(lcb::SPIN), lock_kind::SPIN);
-        assert_eq!(
-            lock_kind_of(lcb::SPIN | lcb::READ),
-            lock_kind::SPIN,
-            "rwlock"
-        );
-        assert_eq!(
-            lock_kind_of(lcb::MUTEX | lcb::SPIN),
-            lock_kind::MUTEX,
-            "optimistic spin"
-        );
-        assert_eq!(lock_kind_of(lcb::MUTEX), lock_kind::MUTEX);
-        assert_eq!(lock_kind_of(lcb::READ), lock_kind::RWSEM_READ);
-        assert_eq!(lock_kind_of(lcb::WRITE), lock_kind::RWSEM_WRITE);
-        assert_eq!(lock_kind_of(lcb::RT), lock_kind::RT);
-        assert_eq!(lock_kind_of(lcb::PERCPU | lcb::READ), lock_kind::PERCPU);
-        assert_eq!(lock_kind_of(0), lock_kind::OTHER);
-    }
-
-    #[test]
-    fn log2_buckets_are_bit_lengths() {
-        assert_eq!(log2_bucket(0), 0);
-        assert_eq!(log2_bucket(1), 1);
-        assert_eq!(log2_bucket(2), 2);
-        assert_eq!(log2_bucket(3), 2);
-        assert_eq!(log2_bucket(4), 3);
-        assert_eq!(log2_bucket(1023), 10);
-        assert_eq!(log2_bucket(1024), 11);
-        assert_eq!(log2_bucket(u64::MAX), LOG2_BUCKETS - 1);
-        assert_eq!(log2_bucket(1 << 40), LOG2_BUCKETS - 1);
-    }
-
-    #[test]
-    fn histogram_records_count_sum_and_bucket() {
-        let mut h = Log2Histogram::ZERO;
-        h.record(1500);
-        h.record(1500);
-        h.record(3);
-        assert_eq!(h.count, 3);
-        assert_eq!(h.sum_ns, 3003);
-        assert_eq!(h.buckets[11], 2);
-        assert_eq!(h.buckets[2], 1);
-    }
-}
-
 // ---- network ----------------------------------------------------------------------------------
 
 /// The network family: per-interface packet lengths against the MTU, per-container traffic,
-/// drops by reason and TCP retransmits. Names, globals and types live here so that the rest of
-/// the file stays as it was.
+/// drops by reason and TCP retransmits: its names, globals and types, in a module of its own.
 pub mod net {
     /// Map names, as the kernel object declares them.
     pub mod maps {
@@ -1223,6 +1085,33 @@ pub mod net {
     }
 }
 
+#[cfg(feature = "user")]
+mod user {
+    use super::*;
+    // SAFETY (all): plain #[repr(C)] structs of fixed-width integers with no padding (see the
+    // size tests).
+    unsafe impl aya::Pod for SchedStats {}
+    unsafe impl aya::Pod for TaskState {}
+    unsafe impl aya::Pod for OnCpu {}
+    unsafe impl aya::Pod for SchedCache {}
+    unsafe impl aya::Pod for FutexStats {}
+    unsafe impl aya::Pod for FutexInflight {}
+    unsafe impl aya::Pod for ThreadHandoff {}
+    unsafe impl aya::Pod for HotFutexKey {}
+    unsafe impl aya::Pod for HotFutexValue {}
+    unsafe impl aya::Pod for LockStats {}
+    unsafe impl aya::Pod for LockInflight {}
+    unsafe impl aya::Pod for LockSiteKey {}
+    unsafe impl aya::Pod for LockSiteValue {}
+    unsafe impl aya::Pod for net::NetIfKey {}
+    unsafe impl aya::Pod for net::NetIfStats {}
+    unsafe impl aya::Pod for net::NetIfInfo {}
+    unsafe impl aya::Pod for net::NetDropKey {}
+    unsafe impl aya::Pod for net::NetDropStats {}
+    unsafe impl aya::Pod for net::CgroupNetStats {}
+    unsafe impl aya::Pod for net::NetSenderKey {}
+}
+
 #[cfg(test)]
 mod net_tests {
     use super::net::*;
@@ -1312,5 +1201,122 @@ mod net_tests {
         assert!(!is_ptb(false, 0, 0));
         assert!(is_ptb(true, 2, 0));
         assert!(!is_ptb(true, 1, 4));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::mem::size_of;
+
+    #[test]
+    fn layouts_have_no_padding() {
+        assert_eq!(size_of::<Log2Histogram>(), 8 * (2 + LOG2_BUCKETS));
+        assert_eq!(
+            size_of::<SchedStats>(),
+            8 * 5 + 3 * size_of::<Log2Histogram>()
+        );
+        assert_eq!(size_of::<TaskState>(), 8 * 7 + 4 * 4);
+        assert_eq!(size_of::<OnCpu>(), 8 * 2 + 4 * 2);
+        assert_eq!(size_of::<SchedCache>(), 8 * 2 + size_of::<SchedStats>());
+        assert_eq!(size_of::<FutexStats>(), 8 * 6 + size_of::<Log2Histogram>());
+        assert_eq!(size_of::<FutexInflight>(), 8 * 2 + 4 * 2);
+        assert_eq!(size_of::<HotFutexKey>(), 8 * 2 + 4 * 2);
+        assert_eq!(size_of::<HotFutexValue>(), 8 * 3 + 16);
+        assert_eq!(size_of::<ThreadHandoff>(), 8 * 4 + 4 * 2);
+        assert_eq!(size_of::<LockStats>(), 8 * 2 * lock_kind::COUNT);
+        assert_eq!(size_of::<LockInflight>(), 8 * 2 + 4 * 2);
+        assert_eq!(size_of::<LockSiteKey>(), 8 + 4 * 2);
+        assert_eq!(size_of::<LockSiteValue>(), 8 * 3);
+    }
+
+    #[test]
+    fn net_layouts_have_no_padding() {
+        use net::*;
+        let buckets = 8 * len_bucket::COUNT;
+        assert_eq!(size_of::<NetDirStats>(), 8 * 6 + buckets);
+        assert_eq!(size_of::<NetIfKey>(), 4 * 2);
+        assert_eq!(
+            size_of::<NetIfStats>(),
+            2 * size_of::<NetDirStats>() + 4 * 2
+        );
+        assert_eq!(size_of::<NetIfInfo>(), 16 * 2 + 8);
+        assert_eq!(size_of::<NetDropKey>(), 4 * 4);
+        assert_eq!(size_of::<NetDropStats>(), 8);
+        assert_eq!(size_of::<CgroupNetStats>(), 8 * 7 + 2 * buckets);
+        assert_eq!(size_of::<NetSenderKey>(), 16);
+    }
+
+    #[test]
+    fn futex_ops_are_classified_with_flags_masked() {
+        const PRIVATE: u32 = 128;
+        const CLOCK_REALTIME: u32 = 256;
+        assert_eq!(futex_op_class(futex_cmd::WAIT), futex_class::WAIT);
+        assert_eq!(futex_op_class(futex_cmd::WAIT | PRIVATE), futex_class::WAIT);
+        assert_eq!(
+            futex_op_class(futex_cmd::WAIT_BITSET | PRIVATE | CLOCK_REALTIME),
+            futex_class::WAIT
+        );
+        for op in [
+            futex_cmd::LOCK_PI,
+            futex_cmd::LOCK_PI2,
+            futex_cmd::WAIT_REQUEUE_PI,
+        ] {
+            assert_eq!(futex_op_class(op | PRIVATE), futex_class::WAIT);
+        }
+        assert_eq!(futex_op_class(futex_cmd::WAKE | PRIVATE), futex_class::WAKE);
+        assert_eq!(futex_op_class(futex_cmd::WAKE_OP), futex_class::WAKE);
+        assert_eq!(
+            futex_op_class(futex_cmd::CMP_REQUEUE),
+            futex_class::WAKE_OTHER
+        );
+        assert_eq!(futex_op_class(futex_cmd::TRYLOCK_PI), 0);
+        assert_eq!(futex_op_class(2 /* FUTEX_FD, removed */), 0);
+    }
+
+    #[test]
+    fn lock_kinds_follow_the_kernels_flags() {
+        assert_eq!(lock_kind_of(lcb::SPIN), lock_kind::SPIN);
+        assert_eq!(
+            lock_kind_of(lcb::SPIN | lcb::READ),
+            lock_kind::SPIN,
+            "rwlock"
+        );
+        assert_eq!(
+            lock_kind_of(lcb::MUTEX | lcb::SPIN),
+            lock_kind::MUTEX,
+            "optimistic spin"
+        );
+        assert_eq!(lock_kind_of(lcb::MUTEX), lock_kind::MUTEX);
+        assert_eq!(lock_kind_of(lcb::READ), lock_kind::RWSEM_READ);
+        assert_eq!(lock_kind_of(lcb::WRITE), lock_kind::RWSEM_WRITE);
+        assert_eq!(lock_kind_of(lcb::RT), lock_kind::RT);
+        assert_eq!(lock_kind_of(lcb::PERCPU | lcb::READ), lock_kind::PERCPU);
+        assert_eq!(lock_kind_of(0), lock_kind::OTHER);
+    }
+
+    #[test]
+    fn log2_buckets_are_bit_lengths() {
+        assert_eq!(log2_bucket(0), 0);
+        assert_eq!(log2_bucket(1), 1);
+        assert_eq!(log2_bucket(2), 2);
+        assert_eq!(log2_bucket(3), 2);
+        assert_eq!(log2_bucket(4), 3);
+        assert_eq!(log2_bucket(1023), 10);
+        assert_eq!(log2_bucket(1024), 11);
+        assert_eq!(log2_bucket(u64::MAX), LOG2_BUCKETS - 1);
+        assert_eq!(log2_bucket(1 << 40), LOG2_BUCKETS - 1);
+    }
+
+    #[test]
+    fn histogram_records_count_sum_and_bucket() {
+        let mut h = Log2Histogram::ZERO;
+        h.record(1500);
+        h.record(1500);
+        h.record(3);
+        assert_eq!(h.count, 3);
+        assert_eq!(h.sum_ns, 3003);
+        assert_eq!(h.buckets[11], 2);
+        assert_eq!(h.buckets[2], 1);
     }
 }

@@ -1,7 +1,13 @@
-//! stormwatch's kernel side. Each program is a thin entry point around a `try_` function; every
-//! failure is counted in `PROBE_ERRORS` where the agent reads it.
+//! stormwatch's kernel side: one module per probe family (`sched`, `futex`, `locks`, `net`),
+//! the maps and helpers they share (`shared`), and the empty programs the benchmarks measure
+//! against (`bench`). Each entry point reads its tracepoint's arguments and hands them to its
+//! family's logic, and returns 0: a program cannot fail, so what it could not record (a map
+//! full, a kernel read refused, task storage busy) is counted instead, in `PROBE_ERRORS`
+//! (`NET_ERRORS` for the network family), where the agent reads it.
 #![no_std]
 #![no_main]
+// Inline BPF assembly: the one fully ordered atomic LLVM will not emit for cpu v1 (sched.rs).
+#![feature(asm_experimental_arch)]
 
 mod bench;
 mod futex;

@@ -121,6 +121,9 @@ static TP_SWITCH_PREV_STATE_OFFSET: u32 = 0;
 /// 1 when the `TASK_*_OFFSET` globals are set (the kernel has BTF).
 #[unsafe(no_mangle)]
 static HAVE_TASK_OFFSETS: u32 = 0;
+/// 1 when a cache flush orders its stores with fully ordered atomics (see [`bump`]).
+#[unsafe(no_mangle)]
+static FLUSH_WITH_BARRIERS: u32 = 0;
 
 /// In the classic `sched_switch` record, `prev_state` carries `TASK_REPORT_MAX` (0x100 since
 /// 4.14) when the task was preempted, and `EXIT_ZOMBIE`/`EXIT_DEAD` (0x20/0x10) on its final
@@ -511,7 +514,8 @@ fn switch_stats(cgroup_id: u64) -> Option<*mut SchedStats> {
 }
 
 /// Moves the cache's figures to its cgroup's `CGROUP_SCHED` slot and gives the cache to `want`.
-/// `generation` is odd while the figures are in neither place or in both.
+/// `generation` is odd while the figures are in neither place or in both: the writer's half of
+/// a seqlock, whose reader is the agent (`probes/sched.rs`, `read`).
 #[inline(always)]
 fn flush(cache: &mut SchedCache, want: u64) {
     bump(&mut cache.generation);
@@ -526,9 +530,42 @@ fn flush(cache: &mut SchedCache, want: u64) {
     bump(&mut cache.generation);
 }
 
-/// Raises a generation by one, a store the compiler keeps in its place between the others.
+/// Raises a generation by one, ordered as a seqlock writer must be: every store before it is
+/// seen by other CPUs before the new generation, and the new generation before every store
+/// after it.
+///
+/// What BPF offers for that: plain stores and the non-fetching atomic add (`lock +=`) are
+/// unordered; the JITs emit them as they stand. A compiler fence keeps LLVM from moving the
+/// stores, and that is enough on x86, where the CPU makes stores visible in program order
+/// (TSO), but not on arm64, which may reorder them. BPF has no fence instruction (LLVM 22
+/// refuses one: "Runtime fence is not supported"), and a `Release` store (`core::sync::atomic`)
+/// is cpu v4's `store_release`, Linux 6.15 and later (LLVM cannot select it for older cpus).
+/// The fetching atomics are fully ordered: every JIT emits `atomic_fetch_add` as the
+/// kernel's `atomic64_fetch_add`, a full barrier (arm64: `ldaddal`, or an LL/SC loop and
+/// `dmb ish`). They are BPF ISA v3 (x86-64 JIT since Linux 5.12, arm64 since 5.18) and
+/// `bpf-linker` builds for v1 here, so LLVM will not emit one from Rust: this writes it as
+/// inline assembly. The agent sets `FLUSH_WITH_BARRIERS` where the CPU needs them and the
+/// kernel has them; elsewhere the verifier drops the branch, so older kernels load as before.
+/// Either way this costs nothing on the hot path: a CPU flushes only when the agent moves its
+/// cache (at most once per read). Checked on x86-64 (6.18) with the global forced to 1: the
+/// verifier takes it, and the figures still match rusage.
 #[inline(always)]
 fn bump(generation: &mut u64) {
+    if global_u32(&FLUSH_WITH_BARRIERS) == 1 {
+        let mut one: u64 = 1;
+        // SAFETY: `generation` is a valid, aligned u64 of this CPU's map slot. Without
+        // `nomem`, the asm is also a compiler barrier: LLVM keeps every access in its place.
+        unsafe {
+            core::arch::asm!(
+                "{one} = atomic_fetch_add((u64 *)({generation} + 0), {one})",
+                generation = in(reg) core::ptr::from_mut(generation),
+                one = inout(reg) one,
+                options(nostack),
+            );
+        }
+        let _ = one;
+        return;
+    }
     compiler_fence(Ordering::SeqCst);
     // SAFETY: a valid reference.
     unsafe {

@@ -118,26 +118,6 @@ pub fn check_all(f: &Facts, all: &[Facts], t: &Thresholds) -> Vec<Finding> {
     out
 }
 
-fn finding(
-    f: &Facts,
-    kind: Kind,
-    severity: Severity,
-    summary: String,
-    evidence: BTreeMap<&'static str, f64>,
-    recommendations: Vec<String>,
-) -> Finding {
-    Finding {
-        kind,
-        severity,
-        cgroup_id: f.cgroup_id,
-        cgroup: f.cgroup.clone(),
-        summary,
-        evidence,
-        context: BTreeMap::new(),
-        recommendations,
-    }
-}
-
 fn limits_evidence(f: &Facts, e: &mut BTreeMap<&'static str, f64>) {
     e.insert("allowed_cpus", f.allowed_cpus());
     e.insert("host_cpus", f64::from(f.host_cpus));
@@ -182,10 +162,10 @@ pub fn cpu_throttling(f: &Facts, t: &Thresholds) -> Option<Finding> {
     e.insert("oncpu_cores", f.oncpu_cores());
     e.insert("runnable_threads", f.runnable_threads());
     limits_evidence(f, &mut e);
-    Some(finding(
-        f,
+    Some(Finding::new(
         Kind::CpuThrottling,
         severity,
+        f.owner(),
         format!(
             "CPU throttling: its {quota:.2}-core quota ran out in {:.0}% of the periods it ran \
              in ({throttled} of {periods}){}, using {:.2} cores",
@@ -285,10 +265,10 @@ pub fn runqueue_saturation(f: &Facts, all: &[Facts], t: &Thresholds) -> Option<F
          burstable pods without limits, produce exactly this."
             .to_owned(),
     );
-    Some(finding(
-        f,
+    Some(Finding::new(
         Kind::RunqueueSaturation,
         severity,
+        f.owner(),
         summary,
         e,
         recs,
@@ -313,10 +293,10 @@ pub fn thread_oversubscription(f: &Facts, t: &Thresholds) -> Option<Finding> {
         f.sched.involuntary_switches as f64 / f.window_seconds.max(1e-9),
     );
     limits_evidence(f, &mut e);
-    Some(finding(
-        f,
+    Some(Finding::new(
         Kind::ThreadOversubscription,
         Severity::Warning,
+        f.owner(),
         format!(
             "thread oversubscription: {runnable:.1} threads runnable on average on \
              {allowed:.1} usable CPU(s)"

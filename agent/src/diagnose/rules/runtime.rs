@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{Facts, Finding, Kind, Severity, Thresholds, finding, limits_evidence};
+use super::{Facts, Finding, Kind, Severity, Thresholds, limits_evidence};
 
 /// A runtime sized for more CPUs than the container may use, while that costs it: Go's
 /// `GOMAXPROCS`, the JVM's active processor count (and the GC pool it sized from it), .NET's
@@ -77,7 +77,14 @@ pub fn runtime_sizing(f: &Facts, t: &Thresholds) -> Option<Finding> {
     if saturated {
         summary.push_str("; the container keeps its CPUs saturated");
     }
-    let mut found = finding(f, Kind::RuntimeSizing, Severity::Warning, summary, e, recs);
+    let mut found = Finding::new(
+        Kind::RuntimeSizing,
+        Severity::Warning,
+        f.owner(),
+        summary,
+        e,
+        recs,
+    );
     found.context.insert(
         "runtimes",
         f.runtimes

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{Facts, Finding, Kind, Severity, Thresholds, defaults, finding, limits_evidence};
+use super::{Facts, Finding, Kind, Severity, Thresholds, defaults, limits_evidence};
 use crate::collect::log2_quantile_ns;
 
 /// The figures the lock-storm rule judges, for every container with futex waits: with a
@@ -140,7 +140,7 @@ pub fn lock_storm(f: &Facts, t: &Thresholds) -> Option<Finding> {
     let mut e = storm.evidence(f);
     let summary = storm.summary(f, t, &mut e);
     let recs = storm.recommendations(f, t);
-    let mut found = finding(f, Kind::LockStorm, severity, summary, e, recs);
+    let mut found = Finding::new(Kind::LockStorm, severity, f.owner(), summary, e, recs);
     if let Some(host) = &f.host {
         found.context.insert(
             "hypervisor",
