@@ -1,6 +1,6 @@
 //! Every exported family, declared once, as data: its name, help, type, unit, labels, when it
 //! is absent, and the figure it reads. One loop ([`encode`]) writes them all, and the metric
-//! reference in `agent/METRICS.md` is generated from the same table ([`reference`]; a test fails
+//! reference in `agent/METRICS.md` is generated from the same table ([`reference()`]; a test fails
 //! on any difference), so name, help, type and labels cannot drift between the two.
 //!
 //! Owns: the table and the encoding loop. Imports the exporter's state (`super::state`,
