@@ -12,7 +12,13 @@ pub mod net;
 pub mod sched;
 pub mod tracefs;
 
-use std::{collections::HashMap, fmt, hash::Hash};
+use std::{
+    cell::RefCell,
+    collections::HashMap,
+    fmt,
+    hash::Hash,
+    path::{Path, PathBuf},
+};
 
 use aya::{
     Ebpf, EbpfLoader, Pod,
@@ -38,6 +44,8 @@ pub enum LoadError {
     Object(#[source] Box<aya::EbpfError>),
     #[error("no probe could be attached")]
     NothingAttached,
+    #[error("{0}")]
+    Btf(String),
 }
 
 /// How a program is attached.
@@ -99,6 +107,14 @@ pub struct KernelFacts {
     pub btf: Option<Btf>,
     /// Why BTF is unusable, when it is.
     pub btf_error: Option<String>,
+    /// Where the BTF is read from: the kernel's own (`/sys/kernel/btf/vmlinux`) or a file the
+    /// user gave (`--btf`, `btf_file`).
+    pub btf_path: PathBuf,
+    /// The BTF is a file the user gave: each tp_btf attach is checked against the running
+    /// kernel ([`check_attached_to`]), and the first that the kernel resolved to another
+    /// tracepoint is kept here (the load then fails: the file is not this kernel's BTF).
+    pub btf_external: bool,
+    pub btf_mismatch: RefCell<Option<String>>,
     /// Whether the `task_struct` offsets the scheduler probes need were found (kept after
     /// `btf` is dropped).
     pub task_offsets: bool,
@@ -111,34 +127,87 @@ pub struct KernelFacts {
 }
 
 impl KernelFacts {
-    /// Reads the kernel's BTF once: our lookups index the bytes, aya's loader parses them.
-    pub fn probe() -> Self {
-        let unusable = |why: String| Self {
-            aya_btf: None,
-            btf: None,
-            task_offsets: false,
-            sched_info: false,
-            init_netns: None,
-            btf_error: Some(why),
+    /// Reads the BTF once — `btf_file`, else the kernel's own: our lookups index the bytes,
+    /// aya's loader parses them.
+    pub fn probe(btf_file: Option<&Path>) -> Self {
+        let (btf_path, btf_external) = match btf_file {
+            Some(path) => (path.to_path_buf(), true),
+            None => (PathBuf::from(VMLINUX_BTF), false),
         };
-        let btf = match Btf::from_file(VMLINUX_BTF) {
-            Ok(btf) => btf,
-            Err(e) => return unusable(format!("{e}")),
+        let (btf, aya_btf) = match read_btf(&btf_path) {
+            Ok(both) => both,
+            Err(why) => {
+                return Self {
+                    aya_btf: None,
+                    btf: None,
+                    task_offsets: false,
+                    sched_info: false,
+                    init_netns: None,
+                    btf_error: Some(why),
+                    btf_path,
+                    btf_external,
+                    btf_mismatch: RefCell::new(None),
+                };
+            }
         };
-        match aya::Btf::parse(btf.bytes(), aya::Endianness::default()) {
-            Ok(aya_btf) => Self {
-                aya_btf: Some(aya_btf),
-                task_offsets: btf.member_offset("task_struct", "nvcsw").is_ok(),
-                sched_info: ["run_delay", "pcount"]
-                    .iter()
-                    .all(|f| btf.offset_of("task_struct", &["sched_info", f]).is_ok()),
-                init_netns: init_netns_inode(&btf),
-                btf: Some(btf),
-                btf_error: None,
-            },
-            Err(e) => unusable(format!("{VMLINUX_BTF}: {e}")),
+        Self {
+            aya_btf: Some(aya_btf),
+            task_offsets: btf.member_offset("task_struct", "nvcsw").is_ok(),
+            sched_info: ["run_delay", "pcount"]
+                .iter()
+                .all(|f| btf.offset_of("task_struct", &["sched_info", f]).is_ok()),
+            init_netns: init_netns_inode(&btf),
+            btf: Some(btf),
+            btf_error: None,
+            btf_path,
+            btf_external,
+            btf_mismatch: RefCell::new(None),
         }
     }
+}
+
+/// Reads a BTF file and checks that it can be what the probes need: a blob both our index and
+/// aya's parser read whole, with the kernel's `struct task_struct` (an empty file, a truncated
+/// one or a module's split BTF is refused). Whether it is the *running* kernel's is known only
+/// at attach ([`check_attached_to`]). The error names the file.
+pub fn read_btf(path: &Path) -> Result<(Btf, aya::Btf), String> {
+    let shown = path.display();
+    let btf = Btf::from_file(path).map_err(|e| match e {
+        btf::BtfError::Read { source, .. } => format!("cannot read {shown}: {source}"),
+        e => format!("{shown}: {e}"),
+    })?;
+    if !btf.has_struct("task_struct") {
+        return Err(format!(
+            "{shown}: no struct task_struct: not the BTF of a kernel (vmlinux)"
+        ));
+    }
+    let aya_btf = aya::Btf::parse(btf.bytes(), aya::Endianness::default())
+        .map_err(|e| format!("{shown}: {e}"))?;
+    Ok((btf, aya_btf))
+}
+
+/// One line for a probe's note: an error's chain, with a verifier log cut to its verdict (the
+/// last line before its statistics). The whole log goes to the debug log.
+pub fn one_line(err: &anyhow::Error) -> String {
+    let full = format!("{err:#}");
+    let Some((head, log)) = full.split_once("Verifier output:") else {
+        return full.split_whitespace().collect::<Vec<_>>().join(" ");
+    };
+    log::debug!("verifier output: {log}");
+    let verdict = log
+        .lines()
+        .map(str::trim)
+        .rfind(|l| {
+            !l.is_empty()
+                && !l.starts_with("verification time")
+                && !l.starts_with("stack depth")
+                && !l.starts_with("processed ")
+                && !l.starts_with(':')
+                && !l.starts_with(')')
+        })
+        .unwrap_or("(no verifier message)");
+    let head = head.trim().trim_end_matches('.');
+    format!("{head}; the verifier says: {verdict}")
 }
 
 /// `NET_NS_INIT_INO` of `enum init_ns_ino` (uapi `linux/nsfs.h`): the host's network namespace
@@ -177,6 +246,9 @@ pub struct Probes {
     /// The host's network namespace inode where the kernel fixes it (`NET_NS_INIT_INO`, from
     /// BTF: 6.18 and later).
     pub init_netns: Option<u64>,
+    /// The BTF came from a file the user gave: each on-demand tp_btf attach is checked
+    /// ([`check_attached_to`]) as the first ones were.
+    check_attach: bool,
 }
 
 /// Reads after which an entry of a bounded map that has not moved is deleted.
@@ -257,6 +329,10 @@ pub struct LoadOptions {
     pub futex: FutexTier,
     /// When the per-packet network programs are attached.
     pub net_packets: NetPacketTier,
+    /// A BTF file to use instead of the kernel's own (`/sys/kernel/btf/vmlinux`): where the
+    /// agent cannot read that one (a container without /sys/kernel/btf, a kernel that does not
+    /// publish it). It must be the running kernel's BTF ([`check_attached_to`]).
+    pub btf_file: Option<PathBuf>,
 }
 
 /// When a tier of probes that the daemon attaches on demand is attached: the wake-up programs
@@ -329,6 +405,7 @@ impl Default for LoadOptions {
             wake_kinds: WakeKinds::Always,
             futex: FutexTier::Always,
             net_packets: NetPacketTier::Always,
+            btf_file: None,
         }
     }
 }
@@ -337,7 +414,14 @@ impl Probes {
     pub fn load(options: &LoadOptions) -> Result<Self, LoadError> {
         raise_memlock_rlimit();
         tracefs::ensure_mounted();
-        let mut facts = KernelFacts::probe();
+        let mut facts = KernelFacts::probe(options.btf_file.as_deref());
+        // A BTF file the user named must be usable: running without it would quietly be
+        // something else than asked.
+        if facts.btf_external
+            && let Some(why) = &facts.btf_error
+        {
+            return Err(LoadError::Btf(why.clone()));
+        }
         if options.force_tracepoints {
             facts.aya_btf = None;
             facts.btf_error = Some("tp_btf disabled by --force-tracepoints".to_owned());
@@ -410,6 +494,10 @@ impl Probes {
             }
             status.extend(family_status);
         }
+        if let Some(why) = facts.btf_mismatch.take() {
+            // Its offsets are another kernel's too: nothing loaded with it can be trusted.
+            return Err(LoadError::Btf(why));
+        }
         if !status.iter().any(ProbeStatus::attached) {
             return Err(LoadError::NothingAttached);
         }
@@ -437,6 +525,7 @@ impl Probes {
             loaded_for_later(&net::PACKET_PROGRAMS),
         ];
         let init_netns = facts.init_netns;
+        let check_attach = facts.btf_external;
         drop(facts);
         // Parsing the kernel's BTF (several MB, for the loader and tp_btf) is the agent's
         // largest allocation and it is over now: give the memory back to the system instead of
@@ -452,6 +541,7 @@ impl Probes {
             idle_hot_futexes: IdleKeys::new(IDLE_READS_BEFORE_EVICTION),
             idle_lock_sites: IdleKeys::new(IDLE_READS_BEFORE_EVICTION),
             init_netns,
+            check_attach,
         })
     }
 
@@ -499,6 +589,7 @@ impl Probes {
             &mut self.status,
             on,
             notes,
+            self.check_attach,
         )
     }
 
@@ -715,14 +806,11 @@ impl ProbeFamily for EmptySchedProbes {
         .into_iter()
         .map(|(tracepoint, program)| {
             let (_, event) = tracepoint.split_once(':').expect("category:event");
-            let result = match &facts.aya_btf {
-                Some(btf) => attach_btf(ebpf, program, event, btf),
-                None => Err(anyhow::anyhow!("no kernel BTF")),
-            };
+            let result = attach_btf(ebpf, program, event, facts);
             ProbeStatus {
                 tracepoint,
                 kind: result.is_ok().then_some(AttachKind::TpBtf),
-                note: result.err().map(|e| format!("{e:#}")),
+                note: result.err().map(|e| one_line(&e)),
             }
         })
         .collect()
@@ -879,15 +967,84 @@ where
     keys.iter().filter(|key| map.remove(key).is_ok()).count()
 }
 
-/// Loads and attaches a tp_btf program.
+/// Loads and attaches a tp_btf program against the facts' BTF; with a BTF file the user gave,
+/// checks that the kernel attached it where asked ([`check_attached_to`]).
 pub(crate) fn attach_btf(
     ebpf: &mut Ebpf,
     program: &str,
     event: &str,
-    btf: &aya::Btf,
+    facts: &KernelFacts,
 ) -> anyhow::Result<()> {
-    load_btf(ebpf, program, event, btf)?.attach()?;
+    let Some(btf) = &facts.aya_btf else {
+        anyhow::bail!(
+            "no tp_btf: {}",
+            facts.btf_error.as_deref().unwrap_or("no kernel BTF")
+        );
+    };
+    if let Some(why) = facts.btf_mismatch.borrow().as_ref() {
+        anyhow::bail!("{why}");
+    }
+    let prog = match load_btf(ebpf, program, event, btf) {
+        Ok(prog) => prog,
+        // The kernel refused the type id aya took from the file: it names no tracepoint (or
+        // another kind of type) in the running kernel's BTF.
+        Err(err) if facts.btf_external && format!("{err:#}").contains("attach_btf_id") => {
+            let why = format!(
+                "{} is not the running kernel's BTF: {}",
+                facts.btf_path.display(),
+                one_line(&err)
+            );
+            facts.btf_mismatch.borrow_mut().get_or_insert(why.clone());
+            anyhow::bail!(why);
+        }
+        Err(err) => return Err(err),
+    };
+    let link = prog.attach()?;
+    if facts.btf_external
+        && let Err(err) = check_attached_to(prog, event)
+    {
+        let _ = prog.detach(link);
+        let why = format!(
+            "{} is not the running kernel's BTF: {err}",
+            facts.btf_path.display()
+        );
+        facts.btf_mismatch.borrow_mut().get_or_insert(why.clone());
+        anyhow::bail!(why);
+    }
     Ok(())
+}
+
+/// Whether the kernel attached tp_btf program `prog` to `event`. The type id aya takes from a
+/// BTF file names a `btf_trace_<event>` there, and the kernel resolves it in its own BTF: in a
+/// file of another build the same id may name another tracepoint. The kernel's own name for
+/// the link's tracepoint is in its fdinfo (`tp_name`, Linux 5.8 and later).
+pub(crate) fn check_attached_to(prog: &BtfTracePoint, event: &str) -> anyhow::Result<()> {
+    let id = prog.info()?.id();
+    let mut found = None;
+    for entry in std::fs::read_dir("/proc/self/fdinfo")?.flatten() {
+        let Ok(text) = std::fs::read_to_string(entry.path()) else {
+            continue;
+        };
+        let field = |name: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name).map(|v| v.trim().to_owned()))
+        };
+        if field("prog_id:").and_then(|v| v.parse::<u32>().ok()) != Some(id) {
+            continue;
+        }
+        if let Some(tp) = field("tp_name:") {
+            if tp == event {
+                return Ok(());
+            }
+            found = Some(tp);
+        }
+    }
+    match found {
+        Some(other) => anyhow::bail!("its btf_trace_{event} is btf_trace_{other} in this kernel"),
+        None => {
+            anyhow::bail!("cannot confirm where the kernel attached {event} (no tp_name in fdinfo)")
+        }
+    }
 }
 
 /// Loads a tp_btf program (the verifier checks it now), to attach now or later.
@@ -921,13 +1078,13 @@ pub(crate) fn load_classic(ebpf: &mut Ebpf, program: &str) -> anyhow::Result<()>
 /// Attaches a tp_btf program with no classic fallback; `why` words the note when it fails.
 pub(crate) fn attach_btf_only(
     ebpf: &mut Ebpf,
-    btf: &aya::Btf,
+    facts: &KernelFacts,
     tracepoint: &'static str,
     program: &str,
     why: impl FnOnce(anyhow::Error) -> String,
 ) -> ProbeStatus {
     let (_, event) = tracepoint.split_once(':').expect("category:event");
-    match attach_btf(ebpf, program, event, btf) {
+    match attach_btf(ebpf, program, event, facts) {
         Ok(()) => ProbeStatus {
             tracepoint,
             kind: Some(AttachKind::TpBtf),
@@ -973,26 +1130,20 @@ pub(crate) fn attach_preferring_btf(
     classic_program: &str,
 ) -> ProbeStatus {
     let (category, event) = tracepoint.split_once(':').expect("category:event");
-    let mut fallback_note = None;
-    if let Some(btf_program) = btf_program {
-        match &facts.aya_btf {
-            Some(btf) => {
-                let status = attach_btf_only(ebpf, btf, tracepoint, btf_program, |err| {
-                    format!("tp_btf failed ({err:#})")
-                });
-                if status.kind.is_some() {
-                    return status;
-                }
-                fallback_note = status.note;
+    let fallback_note = match btf_program {
+        Some(btf_program) if facts.aya_btf.is_some() => {
+            let status = attach_btf_only(ebpf, facts, tracepoint, btf_program, |err| {
+                format!("tp_btf failed: {}", one_line(&err))
+            });
+            if status.kind.is_some() || facts.btf_mismatch.borrow().is_some() {
+                // Attached; or the BTF file is another kernel's, and the classic program
+                // would read that kernel's offsets: the load fails instead.
+                return status;
             }
-            None => {
-                fallback_note = facts
-                    .btf_error
-                    .as_ref()
-                    .map(|why| format!("no tp_btf: {why}"))
-            }
+            status.note
         }
-    }
+        _ => Some(no_tp_btf(facts)),
+    };
     match attach_classic(ebpf, classic_program, category, event) {
         Ok(()) => ProbeStatus {
             tracepoint,
@@ -1003,10 +1154,23 @@ pub(crate) fn attach_preferring_btf(
             tracepoint,
             kind: None,
             note: Some(match fallback_note {
-                Some(first) => format!("{first}; tracepoint failed ({err:#})"),
-                None => format!("tracepoint failed ({err:#})"),
+                Some(first) => format!("{first}; tracepoint failed: {}", one_line(&err)),
+                None => format!("tracepoint failed: {}", one_line(&err)),
             }),
         },
+    }
+}
+
+/// Why a probe with a tp_btf program is a classic tracepoint: no usable BTF, or BTF without
+/// the offsets its tp_btf program needs.
+pub(crate) fn no_tp_btf(facts: &KernelFacts) -> String {
+    match &facts.btf_error {
+        Some(why) => format!("no tp_btf: {why}"),
+        None if facts.aya_btf.is_none() => "no tp_btf".to_owned(),
+        None => format!(
+            "no tp_btf: {} lacks the task_struct offsets it needs",
+            facts.btf_path.display()
+        ),
     }
 }
 
@@ -1037,6 +1201,7 @@ fn set_tier(
     status: &mut [ProbeStatus],
     on: bool,
     (attached, detached): (&str, &str),
+    check_attach: bool,
 ) -> anyhow::Result<()> {
     let order: Vec<usize> = if on {
         (0..tier.len()).collect()
@@ -1065,7 +1230,13 @@ fn set_tier(
                 AttachKind::Tracepoint
             }
             (None, aya::programs::Program::BtfTracePoint(p)) => {
-                *link = Some(OnDemandLink::Btf(p.attach()?));
+                let id = p.attach()?;
+                let (_, event) = tracepoint.split_once(':').expect("category:event");
+                if check_attach && let Err(err) = check_attached_to(p, event) {
+                    let _ = p.detach(id);
+                    return Err(err.context("the BTF file is not the running kernel's"));
+                }
+                *link = Some(OnDemandLink::Btf(id));
                 AttachKind::TpBtf
             }
             (None, aya::programs::Program::TracePoint(p)) => {
@@ -1180,6 +1351,26 @@ mod tests {
         assert!(bytes <= PER_CPU_MAP_BUDGET_BYTES, "{bytes}");
         let huge = entries(&per_cpu_map_sizes(1024, 2000), maps::HOT_FUTEXES);
         assert_eq!(huge, PER_CPU_MAP_MIN_ENTRIES, "never below the floor");
+    }
+
+    #[test]
+    fn a_verifier_log_is_cut_to_its_verdict() {
+        let err = anyhow::anyhow!(
+            "the BPF_PROG_LOAD syscall returned Permission denied (os error 13). Verifier \
+             output: reg type unsupported for arg#0 function sched_switch_tp#80\n    0: \
+             R1=ctx(off=0,imm=0) R10=fp0\n    232: (79) r3 = *(u64 *)(r10 -136)\n    invalid \
+             read from stack R10 off=-136 size=8\n    verification time 3653 usec\n    stack \
+             depth 104+0\n    processed 109 insns (limit 1000000)\n    : Permission denied \
+             (os error 13)"
+        )
+        .context("tracepoint");
+        assert_eq!(
+            one_line(&err),
+            "tracepoint: the BPF_PROG_LOAD syscall returned Permission denied (os error 13); \
+             the verifier says: invalid read from stack R10 off=-136 size=8"
+        );
+        let plain = anyhow::anyhow!("no such\n tracepoint");
+        assert_eq!(one_line(&plain), "no such tracepoint");
     }
 
     #[test]
