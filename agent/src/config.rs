@@ -18,6 +18,7 @@
 //! http_request_timeout_seconds = 30   # a request must be answered within this
 //! http_idle_timeout_seconds = 30   # a connection that moves no byte for this long is closed
 //! http_max_connections = 64        # connections open at once; more are closed at once
+//! btf_file = "/var/lib/stormwatch/vmlinux.btf"  # this kernel's BTF, where /sys/kernel/btf/vmlinux cannot be read
 //!
 //! [thresholds]                     # any of the diagnosis thresholds (see diagnose::Thresholds)
 //! runq_min_mean_seconds = 0.002
@@ -105,6 +106,7 @@ pub struct FileConfig {
     pub http_request_timeout_seconds: Option<f64>,
     pub http_idle_timeout_seconds: Option<f64>,
     pub http_max_connections: Option<u64>,
+    pub btf_file: Option<PathBuf>,
     pub thresholds: Option<Thresholds>,
 }
 
@@ -158,6 +160,13 @@ pub struct Config {
     pub http_request_timeout_seconds: f64,
     pub http_idle_timeout_seconds: f64,
     pub http_max_connections: usize,
+    /// The running kernel's BTF, read from this file instead of `/sys/kernel/btf/vmlinux`:
+    /// where the agent cannot read that one (a pod without `/sys/kernel/btf` mounted, a kernel
+    /// that does not publish it). It must be this kernel's own BTF (a copy of its
+    /// `/sys/kernel/btf/vmlinux`, or BTFHub's for this exact kernel build): the agent checks
+    /// that each tp_btf program attached where asked and refuses the file otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub btf_file: Option<PathBuf>,
     pub thresholds: Thresholds,
 }
 
@@ -180,6 +189,7 @@ impl Default for Config {
             http_request_timeout_seconds: DEFAULT_HTTP_REQUEST_TIMEOUT_SECONDS,
             http_idle_timeout_seconds: DEFAULT_HTTP_IDLE_TIMEOUT_SECONDS,
             http_max_connections: DEFAULT_HTTP_MAX_CONNECTIONS,
+            btf_file: None,
             thresholds: Thresholds::default(),
         }
     }
@@ -192,6 +202,7 @@ pub struct Flags {
     pub interval: Option<f64>,
     pub config: Option<PathBuf>,
     pub web_config_file: Option<PathBuf>,
+    pub btf_file: Option<PathBuf>,
 }
 
 /// An `IP:PORT` socket address (`0.0.0.0:9847`, `127.0.0.1:9847`, `[::]:9847`).
@@ -225,6 +236,9 @@ impl Config {
         }
         if let Some(web) = &flags.web_config_file {
             config.web_config_file = Some(web.clone());
+        }
+        if let Some(btf) = &flags.btf_file {
+            config.btf_file = Some(btf.clone());
         }
         config.validate()?;
         Ok(config)
@@ -308,6 +322,13 @@ impl Config {
                 );
             }
             self.http_max_connections = v as usize;
+        }
+        if let Some(v) = file.btf_file {
+            // Relative to the config file, as web_config_file.
+            self.btf_file = Some(match path.parent() {
+                Some(dir) if v.is_relative() => dir.join(v),
+                _ => v,
+            });
         }
         if let Some(t) = file.thresholds {
             self.thresholds = t;
@@ -484,6 +505,31 @@ mod tests {
             c.thresholds.runq_min_p99_seconds,
             Thresholds::default().runq_min_p99_seconds
         );
+    }
+
+    #[test]
+    fn btf_file_is_relative_to_the_config_file_and_the_flag_wins() {
+        let c = from_text("btf_file = \"vmlinux.btf\"").unwrap();
+        assert_eq!(c.btf_file, Some(PathBuf::from("/etc/vmlinux.btf")));
+        let c = from_text("btf_file = \"/var/lib/k.btf\"").unwrap();
+        assert_eq!(c.btf_file, Some(PathBuf::from("/var/lib/k.btf")));
+        assert_eq!(
+            Config::default().btf_file,
+            None,
+            "the kernel's own by default"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.toml");
+        std::fs::write(&file, "btf_file = \"/a.btf\"\n").unwrap();
+        let flags = Flags {
+            config: Some(file),
+            btf_file: Some(PathBuf::from("/b.btf")),
+            ..Flags::default()
+        };
+        let c = Config::load(&flags, no_env).unwrap();
+        assert_eq!(c.btf_file, Some(PathBuf::from("/b.btf")));
+        let back = from_text(&c.to_toml()).unwrap();
+        assert_eq!(back.btf_file, c.btf_file, "the effective config keeps it");
     }
 
     #[test]

@@ -67,8 +67,26 @@ impl Agent {
     /// Starts the agent and returns once it says its probes are attached; panics if it exits
     /// first or stays silent.
     pub fn start(args: &[&str]) -> Self {
-        let mut child = Command::new(agent_bin())
-            .args(args)
+        let mut cmd = Command::new(agent_bin());
+        cmd.args(args);
+        Self::start_command(cmd, args)
+    }
+
+    /// [`Agent::start`], the agent out of reach of the kernel's BTF: in a mount namespace of its
+    /// own (`unshare --mount`, private propagation: the host's mounts are untouched) where
+    /// /dev/null is mounted over /sys/kernel/btf/vmlinux — what a pod sees that does not mount
+    /// /sys/kernel/btf. The kernel itself keeps its BTF (the verifier uses it).
+    pub fn start_without_kernel_btf(args: &[&str]) -> Self {
+        let mut cmd = Command::new("unshare");
+        cmd.args(["--mount", "--propagation", "private", "sh", "-c"])
+            .arg("mount --bind /dev/null /sys/kernel/btf/vmlinux && exec \"$0\" \"$@\"")
+            .arg(agent_bin())
+            .args(args);
+        Self::start_command(cmd, args)
+    }
+
+    fn start_command(mut cmd: Command, args: &[&str]) -> Self {
+        let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -232,3 +232,59 @@ fn check_as_root_attaches_every_probe_as_tp_btf() {
 fn check_with_forced_tracepoints_attaches_classic_tracepoints() {
     check_lines(&["check", "--force-tracepoints"], "tracepoint");
 }
+
+/// `--btf FILE`: a copy of the kernel's own BTF (what a node would give a pod that cannot read
+/// /sys/kernel/btf) attaches every scheduler probe as tp_btf, and `check` names the file.
+#[test]
+fn check_with_a_copy_of_the_kernels_btf_attaches_as_tp_btf() {
+    require_bpf();
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let copy = dir.path().join("vmlinux.btf");
+    std::fs::copy("/sys/kernel/btf/vmlinux", &copy).expect("copying the kernel's BTF");
+    let copy = copy.to_str().expect("a UTF-8 path");
+    check_lines(&["check", "--btf", copy], "tp_btf");
+    let out = agent_output(&["check", "--btf", copy]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let btf = stdout
+        .lines()
+        .find(|l| l.contains(" BTF "))
+        .unwrap_or_else(|| panic!("a BTF line:\n{stdout}"));
+    assert!(
+        btf.starts_with("ok") && btf.contains(copy) && btf.contains("given with --btf"),
+        "{btf}"
+    );
+}
+
+/// An empty or truncated BTF file is not BTF: `check` fails on a `FAIL BTF` line naming it, and
+/// `trace` refuses it in one line, before attaching anything.
+#[test]
+fn an_empty_or_truncated_btf_file_is_refused() {
+    require_bpf();
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let empty = dir.path().join("empty.btf");
+    std::fs::write(&empty, b"").unwrap();
+    let truncated = dir.path().join("truncated.btf");
+    let kernel = std::fs::read("/sys/kernel/btf/vmlinux").expect("the kernel's BTF");
+    std::fs::write(&truncated, &kernel[..kernel.len() / 2]).unwrap();
+    for file in [&empty, &truncated] {
+        let file = file.to_str().expect("a UTF-8 path");
+        let out = agent_output(&["check", "--btf", file]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(1), "check --btf {file}:\n{stdout}");
+        assert!(
+            stdout
+                .lines()
+                .any(|l| l.starts_with("FAIL") && l.contains(" BTF ") && l.contains(file)),
+            "a FAIL BTF line naming {file}:\n{stdout}"
+        );
+        assert!(
+            !stdout
+                .lines()
+                .any(|l| l.starts_with("ok") && l.contains(" BTF ")),
+            "no ok BTF line:\n{stdout}"
+        );
+        let out = agent_output(&["trace", "--json", "--duration", "1", "--btf", file]);
+        let line = one_error_line(&out, &format!("trace --btf {file}"));
+        assert!(line.contains(file), "names the file: {line}");
+    }
+}

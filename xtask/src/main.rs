@@ -12,6 +12,7 @@ mod bench_daemon;
 mod bench_ordinary;
 mod bench_programs;
 mod imports;
+mod kernels;
 mod manifests;
 mod setup;
 
@@ -32,7 +33,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Task {
-    /// Install what is missing: the pinned toolchain, LLVM 22, bpf-linker, the test tools.
+    /// Install what is missing: the pinned toolchain, LLVM 22, bpf-linker, the test tools, the
+    /// kernels of the kernel matrix.
     Setup,
     /// Install what building needs (not the test tools), build the release binary, and
     /// diagnose this host.
@@ -41,11 +43,27 @@ enum Task {
         #[arg(long, default_value = "10")]
         duration: u32,
     },
-    /// Set up, then run every test: formatting, clippy, the docs, unit and integration tests.
+    /// Set up, then run every test: formatting, clippy, unit and integration tests, and the
+    /// kernel matrix (Debian's 6.1 and 6.12 LTS kernels in guests).
     Test,
     /// Print the agent's and xtask's module import graphs; fail on a circle (`xtask test`
     /// checks it too).
     Imports,
+    /// Set up, then run only the kernel matrix (the last step of `test`).
+    KernelMatrix,
+    /// Set up, then boot one kernel of the matrix in a guest (only cgroup v2, under emulation)
+    /// and run `stormwatch check` and the named integration tests in it.
+    Guest {
+        /// The kernel series: 6.1 or 6.12 (the newest image of it in the package index).
+        #[arg(long, value_parser = ["6.1", "6.12"])]
+        kernel: String,
+        /// A test to run, as `BINARY::NAME` (the test NAME of tests/tests/BINARY.rs); repeatable.
+        #[arg(long = "test", value_name = "BINARY::NAME")]
+        tests: Vec<String>,
+        /// Hide the kernel's BTF (an empty file over /sys/kernel/btf/vmlinux) first.
+        #[arg(long)]
+        hide_btf: bool,
+    },
     /// Regenerate the deploy/ files made from others (the PrometheusRule from
     /// deploy/rules.yaml); the tests fail while they are stale.
     Manifests,
@@ -108,9 +126,26 @@ enum Task {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.task {
-        Task::Setup => setup::tests(),
+        Task::Setup => setup::tests().and_then(|()| kernels::fetch_all().map(drop)),
         Task::Diagnose { duration } => setup::build().and_then(|()| diagnose(duration)),
-        Task::Test => setup::tests().and_then(|()| test()),
+        Task::Test => setup::tests()
+            .and_then(|()| kernels::fetch_all().map(drop))
+            .and_then(|()| test()),
+        Task::KernelMatrix => setup::tests()
+            .and_then(|()| kernels::fetch_all().map(drop))
+            .and_then(|()| build_release())
+            .and_then(|bin| kernels::matrix(&bin)),
+        Task::Guest {
+            kernel,
+            tests,
+            hide_btf,
+        } => setup::tests().and_then(|()| {
+            let series = kernels::SERIES
+                .into_iter()
+                .find(|s| *s == kernel)
+                .expect("clap allows only the matrix's series");
+            build_release().and_then(|bin| kernels::named(&bin, series, &tests, hide_btf))
+        }),
         Task::Manifests => manifests::run(),
         Task::Imports => imports::run(true),
         Task::Corpus {
@@ -302,5 +337,8 @@ fn test() -> Result<()> {
         "--",
         "--test-threads=1",
     ]))?;
+    // The same agent and tests against the LTS kernels nodes run, in guests.
+    say("running the kernel matrix: Debian's 6.1 and 6.12 LTS kernels in guests (emulated)");
+    kernels::matrix(&root().join("target/release/stormwatch"))?;
     Ok(())
 }

@@ -77,14 +77,27 @@ const TEST_PACKAGES: &[(&str, &str)] = &[
         "systemd",
         "systemd-detect-virt: an independent hypervisor detection for the host tests",
     ),
+    (
+        "qemu-system-x86",
+        "runs the kernel matrix's guests (Debian's 6.1 and 6.12 kernels, xtask/src/kernels.rs)",
+    ),
+    ("kmod", "virtme-ng loads the guest kernel's modules with it"),
+    ("udev", "virtme-ng starts udevd in the guests"),
 ];
 
 /// PyPI packages: (package, command it provides, what it is for).
-const PIP_PACKAGES: &[(&str, &str, &str)] = &[(
-    "kubernetes-validate",
-    "kubernetes-validate",
-    "validates deploy/ against the Kubernetes schemas",
-)];
+const PIP_PACKAGES: &[(&str, &str, &str)] = &[
+    (
+        "kubernetes-validate",
+        "kubernetes-validate",
+        "validates deploy/ against the Kubernetes schemas",
+    ),
+    (
+        "virtme-ng",
+        "vng",
+        "boots the kernel matrix's guests with the host's filesystem (xtask/src/kernels.rs)",
+    ),
+];
 
 /// Go modules: (module@version, binary, what it is for).
 const GO_TOOLS: &[(&str, &str, &str)] = &[(

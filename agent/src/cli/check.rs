@@ -1,17 +1,21 @@
-//! `stormwatch check`: can the agent work on this host? One line per requirement, then a
-//! verdict; the exit status is non-zero when it cannot.
+//! `stormwatch check`: can the agent work on this host? One line per requirement and per probe,
+//! then what the diagnosis loses with the probes that are missing, then a verdict; the exit
+//! status is non-zero when it cannot work, or when the lock-storm diagnosis cannot run.
 
 use std::fmt::Write as _;
 
 use crate::{
+    collect::Availability,
     identity::find_v2_root,
     privileges,
-    probes::{LoadOptions, Probes, btf::VMLINUX_BTF, tracefs},
+    probes::{
+        AttachKind, KernelFacts, LoadError, LoadOptions, ProbeStatus, Probes, futex, sched, tracefs,
+    },
 };
 
 use super::CheckArgs;
 
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Level {
     Ok,
     Warn,
@@ -24,26 +28,119 @@ struct Line {
     detail: String,
 }
 
-/// Runs the checks, prints them, returns whether the agent can work.
+/// What the agent cannot do without some probes: the figures and the rules they feed.
+#[derive(Debug, PartialEq)]
+pub struct Loss {
+    /// The figures that are missing (null in every report).
+    pub figures: &'static str,
+    /// The probes they need, as `check` names them.
+    pub needs: &'static str,
+    /// The diagnosis rules that cannot run (or run without this evidence).
+    pub rules: &'static [&'static str],
+    /// Whether the lock-storm diagnosis, what the agent is for, cannot run without them.
+    pub essential: bool,
+}
+
+/// What is lost with the probes `avail` says are missing; `task_offsets`: whether the BTF gave
+/// the `task_struct` offsets (the thread's own switch counters and runtime).
+pub fn losses(avail: &Availability, task_offsets: bool) -> Vec<Loss> {
+    let mut out = Vec::new();
+    if avail.switch && !task_offsets {
+        out.push(Loss {
+            figures: "the kernel's own switch counts and on-CPU time (nvcsw, nivcsw, \
+                      se.sum_exec_runtime): switches are told voluntary or not from the \
+                      tracepoint's prev_state, on-CPU time is the clock's (with time the \
+                      hypervisor stole)",
+            needs: "the task_struct offsets of the kernel's BTF (--btf FILE)",
+            rules: &[],
+            essential: false,
+        });
+    }
+    if !avail.switch {
+        out.push(Loss {
+            figures: "context switches, on-CPU time, migrations",
+            needs: sched::SWITCH,
+            rules: &["lock_storm", "thread_oversubscription", "runtime_sizing"],
+            essential: true,
+        });
+    }
+    if !avail.wakeup {
+        out.push(Loss {
+            figures: "run-queue latency, off-CPU time",
+            needs: "sched:sched_switch (tp_btf with sched_info), else sched:sched_wakeup and \
+                    sched:sched_wakeup_new",
+            rules: &[
+                "lock_storm",
+                "runqueue_saturation",
+                "thread_oversubscription",
+                "runtime_sizing",
+            ],
+            essential: true,
+        });
+    }
+    if !avail.futex {
+        out.push(Loss {
+            figures: "futex waits, wakes, hand-offs and hot futex words",
+            needs: "syscalls:sys_enter_futex and syscalls:sys_exit_futex",
+            rules: &["lock_storm", "runtime_sizing"],
+            essential: true,
+        });
+    }
+    if avail.switch && !avail.wake_kinds {
+        out.push(Loss {
+            figures: "wake-ups told local or remote",
+            needs: "sched:sched_waking, sched:sched_wakeup and sched:sched_wakeup_new as tp_btf",
+            rules: &[],
+            essential: false,
+        });
+    }
+    if !avail.locks {
+        out.push(Loss {
+            figures: "kernel lock contention by kind and call site",
+            needs: "lock:contention_begin and lock:contention_end",
+            rules: &[],
+            essential: false,
+        });
+    }
+    let net = &avail.net;
+    if !(net.cgroup && net.tx && net.rx && net.drops && net.tcp_retransmits) {
+        out.push(Loss {
+            figures: if net.any() {
+                "part of the network figures (see the net probes above)"
+            } else {
+                "network figures: per-container traffic, packets against the MTU, drops, \
+                 retransmits"
+            },
+            needs: "the net and skb probes",
+            rules: if net.any() { &[] } else { &["mtu_mismatch"] },
+            essential: false,
+        });
+    }
+    out
+}
+
+fn add(lines: &mut Vec<Line>, level: Level, what: &str, detail: String) {
+    lines.push(Line {
+        level,
+        what: what.to_owned(),
+        detail,
+    })
+}
+
+/// Runs the checks, prints them, returns whether the agent can work here.
 pub fn run(args: &CheckArgs) -> bool {
     let mut lines = Vec::new();
-    let mut add = |level, what: &str, detail: String| {
-        lines.push(Line {
-            level,
-            what: what.to_owned(),
-            detail,
-        })
-    };
 
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .map(|s| s.trim().to_owned())
         .unwrap_or_else(|_| "unknown".to_owned());
-    add(Level::Ok, "kernel", release);
+    add(&mut lines, Level::Ok, "kernel", release);
 
     let caps = privileges::effective_caps();
     let mut privileged = match privileges::check(&caps) {
         Ok(()) => {
             add(
+                &mut lines,
                 Level::Ok,
                 "privileges",
                 "CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN)".into(),
@@ -51,7 +148,7 @@ pub fn run(args: &CheckArgs) -> bool {
             true
         }
         Err(e) => {
-            add(Level::Fail, "privileges", e.to_string());
+            add(&mut lines, Level::Fail, "privileges", e.to_string());
             false
         }
     };
@@ -61,45 +158,78 @@ pub fn run(args: &CheckArgs) -> bool {
     let seccomp = privileges::seccomp(&caps);
     match seccomp.refusal() {
         Some(refusal) => {
-            add(Level::Fail, "seccomp", refusal.to_string());
+            add(&mut lines, Level::Fail, "seccomp", refusal.to_string());
             privileged = false;
         }
-        None => add(Level::Ok, "seccomp", seccomp.describe()),
+        None => add(&mut lines, Level::Ok, "seccomp", seccomp.describe()),
     }
 
-    match std::fs::metadata(VMLINUX_BTF) {
-        Ok(_) => add(Level::Ok, "BTF", VMLINUX_BTF.into()),
-        Err(e) => add(
+    // The BTF the probes will use, read and checked as the loader reads it.
+    let facts = KernelFacts::probe(args.btf.as_deref());
+    let task_offsets = facts.task_offsets;
+    let btf_line = lines.len();
+    match (&facts.btf_error, facts.btf_external) {
+        (None, _) => add(
+            &mut lines,
+            Level::Ok,
+            "BTF",
+            format!(
+                "{} ({} types{})",
+                facts.btf_path.display(),
+                facts.btf.as_ref().map_or(0, |b| b.type_count()),
+                if facts.btf_external {
+                    ", given with --btf"
+                } else {
+                    ""
+                }
+            ),
+        ),
+        // A file the user named must be usable: the probes are not loaded without it.
+        (Some(why), true) => add(&mut lines, Level::Fail, "BTF", why.clone()),
+        (Some(why), false) => add(
+            &mut lines,
             Level::Warn,
             "BTF",
-            format!("{VMLINUX_BTF}: {e}; classic tracepoints only"),
+            format!(
+                "{why}: no tp_btf probes and no struct offsets (the probes below say what that \
+                 costs; --btf FILE gives this kernel's BTF from elsewhere)"
+            ),
         ),
     }
+    drop(facts);
 
     match find_v2_root() {
-        Ok(root) => add(Level::Ok, "cgroup v2", root.display().to_string()),
-        Err(e) => add(Level::Fail, "cgroup v2", e.to_string()),
+        Ok(root) => add(
+            &mut lines,
+            Level::Ok,
+            "cgroup v2",
+            root.display().to_string(),
+        ),
+        Err(e) => add(&mut lines, Level::Fail, "cgroup v2", e.to_string()),
     }
 
     tracefs::ensure_mounted();
     match tracefs::root() {
-        Some(root) => add(Level::Ok, "tracefs", root.display().to_string()),
+        Some(root) => add(&mut lines, Level::Ok, "tracefs", root.display().to_string()),
         None => add(
+            &mut lines,
             Level::Warn,
             "tracefs",
             "not mounted; classic tracepoint fallback unavailable".into(),
         ),
     }
-    for tp in [
-        crate::probes::sched::SWITCH,
-        crate::probes::sched::WAKEUP,
-        crate::probes::sched::WAKEUP_NEW,
-    ] {
+    for tp in [sched::SWITCH, sched::WAKEUP, sched::WAKEUP_NEW] {
         let (cat, name) = tp.split_once(':').expect("category:event");
         if tracefs::tracepoint_exists(cat, name) {
-            add(Level::Ok, &format!("tracepoint {tp}"), "exists".into());
+            add(
+                &mut lines,
+                Level::Ok,
+                &format!("tracepoint {tp}"),
+                "exists".into(),
+            );
         } else {
             add(
+                &mut lines,
                 Level::Warn,
                 &format!("tracepoint {tp}"),
                 "not found in tracefs".into(),
@@ -112,32 +242,69 @@ pub fn run(args: &CheckArgs) -> bool {
     if privileged {
         let options = LoadOptions {
             force_tracepoints: args.force_tracepoints,
+            btf_file: args.btf.clone(),
             ..LoadOptions::default()
         };
         match Probes::load(&options) {
             Ok(probes) => {
+                let avail = Availability::from_status(&probes.status, probes.waits_from_switch);
+                let essential = essential_probes(probes.waits_from_switch);
                 for s in &probes.status {
-                    match s.kind {
-                        Some(kind) => {
-                            attached_any = true;
-                            let detail = match &s.note {
-                                Some(note) => format!("attached as {kind} ({note})"),
-                                None => format!("attached as {kind}"),
-                            };
-                            add(Level::Ok, &format!("probe {}", s.tracepoint), detail)
-                        }
-                        None => add(
-                            Level::Warn,
-                            &format!("probe {}", s.tracepoint),
-                            format!(
-                                "not attached: {}",
-                                s.note.as_deref().unwrap_or("unknown reason")
-                            ),
-                        ),
-                    }
+                    attached_any |= s.attached();
+                    let level = match s.kind {
+                        Some(_) => Level::Ok,
+                        None if essential.contains(&s.tracepoint) => Level::Fail,
+                        None => Level::Warn,
+                    };
+                    add(
+                        &mut lines,
+                        level,
+                        &format!("probe {}", s.tracepoint),
+                        describe(s),
+                    );
+                }
+                let lost = losses(&avail, task_offsets);
+                if lost.is_empty() {
+                    add(
+                        &mut lines,
+                        Level::Ok,
+                        "diagnosis",
+                        "every figure and every rule has its probes".into(),
+                    );
+                }
+                for l in &lost {
+                    let rules = if l.rules.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; rules without them: {}", l.rules.join(", "))
+                    };
+                    add(
+                        &mut lines,
+                        if l.essential {
+                            Level::Fail
+                        } else {
+                            Level::Warn
+                        },
+                        "lost",
+                        format!("{} (needs {}){rules}", l.figures, l.needs),
+                    );
                 }
             }
+            Err(LoadError::Btf(why)) => {
+                lines[btf_line] = Line {
+                    level: Level::Fail,
+                    what: "BTF".into(),
+                    detail: why,
+                };
+                add(
+                    &mut lines,
+                    Level::Fail,
+                    "probes",
+                    "not loaded: the BTF file is refused".into(),
+                );
+            }
             Err(e) => add(
+                &mut lines,
                 Level::Fail,
                 "probes",
                 format!("{:#}", anyhow::Error::from(e)),
@@ -145,13 +312,15 @@ pub fn run(args: &CheckArgs) -> bool {
         }
     } else {
         add(
+            &mut lines,
             Level::Fail,
             "probes",
             "not tried: fix the privileges or seccomp first".into(),
         );
     }
 
-    let can_work = privileged && attached_any && !lines.iter().any(|l| l.level == Level::Fail);
+    let failed = lines.iter().any(|l| l.level == Level::Fail);
+    let can_work = privileged && attached_any && !failed;
     let mut out = String::new();
     for l in &lines {
         let tag = match l.level {
@@ -164,10 +333,112 @@ pub fn run(args: &CheckArgs) -> bool {
     let degraded = lines.iter().any(|l| l.level == Level::Warn);
     let verdict = match (can_work, degraded) {
         (true, false) => "stormwatch can run here with every probe",
-        (true, true) => "stormwatch can run here, without the probes marked warn",
+        (true, true) => "stormwatch can run here, without what is marked warn",
         (false, _) => "stormwatch cannot run here: fix the lines marked FAIL",
     };
     let _ = writeln!(out, "verdict: {verdict}");
     print!("{out}");
     can_work
+}
+
+/// The probes without which the lock-storm diagnosis cannot run: the switch, the futex calls,
+/// and the wake-ups where they time the waits (not where `sched_switch` does, with
+/// `sched_info`).
+fn essential_probes(waits_from_switch: bool) -> Vec<&'static str> {
+    let mut out = vec![sched::SWITCH, futex::ENTER, futex::EXIT];
+    if !waits_from_switch {
+        out.extend([sched::WAKEUP, sched::WAKEUP_NEW]);
+    }
+    out
+}
+
+/// A probe's line: how it is attached and, when not as tp_btf, why; or why it is not.
+fn describe(s: &ProbeStatus) -> String {
+    match (s.kind, &s.note) {
+        (Some(kind), None) => format!("attached as {kind}"),
+        (Some(AttachKind::TpBtf), Some(note)) => format!("attached as tp_btf ({note})"),
+        (Some(kind), Some(note)) => format!("attached as {kind} ({note})"),
+        (None, note) => format!(
+            "not attached: {}",
+            note.as_deref().unwrap_or("unknown reason")
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nothing_is_lost_with_every_probe() {
+        assert!(losses(&Availability::ALL, true).is_empty());
+    }
+
+    #[test]
+    fn the_storm_diagnosis_is_lost_without_the_switch_or_the_futex_calls() {
+        let without_switch = Availability {
+            switch: false,
+            wakeup: false,
+            wake_kinds: false,
+            ..Availability::ALL
+        };
+        let lost = losses(&without_switch, true);
+        assert!(lost.iter().any(|l| l.essential && l.needs == sched::SWITCH));
+        assert!(
+            lost.iter()
+                .filter(|l| l.essential)
+                .all(|l| l.rules.contains(&"lock_storm")),
+            "{lost:?}"
+        );
+        // The wake kinds are not listed apart from the switch they need.
+        assert!(!lost.iter().any(|l| l.figures.contains("local or remote")));
+
+        let without_futex = Availability {
+            futex: false,
+            ..Availability::ALL
+        };
+        let lost = losses(&without_futex, true);
+        assert_eq!(lost.len(), 1, "{lost:?}");
+        assert!(lost[0].essential && lost[0].rules.contains(&"lock_storm"));
+    }
+
+    #[test]
+    fn classic_tracepoints_lose_only_what_needs_tp_btf() {
+        // A kernel whose BTF the agent cannot read: the scheduler and futex probes classic,
+        // the network probes (which need struct offsets) missing.
+        let classic = Availability {
+            wake_kinds: false,
+            net: Default::default(),
+            ..Availability::ALL
+        };
+        let lost = losses(&classic, false);
+        assert!(lost.iter().all(|l| !l.essential), "{lost:?}");
+        assert_eq!(lost.len(), 3, "{lost:?}");
+        assert!(lost.iter().any(|l| l.rules == ["mtu_mismatch"]));
+        assert!(lost.iter().any(|l| l.figures.contains("prev_state")));
+        // With the offsets (classic tracepoints forced on a kernel with BTF), the switch
+        // counts are the kernel's own.
+        assert_eq!(losses(&classic, true).len(), 2);
+    }
+
+    #[test]
+    fn a_probe_line_never_says_attached_and_failed() {
+        let fell_back = ProbeStatus {
+            tracepoint: sched::WAKEUP,
+            kind: Some(AttachKind::Tracepoint),
+            note: Some("as sched_switch: no tp_btf: /x: not a BTF blob".into()),
+        };
+        assert_eq!(
+            describe(&fell_back),
+            "attached as tracepoint (as sched_switch: no tp_btf: /x: not a BTF blob)"
+        );
+        let missing = ProbeStatus {
+            tracepoint: sched::WAKEUP,
+            kind: None,
+            note: Some("needs sched:sched_switch, which is not attached".into()),
+        };
+        assert!(describe(&missing).starts_with("not attached: "));
+        assert!(essential_probes(false).contains(&sched::WAKEUP));
+        assert!(!essential_probes(true).contains(&sched::WAKEUP));
+    }
 }

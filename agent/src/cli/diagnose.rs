@@ -59,7 +59,10 @@ pub struct StormCheck {
 pub async fn run(args: DiagnoseArgs) -> anyhow::Result<u8> {
     privileges::require()?;
     let resolver = CgroupResolver::discover()?;
-    let options = LoadOptions::default();
+    let options = LoadOptions {
+        btf_file: args.btf.clone(),
+        ..LoadOptions::default()
+    };
     let mut pipeline = Pipeline::start(&options, resolver)?;
     let interval = Duration::from_secs(1);
     // The whole duration is the window the rules judge.

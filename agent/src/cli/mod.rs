@@ -70,6 +70,11 @@ pub struct RunArgs {
     /// Validate the configuration, print the effective one, and exit.
     #[arg(long)]
     pub check_config: bool,
+
+    /// The running kernel's BTF from FILE instead of /sys/kernel/btf/vmlinux (overrides
+    /// `btf_file`).
+    #[arg(long, value_name = "FILE")]
+    pub btf: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -81,6 +86,10 @@ pub struct DiagnoseArgs {
     /// Print one JSON document instead of the report.
     #[arg(long)]
     pub json: bool,
+
+    /// The running kernel's BTF from FILE instead of /sys/kernel/btf/vmlinux.
+    #[arg(long, value_name = "FILE")]
+    pub btf: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -88,6 +97,11 @@ pub struct CheckArgs {
     /// Use classic tracepoints even where tp_btf programs would load.
     #[arg(long)]
     pub force_tracepoints: bool,
+
+    /// The running kernel's BTF from FILE instead of /sys/kernel/btf/vmlinux (where the agent
+    /// cannot read that one); it must be this kernel's.
+    #[arg(long, value_name = "FILE")]
+    pub btf: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -112,6 +126,10 @@ pub struct TraceArgs {
     /// Use classic tracepoints even where tp_btf programs would load.
     #[arg(long)]
     pub force_tracepoints: bool,
+
+    /// The running kernel's BTF from FILE instead of /sys/kernel/btf/vmlinux.
+    #[arg(long, value_name = "FILE")]
+    pub btf: Option<std::path::PathBuf>,
 
     /// Time the run-queue wait and the blocked time from the wake-up programs even where the
     /// kernel keeps `sched_info` (for testing that way, which kernels without it take, and for

@@ -58,6 +58,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
         interval: args.interval,
         config: args.config.clone(),
         web_config_file: args.web_config_file.clone(),
+        btf_file: args.btf.clone(),
     };
     let config = Config::load(&flags, |name| std::env::var(name).ok())?;
     // Before anything starts: a web config that does not load is one line and exit 1.
@@ -222,6 +223,7 @@ impl Daemon {
             wake_kinds: config.wake_kinds,
             futex: config.futex_probes,
             net_packets: config.net_packet_probes,
+            btf_file: config.btf_file.clone(),
             ..LoadOptions::default()
         };
         let pipeline = Pipeline::start(&options, resolver)?;

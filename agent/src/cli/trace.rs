@@ -46,6 +46,7 @@ pub async fn run(args: TraceArgs) -> anyhow::Result<()> {
         force_tracepoints: args.force_tracepoints,
         waits_from_wakeups: args.waits_from_wakeups,
         families: args.probes.clone(),
+        btf_file: args.btf.clone(),
         ..LoadOptions::default()
     };
     let mut pipeline = Pipeline::start(&options, resolver)?;

@@ -54,14 +54,50 @@ impl ProbeStatus {
     }
 }
 
-/// Loads and attaches a tp_btf program.
+/// Loads and attaches a tp_btf program against the facts' BTF; with a BTF file the user gave,
+/// checks that the kernel attached it where asked ([`check_attached_to`]).
 pub(crate) fn attach_btf(
     ebpf: &mut Ebpf,
     program: &str,
     event: &str,
-    btf: &aya::Btf,
+    facts: &KernelFacts,
 ) -> anyhow::Result<()> {
-    load_btf(ebpf, program, event, btf)?.attach()?;
+    let Some(btf) = &facts.aya_btf else {
+        anyhow::bail!(
+            "no tp_btf: {}",
+            facts.btf_error.as_deref().unwrap_or("no kernel BTF")
+        );
+    };
+    if let Some(why) = facts.btf_mismatch.borrow().as_ref() {
+        anyhow::bail!("{why}");
+    }
+    let prog = match load_btf(ebpf, program, event, btf) {
+        Ok(prog) => prog,
+        // The kernel refused the type id aya took from the file: it names no tracepoint (or
+        // another kind of type) in the running kernel's BTF.
+        Err(err) if facts.btf_external && format!("{err:#}").contains("attach_btf_id") => {
+            let why = format!(
+                "{} is not the running kernel's BTF: {}",
+                facts.btf_path.display(),
+                one_line(&err)
+            );
+            facts.btf_mismatch.borrow_mut().get_or_insert(why.clone());
+            anyhow::bail!(why);
+        }
+        Err(err) => return Err(err),
+    };
+    let link = prog.attach()?;
+    if facts.btf_external
+        && let Err(err) = check_attached_to(prog, event)
+    {
+        let _ = prog.detach(link);
+        let why = format!(
+            "{} is not the running kernel's BTF: {err}",
+            facts.btf_path.display()
+        );
+        facts.btf_mismatch.borrow_mut().get_or_insert(why.clone());
+        anyhow::bail!(why);
+    }
     Ok(())
 }
 
@@ -96,13 +132,13 @@ pub(crate) fn load_classic(ebpf: &mut Ebpf, program: &str) -> anyhow::Result<()>
 /// Attaches a tp_btf program with no classic fallback; `why` words the note when it fails.
 pub(crate) fn attach_btf_only(
     ebpf: &mut Ebpf,
-    btf: &aya::Btf,
+    facts: &KernelFacts,
     tracepoint: &'static str,
     program: &str,
     why: impl FnOnce(anyhow::Error) -> String,
 ) -> ProbeStatus {
     let (_, event) = tracepoint.split_once(':').expect("category:event");
-    match attach_btf(ebpf, program, event, btf) {
+    match attach_btf(ebpf, program, event, facts) {
         Ok(()) => ProbeStatus {
             tracepoint,
             kind: Some(AttachKind::TpBtf),
@@ -148,26 +184,20 @@ pub(crate) fn attach_preferring_btf(
     classic_program: &str,
 ) -> ProbeStatus {
     let (category, event) = tracepoint.split_once(':').expect("category:event");
-    let mut fallback_note = None;
-    if let Some(btf_program) = btf_program {
-        match &facts.aya_btf {
-            Some(btf) => {
-                let status = attach_btf_only(ebpf, btf, tracepoint, btf_program, |err| {
-                    format!("tp_btf failed ({err:#})")
-                });
-                if status.kind.is_some() {
-                    return status;
-                }
-                fallback_note = status.note;
+    let fallback_note = match btf_program {
+        Some(btf_program) if facts.aya_btf.is_some() => {
+            let status = attach_btf_only(ebpf, facts, tracepoint, btf_program, |err| {
+                format!("tp_btf failed: {}", one_line(&err))
+            });
+            if status.kind.is_some() || facts.btf_mismatch.borrow().is_some() {
+                // Attached; or the BTF file is another kernel's, and the classic program
+                // would read that kernel's offsets: the load fails instead.
+                return status;
             }
-            None => {
-                fallback_note = facts
-                    .btf_error
-                    .as_ref()
-                    .map(|why| format!("no tp_btf: {why}"))
-            }
+            status.note
         }
-    }
+        _ => Some(no_tp_btf(facts)),
+    };
     match attach_classic(ebpf, classic_program, category, event) {
         Ok(()) => ProbeStatus {
             tracepoint,
@@ -178,8 +208,8 @@ pub(crate) fn attach_preferring_btf(
             tracepoint,
             kind: None,
             note: Some(match fallback_note {
-                Some(first) => format!("{first}; tracepoint failed ({err:#})"),
-                None => format!("tracepoint failed ({err:#})"),
+                Some(first) => format!("{first}; tracepoint failed: {}", one_line(&err)),
+                None => format!("tracepoint failed: {}", one_line(&err)),
             }),
         },
     }

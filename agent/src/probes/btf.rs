@@ -158,6 +158,11 @@ impl Btf {
         })
     }
 
+    /// How many types the blob has.
+    pub fn type_count(&self) -> usize {
+        self.starts.len()
+    }
+
     /// The blob as read, for aya's loader to parse the same bytes.
     pub fn bytes(&self) -> &[u8] {
         &self.data

@@ -113,7 +113,7 @@ impl ProbeFamily for FutexProbes {
                 Err(err) => ProbeStatus {
                     tracepoint,
                     kind: None,
-                    note: Some(format!("{err:#}")),
+                    note: Some(super::one_line(&err)),
                 },
             });
         }
@@ -130,7 +130,7 @@ fn load_on_demand(ebpf: &mut Ebpf, tracepoint: &'static str, program: &str) -> P
         kind: None,
         note: Some(match loaded {
             Ok(()) => ON_DEMAND_DETACHED.to_owned(),
-            Err(err) => format!("{err:#}"),
+            Err(err) => super::one_line(&err),
         }),
     }
 }

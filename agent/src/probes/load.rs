@@ -14,6 +14,8 @@ pub enum LoadError {
     Object(#[source] Box<aya::EbpfError>),
     #[error("no probe could be attached")]
     NothingAttached,
+    #[error("{0}")]
+    Btf(String),
 }
 
 /// What a family needs from the running kernel, for `load` and for `stormwatch check`.
@@ -24,6 +26,14 @@ pub struct KernelFacts {
     pub btf: Option<Btf>,
     /// Why BTF is unusable, when it is.
     pub btf_error: Option<String>,
+    /// Where the BTF is read from: the kernel's own (`/sys/kernel/btf/vmlinux`) or a file the
+    /// user gave (`--btf`, `btf_file`).
+    pub btf_path: PathBuf,
+    /// The BTF is a file the user gave: each tp_btf attach is checked against the running
+    /// kernel (`check_attached_to`), and the first that the kernel resolved to another
+    /// tracepoint is kept here (the load then fails: the file is not this kernel's BTF).
+    pub btf_external: bool,
+    pub btf_mismatch: RefCell<Option<String>>,
     /// Whether the `task_struct` offsets the scheduler probes need were found (kept after
     /// `btf` is dropped).
     pub task_offsets: bool,
@@ -36,32 +46,41 @@ pub struct KernelFacts {
 }
 
 impl KernelFacts {
-    /// Reads the kernel's BTF once: our lookups index the bytes, aya's loader parses them.
-    pub fn probe() -> Self {
-        let unusable = |why: String| Self {
-            aya_btf: None,
-            btf: None,
-            task_offsets: false,
-            sched_info: false,
-            init_netns: None,
-            btf_error: Some(why),
+    /// Reads the BTF once — `btf_file`, else the kernel's own: our lookups index the bytes,
+    /// aya's loader parses them.
+    pub fn probe(btf_file: Option<&Path>) -> Self {
+        let (btf_path, btf_external) = match btf_file {
+            Some(path) => (path.to_path_buf(), true),
+            None => (PathBuf::from(VMLINUX_BTF), false),
         };
-        let btf = match Btf::from_file(VMLINUX_BTF) {
-            Ok(btf) => btf,
-            Err(e) => return unusable(format!("{e}")),
+        let (btf, aya_btf) = match read_btf(&btf_path) {
+            Ok(both) => both,
+            Err(why) => {
+                return Self {
+                    aya_btf: None,
+                    btf: None,
+                    task_offsets: false,
+                    sched_info: false,
+                    init_netns: None,
+                    btf_error: Some(why),
+                    btf_path,
+                    btf_external,
+                    btf_mismatch: RefCell::new(None),
+                };
+            }
         };
-        match aya::Btf::parse(btf.bytes(), aya::Endianness::default()) {
-            Ok(aya_btf) => Self {
-                aya_btf: Some(aya_btf),
-                task_offsets: btf.member_offset("task_struct", "nvcsw").is_ok(),
-                sched_info: ["run_delay", "pcount"]
-                    .iter()
-                    .all(|f| btf.offset_of("task_struct", &["sched_info", f]).is_ok()),
-                init_netns: init_netns_inode(&btf),
-                btf: Some(btf),
-                btf_error: None,
-            },
-            Err(e) => unusable(format!("{VMLINUX_BTF}: {e}")),
+        Self {
+            aya_btf: Some(aya_btf),
+            task_offsets: btf.member_offset("task_struct", "nvcsw").is_ok(),
+            sched_info: ["run_delay", "pcount"]
+                .iter()
+                .all(|f| btf.offset_of("task_struct", &["sched_info", f]).is_ok()),
+            init_netns: init_netns_inode(&btf),
+            btf: Some(btf),
+            btf_error: None,
+            btf_path,
+            btf_external,
+            btf_mismatch: RefCell::new(None),
         }
     }
 }
@@ -114,6 +133,10 @@ pub struct LoadOptions {
     pub futex: FutexTier,
     /// When the per-packet network programs are attached.
     pub net_packets: NetPacketTier,
+    /// A BTF file to use instead of the kernel's own (`/sys/kernel/btf/vmlinux`): where the
+    /// agent cannot read that one (a container without /sys/kernel/btf, a kernel that does not
+    /// publish it). It must be the running kernel's BTF (`check_attached_to`).
+    pub btf_file: Option<PathBuf>,
 }
 
 impl Default for LoadOptions {
@@ -126,6 +149,7 @@ impl Default for LoadOptions {
             wake_kinds: WakeKinds::Always,
             futex: FutexTier::Always,
             net_packets: NetPacketTier::Always,
+            btf_file: None,
         }
     }
 }
@@ -134,7 +158,14 @@ impl Probes {
     pub fn load(options: &LoadOptions) -> Result<Self, LoadError> {
         raise_memlock_rlimit();
         tracefs::ensure_mounted();
-        let mut facts = KernelFacts::probe();
+        let mut facts = KernelFacts::probe(options.btf_file.as_deref());
+        // A BTF file the user named must be usable: running without it would quietly be
+        // something else than asked.
+        if facts.btf_external
+            && let Some(why) = &facts.btf_error
+        {
+            return Err(LoadError::Btf(why.clone()));
+        }
         if options.force_tracepoints {
             facts.aya_btf = None;
             facts.btf_error = Some("tp_btf disabled by --force-tracepoints".to_owned());
@@ -207,6 +238,10 @@ impl Probes {
             }
             status.extend(family_status);
         }
+        if let Some(why) = facts.btf_mismatch.take() {
+            // Its offsets are another kernel's too: nothing loaded with it can be trusted.
+            return Err(LoadError::Btf(why));
+        }
         if !status.iter().any(ProbeStatus::attached) {
             return Err(LoadError::NothingAttached);
         }
@@ -234,6 +269,7 @@ impl Probes {
             loaded_for_later(&net::PACKET_PROGRAMS),
         ];
         let init_netns = facts.init_netns;
+        let check_attach = facts.btf_external;
         drop(facts);
         // Parsing the kernel's BTF (several MB, for the loader and tp_btf) is the agent's
         // largest allocation and it is over now: give the memory back to the system instead of
@@ -249,6 +285,7 @@ impl Probes {
             idle_hot_futexes: IdleKeys::new(IDLE_READS_BEFORE_EVICTION),
             idle_lock_sites: IdleKeys::new(IDLE_READS_BEFORE_EVICTION),
             init_netns,
+            check_attach,
         })
     }
 }
@@ -279,14 +316,11 @@ impl ProbeFamily for EmptySchedProbes {
         .into_iter()
         .map(|(tracepoint, program)| {
             let (_, event) = tracepoint.split_once(':').expect("category:event");
-            let result = match &facts.aya_btf {
-                Some(btf) => attach_btf(ebpf, program, event, btf),
-                None => Err(anyhow::anyhow!("no kernel BTF")),
-            };
+            let result = attach_btf(ebpf, program, event, facts);
             ProbeStatus {
                 tracepoint,
                 kind: result.is_ok().then_some(AttachKind::TpBtf),
-                note: result.err().map(|e| format!("{e:#}")),
+                note: result.err().map(|e| one_line(&e)),
             }
         })
         .collect()

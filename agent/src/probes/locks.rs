@@ -60,7 +60,7 @@ impl ProbeFamily for LockProbes {
             ProbeStatus {
                 tracepoint: BEGIN,
                 kind: None,
-                note: Some(format!("not attached because {END} is not")),
+                note: Some(format!("needs {END}, which is not attached")),
             }
         };
         vec![begin, end]

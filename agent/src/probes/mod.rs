@@ -18,7 +18,13 @@ pub mod sizing;
 pub mod tiers;
 pub mod tracefs;
 
-use std::{collections::HashMap, fmt, hash::Hash};
+use std::{
+    cell::RefCell,
+    collections::HashMap,
+    fmt,
+    hash::Hash,
+    path::{Path, PathBuf},
+};
 
 use aya::{
     Ebpf, EbpfLoader, Pod,
@@ -54,6 +60,50 @@ pub(crate) use self::{
     },
 };
 
+/// Reads a BTF file and checks that it can be what the probes need: a blob both our index and
+/// aya's parser read whole, with the kernel's `struct task_struct` (an empty file, a truncated
+/// one or a module's split BTF is refused). Whether it is the *running* kernel's is known only
+/// at attach (`check_attached_to`). The error names the file.
+pub fn read_btf(path: &Path) -> Result<(Btf, aya::Btf), String> {
+    let shown = path.display();
+    let btf = Btf::from_file(path).map_err(|e| match e {
+        btf::BtfError::Read { source, .. } => format!("cannot read {shown}: {source}"),
+        e => format!("{shown}: {e}"),
+    })?;
+    if !btf.has_struct("task_struct") {
+        return Err(format!(
+            "{shown}: no struct task_struct: not the BTF of a kernel (vmlinux)"
+        ));
+    }
+    let aya_btf = aya::Btf::parse(btf.bytes(), aya::Endianness::default())
+        .map_err(|e| format!("{shown}: {e}"))?;
+    Ok((btf, aya_btf))
+}
+
+/// One line for a probe's note: an error's chain, with a verifier log cut to its verdict (the
+/// last line before its statistics). The whole log goes to the debug log.
+pub fn one_line(err: &anyhow::Error) -> String {
+    let full = format!("{err:#}");
+    let Some((head, log)) = full.split_once("Verifier output:") else {
+        return full.split_whitespace().collect::<Vec<_>>().join(" ");
+    };
+    log::debug!("verifier output: {log}");
+    let verdict = log
+        .lines()
+        .map(str::trim)
+        .rfind(|l| {
+            !l.is_empty()
+                && !l.starts_with("verification time")
+                && !l.starts_with("stack depth")
+                && !l.starts_with("processed ")
+                && !l.starts_with(':')
+                && !l.starts_with(')')
+        })
+        .unwrap_or("(no verifier message)");
+    let head = head.trim().trim_end_matches('.');
+    format!("{head}; the verifier says: {verdict}")
+}
+
 /// A probe family: a name, the globals it needs set before load, and how it attaches.
 pub trait ProbeFamily {
     fn name(&self) -> &'static str;
@@ -81,6 +131,55 @@ pub struct Probes {
     /// The host's network namespace inode where the kernel fixes it (`NET_NS_INIT_INO`, from
     /// BTF: 6.18 and later).
     pub init_netns: Option<u64>,
+    /// The BTF came from a file the user gave: each on-demand tp_btf attach is checked
+    /// (`check_attached_to`) as the first ones were.
+    check_attach: bool,
+}
+
+/// Whether the kernel attached tp_btf program `prog` to `event`. The type id aya takes from a
+/// BTF file names a `btf_trace_<event>` there, and the kernel resolves it in its own BTF: in a
+/// file of another build the same id may name another tracepoint. The kernel's own name for
+/// the link's tracepoint is in its fdinfo (`tp_name`, Linux 5.8 and later).
+pub(crate) fn check_attached_to(prog: &BtfTracePoint, event: &str) -> anyhow::Result<()> {
+    let id = prog.info()?.id();
+    let mut found = None;
+    for entry in std::fs::read_dir("/proc/self/fdinfo")?.flatten() {
+        let Ok(text) = std::fs::read_to_string(entry.path()) else {
+            continue;
+        };
+        let field = |name: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name).map(|v| v.trim().to_owned()))
+        };
+        if field("prog_id:").and_then(|v| v.parse::<u32>().ok()) != Some(id) {
+            continue;
+        }
+        if let Some(tp) = field("tp_name:") {
+            if tp == event {
+                return Ok(());
+            }
+            found = Some(tp);
+        }
+    }
+    match found {
+        Some(other) => anyhow::bail!("its btf_trace_{event} is btf_trace_{other} in this kernel"),
+        None => {
+            anyhow::bail!("cannot confirm where the kernel attached {event} (no tp_name in fdinfo)")
+        }
+    }
+}
+
+/// Why a probe with a tp_btf program is a classic tracepoint: no usable BTF, or BTF without
+/// the offsets its tp_btf program needs.
+pub(crate) fn no_tp_btf(facts: &KernelFacts) -> String {
+    match &facts.btf_error {
+        Some(why) => format!("no tp_btf: {why}"),
+        None if facts.aya_btf.is_none() => "no tp_btf".to_owned(),
+        None => format!(
+            "no tp_btf: {} lacks the task_struct offsets it needs",
+            facts.btf_path.display()
+        ),
+    }
 }
 
 impl Probes {
@@ -181,5 +280,30 @@ impl Probes {
         out.extend(net::errors(&self.ebpf));
         out.extend(UserLoss::ALL.iter().map(|l| (l.name(), l.total())));
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_verifier_log_is_cut_to_its_verdict() {
+        let err = anyhow::anyhow!(
+            "the BPF_PROG_LOAD syscall returned Permission denied (os error 13). Verifier \
+             output: reg type unsupported for arg#0 function sched_switch_tp#80\n    0: \
+             R1=ctx(off=0,imm=0) R10=fp0\n    232: (79) r3 = *(u64 *)(r10 -136)\n    invalid \
+             read from stack R10 off=-136 size=8\n    verification time 3653 usec\n    stack \
+             depth 104+0\n    processed 109 insns (limit 1000000)\n    : Permission denied \
+             (os error 13)"
+        )
+        .context("tracepoint");
+        assert_eq!(
+            one_line(&err),
+            "tracepoint: the BPF_PROG_LOAD syscall returned Permission denied (os error 13); \
+             the verifier says: invalid read from stack R10 off=-136 size=8"
+        );
+        let plain = anyhow::anyhow!("no such\n tracepoint");
+        assert_eq!(one_line(&plain), "no such tracepoint");
     }
 }

@@ -340,7 +340,7 @@ impl ProbeFamily for NetProbes {
                 continue;
             }
             let result = match &facts.aya_btf {
-                Some(btf) => attach_btf(ebpf, btf_program, event, btf),
+                Some(_) => attach_btf(ebpf, btf_program, event, facts),
                 None => Err(anyhow::anyhow!(
                     "no tp_btf ({}), and the tracepoint record lacks the fields the fallback reads",
                     facts.btf_error.as_deref().unwrap_or("no kernel BTF")
@@ -352,7 +352,7 @@ impl ProbeFamily for NetProbes {
                     kind: Some(AttachKind::TpBtf),
                     note: None,
                 },
-                Err(e) => not_attached(tracepoint, format!("{e:#}")),
+                Err(e) => not_attached(tracepoint, super::one_line(&e)),
             });
         }
         status
@@ -377,13 +377,18 @@ fn load_on_demand(
         )),
     };
     let loaded = btf.or_else(|btf_err| match classic {
-        Some(program) => super::load_classic(ebpf, program)
-            .map_err(|e| anyhow::anyhow!("{btf_err:#}; tracepoint failed ({e:#})")),
+        Some(program) => super::load_classic(ebpf, program).map_err(|e| {
+            anyhow::anyhow!(
+                "{}; tracepoint failed: {}",
+                super::one_line(&btf_err),
+                super::one_line(&e)
+            )
+        }),
         None => Err(btf_err),
     });
     match loaded {
         Ok(()) => not_attached(tracepoint, ON_DEMAND_DETACHED.to_owned()),
-        Err(e) => not_attached(tracepoint, format!("{e:#}")),
+        Err(e) => not_attached(tracepoint, super::one_line(&e)),
     }
 }
 

@@ -211,24 +211,39 @@ impl ProbeFamily for SchedProbes {
         // clocks (the run queue's with tp_btf, `bpf_ktime_get_ns()` with classic tracepoints)
         // and hand wake-ups over differently (task storage, `PENDING_WAKEUPS`), so a family
         // half of each would compute intervals across two clocks or never see its wake-ups.
-        let btf = switch.kind == Some(AttachKind::TpBtf);
+        // Without the switch, no wake-up program is attached: the waits they begin end at a
+        // switch-in only the switch program sees (classic wake-ups would fill
+        // `PENDING_WAKEUPS` for nothing).
+        let switch_kind = switch.kind;
         let why_classic = switch.note.clone();
         let mut status = vec![switch];
+        let without_switch = || format!("needs {SWITCH}, which is not attached");
         // Where the switch times the waits, the wake-up programs only tell wake-ups local or
         // remote, and may wait to be asked for.
         let on_demand = self.wake_kinds == WakeKinds::OnDemand && waits_from_switch(facts, &status);
         for &(tracepoint, btf_prog, tp_prog) in wakeups {
-            status.push(match (btf, &facts.aya_btf) {
-                (true, Some(aya_btf)) if on_demand => load_on_demand(ebpf, aya_btf, tracepoint, btf_prog),
-                (true, Some(aya_btf)) => attach_btf_only(ebpf, aya_btf, tracepoint, btf_prog, |err| {
-                    format!(
-                        "tp_btf failed ({err:#}); not attached as a classic tracepoint beside a \
-                         tp_btf sched_switch"
-                    )
-                }),
-                _ => {
+            status.push(match (switch_kind, &facts.aya_btf) {
+                (None, _) => ProbeStatus {
+                    tracepoint,
+                    kind: None,
+                    note: Some(without_switch()),
+                },
+                (Some(AttachKind::TpBtf), Some(aya_btf)) if on_demand => {
+                    load_on_demand(ebpf, aya_btf, tracepoint, btf_prog)
+                }
+                (Some(AttachKind::TpBtf), _) => {
+                    attach_btf_only(ebpf, facts, tracepoint, btf_prog, |err| {
+                        format!(
+                            "tp_btf failed ({}); not attached as a classic tracepoint beside a \
+                             tp_btf sched_switch",
+                            super::one_line(&err)
+                        )
+                    })
+                }
+                (Some(AttachKind::Tracepoint), _) => {
                     let mut classic = attach_preferring_btf(ebpf, facts, tracepoint, None, tp_prog);
-                    if classic.note.is_none() {
+                    if classic.attached() {
+                        // Classic because the switch is: its reason is theirs.
                         classic.note = why_classic
                             .as_ref()
                             .map(|why| format!("as sched_switch: {why}"));
@@ -243,12 +258,17 @@ impl ProbeFamily for SchedProbes {
             s.tracepoint == WAKEUP && (s.kind == Some(AttachKind::TpBtf) || s.on_demand())
         });
         status.push(match (&facts.aya_btf, wakeup_btf) {
+            _ if switch_kind.is_none() => ProbeStatus {
+                tracepoint: WAKING,
+                kind: None,
+                note: Some(without_switch()),
+            },
             (Some(btf), true) if on_demand => {
                 load_on_demand(ebpf, btf, WAKING, programs::SCHED_WAKING_BTF)
             }
-            (Some(btf), true) => {
-                attach_btf_only(ebpf, btf, WAKING, programs::SCHED_WAKING_BTF, |err| {
-                    format!("{err:#}")
+            (Some(_), true) => {
+                attach_btf_only(ebpf, facts, WAKING, programs::SCHED_WAKING_BTF, |err| {
+                    super::one_line(&err)
                 })
             }
             _ => ProbeStatus {
@@ -326,7 +346,10 @@ fn load_on_demand(
         kind: None,
         note: Some(match load_btf(ebpf, program, event, btf) {
             Ok(_) => ON_DEMAND_DETACHED.to_owned(),
-            Err(err) => format!("tp_btf failed ({err:#}); wake-ups are not told local or remote"),
+            Err(err) => format!(
+                "tp_btf failed ({}); wake-ups are not told local or remote",
+                super::one_line(&err)
+            ),
         }),
     }
 }

@@ -116,6 +116,7 @@ impl Probes {
             &mut self.status,
             on,
             notes,
+            self.check_attach,
         )
     }
 }
@@ -147,6 +148,7 @@ pub(super) fn set_tier(
     status: &mut [ProbeStatus],
     on: bool,
     (attached, detached): (&str, &str),
+    check_attach: bool,
 ) -> anyhow::Result<()> {
     let order: Vec<usize> = if on {
         (0..tier.len()).collect()
@@ -175,7 +177,13 @@ pub(super) fn set_tier(
                 AttachKind::Tracepoint
             }
             (None, aya::programs::Program::BtfTracePoint(p)) => {
-                *link = Some(OnDemandLink::Btf(p.attach()?));
+                let id = p.attach()?;
+                let (_, event) = tracepoint.split_once(':').expect("category:event");
+                if check_attach && let Err(err) = check_attached_to(p, event) {
+                    let _ = p.detach(id);
+                    return Err(err.context("the BTF file is not the running kernel's"));
+                }
+                *link = Some(OnDemandLink::Btf(id));
                 AttachKind::TpBtf
             }
             (None, aya::programs::Program::TracePoint(p)) => {

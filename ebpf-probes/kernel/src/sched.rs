@@ -133,6 +133,35 @@ const TP_STATE_PREEMPTED: u32 = 0x100;
 /// counters were folded into its process's totals before its final switch.
 const EXIT_DEAD: u32 = 0x10;
 
+/// A value that may be unknown, written either way: `value` is zero when `known` is false.
+///
+/// Not an `Option`: the payload of a `None` is never written, and LLVM may still load it ahead
+/// of the test of the discriminant (a load it knows to be harmless). Kernels before 6.3 refuse
+/// any read of stack the program never wrote, even one whose value is then unused: 6.1's
+/// verifier rejected the classic `sched_switch` program for the `None` runtime it spilled
+/// ("invalid read from stack R10 off=-136 size=8"). Every field here is always written.
+#[derive(Clone, Copy)]
+struct Known<T: Copy> {
+    known: bool,
+    value: T,
+}
+
+impl<T: Copy> Known<T> {
+    #[inline(always)]
+    const fn some(value: T) -> Self {
+        Self { known: true, value }
+    }
+
+    /// Unknown, with `zero` written in place of the value.
+    #[inline(always)]
+    const fn none(zero: T) -> Self {
+        Self {
+            known: false,
+            value: zero,
+        }
+    }
+}
+
 /// What the switch-out of `prev` needs to know about it.
 struct Prev {
     /// The outgoing thread (`current`), as a BTF pointer task storage accepts.
@@ -140,9 +169,9 @@ struct Prev {
     /// Its thread id (0: a CPU's idle task).
     tid: u32,
     /// `(nvcsw, nivcsw)` read from the task, when the offsets are known.
-    counters: Option<(u64, u64)>,
+    counters: Known<(u64, u64)>,
     /// `se.sum_exec_runtime` read from the task, when the offset is known.
-    runtime: Option<u64>,
+    runtime: Known<u64>,
     /// Whether the task stays runnable (preempted), for when counters cannot decide.
     runnable: bool,
     /// The task is exiting and the kernel has already folded its counters into its process's
@@ -159,7 +188,7 @@ struct Prev {
     /// Its cgroup v2 id (`bpf_get_current_cgroup_id()`'s answer).
     cgroup_id: u64,
     /// Its `sched_info`, where the kernel keeps one and BTF gives its offsets (tp_btf).
-    sched_info: Option<SchedInfo>,
+    sched_info: Known<SchedInfo>,
 }
 
 /// A thread's `sched_info` at its switch-out. At `sched_switch` the kernel has already added
@@ -172,6 +201,13 @@ struct SchedInfo {
     run_delay: u64,
     /// `pcount`: how many times it went on a CPU.
     pcount: u64,
+}
+
+impl SchedInfo {
+    const ZERO: Self = Self {
+        run_delay: 0,
+        pcount: 0,
+    };
 }
 
 // ---- entry points: tp_btf (preferred) -------------------------------------------------------
@@ -189,11 +225,11 @@ pub fn sched_switch_btf(ctx: BtfTracePointContext) -> i32 {
     let next_tid: u32 = typed(next, global_u32(&TASK_PID_OFFSET));
     let runtime_offset = global_u32(&TASK_RUNTIME_OFFSET);
     let (prev_runtime, next_runtime) = if runtime_offset == 0 {
-        (None, None)
+        (Known::none(0), Known::none(0))
     } else {
         (
-            Some(typed::<u64>(prev, runtime_offset)),
-            Some(typed::<u64>(next, runtime_offset)),
+            Known::some(typed::<u64>(prev, runtime_offset)),
+            Known::some(typed::<u64>(next, runtime_offset)),
         )
     };
     let state: u32 = typed(prev, global_u32(&TASK_STATE_OFFSET));
@@ -203,7 +239,7 @@ pub fn sched_switch_btf(ctx: BtfTracePointContext) -> i32 {
         // arguments already give.
         task: prev as *mut task_struct,
         tid: typed(prev, global_u32(&TASK_PID_OFFSET)),
-        counters: Some((
+        counters: Known::some((
             typed(prev, global_u32(&TASK_NVCSW_OFFSET)),
             typed(prev, global_u32(&TASK_NIVCSW_OFFSET)),
         )),
@@ -213,10 +249,14 @@ pub fn sched_switch_btf(ctx: BtfTracePointContext) -> i32 {
         dead: exit_state & EXIT_DEAD != 0,
         classic: false,
         cgroup_id: task_cgroup_id(prev),
-        sched_info: (global_u32(&HAVE_SCHED_INFO) == 1).then(|| SchedInfo {
-            run_delay: typed(prev, global_u32(&TASK_RUN_DELAY_OFFSET)),
-            pcount: typed(prev, global_u32(&TASK_PCOUNT_OFFSET)),
-        }),
+        sched_info: if global_u32(&HAVE_SCHED_INFO) == 1 {
+            Known::some(SchedInfo {
+                run_delay: typed(prev, global_u32(&TASK_RUN_DELAY_OFFSET)),
+                pcount: typed(prev, global_u32(&TASK_PCOUNT_OFFSET)),
+            })
+        } else {
+            Known::none(SchedInfo::ZERO)
+        },
     };
     let now = rq_clock(prev.task as *const u8);
     on_switch(now, prev, next_tid, next_runtime);
@@ -376,13 +416,13 @@ pub fn sched_switch_tp(ctx: TracePointContext) -> i32 {
         dead |= read_task_u32(task, global_u32(&TASK_EXIT_STATE_OFFSET)) & EXIT_DEAD != 0;
         let runtime_offset = global_u32(&TASK_RUNTIME_OFFSET);
         let runtime = if runtime_offset == 0 {
-            None
+            Known::none(0)
         } else {
             read_task_u64(task, runtime_offset)
         };
         (read_task_counters(task), runtime)
     } else {
-        (None, None)
+        (Known::none((0, 0)), Known::none(0))
     };
     let prev = Prev {
         task: current_task(),
@@ -394,13 +434,13 @@ pub fn sched_switch_tp(ctx: TracePointContext) -> i32 {
         classic: true,
         // SAFETY: a helper with no preconditions; `current` is `prev` during sched_switch.
         cgroup_id: unsafe { bpf_get_current_cgroup_id() },
-        sched_info: None,
+        sched_info: Known::none(SchedInfo::ZERO),
     };
     // The record names the incoming thread by id only: its runtime is not read here, the
     // outgoing thread's baseline in its task storage is used instead.
     // SAFETY: a helper with no preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
-    on_switch(now, prev, next_tid, None);
+    on_switch(now, prev, next_tid, Known::none(0));
     0
 }
 
@@ -465,23 +505,27 @@ fn read_task_u32(task: *const u8, offset: u32) -> u32 {
 }
 
 #[inline(always)]
-fn read_task_u64(task: *const u8, offset: u32) -> Option<u64> {
+fn read_task_u64(task: *const u8, offset: u32) -> Known<u64> {
     // SAFETY: as in read_task_u32.
     match unsafe { bpf_probe_read_kernel(task.wrapping_add(offset as usize) as *const u64) } {
-        Ok(v) => Some(v),
+        Ok(v) => Known::some(v),
         Err(_) => {
             count_error(ProbeError::TaskRead);
-            None
+            Known::none(0)
         }
     }
 }
 
 /// The task's `(nvcsw, nivcsw)`: the kernel's own voluntary and involuntary switch counts.
 #[inline(always)]
-fn read_task_counters(task: *const u8) -> Option<(u64, u64)> {
-    let nvcsw = read_task_u64(task, global_u32(&TASK_NVCSW_OFFSET))?;
-    let nivcsw = read_task_u64(task, global_u32(&TASK_NIVCSW_OFFSET))?;
-    Some((nvcsw, nivcsw))
+fn read_task_counters(task: *const u8) -> Known<(u64, u64)> {
+    let nvcsw = read_task_u64(task, global_u32(&TASK_NVCSW_OFFSET));
+    let nivcsw = read_task_u64(task, global_u32(&TASK_NIVCSW_OFFSET));
+    if nvcsw.known && nivcsw.known {
+        Known::some((nvcsw.value, nivcsw.value))
+    } else {
+        Known::none((0, 0))
+    }
 }
 
 /// The per-CPU stats slot of a cgroup, created on first use.
@@ -581,11 +625,11 @@ struct Since {
     /// The clock at its switch-in (0: not seen).
     ns: u64,
     /// Its `se.sum_exec_runtime` at its switch-in, when read.
-    runtime: Option<u64>,
+    runtime: Known<u64>,
 }
 
 #[inline(always)]
-fn on_switch(now: u64, prev: Prev, next_tid: u32, next_runtime: Option<u64>) {
+fn on_switch(now: u64, prev: Prev, next_tid: u32, next_runtime: Known<u64>) {
     // SAFETY: a helper with no preconditions.
     let cpu = unsafe { bpf_get_smp_processor_id() };
     let prev_tid = prev.tid;
@@ -599,25 +643,27 @@ fn on_switch(now: u64, prev: Prev, next_tid: u32, next_runtime: Option<u64>) {
         let since = if on_cpu.tid == prev_tid {
             Since {
                 ns: on_cpu.since_ns,
-                runtime: (on_cpu.flags & ON_CPU_HAS_RUNTIME != 0)
-                    .then_some(on_cpu.since_runtime_ns),
+                runtime: if on_cpu.flags & ON_CPU_HAS_RUNTIME != 0 {
+                    Known::some(on_cpu.since_runtime_ns)
+                } else {
+                    Known::none(0)
+                },
             }
         } else {
             Since {
                 ns: 0,
-                runtime: None,
+                runtime: Known::none(0),
             }
         };
         switch_out(now, cpu, prev_tid, since, prev);
     }
     on_cpu.tid = next_tid;
     on_cpu.since_ns = now;
-    match next_runtime {
-        Some(runtime) => {
-            on_cpu.since_runtime_ns = runtime;
-            on_cpu.flags = ON_CPU_HAS_RUNTIME;
-        }
-        None => on_cpu.flags = 0,
+    if next_runtime.known {
+        on_cpu.since_runtime_ns = next_runtime.value;
+        on_cpu.flags = ON_CPU_HAS_RUNTIME;
+    } else {
+        on_cpu.flags = 0;
     }
 }
 
@@ -643,9 +689,10 @@ fn switch_out(now: u64, cpu: u32, tid: u32, since: Since, prev: Prev) {
     // counters into the process totals (getrusage) before them, and nobody can read them
     // afterwards. Its time on the CPU is still credited. Its storage goes with its task_struct.
     let oncpu = on_cpu_time(st, now, since, prev.runtime);
-    let ended = match prev.sched_info {
-        Some(info) => waits_from_sched_info(st, oncpu_since, info),
-        None => waits_from_stamps(st, oncpu_since),
+    let ended = if prev.sched_info.known {
+        waits_from_sched_info(st, oncpu_since, prev.sched_info.value)
+    } else {
+        waits_from_stamps(st, oncpu_since)
     };
     if prev.dead {
         credit_intervals(stats, st, oncpu, cpu, oncpu_since, ended);
@@ -653,35 +700,33 @@ fn switch_out(now: u64, cpu: u32, tid: u32, since: Since, prev: Prev) {
         return;
     }
 
-    let still_runnable = match prev.counters {
-        Some((nvcsw, nivcsw)) if st.flags & TASK_HAS_SWITCH_BASELINE != 0 => {
-            let voluntary = nvcsw.wrapping_sub(st.nvcsw);
-            let involuntary = nivcsw.wrapping_sub(st.nivcsw);
-            stats.voluntary_switches += voluntary;
-            stats.involuntary_switches += involuntary;
-            involuntary != 0 && voluntary == 0
-        }
+    let (nvcsw, nivcsw) = prev.counters.value;
+    let still_runnable = if prev.counters.known && st.flags & TASK_HAS_SWITCH_BASELINE != 0 {
+        let voluntary = nvcsw.wrapping_sub(st.nvcsw);
+        let involuntary = nivcsw.wrapping_sub(st.nivcsw);
+        stats.voluntary_switches += voluntary;
+        stats.involuntary_switches += involuntary;
+        involuntary != 0 && voluntary == 0
+    } else {
         // Without a counter baseline (a thread's first switch-out since attach, or no BTF),
         // the switch is classified from the tracepoint.
-        _ => count_by_state(stats, prev.runnable),
+        count_by_state(stats, prev.runnable)
     };
     // A thread not seen before (fresh storage is zeros) has only its time on this CPU to credit.
     credit_intervals(stats, st, oncpu, cpu, oncpu_since, ended);
     let mut flags = TASK_SEEN | TASK_HAS_LAST_CPU | (st.flags & TASK_HAS_WAKER);
-    if let Some((nvcsw, nivcsw)) = prev.counters {
+    if prev.counters.known {
         st.nvcsw = nvcsw;
         st.nivcsw = nivcsw;
         flags |= TASK_HAS_SWITCH_BASELINE;
     }
-    if let Some(info) = prev.sched_info {
-        st.run_delay = info.run_delay;
-        st.pcount = info.pcount as u32;
+    if prev.sched_info.known {
+        st.run_delay = prev.sched_info.value.run_delay;
+        st.pcount = prev.sched_info.value.pcount as u32;
         flags |= TASK_HAS_RUN_DELAY;
     }
-    if prev.classic
-        && let Some(runtime) = prev.runtime
-    {
-        st.runtime_ns = runtime;
+    if prev.classic && prev.runtime.known {
+        st.runtime_ns = prev.runtime.value;
         flags |= TASK_HAS_RUNTIME_BASELINE;
     }
     st.flags = flags;
@@ -729,13 +774,13 @@ fn count_by_state(stats: &mut SchedStats, runnable: bool) -> bool {
 /// +10% against `getrusage` on this 2-vCPU VM under load). The clock is used only when the
 /// runtime cannot be read (no BTF) or, on classic tracepoints, for a thread's first interval.
 #[inline(always)]
-fn on_cpu_time(st: &TaskState, now: u64, since: Since, runtime: Option<u64>) -> u64 {
-    match (runtime, since.runtime) {
-        (Some(now_rt), Some(then_rt)) => now_rt.saturating_sub(then_rt),
-        (Some(now_rt), None) if st.flags & TASK_HAS_RUNTIME_BASELINE != 0 => {
-            now_rt.saturating_sub(st.runtime_ns)
-        }
-        _ => now.saturating_sub(since.ns),
+fn on_cpu_time(st: &TaskState, now: u64, since: Since, runtime: Known<u64>) -> u64 {
+    if runtime.known && since.runtime.known {
+        runtime.value.saturating_sub(since.runtime.value)
+    } else if runtime.known && st.flags & TASK_HAS_RUNTIME_BASELINE != 0 {
+        runtime.value.saturating_sub(st.runtime_ns)
+    } else {
+        now.saturating_sub(since.ns)
     }
 }
 
@@ -743,16 +788,16 @@ fn on_cpu_time(st: &TaskState, now: u64, since: Since, runtime: Option<u64>) -> 
 #[derive(Clone, Copy)]
 struct Ended {
     /// The run-queue wait that ended at the switch-in.
-    wait: Option<u64>,
+    wait: Known<u64>,
     /// The time blocked before that wait (the time between its last switch-out and its wake-up).
-    offcpu: Option<u64>,
+    offcpu: Known<u64>,
 }
 
 impl Ended {
     /// Nothing known.
     const NONE: Self = Self {
-        wait: None,
-        offcpu: None,
+        wait: Known::none(0),
+        offcpu: Known::none(0),
     };
 }
 
@@ -766,8 +811,8 @@ fn waits_from_sched_info(st: &TaskState, oncpu_since: u64, info: SchedInfo) -> E
     if st.flags & TASK_HAS_RUN_DELAY == 0 {
         return if info.pcount == 1 {
             Ended {
-                wait: Some(info.run_delay),
-                offcpu: None,
+                wait: Known::some(info.run_delay),
+                offcpu: Known::none(0),
             }
         } else {
             Ended::NONE
@@ -779,12 +824,16 @@ fn waits_from_sched_info(st: &TaskState, oncpu_since: u64, info: SchedInfo) -> E
     }
     let wait = info.run_delay.wrapping_sub(st.run_delay);
     Ended {
-        wait: Some(wait),
-        offcpu: (oncpu_since != 0 && st.blocked_since != 0).then(|| {
-            oncpu_since
-                .saturating_sub(st.blocked_since)
-                .saturating_sub(wait)
-        }),
+        wait: Known::some(wait),
+        offcpu: if oncpu_since != 0 && st.blocked_since != 0 {
+            Known::some(
+                oncpu_since
+                    .saturating_sub(st.blocked_since)
+                    .saturating_sub(wait),
+            )
+        } else {
+            Known::none(0)
+        },
     }
 }
 
@@ -796,9 +845,16 @@ fn waits_from_stamps(st: &TaskState, oncpu_since: u64) -> Ended {
         return Ended::NONE;
     }
     Ended {
-        wait: (st.queued_since != 0 && oncpu_since >= st.queued_since)
-            .then(|| oncpu_since - st.queued_since),
-        offcpu: (st.blocked_since == 0).then_some(st.offcpu_pending_ns),
+        wait: if st.queued_since != 0 && oncpu_since >= st.queued_since {
+            Known::some(oncpu_since - st.queued_since)
+        } else {
+            Known::none(0)
+        },
+        offcpu: if st.blocked_since == 0 {
+            Known::some(st.offcpu_pending_ns)
+        } else {
+            Known::none(0)
+        },
     }
 }
 
@@ -817,10 +873,11 @@ fn credit_intervals(
     if oncpu_since != 0 {
         stats.oncpu_ns += oncpu;
     }
-    if let Some(offcpu) = ended.offcpu {
-        stats.offcpu_ns += offcpu;
+    if ended.offcpu.known {
+        stats.offcpu_ns += ended.offcpu.value;
     }
-    if let Some(waited) = ended.wait {
+    if ended.wait.known {
+        let waited = ended.wait.value;
         stats.runq.record(waited);
         if st.flags & (TASK_WOKEN | TASK_WAKE_KNOWN) == TASK_WOKEN | TASK_WAKE_KNOWN {
             if st.flags & TASK_WAKE_REMOTE != 0 {
