@@ -13,12 +13,19 @@
 // queue    a ThreadPoolExecutor of `threads` workers fed `rate` tasks per second by one
 //          producer: a producer/consumer queue at a modest rate.
 // handoff  two threads hand an object back and forth through a SynchronousQueue.
+// smallpool  a ThreadPoolExecutor of `threads` workers fed small tasks by one producer as fast
+//          as its bounded queue (1024) takes them: when it is full the producer blocks in
+//          put(). A small pool inside a large runtime: the JVM's own threads are many, the
+//          ones that hand work to one another few.
 //
-// Prints one JSON line at the end: {"mode":…,"threads":…,"ops":…,"cpu_seconds":…}.
+// Prints one JSON line at the end: {"mode":…,"threads":…,"ops":…,"cpu_seconds":…}; smallpool
+// also prints {"ops":…,"seconds":…} every second while it runs (tasks done so far, seconds
+// since the start).
 
 import java.lang.management.ManagementFactory;
 import java.util.concurrent.*;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.atomic.LongAdder;
 import java.util.concurrent.locks.LockSupport;
 import java.util.concurrent.locks.ReentrantLock;
 
@@ -107,6 +114,42 @@ public class Corpus {
                 }
                 pool.shutdown();
                 pool.awaitTermination(10, TimeUnit.SECONDS);
+                report(mode, threads, seconds);
+                return;
+            }
+            case "smallpool": {
+                ThreadPoolExecutor pool = new ThreadPoolExecutor(threads, threads, 60,
+                        TimeUnit.SECONDS, new ArrayBlockingQueue<>(1024), (task, executor) -> {
+                            try {
+                                executor.getQueue().put(task);
+                            } catch (InterruptedException e) {
+                                Thread.currentThread().interrupt();
+                            }
+                        });
+                pool.prestartAllCoreThreads();
+                LongAdder done = new LongAdder();
+                long start = System.nanoTime();
+                Thread progress = new Thread(() -> {
+                    for (long next = start + 1_000_000_000L; next < deadline;
+                            next += 1_000_000_000L) {
+                        LockSupport.parkNanos(next - System.nanoTime());
+                        System.out.printf("{\"ops\":%d,\"seconds\":%.3f}%n", done.sum(),
+                                (System.nanoTime() - start) / 1e9);
+                    }
+                });
+                progress.setDaemon(true);
+                progress.start();
+                long x = 1;
+                while (System.nanoTime() < deadline) {
+                    final long seed = x++;
+                    pool.execute(() -> {
+                        sink += burn(200, seed);
+                        done.increment();
+                    });
+                }
+                pool.shutdown();
+                pool.awaitTermination(10, TimeUnit.SECONDS);
+                OPS.set(done.sum());
                 report(mode, threads, seconds);
                 return;
             }

@@ -10,14 +10,28 @@
 //! the cgroup's own CPU time (`cpu.stat`) and, under a quota, its throttled time. Those are the
 //! ground truth each case's premise is checked against, never the agent's figures.
 //!
+//! Some cases also measure whether they are lock-bound at all, the definition the rule is
+//! judged by: the same program does clearly more work per second with the lock made
+//! uncontended, or the threads cut to the allowed CPUs. Such a case names that variant of its
+//! program (its `counterfactual`). Its program is measured once settled, before the agent
+//! attaches (the agent's own cost stays out of the comparison); after the judged run the
+//! counterfactual runs alone, in a fresh cgroup with the same quota, and is measured over the
+//! same span of its life. Both read the work done from the progress lines the programs (or
+//! their load generators) print.
+//!
+//! Cases are split: `Tuning` ones are those the rule's thresholds may be chosen on, `HeldOut`
+//! ones are not looked at while choosing them, and say whether the rule carries over.
+//!
 //! Used by `tests/tests/corpus.rs` (each case once) and by the `corpus` binary (`cargo xtask
 //! corpus`: each case N times, optionally beside a CPU hog, for verdict stability).
 
 use std::{
+    io::{BufRead as _, BufReader},
+    net::TcpListener,
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
+    process::{Child, ChildStdout, Command, Stdio},
     sync::{
-        Arc, OnceLock,
+        Arc, Mutex, OnceLock,
         atomic::{AtomicBool, Ordering},
     },
     time::{Duration, Instant},
@@ -32,6 +46,39 @@ use crate::{Agent, TestCgroup, cgroupfs, cpus, daemon::tool, join_before_exec, v
 pub enum Expect {
     LockStorm,
     NotLockStorm,
+}
+
+/// Which part of the corpus a case is in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Split {
+    /// The rule's thresholds may be chosen on these.
+    Tuning,
+    /// Kept out of that choice: whether the rule carries over to shapes it was not fitted to.
+    HeldOut,
+}
+
+/// The lock `lockbench` takes (`--lock`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lock {
+    /// A default pthread mutex.
+    Mutex,
+    /// `PTHREAD_MUTEX_ADAPTIVE_NP`: spins a while before it sleeps.
+    Adaptive,
+    /// A pthread rwlock, taken by every thread as a writer.
+    RwLock,
+    /// A `PTHREAD_PROCESS_SHARED` mutex in shared memory, taken by several processes.
+    Shared,
+}
+
+impl Lock {
+    fn flag(self) -> &'static str {
+        match self {
+            Lock::Mutex => "mutex",
+            Lock::Adaptive => "adaptive",
+            Lock::RwLock => "rwlock",
+            Lock::Shared => "shared",
+        }
+    }
 }
 
 /// How a case's program is started.
@@ -49,6 +96,58 @@ pub enum Program {
     GoMutex { gomaxprocs: u32, goroutines: u32 },
     /// `redis-server` in the cgroup, loaded by `redis-benchmark` from outside it.
     RedisUnderLoad,
+    /// `lockbench` (tests/corpus/lockbench.c): `threads` threads in each of `procs` processes
+    /// take one lock around `cs` iterations of busy work and do `out` outside it; with
+    /// `uncontended`, each thread takes a lock of its own instead (its counterfactual).
+    LockBench {
+        lock: Lock,
+        threads: u32,
+        procs: u32,
+        cs: u32,
+        out: u32,
+        uncontended: bool,
+    },
+    /// The plain Go net/http server (tests/corpus/httpserver, no lock in its handler) with this
+    /// GOMAXPROCS, loaded from outside the cgroup by `clients` keep-alive clients of
+    /// tests/corpus/httpload; its work is the requests answered.
+    GoHttpUnderLoad { gomaxprocs: u32, clients: u32 },
+}
+
+/// The Corpus.java modes that print progress lines (their work so far).
+const JAVA_MODES_WITH_PROGRESS: [&str; 1] = ["smallpool"];
+
+impl Program {
+    /// `lockbench` with one lock shared by `threads` threads of one process.
+    fn lockbench(lock: Lock, threads: u32, cs: u32, out: u32) -> Self {
+        Program::LockBench {
+            lock,
+            threads,
+            procs: 1,
+            cs,
+            out,
+            uncontended: false,
+        }
+    }
+
+    /// The same `lockbench` with a lock per thread: the lock made uncontended.
+    fn uncontended(&self) -> Self {
+        let mut variant = self.clone();
+        match &mut variant {
+            Program::LockBench { uncontended, .. } => *uncontended = true,
+            other => panic!("only lockbench has an uncontended variant, not {other:?}"),
+        }
+        variant
+    }
+
+    /// Whether the program itself prints progress lines (its load generator's are read
+    /// otherwise).
+    fn prints_progress(&self) -> bool {
+        match self {
+            Program::LockBench { .. } => true,
+            Program::Java { mode, .. } => JAVA_MODES_WITH_PROGRESS.contains(mode),
+            _ => false,
+        }
+    }
 }
 
 /// One workload of the corpus.
@@ -60,12 +159,30 @@ pub struct Case {
     pub program: Program,
     /// A CFS quota in CPUs (the v1 `cpu` controller on a hybrid host, `cpu.max` on pure v2).
     pub quota: Option<f64>,
+    pub split: Split,
+    /// The variant of `program` that says whether it is lock-bound (the lock made uncontended,
+    /// or the threads cut to the allowed CPUs), run after the judged run with the same quota.
+    /// Both programs report their work (see [`Outcome::work_per_second`]).
+    pub counterfactual: Option<Program>,
 }
 
-/// Every case, lock-bound first.
+/// Every case: the first ones lock-bound first, then those grounded in a counterfactual.
 pub fn cases() -> Vec<Case> {
     use Expect::*;
     use Program::*;
+    use Split::*;
+    let short_cs = Program::lockbench(Lock::Mutex, 32, 50, 50);
+    let long_cs = Program::lockbench(Lock::Mutex, 32, 20_000, 2_000);
+    let rwlock = Program::lockbench(Lock::RwLock, 32, 50, 50);
+    let adaptive = Program::lockbench(Lock::Adaptive, 32, 50, 50);
+    let shared = LockBench {
+        lock: Lock::Shared,
+        threads: 8,
+        procs: 4,
+        cs: 50,
+        out: 50,
+        uncontended: false,
+    };
     vec![
         Case {
             name: "sysbench-mutex-storm",
@@ -80,6 +197,8 @@ pub fn cases() -> Vec<Case> {
                 "run",
             ]),
             quota: None,
+            split: Tuning,
+            counterfactual: None,
         },
         Case {
             name: "stress-ng-semaphore",
@@ -88,6 +207,8 @@ pub fn cases() -> Vec<Case> {
             expect: NotLockStorm,
             program: Cmd(&["stress-ng", "--sem", "1", "--sem-procs", "64", "-t", "60"]),
             quota: None,
+            split: Tuning,
+            counterfactual: None,
         },
         Case {
             name: "lock-pi-convoy",
@@ -95,6 +216,8 @@ pub fn cases() -> Vec<Case> {
             expect: LockStorm,
             program: Cmd(&["perf", "bench", "futex", "lock-pi", "-t", "64", "-r", "60"]),
             quota: None,
+            split: Tuning,
+            counterfactual: None,
         },
         Case {
             name: "jvm-fair-lock-convoy",
@@ -106,6 +229,8 @@ pub fn cases() -> Vec<Case> {
                 rate: None,
             },
             quota: None,
+            split: Tuning,
+            counterfactual: None,
         },
         Case {
             name: "jvm-synchronized-storm",
@@ -117,16 +242,21 @@ pub fn cases() -> Vec<Case> {
                 rate: None,
             },
             quota: None,
+            split: Tuning,
+            counterfactual: None,
         },
         Case {
             name: "go-mutex-storm",
-            what: "Go sync.Mutex, 64 goroutines, GOMAXPROCS=16 on 2 CPUs",
-            expect: LockStorm,
+            what: "Go sync.Mutex, 64 goroutines, GOMAXPROCS=16 on 2 CPUs: the goroutines wait \
+                   in the Go scheduler, the futex hand-offs are its Ms'",
+            expect: NotLockStorm,
             program: GoMutex {
                 gomaxprocs: 16,
                 goroutines: 64,
             },
             quota: None,
+            split: Tuning,
+            counterfactual: None,
         },
         Case {
             name: "quota-mutex-storm",
@@ -141,6 +271,8 @@ pub fn cases() -> Vec<Case> {
                 "run",
             ]),
             quota: Some(0.5),
+            split: Tuning,
+            counterfactual: None,
         },
         Case {
             name: "quota-jvm-storm",
@@ -152,6 +284,8 @@ pub fn cases() -> Vec<Case> {
                 rate: None,
             },
             quota: Some(0.5),
+            split: Tuning,
+            counterfactual: None,
         },
         Case {
             name: "cpu-oversubscription",
@@ -159,6 +293,8 @@ pub fn cases() -> Vec<Case> {
             expect: NotLockStorm,
             program: Cmd(&["stress-ng", "--cpu", "32", "-t", "60"]),
             quota: None,
+            split: Tuning,
+            counterfactual: None,
         },
         Case {
             name: "quota-cpu-bound",
@@ -166,6 +302,8 @@ pub fn cases() -> Vec<Case> {
             expect: NotLockStorm,
             program: Cmd(&["stress-ng", "--cpu", "8", "-t", "60"]),
             quota: Some(0.5),
+            split: Tuning,
+            counterfactual: None,
         },
         Case {
             name: "jvm-idle-pool-on-timers",
@@ -177,6 +315,8 @@ pub fn cases() -> Vec<Case> {
                 rate: None,
             },
             quota: None,
+            split: Tuning,
+            counterfactual: None,
         },
         Case {
             name: "jvm-queue-modest-rate",
@@ -188,6 +328,8 @@ pub fn cases() -> Vec<Case> {
                 rate: Some(500),
             },
             quota: None,
+            split: Tuning,
+            counterfactual: None,
         },
         Case {
             name: "futex-no-waiters",
@@ -195,6 +337,8 @@ pub fn cases() -> Vec<Case> {
             expect: NotLockStorm,
             program: Cmd(&["perf", "bench", "futex", "hash", "-t", "64", "-r", "60"]),
             quota: None,
+            split: Tuning,
+            counterfactual: None,
         },
         Case {
             name: "stress-ng-futex",
@@ -202,6 +346,8 @@ pub fn cases() -> Vec<Case> {
             expect: NotLockStorm,
             program: Cmd(&["stress-ng", "--futex", "2", "-t", "60"]),
             quota: None,
+            split: Tuning,
+            counterfactual: None,
         },
         Case {
             name: "jvm-two-thread-handoff",
@@ -213,6 +359,8 @@ pub fn cases() -> Vec<Case> {
                 rate: None,
             },
             quota: None,
+            split: Tuning,
+            counterfactual: None,
         },
         Case {
             name: "hackbench-messaging",
@@ -230,6 +378,8 @@ pub fn cases() -> Vec<Case> {
                 "2000000",
             ]),
             quota: None,
+            split: Tuning,
+            counterfactual: None,
         },
         Case {
             name: "redis-under-load",
@@ -237,6 +387,116 @@ pub fn cases() -> Vec<Case> {
             expect: NotLockStorm,
             program: RedisUnderLoad,
             quota: None,
+            split: Tuning,
+            counterfactual: None,
+        },
+        // Held out, but for the quota short-section storm (the quota storm the thresholds
+        // for storms inside quotas may be chosen on). Each is grounded in its counterfactual;
+        // lockbench's is the same program with a lock per thread.
+        Case {
+            name: "lockbench-short-cs-storm",
+            what: "lockbench: 32 threads on one pthread mutex, 50-iteration critical section, \
+                   50 outside, on busy CPUs",
+            expect: LockStorm,
+            program: short_cs.clone(),
+            quota: None,
+            split: HeldOut,
+            counterfactual: Some(short_cs.uncontended()),
+        },
+        Case {
+            name: "lockbench-long-cs-storm",
+            what: "lockbench: 32 threads on one pthread mutex, 20000-iteration critical \
+                   section, 2000 outside, on busy CPUs: a convoy",
+            expect: LockStorm,
+            program: long_cs.clone(),
+            quota: None,
+            split: HeldOut,
+            counterfactual: Some(long_cs.uncontended()),
+        },
+        Case {
+            name: "quota-lockbench-short-cs-storm",
+            what: "lockbench: 32 threads on one pthread mutex, 50-iteration critical section, \
+                   50 outside, in a 0.5-CPU CFS quota",
+            expect: LockStorm,
+            program: short_cs.clone(),
+            quota: Some(0.5),
+            split: Tuning,
+            counterfactual: Some(short_cs.uncontended()),
+        },
+        Case {
+            name: "quota-lockbench-long-cs",
+            what: "lockbench: 32 threads on one pthread mutex, 20000-iteration critical \
+                   section, 2000 outside, in a 0.5-CPU CFS quota: the quota binds before the \
+                   lock does",
+            expect: NotLockStorm,
+            program: long_cs.clone(),
+            quota: Some(0.5),
+            split: HeldOut,
+            counterfactual: Some(long_cs.uncontended()),
+        },
+        Case {
+            name: "lockbench-rwlock-writers",
+            what: "lockbench: 32 threads taking one pthread rwlock as writers, 50-iteration \
+                   critical section, 50 outside",
+            expect: LockStorm,
+            program: rwlock.clone(),
+            quota: None,
+            split: HeldOut,
+            counterfactual: Some(rwlock.uncontended()),
+        },
+        Case {
+            name: "lockbench-adaptive-mutex",
+            what: "lockbench: 32 threads on one PTHREAD_MUTEX_ADAPTIVE_NP mutex (spins, then \
+                   sleeps), 50-iteration critical section, 50 outside",
+            expect: LockStorm,
+            program: adaptive.clone(),
+            quota: None,
+            split: HeldOut,
+            counterfactual: Some(adaptive.uncontended()),
+        },
+        Case {
+            name: "lockbench-process-shared-mutex",
+            what: "lockbench: one PTHREAD_PROCESS_SHARED mutex in shared memory, 4 processes × \
+                   8 threads, 50-iteration critical section, 50 outside",
+            expect: LockStorm,
+            program: shared.clone(),
+            quota: None,
+            split: HeldOut,
+            counterfactual: Some(shared.uncontended()),
+        },
+        Case {
+            name: "go-http-gomaxprocs-16",
+            what: "Go net/http server without a lock in its handler, GOMAXPROCS=16 on 2 CPUs, \
+                   under keep-alive load (64 clients): a runtime sized for a bigger node",
+            expect: NotLockStorm,
+            program: GoHttpUnderLoad {
+                gomaxprocs: 16,
+                clients: 64,
+            },
+            quota: None,
+            split: HeldOut,
+            counterfactual: Some(GoHttpUnderLoad {
+                gomaxprocs: 2,
+                clients: 64,
+            }),
+        },
+        Case {
+            name: "jvm-small-pool",
+            what: "JVM ThreadPoolExecutor of 2 workers fed small tasks by one producer as fast \
+                   as its bounded queue takes them",
+            expect: NotLockStorm,
+            program: Java {
+                mode: "smallpool",
+                threads: 2,
+                rate: None,
+            },
+            quota: None,
+            split: HeldOut,
+            counterfactual: Some(Java {
+                mode: "smallpool",
+                threads: 1,
+                rate: None,
+            }),
         },
     ]
 }
@@ -267,14 +527,35 @@ pub struct Outcome {
     pub kinds: Vec<String>,
     /// The lock_storm finding, when there is one.
     pub storm_finding: Option<Value>,
+    /// Every finding about the case's cgroup.
+    pub findings: Vec<Value>,
     /// The rule's figures for the cgroup (`checked.lock_storm`), when it had futex waits.
     pub figures: Option<Value>,
     pub kernel: KernelView,
     /// The CPUs the case may use.
     pub allowed: f64,
+    /// Work per second over the judged window (operations, tasks or requests answered), for
+    /// programs that report their work: with the agent attached.
+    pub work_per_second: Option<f64>,
+    /// For a case with a counterfactual, the same run's work per second over the
+    /// `MEASURE_SECONDS` before the agent attached: what the counterfactual is compared with.
+    pub alone_work_per_second: Option<f64>,
+    /// Work per second of the case's counterfactual over the same span of its life.
+    pub counterfactual_work_per_second: Option<f64>,
 }
 
 impl Outcome {
+    /// How many times the work per second of the case's program the counterfactual does (both
+    /// without the agent).
+    /// The findings of `kind` about the case's cgroup.
+    pub fn findings_of(&self, kind: &str) -> Vec<&Value> {
+        self.findings.iter().filter(|f| f["kind"] == kind).collect()
+    }
+
+    pub fn counterfactual_gain(&self) -> Option<f64> {
+        Some(self.counterfactual_work_per_second? / self.alone_work_per_second?)
+    }
+
     /// `figures[key]`, or NaN when the rule had nothing to judge.
     pub fn figure(&self, key: &str) -> f64 {
         self.figures
@@ -287,8 +568,12 @@ impl Outcome {
 const SETTLE: Duration = Duration::from_secs(3);
 const DIAGNOSE_SECONDS: u32 = 10;
 const SAMPLE_EVERY: Duration = Duration::from_millis(50);
+/// How long the work of a case with a counterfactual, and of the counterfactual, is measured
+/// for, once settled.
+const MEASURE_SECONDS: Duration = Duration::from_secs(4);
 
-/// The JVM corpus classes and the Go storm, built once per process into a temporary directory.
+/// The corpus programs (tests/corpus): the JVM classes, the Go storm, HTTP server and load
+/// generator, and lockbench, built once per process into a temporary directory.
 fn built() -> &'static Path {
     static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
     DIR.get_or_init(|| {
@@ -303,19 +588,29 @@ fn built() -> &'static Path {
             .expect("running javac");
         assert!(status.success(), "javac Corpus.java failed: {status}");
         let go = tool("go", "the Go toolchain (https://go.dev/dl)");
-        let status = Command::new(go)
-            .args(["build", "-o"])
-            .arg(dir.path().join("gomutex"))
-            .arg(".")
-            .current_dir(src.join("gomutex"))
-            .env("GO111MODULE", "off")
-            .env("GOFLAGS", "")
+        for program in ["gomutex", "httpserver", "httpload"] {
+            let status = Command::new(&go)
+                .args(["build", "-o"])
+                .arg(dir.path().join(program))
+                .arg(".")
+                .current_dir(src.join(program))
+                .env("GO111MODULE", "off")
+                .env("GOFLAGS", "")
+                .status()
+                .expect("running go build");
+            assert!(
+                status.success(),
+                "go build of tests/corpus/{program} failed: {status}"
+            );
+        }
+        let gcc = tool("gcc", "apt-get install gcc");
+        let status = Command::new(gcc)
+            .args(["-O2", "-g", "-fno-omit-frame-pointer", "-pthread", "-o"])
+            .arg(dir.path().join("lockbench"))
+            .arg(src.join("lockbench.c"))
             .status()
-            .expect("running go build");
-        assert!(
-            status.success(),
-            "go build of tests/corpus/gomutex failed: {status}"
-        );
+            .expect("running gcc");
+        assert!(status.success(), "gcc lockbench.c failed: {status}");
         dir
     })
     .path()
@@ -323,13 +618,13 @@ fn built() -> &'static Path {
 
 /// A CFS quota around a test cgroup, removed on drop: on a hybrid host a cgroup with the same
 /// relative path on the v1 `cpu` hierarchy (as kubelet places a pod), on pure v2 `cpu.max`.
-struct Quota {
+pub struct Quota {
     v1_dir: Option<PathBuf>,
     stat: PathBuf,
 }
 
 impl Quota {
-    fn apply(cmd: &mut Command, cgroup: &TestCgroup, cpus: f64) -> Self {
+    pub fn apply(cmd: &mut Command, cgroup: &TestCgroup, cpus: f64) -> Self {
         let period = 100_000u64;
         let quota = (cpus * period as f64) as u64;
         match cgroupfs::v1_root("cpu") {
@@ -363,6 +658,11 @@ impl Quota {
                 }
             }
         }
+    }
+
+    /// The quota's `cpu.stat` (v1 controller's, or the v2 cgroup's).
+    pub fn stat(&self) -> &Path {
+        &self.stat
     }
 
     /// Throttled time so far, in seconds (v1 `throttled_time` ns, v2 `throttled_usec`).
@@ -407,7 +707,8 @@ impl Drop for Group {
     }
 }
 
-fn command(program: &Program) -> Command {
+/// The command that starts `program`; `listen` is the address a server is to listen on.
+fn command(program: &Program, listen: &str) -> Command {
     let mut cmd = match program {
         Program::Cmd(argv) => {
             let mut c = Command::new(tool(argv[0], "cargo xtask setup"));
@@ -448,12 +749,130 @@ fn command(program: &Program) -> Command {
                 .args(["--save", "", "--appendonly", "no"]);
             c
         }
+        Program::LockBench {
+            lock,
+            threads,
+            procs,
+            cs,
+            out,
+            uncontended,
+        } => {
+            let mut c = Command::new(built().join("lockbench"));
+            c.args(["--lock", lock.flag()])
+                .args(["--threads", &threads.to_string()])
+                .args(["--procs", &procs.to_string()])
+                .args(["--cs", &cs.to_string()])
+                .args(["--out", &out.to_string()])
+                .args(["--seconds", "60"]);
+            if *uncontended {
+                c.arg("--uncontended");
+            }
+            c
+        }
+        Program::GoHttpUnderLoad { gomaxprocs, .. } => {
+            let mut c = Command::new(built().join("httpserver"));
+            c.env("GOMAXPROCS", gomaxprocs.to_string())
+                .args(["-listen", listen]);
+            c
+        }
     };
     cmd.stdin(Stdio::null())
-        .stdout(Stdio::null())
+        .stdout(if program.prints_progress() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stderr(Stdio::null())
         .process_group(0);
     cmd
+}
+
+/// The load a program is run under, from outside its cgroup (redis-benchmark, httpload).
+fn load(program: &Program, listen: &str) -> Option<Command> {
+    let mut c = match program {
+        Program::RedisUnderLoad => {
+            let mut c = Command::new(tool("redis-benchmark", "apt-get install redis-tools"));
+            c.arg("-s")
+                .arg(redis_socket())
+                .args(["-c", "50", "-n", "100000000", "-t", "set,get", "-q"])
+                .stdout(Stdio::null());
+            c
+        }
+        Program::GoHttpUnderLoad { clients, .. } => {
+            let mut c = Command::new(built().join("httpload"));
+            c.args(["-addr", listen])
+                .args(["-clients", &clients.to_string()])
+                .args(["-seconds", "120"])
+                .stdout(Stdio::piped());
+            c
+        }
+        _ => return None,
+    };
+    c.stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0);
+    Some(c)
+}
+
+/// A free TCP port on the loopback address, for a server to listen on (released at once for
+/// the server to bind; another process taking it in between would fail the case loudly).
+fn free_loopback_address() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("binding a loopback port");
+    let addr = listener.local_addr().expect("the bound address");
+    addr.to_string()
+}
+
+/// A program's work so far, from the last progress line it printed: `{"ops":N,"seconds":S}`
+/// (lockbench, Corpus.java's smallpool) or `{"requests":N,"seconds":S}` (httpload), `N` done
+/// in the `S` seconds since it started.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Work {
+    pub done: f64,
+    pub seconds: f64,
+}
+
+impl Work {
+    fn parse(line: &str) -> Option<Self> {
+        let v: Value = serde_json::from_str(line).ok()?;
+        Some(Self {
+            done: v.get("ops").or_else(|| v.get("requests"))?.as_f64()?,
+            seconds: v["seconds"].as_f64()?,
+        })
+    }
+
+    /// Work per second from `earlier` (the program's start when it had printed nothing yet)
+    /// to `self`; `None` without a second progress line in between.
+    fn rate_since(self, earlier: Option<Work>) -> Option<f64> {
+        let earlier = earlier.unwrap_or(Work {
+            done: 0.0,
+            seconds: 0.0,
+        });
+        (self.seconds > earlier.seconds)
+            .then(|| (self.done - earlier.done) / (self.seconds - earlier.seconds))
+    }
+}
+
+/// The last progress line of a program's stdout, read by a thread of its own until it closes.
+#[derive(Clone, Default)]
+struct Progress(Arc<Mutex<Option<Work>>>);
+
+impl Progress {
+    fn follow(out: ChildStdout) -> Self {
+        let progress = Self::default();
+        let last = Arc::clone(&progress.0);
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if let Some(w) = Work::parse(&line) {
+                    *last.lock().expect("the progress lock") = Some(w);
+                }
+            }
+        });
+        progress
+    }
+
+    fn last(&self) -> Option<Work> {
+        *self.0.lock().expect("the progress lock")
+    }
 }
 
 fn redis_socket() -> PathBuf {
@@ -518,15 +937,39 @@ pub struct Running {
     // Dropped in this order: the load, the workload, the quota, then the cgroup.
     _load: Option<Group>,
     _workload: Group,
-    quota: Option<Quota>,
+    pub quota: Option<Quota>,
     pub cgroup: TestCgroup,
     _hog: Option<Group>,
+    /// The progress lines of the program, or of its load, when it reports its work.
+    progress: Option<Progress>,
+}
+
+impl Running {
+    /// The program's work so far, as of its last progress line.
+    pub fn work(&self) -> Option<Work> {
+        self.progress.as_ref()?.last()
+    }
+
+    /// The program's work per second over the next `span` (it waits that long).
+    fn work_per_second_over(&self, span: Duration, what: &str) -> f64 {
+        let from = self.work();
+        std::thread::sleep(span);
+        self.work()
+            .and_then(|to| to.rate_since(from))
+            .unwrap_or_else(|| panic!("{what} reported no work over {span:?}"))
+    }
 }
 
 /// Starts `case` in a fresh cgroup and lets it settle. With `noise`, a `stress-ng --cpu 1`
 /// runs beside it, outside its cgroup.
 pub fn start(case: &Case, noise: bool) -> Running {
-    let cgroup = TestCgroup::new(&format!("corpus-{}", case.name));
+    launch(case, &case.program, "", noise, SETTLE)
+}
+
+/// Starts `program` as `case` runs (its quota, its load, the neighbour with `noise`) in a fresh
+/// cgroup named after the case and `suffix`, and waits `settle`.
+fn launch(case: &Case, program: &Program, suffix: &str, noise: bool, settle: Duration) -> Running {
+    let cgroup = TestCgroup::new(&format!("corpus-{}{suffix}", case.name));
     let hog = noise.then(|| {
         let mut c = Command::new(tool("stress-ng", "apt-get install stress-ng"));
         c.args(["--cpu", "1", "-t", "120"])
@@ -535,38 +978,59 @@ pub fn start(case: &Case, noise: bool) -> Running {
             .process_group(0);
         Group(c.spawn().expect("starting the stress-ng --cpu 1 neighbour"))
     });
-    let mut cmd = command(&case.program);
+    let listen = match program {
+        Program::GoHttpUnderLoad { .. } => free_loopback_address(),
+        _ => String::new(),
+    };
+    let mut cmd = command(program, &listen);
     let quota = case.quota.map(|q| Quota::apply(&mut cmd, &cgroup, q));
     join_before_exec(&mut cmd, &cgroup.path().join("cgroup.procs"));
-    let workload = Group(
+    let mut workload = Group(
         cmd.spawn()
             .unwrap_or_else(|e| panic!("cannot start {}: {e}", case.name)),
     );
-    let load = matches!(case.program, Program::RedisUnderLoad).then(|| {
+    let mut progress = workload.0.stdout.take().map(Progress::follow);
+    let load = load(program, &listen).map(|mut c| {
         std::thread::sleep(Duration::from_millis(500));
-        let mut c = Command::new(tool("redis-benchmark", "apt-get install redis-tools"));
-        c.arg("-s")
-            .arg(redis_socket())
-            .args(["-c", "50", "-n", "100000000", "-t", "set,get", "-q"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .process_group(0);
-        Group(c.spawn().expect("starting redis-benchmark"))
+        let mut load = Group(
+            c.spawn()
+                .unwrap_or_else(|e| panic!("cannot start the load of {}: {e}", case.name)),
+        );
+        if let Some(out) = load.0.stdout.take() {
+            progress = Some(Progress::follow(out));
+        }
+        load
     });
-    std::thread::sleep(SETTLE);
+    std::thread::sleep(settle);
     Running {
         _load: load,
         _workload: workload,
         quota,
         cgroup,
         _hog: hog,
+        progress,
     }
 }
 
-/// Runs `case` once and judges it with `diagnose`. With `noise`, a `stress-ng --cpu 1` runs
-/// beside it, outside its cgroup.
+/// Runs the case's counterfactual (if it has one) alone, as the case runs, and measures its
+/// work per second once settled, over `MEASURE_SECONDS`.
+pub fn counterfactual_work_per_second(case: &Case, noise: bool) -> Option<f64> {
+    let program = case.counterfactual.as_ref()?;
+    let running = launch(case, program, "-counterfactual", noise, SETTLE);
+    Some(running.work_per_second_over(
+        MEASURE_SECONDS,
+        &format!("the counterfactual of {} ({program:?})", case.name),
+    ))
+}
+
+/// Runs `case` once and judges it with `diagnose`, then runs its counterfactual. With `noise`,
+/// a `stress-ng --cpu 1` runs beside both, outside their cgroups.
 pub fn run(case: &Case, noise: bool) -> Outcome {
     let running = start(case, noise);
+    let alone_work_per_second = case
+        .counterfactual
+        .is_some()
+        .then(|| running.work_per_second_over(MEASURE_SECONDS, case.name));
     let (cgroup, quota) = (&running.cgroup, running.quota.as_ref());
     let diagnose = Agent::start(&[
         "diagnose",
@@ -575,6 +1039,7 @@ pub fn run(case: &Case, noise: bool) -> Outcome {
         "--json",
     ]);
     let started = Instant::now();
+    let work0 = running.work();
     let cpu0 = cgroup.cpu_usage_seconds();
     let throttled0 = quota.map(Quota::throttled_seconds);
     let stop = Arc::new(AtomicBool::new(false));
@@ -590,6 +1055,11 @@ pub fn run(case: &Case, noise: bool) -> Outcome {
     kernel.throttled_share = quota
         .zip(throttled0)
         .map(|(q, t0)| (q.throttled_seconds() - t0) / secs);
+    let work_per_second = running.progress.as_ref().map(|p| {
+        p.last()
+            .and_then(|w| w.rate_since(work0))
+            .unwrap_or_else(|| panic!("{} reported no work while it was judged", case.name))
+    });
 
     let text = out.stdout_text();
     let report: Value = serde_json::from_str(&text).unwrap_or_else(|e| {
@@ -614,16 +1084,23 @@ pub fn run(case: &Case, noise: bool) -> Outcome {
         .as_array()
         .and_then(|l| l.iter().find(|c| c["cgroup"] == cgroup.rel_path()))
         .cloned();
+    let kinds = about
+        .iter()
+        .map(|f| f["kind"].as_str().unwrap_or("?").to_owned())
+        .collect();
+    // The judged run stops before its counterfactual starts: they never share the CPUs.
+    drop(running);
     Outcome {
         lock_storm: storm_finding.is_some(),
-        kinds: about
-            .iter()
-            .map(|f| f["kind"].as_str().unwrap_or("?").to_owned())
-            .collect(),
+        kinds,
         storm_finding,
+        findings: about.iter().map(|f| (*f).clone()).collect(),
         figures,
         kernel,
         allowed: case.quota.unwrap_or(cpus() as f64).min(cpus() as f64),
+        work_per_second,
+        alone_work_per_second,
+        counterfactual_work_per_second: counterfactual_work_per_second(case, noise),
     }
 }
 
@@ -634,7 +1111,7 @@ pub fn describe(case: &Case, o: &Outcome) -> String {
         "{}: expected {:?}, found {} (findings {:?}); rule: handoffs/s per CPU {:.0} (needs {:.0}), \
          queued per CPU {:.1}, futex share of off-CPU {:.2}, timeouts {:.2}, runnable per CPU \
          {:.2}; kernel: {:.0} threads, {:.1} asleep in futex, {:.1} runnable, {:.1} asleep \
-         elsewhere, {:.2} CPUs used{}",
+         elsewhere, {:.2} CPUs used{}{}",
         case.name,
         case.expect,
         if o.lock_storm {
@@ -656,6 +1133,21 @@ pub fn describe(case: &Case, o: &Outcome) -> String {
         k.cpu_cores,
         k.throttled_share
             .map(|t| format!(", throttled {:.0}%", 100.0 * t))
+            .unwrap_or_default(),
+        o.work_per_second
+            .map(|w| {
+                let counterfactual = o
+                    .alone_work_per_second
+                    .zip(o.counterfactual_work_per_second)
+                    .map(|(a, c)| {
+                        format!(
+                            ", before the agent {a:.0}/s, counterfactual {c:.0}/s (×{:.2})",
+                            c / a
+                        )
+                    })
+                    .unwrap_or_default();
+                format!("; work {w:.0}/s judged{counterfactual}")
+            })
             .unwrap_or_default()
     )
 }

@@ -18,11 +18,20 @@ fn case(name: &str) -> Case {
 /// Runs a case and checks its verdict; returns the outcome for premise checks.
 #[track_caller]
 fn judged(name: &str) -> (Case, Outcome) {
+    judged_given(name, |_, _| {})
+}
+
+/// Runs a case, checks `premise` (whether it is lock-bound, from its counterfactual) before
+/// its verdict: when the premise does not hold the verdict expected is not known to be right,
+/// and the test says so rather than blame the agent. Then as [`judged`].
+#[track_caller]
+fn judged_given(name: &str, premise: impl FnOnce(&Case, &Outcome)) -> (Case, Outcome) {
     require_bpf();
     let case = case(name);
     let o = corpus::run(&case, false);
     let line = corpus::describe(&case, &o);
     eprintln!("{line}");
+    premise(&case, &o);
     assert_eq!(
         o.lock_storm,
         case.expect == Expect::LockStorm,
@@ -125,12 +134,26 @@ fn jvm_synchronized_storm_is_a_lock_storm() {
     assert_threads_queue_on_futexes(&c, &o);
 }
 
-/// The Go runtime parks goroutines itself; the kernel sees its Ms (threads) sleeping on futexes
-/// and woken for every goroutine hand-off.
+/// The Go runtime parks goroutines itself: a goroutine blocked on a `sync.Mutex` waits in the
+/// Go scheduler and never reaches the kernel. What the kernel sees are the runtime's Ms
+/// (threads) parked on futexes when they find no goroutine to run and woken as one becomes
+/// runnable: hand-offs of work by the scheduler, which the rule does not count as a lock's. So
+/// the futex path cannot call this storm a lock storm (a known limit, named in tests/CORPUS.md:
+/// the contended sync.Mutex needs a probe on the runtime's own mutex code); what it can say is
+/// that the runtime runs GOMAXPROCS=16 on 2 CPUs, and it must.
 #[test]
-fn go_mutex_storm_with_gomaxprocs_above_the_cpus_is_a_lock_storm() {
+fn go_mutex_storm_is_runtime_sizing_the_futex_path_cannot_see_its_mutex() {
     let (c, o) = judged("go-mutex-storm");
     assert_threads_queue_on_futexes(&c, &o);
+    let sizing = o.findings_of("runtime_sizing");
+    assert!(
+        sizing.iter().any(|f| f["summary"]
+            .as_str()
+            .is_some_and(|s| s.contains("GOMAXPROCS=16"))
+            && f["recommendations"].to_string().contains("GOMAXPROCS=2")),
+        "the runtime's sizing is named, with the value to set: {:?}",
+        o.kinds
+    );
 }
 
 #[test]
@@ -276,5 +299,166 @@ fn redis_under_load_is_not_a_lock_storm() {
         "premise of {}: redis-benchmark keeps the server busy ({:.2} CPUs)",
         c.name,
         o.kernel.cpu_cores
+    );
+}
+
+// ---- held out (but for the quota short-section storm): each case's premise is whether it is
+// lock-bound, measured by its counterfactual run ----------------------------------------------
+
+/// Lock-bound: the counterfactual (the lock made uncontended, or the threads cut to the allowed
+/// CPUs) does clearly more work per second, at least this many times as much. Measured by hand
+/// on the quiet 2-vCPU guest, the lock-bound cases gain 2.0–7× and the others 0.58–1.03×
+/// (tests/CORPUS.md): both bars sit clear of them. Beside a CPU-bound neighbour the short
+/// critical sections gain only ~1.1×; their tests then fail on the premise, not the verdict.
+const LOCK_BOUND_GAIN: f64 = 1.3;
+/// Not lock-bound: the counterfactual does no more than this many times the work per second.
+/// Between the two bars a case's premise is unsettled and its test fails.
+const NO_CLEAR_GAIN: f64 = 1.15;
+
+#[track_caller]
+fn gain(case: &Case, o: &Outcome) -> f64 {
+    let gain = o
+        .counterfactual_gain()
+        .unwrap_or_else(|| panic!("{} measured no counterfactual", case.name));
+    eprintln!(
+        "{}: counterfactual {:?} does {gain:.2}× the work per second",
+        case.name, case.counterfactual
+    );
+    gain
+}
+
+#[track_caller]
+fn assert_lock_bound(case: &Case, o: &Outcome) {
+    let gain = gain(case, o);
+    assert!(
+        gain >= LOCK_BOUND_GAIN,
+        "premise of {}: lock-bound, so its counterfactual ({:?}) should do ≥ {LOCK_BOUND_GAIN}× \
+         the work per second; it did {gain:.2}× ({:.0}/s against {:.0}/s)",
+        case.name,
+        case.counterfactual,
+        o.counterfactual_work_per_second.unwrap_or(f64::NAN),
+        o.alone_work_per_second.unwrap_or(f64::NAN),
+    );
+}
+
+#[track_caller]
+fn assert_not_lock_bound(case: &Case, o: &Outcome) {
+    let gain = gain(case, o);
+    assert!(
+        gain <= NO_CLEAR_GAIN,
+        "premise of {}: not lock-bound, so its counterfactual ({:?}) should do no more than \
+         {NO_CLEAR_GAIN}× the work per second; it did {gain:.2}× ({:.0}/s against {:.0}/s)",
+        case.name,
+        case.counterfactual,
+        o.counterfactual_work_per_second.unwrap_or(f64::NAN),
+        o.alone_work_per_second.unwrap_or(f64::NAN),
+    );
+}
+
+/// A short critical section on busy CPUs: the lock word and the futex wake-ups cost the most,
+/// and the kernel shows most threads runnable (just woken), few asleep at any instant.
+#[test]
+fn lockbench_short_critical_section_on_busy_cpus_is_a_lock_storm() {
+    judged_given("lockbench-short-cs-storm", assert_lock_bound);
+}
+
+/// A long critical section on busy CPUs: a convoy, nearly every thread asleep on the mutex.
+#[test]
+fn lockbench_long_critical_section_on_busy_cpus_is_a_lock_storm() {
+    let (c, o) = judged_given("lockbench-long-cs-storm", assert_lock_bound);
+    assert_threads_queue_on_futexes(&c, &o);
+}
+
+/// In the tuning split: the quota storm the thresholds for storms inside quotas may be chosen
+/// on.
+#[test]
+fn lockbench_short_critical_section_inside_a_quota_is_a_lock_storm_and_throttling() {
+    let (c, o) = judged_given("quota-lockbench-short-cs-storm", assert_lock_bound);
+    assert_quota_storm(&c, &o);
+}
+
+/// The hard negative inside a quota: the kernel shows nearly every thread asleep on the mutex,
+/// handing it on thousands of times a second, yet the lock is not what limits the work. The
+/// serialized section could use a whole CPU, the quota grants half of one: with a lock per
+/// thread the program does the same work per second. Throttling, not a lock storm.
+#[test]
+fn lockbench_long_critical_section_inside_a_quota_is_throttling_not_a_lock_storm() {
+    let (c, o) = judged_given("quota-lockbench-long-cs", assert_not_lock_bound);
+    assert_threads_queue_on_futexes(&c, &o);
+    let throttled = o
+        .kernel
+        .throttled_share
+        .expect("a quota case reads its throttling");
+    assert!(
+        throttled >= 0.25,
+        "premise of {}: the quota should throttle it ≥ 25% of the time (cpu.stat), saw {:.0}%",
+        c.name,
+        100.0 * throttled
+    );
+    assert!(
+        o.kinds.iter().any(|k| k == "cpu_throttling"),
+        "what limits it is the quota: {:?}",
+        o.kinds
+    );
+}
+
+#[test]
+fn pthread_rwlock_writers_are_a_lock_storm() {
+    judged_given("lockbench-rwlock-writers", assert_lock_bound);
+}
+
+/// glibc's adaptive mutex spins a while before it sleeps: the storm burns CPU in the spin as
+/// well as in futex hand-offs.
+#[test]
+fn adaptive_spinning_mutex_is_a_lock_storm() {
+    judged_given("lockbench-adaptive-mutex", assert_lock_bound);
+}
+
+/// One lock, four processes: the futex is keyed on the shared page, not on one process's
+/// memory.
+#[test]
+fn process_shared_mutex_is_a_lock_storm() {
+    judged_given("lockbench-process-shared-mutex", assert_lock_bound);
+}
+
+/// A Go server with no lock in its handler, its runtime sized for a bigger node: GOMAXPROCS=16
+/// on 2 CPUs. The Ms the runtime parks and wakes sleep in futex waits, but there is no lock to
+/// make uncontended; what the kernel's view must not be mistaken for is a storm, and what it
+/// costs is the runtime's sizing: with GOMAXPROCS=2 the same server under the same load
+/// answers more requests per second (1.18–1.66× measured: it straddles the lock-bound bar, but
+/// the expectation rests on there being no lock to relieve, so only the sizing's cost is
+/// asserted).
+#[test]
+fn go_http_server_with_gomaxprocs_above_the_cpus_is_runtime_sizing_not_a_lock_storm() {
+    let (_, o) = judged_given("go-http-gomaxprocs-16", |c, o| {
+        let gain = gain(c, o);
+        assert!(
+            gain >= 1.1,
+            "premise of {}: GOMAXPROCS=2 should answer ≥ 1.1× the requests per second, it \
+             answered {gain:.2}× ({:.0}/s against {:.0}/s)",
+            c.name,
+            o.counterfactual_work_per_second.unwrap_or(f64::NAN),
+            o.alone_work_per_second.unwrap_or(f64::NAN),
+        );
+    });
+    assert!(
+        o.kinds.iter().any(|k| k == "runtime_sizing"),
+        "a runtime sized above the CPUs is a runtime_sizing finding naming GOMAXPROCS: {:?}",
+        o.kinds
+    );
+}
+
+/// A small pool inside a large runtime: the JVM's own threads are many (≥ 4 per CPU), the pool
+/// that hands work through its queue is 2 workers and a producer. Cut to the allowed CPUs (a
+/// producer and 1 worker) it does less work per second, not more: not lock-bound.
+#[test]
+fn jvm_small_pool_is_not_a_lock_storm() {
+    let (c, o) = judged_given("jvm-small-pool", assert_not_lock_bound);
+    assert!(
+        o.kernel.threads >= 4.0 * o.allowed,
+        "premise of {}: the runtime has ≥ {} threads, the kernel saw {:.1}",
+        c.name,
+        4.0 * o.allowed,
+        o.kernel.threads
     );
 }

@@ -23,7 +23,7 @@ use std::{
 
 use serde_json::Value;
 use stormwatch_tests::{
-    Agent, TestCgroup, agent_bin, agent_output, corpus,
+    Agent, TestCgroup, agent_bin, agent_output, corpus, cpus,
     daemon::{
         Daemon, EXIT_DEADLINE, PACKET_PROBES, all_attached, assert_promtool_clean, http_get,
         probe_attached, sample, sample_with, sum_with, wait_for, write_file,
@@ -371,7 +371,55 @@ fn run_flags_a_convoy_and_a_storm_inside_a_quota_as_diagnose_does() {
                 || finding(kind),
             );
         }
+        if let Some(quota) = &running.quota {
+            assert_throttling_is_cpu_stats(&daemon, &rel, quota.stat(), WINDOW_SECONDS / 3);
+        }
     }
+}
+
+/// The daemon's throttling counters of a cgroup created after it started are the cgroup's
+/// `cpu.stat` as read at the last edge of its diagnosis window: between what `cpu.stat` said one
+/// step (plus a scrape) before the scrape and what it says after it.
+#[track_caller]
+fn assert_throttling_is_cpu_stats(daemon: &Daemon, rel: &str, stat: &Path, step_seconds: u64) {
+    let read = || {
+        let text = std::fs::read_to_string(stat).expect("the quota's cpu.stat");
+        let key = |k: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(k)?.trim().parse::<f64>().ok())
+                .unwrap_or_else(|| panic!("no {k} in {}", stat.display()))
+        };
+        let seconds = if text.contains("throttled_usec") {
+            key("throttled_usec ") / 1e6
+        } else {
+            key("throttled_time ") / 1e9
+        };
+        (key("nr_throttled "), seconds)
+    };
+    let before = read();
+    let metrics = daemon.metrics();
+    let after = read();
+    let series = |name: &str| {
+        sample_with(&metrics, name, &[("cgroup", rel)])
+            .unwrap_or_else(|| panic!("{name} for {rel} is exported"))
+    };
+    let periods = series("stormwatch_cpu_throttled_periods_total");
+    let seconds = series("stormwatch_cpu_throttled_seconds_total");
+    // At most one step and the scrape's own time behind: 10 periods a second, each throttling
+    // every CPU it ran on for at most a period.
+    let lag = (step_seconds + 1) as f64;
+    assert!(
+        periods <= after.0 && periods >= before.0 - 10.0 * lag,
+        "throttled periods: run says {periods}, cpu.stat {} before the scrape, {} after",
+        before.0,
+        after.0
+    );
+    assert!(
+        seconds <= after.1 + 1e-6 && seconds >= before.1 - 0.1 * lag * cpus() as f64,
+        "throttled seconds: run says {seconds}, cpu.stat {} before the scrape, {} after",
+        before.1,
+        after.1
+    );
 }
 
 /// The daemon must flag it as `diagnose` and `trace --json` do, within two diagnosis windows,

@@ -1,10 +1,12 @@
 //! The lock-storm corpus, repeated: how often each case gets its verdict, on a quiet machine or
 //! beside a `stress-ng --cpu 1` (`--noise`). Run by `cargo xtask corpus`; prints a Markdown
-//! table (case, expected, right / runs, median figures) for agent/DIAGNOSIS.md and tests/CORPUS.md.
+//! table (case, split, expected, right / runs, median figures, median work per second: judged,
+//! before the agent attached, and of the counterfactual) for agent/DIAGNOSIS.md and
+//! tests/CORPUS.md.
 //!
 //!   corpus [--repeat N] [--noise] [--case NAME]...
 
-use stormwatch_tests::corpus::{self, Expect};
+use stormwatch_tests::corpus::{self, Expect, Split};
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.retain(|x| x.is_finite());
@@ -13,6 +15,16 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
+}
+
+/// The median of figures that not every case has ("–" when it has none).
+fn median_of(v: impl Iterator<Item = Option<f64>>) -> String {
+    let v: Vec<f64> = v.flatten().collect();
+    if v.is_empty() {
+        "–".to_owned()
+    } else {
+        format!("{:.0}", median(v))
+    }
 }
 
 fn main() {
@@ -38,10 +50,11 @@ fn main() {
         .filter(|c| only.is_empty() || only.iter().any(|o| o == c.name))
         .collect();
     println!(
-        "| workload | expected | right | hand-offs/s per CPU | needed | queued per CPU | \
-         futex share of off-CPU | kernel: threads asleep in futex | CPUs used |"
+        "| workload | split | expected | right | hand-offs/s per CPU | needed | queued per CPU | \
+         futex share of off-CPU | kernel: threads asleep in futex | CPUs used | work/s | \
+         work/s before the agent | counterfactual work/s |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     let mut all_stable = true;
     for case in &cases {
         let mut right = 0;
@@ -57,9 +70,14 @@ fn main() {
         let m = |key: &str| median(outcomes.iter().map(|o| o.figure(key)).collect());
         all_stable &= right * 10 >= repeat * 9;
         println!(
-            "| {} ({}) | {} | {right}/{repeat} | {:.0} | {:.0} | {:.1} | {:.2} | {:.1} | {:.2} |",
+            "| {} ({}) | {} | {} | {right}/{repeat} | {:.0} | {:.0} | {:.1} | {:.2} | {:.1} | {:.2} \
+             | {} | {} | {} |",
             case.name,
             case.what,
+            match case.split {
+                Split::Tuning => "tuning",
+                Split::HeldOut => "held-out",
+            },
             match case.expect {
                 Expect::LockStorm => "lock_storm",
                 Expect::NotLockStorm => "none",
@@ -70,6 +88,9 @@ fn main() {
             m("futex_blocked_share"),
             median(outcomes.iter().map(|o| o.kernel.futex_sleeping).collect()),
             median(outcomes.iter().map(|o| o.kernel.cpu_cores).collect()),
+            median_of(outcomes.iter().map(|o| o.work_per_second)),
+            median_of(outcomes.iter().map(|o| o.alone_work_per_second)),
+            median_of(outcomes.iter().map(|o| o.counterfactual_work_per_second)),
         );
     }
     if !all_stable {

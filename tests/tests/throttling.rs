@@ -1,0 +1,246 @@
+//! Throttling over a window is the kernel's own: the throttled periods, the enforcement periods
+//! and the throttled time that `trace --json` prints for a window equal what the cgroup's
+//! `cpu.stat` moved by between that window's edges (the wall-clock instants the document
+//! states), within 2% or one period — for quota workloads that run through the window, start
+//! inside it and stop inside it. The test reads `cpu.stat` itself, every few milliseconds, with
+//! the time of each read; it never uses the agent's figures as the reference.
+//!
+//! The quota is the v1 `cpu` controller's on a hybrid host (as kubelet places a pod), `cpu.max`
+//! on a pure cgroup v2 host.
+
+use std::{
+    path::PathBuf,
+    process::{Command, Stdio},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use serde_json::Value;
+use stormwatch_tests::{
+    Agent, TestCgroup, corpus::Quota, cpus, daemon::tool, join_before_exec, require_bpf,
+};
+
+/// One read of a quota's `cpu.stat`.
+#[derive(Clone, Copy, Debug)]
+struct Read {
+    at: f64,
+    periods: u64,
+    throttled_periods: u64,
+    throttled_seconds: f64,
+}
+
+fn read(stat: &PathBuf) -> Option<Read> {
+    let at = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .ok()?
+        .as_secs_f64();
+    let text = std::fs::read_to_string(stat).ok()?;
+    let key = |k: &str| {
+        text.lines().find_map(|l| {
+            let (name, v) = l.split_once(' ')?;
+            (name == k).then(|| v.trim().parse::<u64>().ok())?
+        })
+    };
+    Some(Read {
+        at,
+        periods: key("nr_periods")?,
+        throttled_periods: key("nr_throttled")?,
+        throttled_seconds: key("throttled_time")
+            .map(|ns| ns as f64 / 1e9)
+            .or_else(|| key("throttled_usec").map(|us| us as f64 / 1e6))?,
+    })
+}
+
+/// The reads just before and just after `t`.
+fn bracket(reads: &[Read], t: f64) -> (Read, Read) {
+    let after = reads
+        .iter()
+        .position(|r| r.at >= t)
+        .unwrap_or_else(|| panic!("no cpu.stat read after {t}"));
+    assert!(after > 0, "no cpu.stat read before {t}");
+    (reads[after - 1], reads[after])
+}
+
+/// `got` within the change between the edges, as far as the reads around each edge bound it,
+/// give or take `slack`.
+#[track_caller]
+fn assert_between_edges(
+    what: &str,
+    got: f64,
+    reads: &[Read],
+    (start, end): (f64, f64),
+    field: impl Fn(&Read) -> f64,
+    slack: f64,
+) {
+    let (s0, s1) = bracket(reads, start);
+    let (e0, e1) = bracket(reads, end);
+    let (lo, hi) = (field(&e0) - field(&s1), field(&e1) - field(&s0));
+    assert!(
+        got >= lo - slack && got <= hi + slack,
+        "{what}: the agent says {got}, cpu.stat moved by {lo}..{hi} between the window's edges \
+         (± {slack})"
+    );
+}
+
+struct Case {
+    name: &'static str,
+    /// A shell command run in the cgroup: when the work starts and stops.
+    script: &'static str,
+}
+
+#[test]
+fn throttling_over_a_window_is_cpu_stat_between_its_edges() {
+    require_bpf();
+    let stress = tool("stress-ng", "apt-get install stress-ng");
+    let stress = stress.display().to_string();
+    // Through the window; starting 3 s into it; stopping about 3 s into it (the trace takes a
+    // second or two to attach before its window begins).
+    let cases = [
+        Case {
+            name: "through",
+            script: "exec $STRESS --cpu 4 -t 30",
+        },
+        Case {
+            name: "starts",
+            script: "sleep 5; exec $STRESS --cpu 4 -t 30",
+        },
+        Case {
+            name: "stops",
+            script: "exec $STRESS --cpu 4 -t 5",
+        },
+    ];
+    let mut running = Vec::new();
+    for case in &cases {
+        let cgroup = TestCgroup::new(&format!("throttling-{}", case.name));
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", case.script])
+            .env("STRESS", &stress)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let quota = Quota::apply(&mut cmd, &cgroup, 0.5);
+        join_before_exec(&mut cmd, &cgroup.path().join("cgroup.procs"));
+        let child = cmd.spawn().expect("starting the quota workload");
+        running.push((cgroup, quota, child));
+    }
+
+    // Read every quota's cpu.stat every 2 ms until the trace is done.
+    let stop = Arc::new(AtomicBool::new(false));
+    let stats: Vec<PathBuf> = running
+        .iter()
+        .map(|(_, q, _)| q.stat().to_owned())
+        .collect();
+    let sampler = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let mut reads: Vec<Vec<Read>> = vec![Vec::new(); stats.len()];
+            while !stop.load(Ordering::Relaxed) {
+                for (i, s) in stats.iter().enumerate() {
+                    if let Some(r) = read(s) {
+                        reads[i].push(r);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            reads
+        })
+    };
+    std::thread::sleep(Duration::from_millis(200));
+    let mut args = vec!["trace", "--json", "--duration", "8"];
+    for (cgroup, _, _) in &running {
+        args.extend(["--cgroup", cgroup.rel_path()]);
+    }
+    let out = Agent::start(&args).finish_output();
+    std::thread::sleep(Duration::from_millis(200));
+    stop.store(true, Ordering::Relaxed);
+    let reads = sampler.join().expect("the sampler");
+    for (_, _, child) in &mut running {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    let doc: Value = serde_json::from_str(&out.stdout_text()).unwrap_or_else(|e| {
+        panic!(
+            "trace --json printed no document ({e}): {}",
+            out.stderr.join("\n")
+        )
+    });
+    let edges = (
+        doc["window"]["start_unix_seconds"]
+            .as_f64()
+            .expect("the window's start"),
+        doc["window"]["end_unix_seconds"]
+            .as_f64()
+            .expect("the window's end"),
+    );
+    // One period's throttled time: the period on every CPU.
+    let period_seconds = 0.1 * cpus() as f64;
+    for (i, (cgroup, _, _)) in running.iter().enumerate() {
+        let c = doc["containers"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["cgroup"] == cgroup.rel_path()))
+            .unwrap_or_else(|| panic!("{} is not in the document", cgroup.rel_path()));
+        let l = &c["limits"];
+        let name = cases[i].name;
+        let r = &reads[i];
+        let periods = l["periods"].as_f64().expect("periods");
+        let throttled = l["throttled_periods"].as_f64().expect("throttled periods");
+        let seconds = l["throttled_seconds"].as_f64().expect("throttled seconds");
+        eprintln!("{name}: periods {periods}, throttled {throttled}, {seconds:.3} s");
+        let slack = |v: f64, one: f64| (0.02 * v).max(one);
+        assert_between_edges(
+            &format!("{name}: periods"),
+            periods,
+            r,
+            edges,
+            |r| r.periods as f64,
+            slack(periods, 1.0),
+        );
+        assert_between_edges(
+            &format!("{name}: throttled periods"),
+            throttled,
+            r,
+            edges,
+            |r| r.throttled_periods as f64,
+            slack(throttled, 1.0),
+        );
+        assert_between_edges(
+            &format!("{name}: throttled seconds"),
+            seconds,
+            r,
+            edges,
+            |r| r.throttled_seconds,
+            slack(seconds, period_seconds),
+        );
+        // Each shape really was throttled in its window, so the comparison means something.
+        assert!(
+            throttled >= 20.0,
+            "{name}: throttled in only {throttled} periods"
+        );
+    }
+    // The window's words: a quota throttled in every period it ran in is "100%".
+    let through = doc["findings"]
+        .as_array()
+        .and_then(|fs| {
+            fs.iter()
+                .find(|f| f["kind"] == "cpu_throttling" && f["cgroup"] == running[0].0.rel_path())
+        })
+        .expect("the quota that runs through the window is cpu_throttling");
+    let share = through["evidence"]["throttled_period_share"]
+        .as_f64()
+        .expect("the share of periods");
+    assert!(
+        share >= 0.95,
+        "stress-ng --cpu 4 in a 0.5-CPU quota: {share}"
+    );
+    assert!(
+        through["summary"]
+            .as_str()
+            .is_some_and(|s| s.contains("ran out in 9") || s.contains("ran out in 100%")),
+        "{}",
+        through["summary"]
+    );
+}
