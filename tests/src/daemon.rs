@@ -1,9 +1,9 @@
 //! `stormwatch run` from a test: start it on a free loopback port, scrape it, stop it; and the
-//! small HTTP client, file and polling helpers that go with it.
+//! HTTP client (ureq), file and polling helpers that go with it.
 
 use std::{
-    io::{BufRead as _, BufReader, Read as _, Write as _},
-    net::{SocketAddr, TcpListener, TcpStream},
+    io::{BufRead as _, BufReader, Write as _},
+    net::{SocketAddr, TcpListener},
     path::{Path, PathBuf},
     process::{Child, Command, ExitStatus, Stdio},
     thread::JoinHandle,
@@ -34,13 +34,14 @@ pub fn write_file(dir: &Path, name: &str, text: &str) -> PathBuf {
     path
 }
 
-pub struct HttpResponse {
+/// A response: the body as text ([`http_get`]) or as sent ([`http_get_bytes`]).
+pub struct HttpResponse<B = String> {
     pub status: u16,
     pub headers: Vec<(String, String)>,
-    pub body: String,
+    pub body: B,
 }
 
-impl HttpResponse {
+impl<B> HttpResponse<B> {
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
@@ -49,70 +50,70 @@ impl HttpResponse {
     }
 }
 
-/// Decodes a `Transfer-Encoding: chunked` body.
-pub fn unchunk(mut raw: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    loop {
-        let Some(eol) = raw.windows(2).position(|w| w == b"\r\n") else {
-            return out;
-        };
-        let size_text = String::from_utf8_lossy(&raw[..eol]);
-        let size_text = size_text.split(';').next().unwrap_or("").trim();
-        let Ok(size) = usize::from_str_radix(size_text, 16) else {
-            return out;
-        };
-        raw = &raw[eol + 2..];
-        if size == 0 || raw.len() < size {
-            return out;
-        }
-        out.extend_from_slice(&raw[..size]);
-        raw = raw.get(size + 2..).unwrap_or_default();
-    }
+/// The tests' and benchmarks' HTTP client (ureq, plain HTTP): a connection per request, no
+/// header but `Host` and those asked for (no `Accept`, no `User-Agent`, no `Accept-Encoding`,
+/// so a body is what the server sends by default), any status a response rather than an error.
+fn client() -> &'static ureq::Agent {
+    static CLIENT: std::sync::OnceLock<ureq::Agent> = std::sync::OnceLock::new();
+    CLIENT.get_or_init(|| {
+        ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .max_idle_connections(0)
+            .accept(ureq::config::AutoHeaderValue::None)
+            .user_agent(ureq::config::AutoHeaderValue::None)
+            .timeout_connect(Some(Duration::from_secs(2)))
+            .timeout_send_request(Some(Duration::from_secs(2)))
+            .timeout_recv_response(Some(Duration::from_secs(10)))
+            .timeout_recv_body(Some(Duration::from_secs(10)))
+            .build()
+            .into()
+    })
 }
 
-/// A tiny HTTP/1.1 GET on loopback.
+/// GET `path` on `addr` with `headers`; the body as sent (a compressed body stays compressed).
+pub fn http_get_bytes(
+    addr: SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> std::io::Result<HttpResponse<Vec<u8>>> {
+    let mut request = client().get(format!("http://{addr}{path}"));
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let mut response = request.call().map_err(std::io::Error::other)?;
+    let headers = response
+        .headers()
+        .iter()
+        .map(|(k, v)| {
+            let v = String::from_utf8_lossy(v.as_bytes()).into_owned();
+            (k.as_str().to_owned(), v)
+        })
+        .collect();
+    let body = response
+        .body_mut()
+        .with_config()
+        .limit(u64::MAX)
+        .read_to_vec()
+        .map_err(std::io::Error::other)?;
+    Ok(HttpResponse {
+        status: response.status().as_u16(),
+        headers,
+        body,
+    })
+}
+
+/// GET `path` on `addr` (with `Accept: accept` when given), the body as text.
 pub fn http_get(
     addr: SocketAddr,
     path: &str,
     accept: Option<&str>,
 ) -> std::io::Result<HttpResponse> {
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
-    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-    stream.set_write_timeout(Some(Duration::from_secs(2)))?;
-    let accept = accept
-        .map(|a| format!("Accept: {a}\r\n"))
-        .unwrap_or_default();
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{accept}Connection: close\r\n\r\n"
-    )?;
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw)?;
-    let split = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .ok_or_else(|| std::io::Error::other("no end of headers"))?;
-    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
-    let mut lines = head.lines();
-    let status = lines
-        .next()
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| std::io::Error::other(format!("bad status line in {head:?}")))?;
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
-        .collect();
-    let mut body = raw[split + 4..].to_vec();
-    if headers.iter().any(|(k, v)| {
-        k.eq_ignore_ascii_case("transfer-encoding") && v.eq_ignore_ascii_case("chunked")
-    }) {
-        body = unchunk(&body);
-    }
+    let headers: Vec<(&str, &str)> = accept.map(|a| ("Accept", a)).into_iter().collect();
+    let r = http_get_bytes(addr, path, &headers)?;
     Ok(HttpResponse {
-        status,
-        headers,
-        body: String::from_utf8_lossy(&body).into_owned(),
+        status: r.status,
+        headers: r.headers,
+        body: String::from_utf8_lossy(&r.body).into_owned(),
     })
 }
 

@@ -489,18 +489,20 @@ fn stormwatch_run_after_survey(bin: &Path) -> Result<(Running, u16)> {
     }
 }
 
-/// `/metrics` of the daemon on `port`, as text.
-fn scrape(port: u16) -> std::io::Result<String> {
-    use std::io::{Read as _, Write as _};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port))?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    write!(
-        s,
-        "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut out = String::new();
-    s.read_to_string(&mut out)?;
-    Ok(out)
+/// `/metrics` of the daemon on `port`, as text (with ureq, the tests' HTTP client).
+fn scrape(port: u16) -> Result<String> {
+    let client: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_secs(5)))
+        .build()
+        .into();
+    let mut response = client
+        .get(format!("http://127.0.0.1:{port}/metrics"))
+        .call()?;
+    Ok(response
+        .body_mut()
+        .with_config()
+        .limit(u64::MAX)
+        .read_to_string()?)
 }
 
 fn table(none: &Figures, agent: &Figures, rounds: u32, seconds: u32) -> String {

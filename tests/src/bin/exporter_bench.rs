@@ -19,13 +19,16 @@
 //! stormwatch-tests`; run `target/release/exporter_bench --cgroups 1000`.
 
 use std::{
-    io::{Read as _, Write as _},
-    net::{SocketAddr, TcpListener, TcpStream},
+    net::{SocketAddr, TcpListener},
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
 
-use stormwatch_tests::{TestCgroup, agent_bin, process_status, run_in_cgroup};
+use stormwatch_tests::{
+    TestCgroup, agent_bin,
+    daemon::{http_get, http_get_bytes},
+    process_status, run_in_cgroup,
+};
 
 struct Args {
     cgroups: usize,
@@ -106,31 +109,15 @@ fn rss_mib(pid: u32) -> (f64, f64) {
 const PROMETHEUS_ACCEPT: &str = "application/openmetrics-text;version=1.0.0;q=0.5,\
     application/openmetrics-text;version=0.0.1;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2";
 
-/// GET over a fresh connection; returns (status, body).
+/// GET over a fresh connection; returns (status, body as sent: compressed when gzip).
 fn get_body(
     addr: SocketAddr,
     path: &str,
     accept: &str,
     encoding: &str,
 ) -> std::io::Result<(u16, Vec<u8>)> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: {accept}\r\nAccept-Encoding: {encoding}\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw)?;
-    let head_end = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .ok_or_else(|| std::io::Error::other("no end of headers"))?;
-    let status = String::from_utf8_lossy(&raw[..head_end])
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    Ok((status, raw.split_off(head_end + 4)))
+    let headers = [("Accept", accept), ("Accept-Encoding", encoding)];
+    http_get_bytes(addr, path, &headers).map(|r| (r.status, r.body))
 }
 
 /// GET; returns (status, body length).
@@ -140,14 +127,7 @@ fn get(addr: SocketAddr, path: &str, accept: &str) -> std::io::Result<(u16, usiz
 
 /// The value of an unlabelled sample in a classic exposition.
 fn sample(addr: SocketAddr, name: &str) -> Option<f64> {
-    let mut s = TcpStream::connect(addr).ok()?;
-    write!(
-        s,
-        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut text = String::new();
-    s.read_to_string(&mut text).ok()?;
+    let text = http_get(addr, "/metrics", None).ok()?.body;
     text.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
 }
