@@ -514,7 +514,10 @@ pub struct KernelView {
     pub other_sleeping: f64,
     /// CPU time of the cgroup per second (its `cpu.stat`).
     pub cpu_cores: f64,
-    /// Throttled time per second under a quota (`cpu.stat` of the quota's cgroup).
+    /// Under a quota, the share of its enforcement periods in which it ran out (`nr_throttled`
+    /// against `nr_periods` of the quota's `cpu.stat`): the share of the time the cgroup stood
+    /// throttled at a period's end. (The throttled *time* is summed over CPUs: a quota throttled
+    /// in every period on 2 CPUs can show up to 2 s of it per second.)
     pub throttled_share: Option<f64>,
     pub samples: u32,
 }
@@ -665,20 +668,18 @@ impl Quota {
         &self.stat
     }
 
-    /// Throttled time so far, in seconds (v1 `throttled_time` ns, v2 `throttled_usec`).
-    fn throttled_seconds(&self) -> f64 {
+    /// Enforcement periods and throttled periods so far (`nr_periods`, `nr_throttled`).
+    fn periods(&self) -> (f64, f64) {
         let stat = std::fs::read_to_string(&self.stat).unwrap_or_default();
-        stat.lines()
-            .find_map(|l| {
-                let (k, v) = l.split_once(' ')?;
-                let v: f64 = v.trim().parse().ok()?;
-                match k {
-                    "throttled_time" => Some(v / 1e9),
-                    "throttled_usec" => Some(v / 1e6),
-                    _ => None,
-                }
-            })
-            .unwrap_or_else(|| panic!("no throttled time in {}", self.stat.display()))
+        let key = |name: &str| {
+            stat.lines()
+                .find_map(|l| {
+                    let (k, v) = l.split_once(' ')?;
+                    (k == name).then(|| v.trim().parse::<f64>().ok())?
+                })
+                .unwrap_or_else(|| panic!("no {name} in {}", self.stat.display()))
+        };
+        (key("nr_periods"), key("nr_throttled"))
     }
 }
 
@@ -1041,7 +1042,7 @@ pub fn run(case: &Case, noise: bool) -> Outcome {
     let started = Instant::now();
     let work0 = running.work();
     let cpu0 = cgroup.cpu_usage_seconds();
-    let throttled0 = quota.map(Quota::throttled_seconds);
+    let periods0 = quota.map(Quota::periods);
     let stop = Arc::new(AtomicBool::new(false));
     let sampler = {
         let (path, stop) = (cgroup.path().to_path_buf(), Arc::clone(&stop));
@@ -1052,9 +1053,10 @@ pub fn run(case: &Case, noise: bool) -> Outcome {
     stop.store(true, Ordering::Relaxed);
     let mut kernel = sampler.join().expect("the sampler thread");
     kernel.cpu_cores = (cgroup.cpu_usage_seconds() - cpu0) / secs;
-    kernel.throttled_share = quota
-        .zip(throttled0)
-        .map(|(q, t0)| (q.throttled_seconds() - t0) / secs);
+    kernel.throttled_share = quota.zip(periods0).map(|(q, (p0, t0))| {
+        let (p1, t1) = q.periods();
+        (t1 - t0) / (p1 - p0).max(1.0)
+    });
     let work_per_second = running.progress.as_ref().map(|p| {
         p.last()
             .and_then(|w| w.rate_since(work0))
