@@ -3,7 +3,10 @@
 //! wake-up programs only tell wake-ups local or remote, and may be attached on demand
 //! ([`WakeKinds`]).
 
-use std::collections::HashMap;
+use std::{
+    collections::HashMap,
+    sync::atomic::{Ordering, fence},
+};
 
 use aya::{
     Ebpf,
@@ -321,6 +324,14 @@ const CACHE_MIN_SWITCHES: u64 = 1_000;
 /// Reads `CGROUP_SCHED` and the CPUs' switch caches: each cgroup's per-CPU slots summed with the
 /// caches that hold it (the counters only grow), and its on-CPU time on each CPU (which CPUs it
 /// ran on). Then asks each CPU's cache for the cgroup that switches out most there.
+///
+/// The caches are read before the map, after it, and once more: a read is kept only where all
+/// three show the same even generations. The third read catches a flush during the second (the
+/// kernel copies a slot in no particular order, so the second read may hold a generation from
+/// before a flush and figures from after it). A full fence between the reads keeps them in that
+/// order for this CPU on a weakly ordered one (arm64); the probes order their side with an
+/// atomic exchange of the generation (ebpf-probes/kernel/src/sched.rs, `bump`): whoever sees a
+/// store of a flush in a later read sees its generation in the next.
 #[allow(clippy::type_complexity)]
 pub fn read(
     ebpf: &mut Ebpf,
@@ -328,6 +339,7 @@ pub fn read(
 ) -> anyhow::Result<(HashMap<u64, SchedStats>, HashMap<u64, Vec<u64>>)> {
     for _ in 0..CACHE_READ_ATTEMPTS {
         let before = read_caches(ebpf)?;
+        fence(Ordering::SeqCst);
         let mut by_cpu = HashMap::new();
         let mut switches = HashMap::new();
         let mut totals = read_per_cpu_hash_with(ebpf, maps::CGROUP_SCHED, |id: &u64, per_cpu| {
@@ -340,8 +352,11 @@ pub fn read(
             per_cpu.iter().for_each(|v| total.add(v));
             total
         })?;
+        fence(Ordering::SeqCst);
         let after = read_caches(ebpf)?;
-        if !unchanged(&before, &after) {
+        fence(Ordering::SeqCst);
+        let settled = read_caches(ebpf)?;
+        if !unchanged(&before, &after) || !unchanged(&after, &settled) {
             // A flush came between (or was under way): its figures may be in both reads of the
             // map and the cache, or in neither.
             std::thread::yield_now();

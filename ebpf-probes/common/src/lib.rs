@@ -328,8 +328,11 @@ impl TaskState {
 /// another cgroup in `SCHED_CACHE_WANT`, the CPU's next switch-out adds `stats` to the old
 /// cgroup's `CGROUP_SCHED` entry and starts the new one from zero: a *flush*. `generation` is
 /// raised by one before a flush and by one after it, so it is odd during one and changes with
-/// each; the agent reads the slots before and after the hash map and keeps a read only where no
-/// flush came between (else the flushed figures could be counted twice or not at all).
+/// each; the agent reads the slots before and after the hash map (and once more) and keeps a
+/// read only where no flush came between (else the flushed figures could be counted twice or
+/// not at all). Each raise is an atomic exchange, fully ordered on every CPU the kernel's JITs
+/// target, so the protocol also holds where other CPUs may see plain stores out of order
+/// (arm64).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SchedCache {

@@ -2,6 +2,10 @@
 //! failure is counted in `PROBE_ERRORS` where the agent reads it.
 #![no_std]
 #![no_main]
+// `atomic_xchg` for the switch cache's generation (sched.rs, `bump`): the bpf target's atomic
+// types have no read-modify-write methods.
+#![allow(internal_features)]
+#![feature(core_intrinsics)]
 
 mod bench;
 mod futex;

@@ -29,7 +29,7 @@
 //! `getrusage`), including the cases the `preempt`/`prev_state` arguments misreport (a blocking
 //! task with a signal pending is counted voluntary but traced as running).
 
-use core::sync::atomic::{Ordering, compiler_fence};
+use core::intrinsics::{AtomicOrdering, atomic_xchg};
 
 use aya_ebpf::{
     bindings::task_struct,
@@ -570,16 +570,27 @@ fn flush(cache: &mut SchedCache, want: u64) {
     bump(&mut cache.generation);
 }
 
-/// Raises a generation by one, a store the compiler keeps in its place between the others.
+/// Raises a generation by one with an atomic exchange, which orders it for other CPUs too.
+///
+/// A plain store kept in its place by the compiler is enough on x86, whose stores other CPUs see
+/// in program order; on a weakly ordered CPU (arm64) they may see the figures' stores of a flush
+/// before the bump that opens it, or the bump that closes it before those stores. An exchange is
+/// `BPF_XCHG`, which the kernel's JITs make fully ordered, as the kernel's `xchg()` (x86: `xchg`
+/// with memory, locked; arm64: `swpal`, or a load/store-exclusive loop and `dmb ish`): no
+/// memory access before it may be seen after it, nor after it before. The reader's side is in
+/// the agent (`probes::sched::read`). Only this CPU writes its slot, so the exchange cannot race
+/// with another writer.
+///
+/// `core`'s atomic types have no read-modify-write operations on the bpf target (it does not
+/// declare compare-and-swap), so the exchange is the intrinsic they would call.
 #[inline(always)]
 fn bump(generation: &mut u64) {
-    compiler_fence(Ordering::SeqCst);
-    // SAFETY: a valid reference.
+    let p: *mut u64 = generation;
+    // SAFETY: a valid, aligned u64 of this CPU's map slot, alive for the program's run.
     unsafe {
-        let g = core::ptr::read_volatile(generation);
-        core::ptr::write_volatile(generation, g + 1);
+        let g = core::ptr::read_volatile(p);
+        atomic_xchg::<u64, { AtomicOrdering::SeqCst }>(p, g + 1);
     }
-    compiler_fence(Ordering::SeqCst);
 }
 
 /// When the outgoing thread went on this CPU, by the clock and by its own runtime.
