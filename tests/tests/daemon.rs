@@ -974,6 +974,18 @@ fn daemonset_validates_against_the_kubernetes_schemas() {
         containerfile.contains(&format!("-t {image} ")),
         "deploy/Containerfile should say how to build {image}"
     );
+    // The architectures the image is built for are those the pods are placed on.
+    assert!(
+        containerfile.contains("--platform linux/amd64,linux/arm64")
+            && containerfile.contains("arm64) ")
+            && containerfile.contains("amd64) "),
+        "deploy/Containerfile should build amd64 and arm64"
+    );
+    assert!(
+        daemonset.contains("key: kubernetes.io/arch")
+            && daemonset.contains("values: [amd64, arm64]"),
+        "daemonset.yaml should place the pods on amd64 and arm64 nodes only"
+    );
     let podmonitor = std::fs::read_to_string(deploy_dir().join("podmonitor.yaml")).unwrap();
     for want in [
         "kind: PodMonitor",

@@ -11,6 +11,7 @@ mod bench_common;
 mod bench_daemon;
 mod bench_ordinary;
 mod bench_programs;
+mod cross;
 mod imports;
 mod kernels;
 mod manifests;
@@ -36,6 +37,14 @@ enum Task {
     /// Install what is missing: the pinned toolchain, LLVM 22, bpf-linker, the test tools, the
     /// kernels of the kernel matrix.
     Setup,
+    /// Install what building needs, then build the release binary: for this host, or with
+    /// `--target aarch64-unknown-linux-gnu` for arm64 (a cross linker from Debian, and the
+    /// standard library built from rust-src: the pinned nightly has no arm64 rust-std).
+    Build {
+        /// A target triple other than the host's.
+        #[arg(long, value_parser = cross::TARGETS.map(|t| t.triple))]
+        target: Option<String>,
+    },
     /// Install what building needs (not the test tools), build the release binary, and
     /// diagnose this host.
     Diagnose {
@@ -127,6 +136,11 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.task {
         Task::Setup => setup::tests().and_then(|()| kernels::fetch_all().map(drop)),
+        Task::Build { target } => setup::build().and_then(|()| match target {
+            None => build_release().map(|bin| println!("{}", bin.display())),
+            Some(t) => cross::build(cross::target(&t).expect("clap allows only known targets"))
+                .map(|bin| println!("{}", bin.display())),
+        }),
         Task::Diagnose { duration } => setup::build().and_then(|()| diagnose(duration)),
         Task::Test => setup::tests()
             .and_then(|()| kernels::fetch_all().map(drop))
@@ -323,6 +337,10 @@ fn test() -> Result<()> {
         "--package",
         "xtask",
     ]))?;
+    // The arm64 agent with its eBPF programs builds (nodes are more and more arm64).
+    for t in cross::TARGETS {
+        cross::build(t)?;
+    }
     // The integration tests run the release binary, as users do; cargo does not build another
     // package's binary for a test crate, so build it first. They load BPF and time real
     // workloads on 2 CPUs: one at a time, so that one test's workload is not another's noisy

@@ -82,6 +82,10 @@ const TEST_PACKAGES: &[(&str, &str)] = &[
         "runs the kernel matrix's guests (Debian's 6.1 and 6.12 kernels, xtask/src/kernels.rs)",
     ),
     ("kmod", "virtme-ng loads the guest kernel's modules with it"),
+    (
+        "gcc-aarch64-linux-gnu",
+        "links the arm64 build (`xtask build --target aarch64-unknown-linux-gnu`)",
+    ),
     ("udev", "virtme-ng starts udevd in the guests"),
 ];
 
@@ -184,7 +188,7 @@ fn package_installed(name: &str) -> bool {
         .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
 }
 
-fn packages(wanted: &[(&str, &str)]) -> Result<()> {
+pub fn packages(wanted: &[(&str, &str)]) -> Result<()> {
     let missing: Vec<&str> = wanted
         .iter()
         .filter(|(name, _)| !package_installed(name))
