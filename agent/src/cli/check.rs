@@ -130,17 +130,32 @@ fn add(lines: &mut Vec<Line>, level: Level, what: &str, detail: String) {
 /// Runs the checks, prints them, returns whether the agent can work here.
 pub fn run(args: &CheckArgs) -> bool {
     let mut lines = Vec::new();
+    let host = check_host(&mut lines, args);
+    let attached_any = check_probes(&mut lines, args, &host);
+    report(&lines, host.privileged && attached_any)
+}
 
+/// What the host checks found that the probes' check needs.
+struct HostChecks {
+    privileged: bool,
+    task_offsets: bool,
+    /// The index of the BTF's line (replaced when the loader refuses the file).
+    btf_line: usize,
+}
+
+/// The kernel, the privileges and seccomp, the BTF, cgroup v2, tracefs and the scheduler's
+/// tracepoints.
+fn check_host(lines: &mut Vec<Line>, args: &CheckArgs) -> HostChecks {
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .map(|s| s.trim().to_owned())
         .unwrap_or_else(|_| "unknown".to_owned());
-    add(&mut lines, Level::Ok, "kernel", release);
+    add(lines, Level::Ok, "kernel", release);
 
     let caps = privileges::effective_caps();
     let mut privileged = match privileges::check(&caps) {
         Ok(()) => {
             add(
-                &mut lines,
+                lines,
                 Level::Ok,
                 "privileges",
                 "CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN)".into(),
@@ -148,7 +163,7 @@ pub fn run(args: &CheckArgs) -> bool {
             true
         }
         Err(e) => {
-            add(&mut lines, Level::Fail, "privileges", e.to_string());
+            add(lines, Level::Fail, "privileges", e.to_string());
             false
         }
     };
@@ -158,10 +173,10 @@ pub fn run(args: &CheckArgs) -> bool {
     let seccomp = privileges::seccomp(&caps);
     match seccomp.refusal() {
         Some(refusal) => {
-            add(&mut lines, Level::Fail, "seccomp", refusal.to_string());
+            add(lines, Level::Fail, "seccomp", refusal.to_string());
             privileged = false;
         }
-        None => add(&mut lines, Level::Ok, "seccomp", seccomp.describe()),
+        None => add(lines, Level::Ok, "seccomp", seccomp.describe()),
     }
 
     // The BTF the probes will use, read and checked as the loader reads it.
@@ -170,7 +185,7 @@ pub fn run(args: &CheckArgs) -> bool {
     let btf_line = lines.len();
     match (&facts.btf_error, facts.btf_external) {
         (None, _) => add(
-            &mut lines,
+            lines,
             Level::Ok,
             "BTF",
             format!(
@@ -185,9 +200,9 @@ pub fn run(args: &CheckArgs) -> bool {
             ),
         ),
         // A file the user named must be usable: the probes are not loaded without it.
-        (Some(why), true) => add(&mut lines, Level::Fail, "BTF", why.clone()),
+        (Some(why), true) => add(lines, Level::Fail, "BTF", why.clone()),
         (Some(why), false) => add(
-            &mut lines,
+            lines,
             Level::Warn,
             "BTF",
             format!(
@@ -199,20 +214,15 @@ pub fn run(args: &CheckArgs) -> bool {
     drop(facts);
 
     match find_v2_root() {
-        Ok(root) => add(
-            &mut lines,
-            Level::Ok,
-            "cgroup v2",
-            root.display().to_string(),
-        ),
-        Err(e) => add(&mut lines, Level::Fail, "cgroup v2", e.to_string()),
+        Ok(root) => add(lines, Level::Ok, "cgroup v2", root.display().to_string()),
+        Err(e) => add(lines, Level::Fail, "cgroup v2", e.to_string()),
     }
 
     tracefs::ensure_mounted();
     match tracefs::root() {
-        Some(root) => add(&mut lines, Level::Ok, "tracefs", root.display().to_string()),
+        Some(root) => add(lines, Level::Ok, "tracefs", root.display().to_string()),
         None => add(
-            &mut lines,
+            lines,
             Level::Warn,
             "tracefs",
             "not mounted; classic tracepoint fallback unavailable".into(),
@@ -222,14 +232,14 @@ pub fn run(args: &CheckArgs) -> bool {
         let (cat, name) = tp.split_once(':').expect("category:event");
         if tracefs::tracepoint_exists(cat, name) {
             add(
-                &mut lines,
+                lines,
                 Level::Ok,
                 &format!("tracepoint {tp}"),
                 "exists".into(),
             );
         } else {
             add(
-                &mut lines,
+                lines,
                 Level::Warn,
                 &format!("tracepoint {tp}"),
                 "not found in tracefs".into(),
@@ -237,7 +247,17 @@ pub fn run(args: &CheckArgs) -> bool {
         }
     }
 
-    // The real test of program types: load and attach every probe, then detach.
+    HostChecks {
+        privileged,
+        task_offsets,
+        btf_line,
+    }
+}
+
+/// Loads and attaches every probe, then detaches them: the real test of the program types;
+/// what the diagnosis loses without those that fail. Returns whether any attached.
+fn check_probes(lines: &mut Vec<Line>, args: &CheckArgs, host: &HostChecks) -> bool {
+    let (privileged, task_offsets, btf_line) = (host.privileged, host.task_offsets, host.btf_line);
     let mut attached_any = false;
     if privileged {
         let options = LoadOptions {
@@ -257,7 +277,7 @@ pub fn run(args: &CheckArgs) -> bool {
                         None => Level::Warn,
                     };
                     add(
-                        &mut lines,
+                        lines,
                         level,
                         &format!("probe {}", s.tracepoint),
                         describe(s),
@@ -266,7 +286,7 @@ pub fn run(args: &CheckArgs) -> bool {
                 let lost = losses(&avail, task_offsets);
                 if lost.is_empty() {
                     add(
-                        &mut lines,
+                        lines,
                         Level::Ok,
                         "diagnosis",
                         "every figure and every rule has its probes".into(),
@@ -279,7 +299,7 @@ pub fn run(args: &CheckArgs) -> bool {
                         format!("; rules without them: {}", l.rules.join(", "))
                     };
                     add(
-                        &mut lines,
+                        lines,
                         if l.essential {
                             Level::Fail
                         } else {
@@ -297,14 +317,14 @@ pub fn run(args: &CheckArgs) -> bool {
                     detail: why,
                 };
                 add(
-                    &mut lines,
+                    lines,
                     Level::Fail,
                     "probes",
                     "not loaded: the BTF file is refused".into(),
                 );
             }
             Err(e) => add(
-                &mut lines,
+                lines,
                 Level::Fail,
                 "probes",
                 format!("{:#}", anyhow::Error::from(e)),
@@ -312,17 +332,22 @@ pub fn run(args: &CheckArgs) -> bool {
         }
     } else {
         add(
-            &mut lines,
+            lines,
             Level::Fail,
             "probes",
             "not tried: fix the privileges or seccomp first".into(),
         );
     }
 
+    attached_any
+}
+
+/// Prints every line and the verdict; whether stormwatch can run here.
+fn report(lines: &[Line], privileged_and_attached: bool) -> bool {
     let failed = lines.iter().any(|l| l.level == Level::Fail);
-    let can_work = privileged && attached_any && !failed;
+    let can_work = privileged_and_attached && !failed;
     let mut out = String::new();
-    for l in &lines {
+    for l in lines {
         let tag = match l.level {
             Level::Ok => "ok  ",
             Level::Warn => "warn",

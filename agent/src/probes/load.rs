@@ -173,25 +173,7 @@ impl Probes {
         if options.waits_from_wakeups {
             facts.sched_info = false;
         }
-        let families: Vec<Box<dyn ProbeFamily>> = options
-            .families
-            .iter()
-            .map(|f| -> Box<dyn ProbeFamily> {
-                match f {
-                    Family::Sched => Box::new(sched::SchedProbes {
-                        wake_kinds: options.wake_kinds,
-                    }),
-                    Family::Futex => Box::new(futex::FutexProbes {
-                        on_demand: options.futex == FutexTier::OnDemand,
-                    }),
-                    Family::Locks => Box::new(locks::LockProbes),
-                    Family::Net => Box::new(net::NetProbes {
-                        packets_on_demand: options.net_packets == NetPacketTier::OnDemand,
-                    }),
-                    Family::EmptySched => Box::new(EmptySchedProbes),
-                }
-            })
-            .collect();
+        let families = families(options);
 
         // Globals must all be set before the single load of the object. Names come from the
         // shared crate; a missing one is set to 0 and the family that needs it degrades.
@@ -263,11 +245,7 @@ impl Probes {
                 })
                 .collect()
         };
-        let tiers = [
-            loaded_for_later(&sched::WAKE_KIND_PROGRAMS),
-            loaded_for_later(&futex::PROGRAMS),
-            loaded_for_later(&net::PACKET_PROGRAMS),
-        ];
+        let tiers = Tier::ALL.map(|tier| loaded_for_later(tier.programs()));
         let init_netns = facts.init_netns;
         let check_attach = facts.btf_external;
         drop(facts);
@@ -288,6 +266,29 @@ impl Probes {
             check_attach,
         })
     }
+}
+
+/// The families `options` asks for, each configured for its tier.
+fn families(options: &LoadOptions) -> Vec<Box<dyn ProbeFamily>> {
+    options
+        .families
+        .iter()
+        .map(|f| -> Box<dyn ProbeFamily> {
+            match f {
+                Family::Sched => Box::new(sched::SchedProbes {
+                    wake_kinds: options.wake_kinds,
+                }),
+                Family::Futex => Box::new(futex::FutexProbes {
+                    on_demand: options.futex == FutexTier::OnDemand,
+                }),
+                Family::Locks => Box::new(locks::LockProbes),
+                Family::Net => Box::new(net::NetProbes {
+                    packets_on_demand: options.net_packets == NetPacketTier::OnDemand,
+                }),
+                Family::EmptySched => Box::new(EmptySchedProbes),
+            }
+        })
+        .collect()
 }
 
 /// The benchmark floor: empty tp_btf programs on `sched_switch` and `sched_wakeup`.

@@ -56,6 +56,15 @@ impl Tier {
     pub const ALL: [Tier; 3] = [Tier::WakeKinds, Tier::Futex, Tier::NetPackets];
     pub const COUNT: usize = Tier::ALL.len();
 
+    /// The (tracepoint, program) pairs of the tier.
+    pub fn programs(self) -> &'static [(&'static str, &'static str)] {
+        match self {
+            Tier::WakeKinds => &sched::WAKE_KIND_PROGRAMS,
+            Tier::Futex => &futex::PROGRAMS,
+            Tier::NetPackets => &net::PACKET_PROGRAMS,
+        }
+    }
+
     /// Its place in [`Tier::ALL`] and in every per-tier array.
     pub const fn index(self) -> usize {
         self as usize
