@@ -71,9 +71,10 @@ fn assert_convoy(case: &Case, o: &Outcome) {
     );
 }
 
+/// Premise of a quota case: by `cpu.stat`, its quota ran out in at least a quarter of its
+/// periods.
 #[track_caller]
-fn assert_quota_storm(case: &Case, o: &Outcome) {
-    assert_threads_queue_on_futexes(case, o);
+fn assert_throttled(case: &Case, o: &Outcome) {
     let throttled = o
         .kernel
         .throttled_share
@@ -84,6 +85,12 @@ fn assert_quota_storm(case: &Case, o: &Outcome) {
         case.name,
         100.0 * throttled
     );
+}
+
+#[track_caller]
+fn assert_quota_storm(case: &Case, o: &Outcome) {
+    assert_threads_queue_on_futexes(case, o);
+    assert_throttled(case, o);
     // Findings compose: the storm and the throttling, tied in the storm's summary, and no
     // advice to go and look for a lock the futex figures already show.
     assert!(
@@ -204,16 +211,7 @@ fn stress_ng_semaphore_is_oversubscription_not_a_lock_storm() {
 #[test]
 fn cpu_bound_work_inside_a_quota_is_throttling_not_a_lock_storm() {
     let (c, o) = judged("quota-cpu-bound");
-    let throttled = o
-        .kernel
-        .throttled_share
-        .expect("a quota case reads its throttling");
-    assert!(
-        throttled >= 0.25,
-        "premise of {}: throttled in ≥ 25% of its periods, cpu.stat says {:.0}%",
-        c.name,
-        100.0 * throttled
-    );
+    assert_throttled(&c, &o);
     assert!(
         o.kinds.iter().any(|k| k == "cpu_throttling"),
         "{:?}",
@@ -422,16 +420,7 @@ fn lockbench_long_critical_section_inside_a_quota_is_quota_bound() {
     eprintln!("{}", corpus::describe(&c, &o));
     assert_not_lock_bound(&c, &o);
     assert_threads_queue_on_futexes(&c, &o);
-    let throttled = o
-        .kernel
-        .throttled_share
-        .expect("a quota case reads its throttling");
-    assert!(
-        throttled >= 0.25,
-        "premise of {}: the quota should run out in ≥ 25% of its periods (cpu.stat), saw {:.0}%",
-        c.name,
-        100.0 * throttled
-    );
+    assert_throttled(&c, &o);
     assert!(
         o.kinds.iter().any(|k| k == "cpu_throttling"),
         "what limits it is the quota: {:?}",

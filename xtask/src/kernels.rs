@@ -29,7 +29,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
-use crate::{cargo, root, run_cmd, say};
+use crate::{cargo, root, run_cmd, say, setup::output};
 
 /// The LTS series of the matrix, as Debian names its kernel images.
 pub const SERIES: [&str; 2] = ["6.1", "6.12"];
@@ -54,20 +54,6 @@ pub struct Kernel {
 
 fn kernels_dir() -> PathBuf {
     root().join("target/kernels")
-}
-
-fn output(cmd: &mut Command) -> Result<String> {
-    let shown = format!("{cmd:?}");
-    let out = cmd
-        .output()
-        .with_context(|| format!("cannot start {shown}"))?;
-    if !out.status.success() {
-        bail!(
-            "{shown} failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// Whether `name` is the plain amd64 image of `series` (not -cloud, -rt, dbg, unsigned).

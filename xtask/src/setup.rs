@@ -130,7 +130,8 @@ pub fn tests() -> Result<()> {
     Ok(())
 }
 
-fn output(cmd: &mut Command) -> Result<String> {
+/// Runs a command to its end and returns its standard output; fails with its standard error.
+pub(crate) fn output(cmd: &mut Command) -> Result<String> {
     let shown = format!("{cmd:?}");
     let out = cmd
         .output()
