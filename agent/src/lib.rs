@@ -50,17 +50,15 @@
 //! - [`counters`]: the counter types the probes produce and every layer above reads, each with
 //!   one add and one difference; what the agent itself had to drop.
 //!   May import: nothing.
+//! - [`host`]: the host: its CPUs, the hypervisor under it, its NUMA nodes and kernel, the CPU
+//!   time stolen.
+//!   May import: `identity` (the CPU list parser of `limits.rs`).
+//! - [`identity`]: which cgroup a cgroup id names, and what runs in it (runtime, pod,
+//!   container, process runtimes); the cgroup's limits, threads and throttling.
+//!   May import: `netinfo` (the network namespaces, in `netns.rs`).
 //! - [`netinfo`]: what the network looks like, read rather than probed: namespaces and their
 //!   owners, links, routes, encapsulations, the MTU inventory, the kernel's SNMP counters.
 //!   May import: nothing.
-//! - [`identity`]: which cgroup a cgroup id names, and what runs in it (runtime, pod,
-//!   container, process runtimes); the cgroup's limits, threads and throttling.
-//!   May import: nothing.
-//!   Against the layering: `netinfo` (the network namespaces, in `netns.rs`).
-//! - [`host`]: the host: its CPUs, the hypervisor under it, its NUMA nodes and kernel, the CPU
-//!   time stolen.
-//!   May import: nothing.
-//!   Against the layering: `identity` (the CPU list parser of `limits.rs`).
 //! - [`symbolize`]: kernel call sites: a contended lock's stack, symbolized against
 //!   `/proc/kallsyms`.
 //!   May import: nothing.
