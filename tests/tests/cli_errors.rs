@@ -288,3 +288,67 @@ fn an_empty_or_truncated_btf_file_is_refused() {
         assert!(line.contains(file), "names the file: {line}");
     }
 }
+
+/// Where neither the kernel's BTF nor the scheduler's tracepoints can be reached (the agent in a
+/// mount namespace of its own, /dev/null over the BTF file and an empty tmpfs over tracefs'
+/// `sched` events), the lock-storm diagnosis cannot run: `check` fails (exit 1), on `FAIL` lines
+/// for the missing scheduler probes and for what is lost with them, naming the rules; the
+/// probes that did attach still say so.
+#[test]
+fn check_fails_and_says_what_is_lost_without_the_scheduler_probes() {
+    require_bpf();
+    let hide = "mount --bind /dev/null /sys/kernel/btf/vmlinux && \
+                for d in /sys/kernel/tracing/events/sched /sys/kernel/debug/tracing/events/sched; \
+                do if [ -d \"$d\" ]; then mount -t tmpfs none \"$d\" || exit 1; fi; done && \
+                exec \"$0\" check";
+    let out = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", hide])
+        .arg(agent_bin())
+        .output()
+        .expect("running unshare");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "check without the scheduler probes must fail:\n{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = |start: &str, has: &[&str]| {
+        stdout
+            .lines()
+            .any(|l| l.starts_with(start) && has.iter().all(|h| l.contains(h)))
+    };
+    assert!(
+        line("FAIL", &["probe sched:sched_switch ", "not attached"]),
+        "{stdout}"
+    );
+    assert!(
+        line(
+            "FAIL",
+            &["probe sched:sched_wakeup ", "needs sched:sched_switch"]
+        ),
+        "{stdout}"
+    );
+    assert!(
+        line("FAIL", &["lost", "context switches", "lock_storm"]),
+        "{stdout}"
+    );
+    assert!(
+        line(
+            "FAIL",
+            &["lost", "run-queue latency", "runqueue_saturation"]
+        ),
+        "{stdout}"
+    );
+    assert!(
+        line(
+            "ok",
+            &["probe syscalls:sys_enter_futex ", "attached as tracepoint"]
+        ),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("verdict: stormwatch cannot run here"),
+        "{stdout}"
+    );
+}

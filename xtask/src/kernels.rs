@@ -350,6 +350,13 @@ pub fn matrix_steps() -> Vec<Step> {
             "sched_accuracy",
             "mutex_storm_switches_match_rusage_with_the_kernels_btf_hidden",
         ),
+        // And without the scheduler's tracepoints too: the storm diagnosis cannot run, and
+        // `check` fails saying what is lost.
+        test(
+            BtfHidden,
+            "cli_errors",
+            "check_fails_and_says_what_is_lost_without_the_scheduler_probes",
+        ),
     ]
 }
 
