@@ -76,7 +76,11 @@ pub fn http_get_bytes(
     path: &str,
     headers: &[(&str, &str)],
 ) -> std::io::Result<HttpResponse<Vec<u8>>> {
-    let mut request = client().get(format!("http://{addr}{path}"));
+    // One connection per request, closed by the server once it has answered: a test that
+    // counts the server's open connections must not find a finished scrape's still held.
+    let mut request = client()
+        .get(format!("http://{addr}{path}"))
+        .header("Connection", "close");
     for (name, value) in headers {
         request = request.header(*name, *value);
     }
