@@ -52,13 +52,13 @@ enum Task {
         #[arg(long, default_value = "10")]
         duration: u32,
     },
-    /// Set up, then run every test: formatting, clippy, unit and integration tests, and the
-    /// kernel matrix (Debian's 6.1 and 6.12 LTS kernels in guests).
+    /// Set up, then run every test: the import graph, formatting, clippy, the docs, unit tests,
+    /// the arm64 build and the integration tests (the kernel matrix is `kernel-matrix`).
     Test,
     /// Print the agent's and xtask's module import graphs; fail on a circle (`xtask test`
     /// checks it too).
     Imports,
-    /// Set up, then run only the kernel matrix (the last step of `test`).
+    /// Set up, then run the kernel matrix: Debian's 6.1 and 6.12 LTS kernels in guests.
     KernelMatrix,
     /// Set up, then boot one kernel of the matrix in a guest (only cgroup v2, under emulation)
     /// and run `stormwatch check` and the named integration tests in it.
@@ -142,9 +142,7 @@ fn main() -> ExitCode {
                 .map(|bin| println!("{}", bin.display())),
         }),
         Task::Diagnose { duration } => setup::build().and_then(|()| diagnose(duration)),
-        Task::Test => setup::tests()
-            .and_then(|()| kernels::fetch_all().map(drop))
-            .and_then(|()| test()),
+        Task::Test => setup::tests().and_then(|()| test()),
         Task::KernelMatrix => setup::tests()
             .and_then(|()| kernels::fetch_all().map(drop))
             .and_then(|()| build_release())
@@ -355,8 +353,9 @@ fn test() -> Result<()> {
         "--",
         "--test-threads=1",
     ]))?;
-    // The same agent and tests against the LTS kernels nodes run, in guests.
-    say("running the kernel matrix: Debian's 6.1 and 6.12 LTS kernels in guests (emulated)");
-    kernels::matrix(&root().join("target/release/stormwatch"))?;
+    // The kernel matrix (`cargo +stable xtask kernel-matrix`: the same agent and tests against
+    // Debian's 6.1 and 6.12 LTS kernels, in guests) is not part of this run yet: it was merged
+    // in the last hour of a session and not run on a fresh clone with everything else, so it
+    // stays a task of its own until it has been.
     Ok(())
 }
