@@ -14,6 +14,18 @@ use crate::{
     probes::net::drop_reason_name,
 };
 
+/// The labels of the inventory's families: the interface's, and its kind.
+const IFACE_KIND: &[&str] = &[
+    "netns",
+    "ifindex",
+    "interface",
+    "namespace",
+    "pod",
+    "container",
+    "cgroup",
+    "kind",
+];
+
 /// The per-interface families, in the order of the exposition.
 pub static FAMILIES: &[Family] = &[
     // ---- per interface ----
@@ -159,16 +171,7 @@ pub static FAMILIES: &[Family] = &[
                it).",
         kind: Kind::Gauge,
         unit: "bytes",
-        labels: &[
-            "netns",
-            "ifindex",
-            "interface",
-            "namespace",
-            "pod",
-            "container",
-            "cgroup",
-            "kind",
-        ],
+        labels: IFACE_KIND,
         scope: Scope::Interface,
         present: always,
         absent: "an interface neither in the inventory nor seen by the probes",
@@ -285,16 +288,7 @@ const fn inventory_family(
         help,
         kind: Kind::Gauge,
         unit: "bytes",
-        labels: &[
-            "netns",
-            "ifindex",
-            "interface",
-            "namespace",
-            "pod",
-            "container",
-            "cgroup",
-            "kind",
-        ],
+        labels: IFACE_KIND,
         scope: Scope::Interface,
         present: always,
         absent: "an interface not in the inventory, or the figure unknown",
