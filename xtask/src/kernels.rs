@@ -345,6 +345,12 @@ pub fn matrix_steps() -> Vec<Step> {
             &["check", "--btf", "{foreign}"],
             Expect::CheckRefusesBtf("is not the running kernel's BTF"),
         ),
+        agent(
+            "check --force-tracepoints --btf <another kernel's BTF>",
+            BtfHidden,
+            &["check", "--force-tracepoints", "--btf", "{foreign}"],
+            Expect::CheckRefusesBtf("is not the running kernel's BTF"),
+        ),
         test(
             BtfHidden,
             "sched_accuracy",

@@ -166,8 +166,12 @@ impl Probes {
         {
             return Err(LoadError::Btf(why.clone()));
         }
+        // With classic tracepoints forced, no tp_btf attach would show a given file to be
+        // another kernel's, and its offsets would still be used: it is tried once on the
+        // benchmark's empty sched_switch program (below), and refused if the kernel disagrees.
+        let mut try_external = None;
         if options.force_tracepoints {
-            facts.aya_btf = None;
+            try_external = facts.aya_btf.take().filter(|_| facts.btf_external);
             facts.btf_error = Some("tp_btf disabled by --force-tracepoints".to_owned());
         }
         if options.waits_from_wakeups {
@@ -202,6 +206,9 @@ impl Probes {
         let mut ebpf = loader
             .load(PROBES_OBJECT)
             .map_err(|e| LoadError::Object(Box::new(e)))?;
+        if let Some(btf) = try_external {
+            confirm_btf_file(&mut ebpf, &btf, &facts.btf_path).map_err(LoadError::Btf)?;
+        }
 
         let mut status = Vec::new();
         for family in &families {
@@ -409,4 +416,28 @@ pub(crate) fn tracepoint_offsets(
             tracefs::field_offset(category, event, field).map(|off| (*global, off))
         })
         .collect()
+}
+
+/// Attaches the benchmark's empty `sched_switch` program as tp_btf against a BTF file the user
+/// gave, checks where the kernel attached it ([`check_attached_to`]), and detaches it: whether
+/// the file is the running kernel's, when no other tp_btf program is to be attached with it.
+fn confirm_btf_file(ebpf: &mut Ebpf, btf: &aya::Btf, path: &Path) -> Result<(), String> {
+    let refused = |err: anyhow::Error| {
+        format!(
+            "{} is not the running kernel's BTF: {}",
+            path.display(),
+            one_line(&err)
+        )
+    };
+    let prog = load_btf(
+        ebpf,
+        stormwatch_common::programs::BENCH_EMPTY_SWITCH,
+        "sched_switch",
+        btf,
+    )
+    .map_err(refused)?;
+    let link = prog.attach().map_err(|e| refused(e.into()))?;
+    let checked = check_attached_to(prog, "sched_switch");
+    let _ = prog.detach(link);
+    checked.map_err(refused)
 }
