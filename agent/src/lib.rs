@@ -42,8 +42,9 @@
 //!   May import: `collect`, `probes`, `identity`, `netinfo`, `symbolize`.
 //! - [`collect`]: snapshots (the probes' maps read into cumulative counters per cgroup),
 //!   windows (the difference of two, added through one `add` per struct) and which figures
-//!   exist (the availability every layer above reads).
-//!   May import: `probes`, `counters`.
+//!   exist (the availability every layer above reads); a window carries the named call sites of
+//!   its sampled hand-offs.
+//!   May import: `probes`, `counters`, `symbolize`.
 //! - [`probes`]: loading, attaching and reading the eBPF programs, one module per family; the
 //!   one BTF reader; the tiers attached on demand.
 //!   May import: `counters`, `memory`.
@@ -59,8 +60,9 @@
 //! - [`netinfo`]: what the network looks like, read rather than probed: namespaces and their
 //!   owners, links, routes, encapsulations, the MTU inventory, the kernel's SNMP counters.
 //!   May import: nothing.
-//! - [`symbolize`]: kernel call sites: a contended lock's stack, symbolized against
-//!   `/proc/kallsyms`.
+//! - [`symbolize`]: call sites: a contended kernel lock's stack, symbolized against
+//!   `/proc/kallsyms`; the sampled user stacks of futex hand-offs, unwound with the binaries'
+//!   call-frame information, named (ELF, DWARF, a JVM's perf map) and counted per cgroup.
 //!   May import: nothing.
 //! - [`privileges`]: what the agent needs from the kernel's permission checks (capabilities,
 //!   seccomp), and naming what is missing.

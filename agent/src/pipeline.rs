@@ -15,7 +15,10 @@ use crate::{
     identity::{CgroupResolver, netns::NetnsOwners, workload::Identities},
     netinfo::inventory::SeenInterface,
     probes::{LoadOptions, Probes, locks},
-    symbolize::{CallSite, KernelSymbolizer},
+    symbolize::{
+        CallSite, KernelSymbolizer,
+        handoffs::{HandoffNamer, HandoffSide},
+    },
 };
 
 pub struct Pipeline {
@@ -30,6 +33,8 @@ pub struct Pipeline {
     /// Contended call sites by stack id (stack ids are stable while the probes are loaded).
     call_sites: HashMap<u32, CallSite>,
     symbolizer: KernelSymbolizer,
+    /// Pairs and names the futex probes' sampled hand-offs.
+    handoffs: HandoffNamer,
     identities: Identities,
     /// The interfaces the network probes saw: what the kernel said each is when they first saw
     /// it.
@@ -56,6 +61,7 @@ impl Pipeline {
             process_names: HashMap::new(),
             call_sites: HashMap::new(),
             symbolizer: KernelSymbolizer::new(),
+            handoffs: HandoffNamer::new(),
             identities: Identities::default(),
             interfaces: HashMap::new(),
             host_netns,
@@ -99,7 +105,8 @@ impl Pipeline {
     /// window).
     pub fn tick(&mut self) -> anyhow::Result<Window> {
         let snapshot = Snapshot::read(&mut self.probes).context("reading the probes' maps")?;
-        let window = Window::between(&self.previous, &snapshot);
+        let mut window = Window::between(&self.previous, &snapshot);
+        self.name_handoffs(&mut window);
         let ids: HashSet<u64> = snapshot.cgroup_ids().copied().collect();
         let active = |id: u64| window.cgroups.get(&id).is_some_and(|w| w.threads_moved());
         let gone: Vec<u64> = self.resolver.refresh(&ids, active).into_iter().collect();
@@ -165,6 +172,30 @@ impl Pipeline {
                 e.insert(comm.trim_end().to_owned());
             }
         }
+    }
+
+    /// Names the call sites of the hand-offs sampled since the last tick, into `window`.
+    fn name_handoffs(&mut self, window: &mut Window) {
+        if !self.probes.samples_handoffs() {
+            return;
+        }
+        let sides: Vec<HandoffSide> = self
+            .probes
+            .drain_handoff_samples()
+            .iter()
+            .map(HandoffSide::from)
+            .collect();
+        if sides.is_empty() {
+            return;
+        }
+        window.handoff_sites = self.handoffs.name(sides);
+        self.handoffs
+            .retain_processes(|tgid| std::path::Path::new(&format!("/proc/{tgid}")).exists());
+    }
+
+    /// Whether the futex probes sample hand-offs, so that their call sites can be named.
+    pub fn names_handoff_sites(&self) -> bool {
+        self.probes.samples_handoffs()
     }
 
     fn resolve_call_sites(&mut self, window: &Window) {

@@ -3,6 +3,7 @@
 //! A figure whose probe is not attached is `null`, never zero: a missing probe is better than
 //! a wrong number.
 
+pub mod handoffs;
 pub mod network;
 
 use std::collections::{BTreeMap, HashMap};
@@ -101,6 +102,10 @@ pub struct ContainerReport {
     /// The kernel call sites that waited longest for a lock in this window, from the waits of at
     /// least `LOCK_SITE_MIN_WAIT_NS` (10 µs; shorter ones count in `kernel_locks` only).
     pub kernel_lock_sites: Option<Vec<LockSite>>,
+    /// Where the container's sampled futex hand-offs waited and woke, in its own code, and why
+    /// they were slow; `null` where hand-offs are not sampled (the futex probes not attached, or
+    /// a kernel without BTF, or an architecture whose stacks the agent cannot unwind yet).
+    pub lock_call_sites: Option<handoffs::LockCallSites>,
     /// What the container's sockets sent and received.
     pub network: Option<network::NetworkSummary>,
 }
@@ -195,6 +200,8 @@ pub struct ReportContext<'a> {
     /// Call sites by stack id.
     pub call_sites: &'a HashMap<u32, CallSite>,
     pub avail: Availability,
+    /// The futex probes sample hand-offs (their user call sites are named).
+    pub handoff_sites: bool,
 }
 
 impl<'a> ReportContext<'a> {
@@ -208,6 +215,7 @@ impl<'a> ReportContext<'a> {
             process_names: pipeline.process_names(),
             call_sites: pipeline.call_sites(),
             avail: pipeline.availability(),
+            handoff_sites: pipeline.names_handoff_sites(),
         }
     }
 }
@@ -368,6 +376,8 @@ pub fn container_report(
         kernel_locks: a.locks.then(|| lock_waits(&w.locks)),
         hot_futexes: a.futex.then(|| hot_futexes(window, cgroup_id, ctx)),
         kernel_lock_sites: a.locks.then(|| lock_sites(window, cgroup_id, ctx)),
+        lock_call_sites: (a.futex && ctx.handoff_sites)
+            .then(|| handoffs::lock_call_sites(window.handoff_sites.get(&cgroup_id))),
         network: network::network_summary(&w.net, a.net),
     }
 }
@@ -503,6 +513,7 @@ mod tests {
             process_names: &names,
             call_sites: &sites,
             avail,
+            handoff_sites: false,
         })
     }
 

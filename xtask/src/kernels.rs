@@ -318,6 +318,13 @@ pub fn matrix_steps() -> Vec<Step> {
             "corpus",
             "cpu_bound_work_inside_a_quota_is_throttling_not_a_lock_storm",
         ),
+        // Throttled periods and time over a window against cpu.stat read at its edges: on
+        // cpu.max, which this hybrid host's v1-bound `cpu` controller cannot offer.
+        test(
+            Btf,
+            "throttling",
+            "throttling_over_a_window_is_cpu_stat_between_its_edges",
+        ),
         // `run`: a storm's finding on /metrics while it lasts, gone after.
         test(Btf, "daemon", "a_lock_storm_is_a_finding_while_it_lasts"),
         // The kernel's BTF hidden from here on.

@@ -21,6 +21,7 @@ pub use crate::counters::Counters;
 use crate::{
     counters::UserLoss,
     probes::{Probes, futex, locks, net},
+    symbolize::handoffs::HandoffSites,
 };
 
 /// Cumulative counters at one instant. Counters start at zero when the probes attach, so a
@@ -286,6 +287,8 @@ pub struct Window {
     /// Keys skipped because their counters went backwards (also counted process-wide as the
     /// `counter_regression` lost event).
     pub counter_regressions: u64,
+    /// Per cgroup: the call sites of its sampled futex hand-offs (named by the pipeline).
+    pub handoff_sites: HashMap<u64, HandoffSites>,
 }
 
 /// The non-zero changes of each key from `before` to `after`.
@@ -335,6 +338,7 @@ impl Window {
             net_ifaces: HashMap::new(),
             net_drops: HashMap::new(),
             counter_regressions: 0,
+            handoff_sites: HashMap::new(),
         }
     }
 
@@ -390,6 +394,7 @@ impl Window {
             net_ifaces,
             net_drops,
             counter_regressions: regressions,
+            handoff_sites: HashMap::new(),
         }
     }
 
@@ -419,6 +424,9 @@ impl Window {
         add_all(&mut self.handoff_threads, &later.handoff_threads);
         add_all(&mut self.net_ifaces, &later.net_ifaces);
         add_all(&mut self.net_drops, &later.net_drops);
+        for (id, sites) in &later.handoff_sites {
+            self.handoff_sites.entry(*id).or_default().add(sites);
+        }
     }
 }
 

@@ -49,8 +49,9 @@ impl ProbeFamily for FutexProbes {
         "futex"
     }
 
-    fn globals(&self, _facts: &KernelFacts) -> Vec<(&'static str, u32)> {
-        tracepoint_offsets(&[
+    fn globals(&self, facts: &KernelFacts) -> Vec<(&'static str, u32)> {
+        let mut values = sample_globals(facts);
+        values.extend(tracepoint_offsets(&[
             (
                 globals::TP_FUTEX_UADDR_OFFSET,
                 "syscalls",
@@ -87,7 +88,8 @@ impl ProbeFamily for FutexProbes {
                 "sys_exit_futex",
                 "ret",
             ),
-        ])
+        ]));
+        values
     }
 
     fn attach(&self, ebpf: &mut Ebpf, _facts: &KernelFacts) -> Vec<ProbeStatus> {
@@ -119,6 +121,56 @@ impl ProbeFamily for FutexProbes {
         }
         status
     }
+}
+
+/// The hand-off sampler's node-wide budget: sampled wakes per second on the whole node, each
+/// with its waiter (see `ebpf-probes/kernel/src/handoff.rs`). Each CPU samples at most one wake
+/// per `CPUs / budget` seconds.
+pub const SAMPLED_WAKES_PER_SECOND: u32 = 100;
+
+/// The globals of hand-off sampling: the user registers' offsets in `struct pt_regs` and the
+/// thread's run-queue wait and switch counts in `task_struct`, from BTF, on an architecture
+/// whose stacks the agent unwinds (x86-64); nothing, and no sampling, otherwise.
+fn sample_globals(facts: &KernelFacts) -> Vec<(&'static str, u32)> {
+    let Some(btf) = &facts.btf else {
+        return Vec::new();
+    };
+    if !cfg!(target_arch = "x86_64") {
+        log::info!("hand-off call sites are not sampled on this architecture yet");
+        return Vec::new();
+    }
+    let mut values = super::pointer_path(
+        btf,
+        &[
+            (globals::PT_REGS_IP_OFFSET, "pt_regs", &["ip"]),
+            (globals::PT_REGS_SP_OFFSET, "pt_regs", &["sp"]),
+            (globals::PT_REGS_BP_OFFSET, "pt_regs", &["bp"]),
+            (
+                globals::HOLD_RUN_DELAY_OFFSET,
+                "task_struct",
+                &["sched_info", "run_delay"],
+            ),
+            (globals::HOLD_NVCSW_OFFSET, "task_struct", &["nvcsw"]),
+            (globals::HOLD_NIVCSW_OFFSET, "task_struct", &["nivcsw"]),
+        ],
+        globals::HAVE_HANDOFF_SAMPLES,
+    );
+    if values.is_empty() {
+        log::info!("no pt_regs or sched_info in BTF: hand-off call sites are not sampled");
+        return values;
+    }
+    let cpus = aya::util::nr_cpus().map(|n| n.get()).unwrap_or(1);
+    values.push((
+        globals::HANDOFF_SAMPLE_INTERVAL_NS,
+        sample_interval_ns(cpus, SAMPLED_WAKES_PER_SECOND),
+    ));
+    values
+}
+
+/// The shortest time between two sampled wakes on one CPU, for a node-wide budget.
+pub fn sample_interval_ns(cpus: u32, per_second: u32) -> u32 {
+    let ns = 1_000_000_000u64 * u64::from(cpus.max(1)) / u64::from(per_second.max(1));
+    ns.min(u64::from(u32::MAX)) as u32
 }
 
 /// Loads (verifies) a program to be attached on demand: a program the kernel refuses is found
@@ -170,6 +222,36 @@ pub fn forget_handoff_threads(ebpf: &mut Ebpf, tids: &[u32]) {
     for tid in tids {
         let _ = map.remove(tid);
     }
+}
+
+/// Takes the hand-off samples' ring buffer out of the object, for the agent to keep open.
+pub fn take_samples(ebpf: &mut Ebpf) -> Option<aya::maps::RingBuf<aya::maps::MapData>> {
+    let map = ebpf.take_map(maps::HANDOFF_SAMPLES)?;
+    match aya::maps::RingBuf::try_from(map) {
+        Ok(ring) => Some(ring),
+        Err(err) => {
+            log::warn!("hand-off samples: {err}; call sites are not named");
+            None
+        }
+    }
+}
+
+/// The samples in the ring buffer, oldest first (at most a few thousand: the kernel side is
+/// rate-limited).
+pub fn drain_samples(
+    ring: &mut aya::maps::RingBuf<aya::maps::MapData>,
+) -> Vec<stormwatch_common::HandoffSample> {
+    let mut out = Vec::new();
+    while let Some(item) = ring.next() {
+        if item.len() >= size_of::<stormwatch_common::HandoffSample>() {
+            // SAFETY: the kernel wrote a whole HandoffSample (its reservation's size); the
+            // read is unaligned-safe.
+            out.push(unsafe {
+                std::ptr::read_unaligned(item.as_ptr().cast::<stormwatch_common::HandoffSample>())
+            });
+        }
+    }
+    out
 }
 
 /// Forgets removed cgroups (by key).

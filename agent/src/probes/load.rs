@@ -255,6 +255,15 @@ impl Probes {
         let tiers = Tier::ALL.map(|tier| loaded_for_later(tier.programs()));
         let init_netns = facts.init_netns;
         let check_attach = facts.btf_external;
+        // Hand-off samples: only when the futex family loaded and set up sampling.
+        let samples_on = values
+            .iter()
+            .any(|(g, v)| *g == stormwatch_common::globals::HAVE_HANDOFF_SAMPLES && *v == 1);
+        let handoff_samples = if samples_on {
+            futex::take_samples(&mut ebpf)
+        } else {
+            None
+        };
         drop(facts);
         // Parsing the kernel's BTF (several MB, for the loader and tp_btf) is the agent's
         // largest allocation and it is over now: give the memory back to the system instead of
@@ -271,6 +280,7 @@ impl Probes {
             idle_lock_sites: IdleKeys::new(IDLE_READS_BEFORE_EVICTION),
             init_netns,
             check_attach,
+            handoff_samples,
         })
     }
 }

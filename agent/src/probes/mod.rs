@@ -134,6 +134,8 @@ pub struct Probes {
     /// The BTF came from a file the user gave: each on-demand tp_btf attach is checked
     /// (`check_attached_to`) as the first ones were.
     check_attach: bool,
+    /// The sampled hand-offs' ring buffer, where the futex probes sample them.
+    handoff_samples: Option<aya::maps::RingBuf<aya::maps::MapData>>,
 }
 
 /// Whether the kernel attached tp_btf program `prog` to `event`. The type id aya takes from a
@@ -204,6 +206,19 @@ impl Probes {
 
     pub fn ebpf_mut(&mut self) -> &mut Ebpf {
         &mut self.ebpf
+    }
+
+    /// Whether the futex probes sample hand-offs (with their user stacks).
+    pub fn samples_handoffs(&self) -> bool {
+        self.handoff_samples.is_some()
+    }
+
+    /// The sides of sampled hand-offs written since the last call.
+    pub fn drain_handoff_samples(&mut self) -> Vec<stormwatch_common::HandoffSample> {
+        self.handoff_samples
+            .as_mut()
+            .map(futex::drain_samples)
+            .unwrap_or_default()
     }
 
     /// Forgets what the probes keep about removed cgroups: their entries in the per-cgroup

@@ -42,6 +42,15 @@ pub mod maps {
     /// attach of the on-demand futex probes; an entry kept in an earlier epoch (its exit ran
     /// while the probes were detached) is then never paired with a later exit.
     pub const FUTEX_EPOCH: &str = "FUTEX_EPOCH";
+    /// Ring buffer of [`crate::HandoffSample`]s: both sides of the hand-offs sampled (a wake
+    /// chosen at its entry, at most one per [`crate::globals::HANDOFF_SAMPLE_INTERVAL_NS`] per
+    /// CPU, and the first waiter on its word to return from a wait after it began).
+    pub const HANDOFF_SAMPLES: &str = "HANDOFF_SAMPLES";
+    /// Hash: [`crate::PendingWakeKey`] → [`crate::PendingWake`], a sampled wake whose waiter
+    /// has not returned yet (taken by that waiter, or replaced by the word's next sampled wake).
+    pub const PENDING_WAKES: &str = "PENDING_WAKES";
+    /// Per-CPU array (one slot): [`crate::HandoffSampler`], the rate limit of wake samples.
+    pub const HANDOFF_SAMPLER: &str = "HANDOFF_SAMPLER";
     /// Per-CPU hash: cgroup id (u64) → [`crate::LockStats`].
     pub const CGROUP_LOCKS: &str = "CGROUP_LOCKS";
     /// Per-CPU hash: [`crate::LockSiteKey`] → [`crate::LockSiteValue`], contended call sites;
@@ -121,6 +130,20 @@ pub mod globals {
     pub const TP_FUTEX_WAITV_NR_OFFSET: &str = "TP_FUTEX_WAITV_NR_OFFSET";
     /// `sys_exit_*`: offset of `ret`.
     pub const TP_SYS_EXIT_RET_OFFSET: &str = "TP_SYS_EXIT_RET_OFFSET";
+    /// `struct pt_regs`: the user instruction, stack and frame pointers a thread entered the
+    /// kernel with (x86-64: `ip`, `sp`, `bp`), from BTF; and the thread's `sched_info.run_delay`,
+    /// `nvcsw`, `nivcsw`. `HAVE_HANDOFF_SAMPLES` is 1 when all are set and the agent samples
+    /// hand-offs (it can unwind this architecture's stacks).
+    pub const PT_REGS_IP_OFFSET: &str = "PT_REGS_IP_OFFSET";
+    pub const PT_REGS_SP_OFFSET: &str = "PT_REGS_SP_OFFSET";
+    pub const PT_REGS_BP_OFFSET: &str = "PT_REGS_BP_OFFSET";
+    pub const HOLD_RUN_DELAY_OFFSET: &str = "HOLD_RUN_DELAY_OFFSET";
+    pub const HOLD_NVCSW_OFFSET: &str = "HOLD_NVCSW_OFFSET";
+    pub const HOLD_NIVCSW_OFFSET: &str = "HOLD_NIVCSW_OFFSET";
+    pub const HAVE_HANDOFF_SAMPLES: &str = "HAVE_HANDOFF_SAMPLES";
+    /// The shortest time between two sampled wakes on one CPU (ns; the agent sets it to the
+    /// node-wide budget times the CPU count).
+    pub const HANDOFF_SAMPLE_INTERVAL_NS: &str = "HANDOFF_SAMPLE_INTERVAL_NS";
     /// `lock:contention_begin` / `contention_end`: offsets of `lock_addr`, `flags` and `ret`.
     pub const TP_LOCK_ADDR_OFFSET: &str = "TP_LOCK_ADDR_OFFSET";
     pub const TP_LOCK_FLAGS_OFFSET: &str = "TP_LOCK_FLAGS_OFFSET";
@@ -406,10 +429,13 @@ pub enum ProbeError {
     /// A thread's hand-off entry could not be created (`HANDOFF_THREADS` full): its part in
     /// hand-offs is not told apart (the cgroup's futex figures still count it).
     HandoffThreadsFull = 11,
+    /// A sampled side of a hand-off could not be written (the ring buffer was full) or its
+    /// stack could not be read: that hand-off names no call site.
+    HandoffSampleLost = 12,
 }
 
 impl ProbeError {
-    pub const COUNT: u32 = 12;
+    pub const COUNT: u32 = 13;
     pub const ALL: [ProbeError; Self::COUNT as usize] = [
         Self::CgroupMapFull,
         Self::TaskStorageBusy,
@@ -423,6 +449,7 @@ impl ProbeError {
         Self::LockSiteFull,
         Self::PendingWakeupFull,
         Self::HandoffThreadsFull,
+        Self::HandoffSampleLost,
     ];
 
     pub const fn name(self) -> &'static str {
@@ -439,6 +466,7 @@ impl ProbeError {
             Self::LockSiteFull => "lock_site_full",
             Self::PendingWakeupFull => "pending_wakeup_full",
             Self::HandoffThreadsFull => "handoff_threads_full",
+            Self::HandoffSampleLost => "handoff_sample_lost",
         }
     }
 }
@@ -539,6 +567,14 @@ pub struct FutexInflight {
     /// The attach epoch (`maps::FUTEX_EPOCH`, at least 1) from the call's entry to its exit,
     /// 0 after the exit: an exit that finds 0, or an earlier epoch, had its entry unseen.
     pub in_flight: u32,
+    /// A sampled wake's id, from its entry to its exit (0: not sampled).
+    pub sample_id: u64,
+    /// The thread's hold (see [`HandoffSample::hold_ns`]): when its latest woken wait returned
+    /// (0 when a wake has ended the hold since), and its run-queue wait and switch counts then.
+    pub held_since_ns: u64,
+    pub held_run_delay: u64,
+    pub held_nvcsw: u64,
+    pub held_nivcsw: u64,
 }
 
 /// A futex word of one process in one cgroup.
@@ -587,6 +623,85 @@ impl ThreadHandoff {
         tgid: 0,
         _pad: 0,
     };
+}
+
+/// Bytes of user stack a hand-off sample copies, from the stack pointer up: enough for the lock
+/// machinery's frames (libc's, a JVM's) and the frames that called it, for the agent to unwind
+/// with the binaries' call-frame information.
+pub const HANDOFF_STACK_BYTES: usize = 4096;
+
+/// Which side of a hand-off a [`HandoffSample`] is.
+pub mod handoff_side {
+    /// The thread that woke the waiter (it let the lock go).
+    pub const WAKER: u32 = 1;
+    /// The first thread to return from a wait on the word after the wake began.
+    pub const WAITER: u32 = 2;
+}
+
+/// One side of a sampled hand-off, with the user registers and stack to unwind it by. The two
+/// sides share `sample_id`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct HandoffSample {
+    pub sample_id: u64,
+    pub cgroup_id: u64,
+    pub uaddr: u64,
+    /// The user instruction, stack and frame pointers of the futex call.
+    pub ip: u64,
+    pub sp: u64,
+    pub bp: u64,
+    /// The waiter: how long it waited.
+    pub wait_ns: u64,
+    /// The waiter: from the wake's entry to the waiter's return from its wait (its wake-up and
+    /// its wait for a CPU).
+    pub wake_to_return_ns: u64,
+    /// The waker: its hold, from the return of its own latest woken wait to this wake (0: it
+    /// did not wait since its previous wake — it took the lock without waiting — or its task
+    /// storage was refused), and in that time its run-queue wait (runnable or throttled) and
+    /// its voluntary and involuntary switches.
+    pub hold_ns: u64,
+    pub hold_run_delay_ns: u64,
+    pub hold_nvcsw: u32,
+    pub hold_nivcsw: u32,
+    pub tgid: u32,
+    pub tid: u32,
+    /// One of [`handoff_side`].
+    pub side: u32,
+    pub cpu: u32,
+    /// The waiter: the CPU the wake ran on.
+    pub waker_cpu: u32,
+    /// Bytes of `stack` read (0 when none could be).
+    pub stack_len: u32,
+    pub stack: [u8; HANDOFF_STACK_BYTES],
+}
+
+/// A sampled wake's word: its cgroup and address (the address alone in one process, or in
+/// processes that share the mapping at one address, as forked ones do).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PendingWakeKey {
+    pub cgroup_id: u64,
+    pub uaddr: u64,
+}
+
+/// A sampled wake whose waiter has not returned yet.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PendingWake {
+    pub sample_id: u64,
+    /// When the wake entered the kernel.
+    pub at_ns: u64,
+    pub cpu: u32,
+    pub _pad: u32,
+}
+
+/// A CPU's wake-sampling state: the coarse clock before which it samples no wake, and the
+/// sequence number of its samples.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HandoffSampler {
+    pub next_ns: u64,
+    pub seq: u64,
 }
 
 // ---- kernel locks -------------------------------------------------------------------------
@@ -1097,6 +1212,10 @@ mod user {
     unsafe impl aya::Pod for FutexStats {}
     unsafe impl aya::Pod for FutexInflight {}
     unsafe impl aya::Pod for ThreadHandoff {}
+    unsafe impl aya::Pod for HandoffSample {}
+    unsafe impl aya::Pod for PendingWakeKey {}
+    unsafe impl aya::Pod for PendingWake {}
+    unsafe impl aya::Pod for HandoffSampler {}
     unsafe impl aya::Pod for HotFutexKey {}
     unsafe impl aya::Pod for HotFutexValue {}
     unsafe impl aya::Pod for LockStats {}
@@ -1220,7 +1339,7 @@ mod tests {
         assert_eq!(size_of::<OnCpu>(), 8 * 2 + 4 * 2);
         assert_eq!(size_of::<SchedCache>(), 8 * 2 + size_of::<SchedStats>());
         assert_eq!(size_of::<FutexStats>(), 8 * 6 + size_of::<Log2Histogram>());
-        assert_eq!(size_of::<FutexInflight>(), 8 * 2 + 4 * 2);
+        assert_eq!(size_of::<FutexInflight>(), 8 * 2 + 4 * 2 + 8 * 5);
         assert_eq!(size_of::<HotFutexKey>(), 8 * 2 + 4 * 2);
         assert_eq!(size_of::<HotFutexValue>(), 8 * 3 + 16);
         assert_eq!(size_of::<ThreadHandoff>(), 8 * 4 + 4 * 2);

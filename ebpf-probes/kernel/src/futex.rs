@@ -27,6 +27,7 @@ use stormwatch_common::{
     futex_op_class,
 };
 
+use crate::handoff;
 use crate::shared::{
     BPF_F_NO_PREALLOC, BPF_NOEXIST, TaskStorage, count_error, current_task, global_u32,
     per_cpu_slot, task_cgroup_id,
@@ -194,6 +195,11 @@ fn enter(uaddr: u64, class: u32) {
     call.uaddr = uaddr;
     call.class = class;
     call.in_flight = epoch();
+    call.sample_id = if class == futex_class::WAKE {
+        handoff::choose_wake(uaddr)
+    } else {
+        0
+    };
 }
 
 #[inline(always)]
@@ -212,18 +218,18 @@ fn exit(ret: i64) {
         count_error(ProbeError::FutexUnpairedExit);
         return;
     }
-    let waited = if call.class == futex_class::WAIT {
+    let (now, waited) = if call.class == futex_class::WAIT {
         // SAFETY: a helper with no preconditions.
         let now = unsafe { bpf_ktime_get_ns() };
         if now < call.start_ns {
             count_error(ProbeError::FutexUnpairedExit);
             return;
         }
-        now - call.start_ns
+        (now, now - call.start_ns)
     } else if call.class == 0 {
         return;
     } else {
-        0
+        (0, 0)
     };
     let cgroup_id = task_cgroup_id(task as *const u8);
     let Some(stats) = per_cpu_slot(
@@ -243,6 +249,7 @@ fn exit(ret: i64) {
                 stats.woken_waits += 1;
                 stats.woken_wait_ns += waited;
                 record_handoff(cgroup_id, Some(waited));
+                handoff::woken_wait_exit(slot, cgroup_id, now, waited);
             } else if ret == -ETIMEDOUT {
                 stats.timeouts += 1;
             } else if ret == -EAGAIN {
@@ -258,6 +265,7 @@ fn exit(ret: i64) {
                 stats.woken += ret as u64;
                 record_handoff(cgroup_id, None);
             }
+            handoff::wake_exit(slot, cgroup_id, ret > 0);
         }
         _ => {
             // Requeues (their count of waiters woken or moved) and FUTEX_UNLOCK_PI (0 on

@@ -11,6 +11,7 @@
 
 mod bench;
 mod futex;
+mod handoff;
 mod locks;
 mod net;
 mod sched;

@@ -1,5 +1,10 @@
-//! Kernel call sites: a contended lock's stack, symbolized against /proc/kallsyms (blazesym),
+//! Call sites. Kernel: a contended lock's stack, symbolized against /proc/kallsyms (blazesym),
 //! reduced to the first frame outside the locking code — the function that wanted the lock.
+//! User space ([`user`], [`handoffs`]): the sampled sides of futex hand-offs, unwound with the
+//! binaries' call-frame information and named the same way, per cgroup.
+
+pub mod handoffs;
+pub mod user;
 
 use std::collections::HashMap;
 

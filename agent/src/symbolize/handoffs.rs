@@ -1,0 +1,262 @@
+//! The call sites of sampled hand-offs: the two sides of each (the wake that let the lock go and
+//! the wait it ended) paired by their sample id, each side's stack named
+//! ([`super::user::UserSymbolizer`]), and the pairs counted per cgroup by (waiter site, waker
+//! site), with why each hand-off was slow: the waiter's time from the wake to its return, whether
+//! it returned on another CPU than the wake ran on, and what the holder did while it held on.
+//!
+//! The figures are of *sampled* hand-offs (see `ebpf-probes/kernel/src/handoff.rs`: at most a
+//! budget of wakes a second on the node): shares and means, never totals of the cgroup's
+//! hand-offs, which the futex counters give exactly.
+
+use std::{
+    collections::{BTreeSet, HashMap},
+    time::{Duration, Instant},
+};
+
+use serde::Serialize;
+use stormwatch_common::{HandoffSample, handoff_side};
+
+use super::user::{StackSample, UserSite, UserSymbolizer};
+
+/// One side of a sampled hand-off, as read from the ring buffer (the stack cut to what was read).
+#[derive(Clone, Debug)]
+pub struct HandoffSide {
+    pub sample_id: u64,
+    pub cgroup_id: u64,
+    pub tgid: u32,
+    pub tid: u32,
+    pub side: u32,
+    pub cpu: u32,
+    pub waker_cpu: u32,
+    pub wait_ns: u64,
+    pub wake_to_return_ns: u64,
+    pub hold_ns: u64,
+    pub hold_run_delay_ns: u64,
+    pub hold_nvcsw: u32,
+    pub hold_nivcsw: u32,
+    pub ip: u64,
+    pub sp: u64,
+    pub bp: u64,
+    pub stack: Vec<u8>,
+}
+
+impl From<&HandoffSample> for HandoffSide {
+    fn from(s: &HandoffSample) -> Self {
+        let len = (s.stack_len as usize).min(s.stack.len());
+        Self {
+            sample_id: s.sample_id,
+            cgroup_id: s.cgroup_id,
+            tgid: s.tgid,
+            tid: s.tid,
+            side: s.side,
+            cpu: s.cpu,
+            waker_cpu: s.waker_cpu,
+            wait_ns: s.wait_ns,
+            wake_to_return_ns: s.wake_to_return_ns,
+            hold_ns: s.hold_ns,
+            hold_run_delay_ns: s.hold_run_delay_ns,
+            hold_nvcsw: s.hold_nvcsw,
+            hold_nivcsw: s.hold_nivcsw,
+            ip: s.ip,
+            sp: s.sp,
+            bp: s.bp,
+            stack: s.stack[..len].to_vec(),
+        }
+    }
+}
+
+/// Figures of the sampled hand-offs between one waiter site and one waker site.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct PairStats {
+    /// Sampled hand-offs.
+    pub handoffs: u64,
+    /// The waiters' waits, summed.
+    pub wait_ns: u64,
+    /// From each wake to its waiter's return (the wake-up and the waiter's wait for a CPU),
+    /// summed.
+    pub wake_to_return_ns: u64,
+    /// Hand-offs whose waiter returned on another CPU than the wake ran on.
+    pub crossed_cpus: u64,
+    /// Hand-offs whose holder's hold is known (it was handed the lock by a wake: it returned
+    /// from a woken wait since its previous wake).
+    pub holds: u64,
+    /// Those holds' time, summed, and the part of it the holder spent runnable without a CPU
+    /// (preempted, or its cgroup throttled).
+    pub hold_ns: u64,
+    pub hold_run_delay_ns: u64,
+    /// Holds during which the holder was switched out: involuntarily (preempted or throttled),
+    /// or because it slept (blocked) while it held on.
+    pub holds_preempted: u64,
+    pub holds_asleep: u64,
+    /// Holds during which it was switched out at all (either way).
+    pub holds_off_cpu: u64,
+}
+
+impl PairStats {
+    pub fn add(&mut self, o: &Self) {
+        self.handoffs += o.handoffs;
+        self.wait_ns += o.wait_ns;
+        self.wake_to_return_ns += o.wake_to_return_ns;
+        self.crossed_cpus += o.crossed_cpus;
+        self.holds += o.holds;
+        self.hold_ns += o.hold_ns;
+        self.hold_run_delay_ns += o.hold_run_delay_ns;
+        self.holds_preempted += o.holds_preempted;
+        self.holds_asleep += o.holds_asleep;
+        self.holds_off_cpu += o.holds_off_cpu;
+    }
+
+    fn of(waker: &HandoffSide, waiter: &HandoffSide) -> Self {
+        let hold = waker.hold_ns > 0;
+        let preempted = hold && waker.hold_nivcsw > 0;
+        let asleep = hold && waker.hold_nvcsw > 0;
+        Self {
+            handoffs: 1,
+            wait_ns: waiter.wait_ns,
+            wake_to_return_ns: waiter.wake_to_return_ns,
+            crossed_cpus: u64::from(waiter.cpu != waiter.waker_cpu),
+            holds: u64::from(hold),
+            hold_ns: if hold { waker.hold_ns } else { 0 },
+            hold_run_delay_ns: if hold { waker.hold_run_delay_ns } else { 0 },
+            holds_preempted: u64::from(preempted),
+            holds_asleep: u64::from(asleep),
+            holds_off_cpu: u64::from(preempted || asleep),
+        }
+    }
+
+    /// The mean of a summed time over the hand-offs (or the holds), in seconds.
+    pub fn mean_s(sum_ns: u64, n: u64) -> Option<f64> {
+        (n > 0).then(|| sum_ns as f64 / n as f64 / 1e9)
+    }
+
+    pub fn share(part: u64, n: u64) -> Option<f64> {
+        (n > 0).then(|| part as f64 / n as f64)
+    }
+}
+
+/// A cgroup's sampled hand-offs by (waiter site, waker site).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct HandoffSites {
+    pub pairs: HashMap<(UserSite, UserSite), PairStats>,
+    /// What would name the sites that have no name (a flag, a perf map).
+    pub hints: BTreeSet<String>,
+}
+
+impl HandoffSites {
+    pub fn add(&mut self, other: &Self) {
+        for (k, v) in &other.pairs {
+            self.pairs.entry(k.clone()).or_default().add(v);
+        }
+        self.hints.extend(other.hints.iter().cloned());
+    }
+
+    /// All sampled hand-offs of the cgroup.
+    pub fn total(&self) -> PairStats {
+        let mut t = PairStats::default();
+        for v in self.pairs.values() {
+            t.add(v);
+        }
+        t
+    }
+
+    /// The `n` pairs with the most sampled hand-offs (ties by name, for a stable order).
+    pub fn top(&self, n: usize) -> Vec<(&(UserSite, UserSite), &PairStats)> {
+        let mut all: Vec<_> = self.pairs.iter().collect();
+        all.sort_by(|a, b| b.1.handoffs.cmp(&a.1.handoffs).then_with(|| a.0.cmp(b.0)));
+        all.truncate(n);
+        all
+    }
+
+    /// The waiter sites with the most sampled hand-offs, over every waker site.
+    pub fn top_waiters(&self, n: usize) -> Vec<(&UserSite, PairStats)> {
+        let mut by: HashMap<&UserSite, PairStats> = HashMap::new();
+        for ((waiter, _), v) in &self.pairs {
+            by.entry(waiter).or_default().add(v);
+        }
+        let mut all: Vec<_> = by.into_iter().collect();
+        all.sort_by(|a, b| b.1.handoffs.cmp(&a.1.handoffs).then_with(|| a.0.cmp(b.0)));
+        all.truncate(n);
+        all
+    }
+}
+
+/// How long one side waits for the other before it is dropped (the two are written at their
+/// own threads' exits, usually microseconds apart).
+const PAIR_WAIT: Duration = Duration::from_secs(5);
+
+/// Pairs the sides of sampled hand-offs and names their sites.
+#[derive(Default)]
+pub struct HandoffNamer {
+    symbolizer: UserSymbolizer,
+    pending: HashMap<u64, (HandoffSide, Instant)>,
+    /// Wakes whose waiter never came (a waiter that timed out, or the sample lost).
+    pub unpaired: u64,
+}
+
+impl HandoffNamer {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Names the pairs completed by `sides`; returns each cgroup's sampled hand-offs.
+    pub fn name(&mut self, sides: Vec<HandoffSide>) -> HashMap<u64, HandoffSites> {
+        let mut out: HashMap<u64, HandoffSites> = HashMap::new();
+        let now = Instant::now();
+        for side in sides {
+            let Some((other, _)) = self.pending.remove(&side.sample_id) else {
+                self.pending.insert(side.sample_id, (side, now));
+                continue;
+            };
+            let (waker, waiter) = if side.side == handoff_side::WAKER {
+                (side, other)
+            } else {
+                (other, side)
+            };
+            if waker.side != handoff_side::WAKER || waiter.side != handoff_side::WAITER {
+                continue;
+            }
+            let (waiter_site, waiter_hint) = self.site_of(&waiter);
+            let (waker_site, waker_hint) = self.site_of(&waker);
+            let sites = out.entry(waiter.cgroup_id).or_default();
+            sites.hints.extend(waiter_hint);
+            sites.hints.extend(waker_hint);
+            sites
+                .pairs
+                .entry((waiter_site, waker_site))
+                .or_default()
+                .add(&PairStats::of(&waker, &waiter));
+        }
+        let before = self.pending.len();
+        self.pending
+            .retain(|_, (_, at)| now.duration_since(*at) < PAIR_WAIT);
+        self.unpaired += (before - self.pending.len()) as u64;
+        out
+    }
+
+    fn site_of(&mut self, side: &HandoffSide) -> (UserSite, Option<String>) {
+        if side.stack.is_empty() {
+            return (
+                UserSite {
+                    function: None,
+                    lock_function: None,
+                    location: None,
+                    module: None,
+                    unnamed: Some("its stack could not be read".to_owned()),
+                },
+                None,
+            );
+        }
+        self.symbolizer.site(&StackSample {
+            tgid: side.tgid,
+            ip: side.ip,
+            sp: side.sp,
+            bp: side.bp,
+            stack: &side.stack,
+        })
+    }
+
+    /// Forgets what it read of processes that are gone.
+    pub fn retain_processes(&mut self, live: impl Fn(u32) -> bool) {
+        self.symbolizer.retain(live);
+    }
+}

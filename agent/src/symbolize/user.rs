@@ -1,0 +1,684 @@
+//! User call sites: a futex call's user stack — the registers it entered the kernel with and the
+//! top of its stack, as the futex probes sampled them — unwound with the binaries' own
+//! call-frame information (`.eh_frame`, as `perf --call-graph dwarf` does: libc and a JVM keep
+//! no frame pointers, so a frame-pointer walk skips the function that called the lock), then
+//! named: ELF symbols and, where present, DWARF lines (blazesym), and a JVM's perf map for its
+//! compiled Java code. Every file is read through `/proc/<pid>/root`, so a container's own
+//! binaries are the ones used.
+//!
+//! The site of a stack is its first frame outside the lock machinery (libc's locking and futex
+//! code, a JVM's parking code and `java.util.concurrent.locks`, a language runtime's own
+//! scheduler), with the machinery frame it called (`pthread_mutex_lock`, `ReentrantLock.lock`).
+//! A stack that cannot be named says why, and what would make it nameable.
+
+use std::{
+    collections::HashMap,
+    ops::{Deref, Range},
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use blazesym::symbolize::{
+    Input, Symbolized, Symbolizer,
+    source::{Elf, Source},
+};
+use framehop::{
+    ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder as _,
+    x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64},
+};
+use object::{Object as _, ObjectSection as _, ObjectSegment as _};
+use serde::Serialize;
+
+/// Whether this build unwinds the user stacks of the machine it runs on (the kernel programs
+/// sample hand-offs only then).
+pub const UNWINDS_THIS_ARCH: bool = cfg!(target_arch = "x86_64");
+
+/// Frames unwound per stack at most: the site is near the top.
+const MAX_FRAMES: usize = 24;
+/// How long a process's view (mappings, modules) is trusted before it is read again.
+const VIEW_TTL: Duration = Duration::from_secs(30);
+
+/// Where a contended user-space lock is taken or handed on.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct UserSite {
+    /// The first function outside the lock machinery (a Java method as `Class.method`), or
+    /// `None` when it could not be named (`unnamed` says why).
+    pub function: Option<String>,
+    /// The machinery frame it called: `pthread_mutex_lock`, `ReentrantLock.lock`, …
+    pub lock_function: Option<String>,
+    /// `file:line`, where the binary has DWARF lines.
+    pub location: Option<String>,
+    /// The binary (file name) the function is in, or `JIT` for a JVM's compiled code.
+    pub module: Option<String>,
+    /// Why the site has no name, and what would give it one.
+    pub unnamed: Option<String>,
+}
+
+impl UserSite {
+    fn unnamed(why: impl Into<String>) -> Self {
+        Self {
+            function: None,
+            lock_function: None,
+            location: None,
+            module: None,
+            unnamed: Some(why.into()),
+        }
+    }
+
+    /// `function (file:line)` via `lock_function`, or `unnamed: why`, for a line of text.
+    pub fn describe(&self) -> String {
+        match &self.function {
+            Some(f) => {
+                let mut s = format!("`{f}`");
+                if let Some(loc) = &self.location {
+                    s.push_str(&format!(" ({loc})"));
+                }
+                if let Some(l) = &self.lock_function {
+                    s.push_str(&format!(" via `{l}`"));
+                }
+                s
+            }
+            None => format!(
+                "an unnamed site ({})",
+                self.unnamed.as_deref().unwrap_or("unknown")
+            ),
+        }
+    }
+}
+
+/// One frame, named as far as it can be.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Frame {
+    pub name: Option<String>,
+    pub location: Option<String>,
+    /// The file name of the binary, or `JIT` (an anonymous executable mapping).
+    pub module: Option<String>,
+}
+
+/// A process's runtime, as far as naming its stacks goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Runtime {
+    Native,
+    /// A HotSpot JVM, and whether it keeps frame pointers in compiled code
+    /// (`-XX:+PreserveFramePointer`), without which its compiled frames cannot be walked.
+    Jvm {
+        frame_pointers: bool,
+    },
+    Go,
+}
+
+/// A byte buffer shared between processes that map the same file.
+#[derive(Clone, Debug)]
+struct Bytes(Arc<[u8]>);
+
+impl Default for Bytes {
+    fn default() -> Self {
+        Self(Arc::from(&[][..]))
+    }
+}
+
+impl Deref for Bytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// What unwinding and naming need of one ELF file, read once per file (by device, inode and
+/// modification time).
+#[derive(Debug)]
+struct ElfFile {
+    /// The loadable segments: (file offset, virtual address, file size).
+    segments: Vec<(u64, u64, u64)>,
+    text: Option<Range<u64>>,
+    eh_frame: Option<(Range<u64>, Bytes)>,
+    eh_frame_hdr: Option<(Range<u64>, Bytes)>,
+    got: Option<Range<u64>>,
+    is_go: bool,
+}
+
+fn read_elf(path: &Path) -> Option<ElfFile> {
+    let data = std::fs::read(path).ok()?;
+    let obj = object::File::parse(&*data).ok()?;
+    let section = |name: &str| -> Option<(Range<u64>, Bytes)> {
+        let s = obj.section_by_name(name)?;
+        let bytes = s.data().ok()?;
+        Some((s.address()..s.address() + s.size(), Bytes(Arc::from(bytes))))
+    };
+    let range = |name: &str| {
+        obj.section_by_name(name)
+            .map(|s| s.address()..s.address() + s.size())
+    };
+    Some(ElfFile {
+        segments: obj
+            .segments()
+            .map(|s| {
+                let (off, size) = s.file_range();
+                (off, s.address(), size)
+            })
+            .collect(),
+        text: range(".text"),
+        eh_frame: section(".eh_frame"),
+        eh_frame_hdr: section(".eh_frame_hdr"),
+        got: range(".got"),
+        is_go: obj.section_by_name(".go.buildinfo").is_some(),
+    })
+}
+
+/// An executable mapping of a process.
+#[derive(Clone, Debug)]
+struct Mapping {
+    range: Range<u64>,
+    /// The file, as the process names it (`None`: anonymous, e.g. JIT code).
+    path: Option<String>,
+    /// Where the file's virtual addresses are in the process: avma = svma + bias.
+    bias: u64,
+}
+
+/// A JVM's perf map: compiled code's ranges and names.
+#[derive(Default)]
+struct PerfMap {
+    entries: Vec<(u64, u64, String)>,
+    /// The file's size and modification time when read.
+    stamp: Option<(u64, std::time::SystemTime)>,
+}
+
+impl PerfMap {
+    fn lookup(&self, addr: u64) -> Option<&str> {
+        let i = self.entries.partition_point(|(start, _, _)| *start <= addr);
+        let (start, size, name) = self.entries.get(i.checked_sub(1)?)?;
+        (addr < start + size).then_some(name.as_str())
+    }
+}
+
+/// Parses a perf map (`START SIZE NAME` per line, hexadecimal, with or without `0x`).
+fn parse_perf_map(text: &str) -> Vec<(u64, u64, String)> {
+    let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok();
+    let mut entries: Vec<(u64, u64, String)> = text
+        .lines()
+        .filter_map(|line| {
+            let mut parts = line.splitn(3, ' ');
+            let start = hex(parts.next()?)?;
+            let size = hex(parts.next()?)?;
+            Some((start, size, parts.next()?.trim().to_owned()))
+        })
+        .collect();
+    entries.sort_by_key(|e| e.0);
+    entries
+}
+
+/// One process as the unwinder sees it.
+struct ProcessView {
+    root: PathBuf,
+    mappings: Vec<Mapping>,
+    unwinder: UnwinderX86_64<Bytes>,
+    cache: CacheX86_64,
+    runtime: Runtime,
+    /// The pid the process has in its own namespace (its perf map's name).
+    ns_pid: u32,
+    perf_map: PerfMap,
+    read_at: Instant,
+}
+
+/// Unwinds and names user stacks, caching what it read of each process and file.
+#[derive(Default)]
+pub struct UserSymbolizer {
+    symbolizer: Option<Symbolizer>,
+    processes: HashMap<u32, ProcessView>,
+    files: HashMap<(u64, u64, i64), Arc<ElfFile>>,
+    /// Each (file, address)'s name and `file:line`, as answered once.
+    names: HashMap<(PathBuf, u64), Option<Named>>,
+}
+
+/// A symbol's name and, where DWARF has it, its `file:line`.
+type Named = (String, Option<String>);
+
+/// One sampled stack: the registers the futex call entered the kernel with, and the bytes of
+/// its stack from `sp` up.
+pub struct StackSample<'a> {
+    pub tgid: u32,
+    pub ip: u64,
+    pub sp: u64,
+    pub bp: u64,
+    pub stack: &'a [u8],
+}
+
+impl UserSymbolizer {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Forgets processes that are gone (not in `live`).
+    pub fn retain(&mut self, live: impl Fn(u32) -> bool) {
+        self.processes.retain(|tgid, _| live(*tgid));
+        if self.names.len() > 100_000 {
+            self.names.clear();
+        }
+    }
+
+    /// The call site of a sampled stack, and a hint for what would name more of it.
+    pub fn site(&mut self, sample: &StackSample<'_>) -> (UserSite, Option<String>) {
+        let Some(frames) = self.frames(sample) else {
+            return (
+                UserSite::unnamed("the process is gone, or its maps cannot be read"),
+                None,
+            );
+        };
+        let runtime = self
+            .processes
+            .get(&sample.tgid)
+            .map_or(Runtime::Native, |p| p.runtime);
+        let (site, hint) = pick_site(&frames, runtime);
+        if site.function.is_none() {
+            log::debug!("tgid {}: unnamed site, frames {frames:?}", sample.tgid);
+        }
+        (site, hint)
+    }
+
+    /// The named frames of a sampled stack, innermost first.
+    pub fn frames(&mut self, sample: &StackSample<'_>) -> Option<Vec<Frame>> {
+        self.refresh(sample.tgid, sample.ip)?;
+        let view = self.processes.get_mut(&sample.tgid)?;
+        let stack = sample.stack;
+        let sp = sample.sp;
+        let mut read_stack = |addr: u64| -> Result<u64, ()> {
+            let off = addr.checked_sub(sp).ok_or(())? as usize;
+            let bytes = stack.get(off..off + 8).ok_or(())?;
+            Ok(u64::from_le_bytes(bytes.try_into().map_err(|_| ())?))
+        };
+        let regs = UnwindRegsX86_64::new(sample.ip, sample.sp, sample.bp);
+        let mut addrs: Vec<FrameAddress> = Vec::new();
+        let mut iter = view
+            .unwinder
+            .iter_frames(sample.ip, regs, &mut view.cache, &mut read_stack);
+        while addrs.len() < MAX_FRAMES {
+            match iter.next() {
+                Ok(Some(a)) => addrs.push(a),
+                _ => break,
+            }
+        }
+        let runtime = view.runtime;
+        let mut frames = Vec::with_capacity(addrs.len());
+        for a in addrs {
+            let lookup = a.address_for_lookup();
+            let mapping = self.processes.get(&sample.tgid)?.mapping(lookup).cloned();
+            let frame = match mapping {
+                Some(m) if m.path.is_some() => self.name_in_file(sample.tgid, &m, lookup),
+                Some(_) | None => {
+                    let view = self.processes.get_mut(&sample.tgid)?;
+                    view.reload_perf_map();
+                    let name = view.perf_map.lookup(lookup).map(java_name);
+                    Frame {
+                        name,
+                        location: None,
+                        module: Some("JIT".to_owned()),
+                    }
+                }
+            };
+            let jit = frame.module.as_deref() == Some("JIT");
+            frames.push(frame);
+            // A JVM's compiled frames keep no frame pointer unless it is told to: past the first
+            // of them, a walk would read a register as a frame pointer.
+            if jit
+                && matches!(
+                    runtime,
+                    Runtime::Jvm {
+                        frame_pointers: false
+                    }
+                )
+            {
+                break;
+            }
+        }
+        Some(frames)
+    }
+
+    fn name_in_file(&mut self, tgid: u32, m: &Mapping, addr: u64) -> Frame {
+        let view = &self.processes[&tgid];
+        let rel = m.path.as_deref().unwrap_or("").trim_start_matches('/');
+        let path = view.root.join(rel);
+        let module = m
+            .path
+            .as_deref()
+            .and_then(|p| p.rsplit('/').next())
+            .map(str::to_owned);
+        let svma = addr.wrapping_sub(m.bias);
+        let key = (path.clone(), svma);
+        if !self.names.contains_key(&key) {
+            let symbolizer = self.symbolizer.get_or_insert_with(Symbolizer::new);
+            // DWARF first (for file:line), then the ELF symbols alone: a file that names a
+            // debug-info file elsewhere (a debug link) and has none itself answers nothing from
+            // DWARF.
+            let named = [true, false].into_iter().find_map(|debug_syms| {
+                let mut elf = Elf::new(&path);
+                elf.debug_syms = debug_syms;
+                let src = Source::Elf(elf);
+                match symbolizer.symbolize_single(&src, Input::VirtOffset(svma)) {
+                    Ok(Symbolized::Sym(sym)) => Some((
+                        sym.name.to_string(),
+                        sym.code_info.as_ref().and_then(|ci| {
+                            let file = Path::new(&ci.file).file_name()?.to_string_lossy();
+                            Some(format!("{file}:{}", ci.line?))
+                        }),
+                    )),
+                    _ => None,
+                }
+            });
+            self.names.insert(key.clone(), named);
+        }
+        let named = self.names[&key].clone();
+        Frame {
+            name: named.as_ref().map(|(n, _)| n.clone()),
+            location: named.and_then(|(_, l)| l),
+            module,
+        }
+    }
+
+    /// Reads the process's view again when it is new, old, or does not map `ip`.
+    fn refresh(&mut self, tgid: u32, ip: u64) -> Option<()> {
+        let fresh = self
+            .processes
+            .get(&tgid)
+            .is_some_and(|p| p.read_at.elapsed() < VIEW_TTL && p.mapping(ip).is_some());
+        if fresh {
+            return Some(());
+        }
+        let view = ProcessView::read(tgid, &mut self.files)?;
+        self.processes.insert(tgid, view);
+        Some(())
+    }
+}
+
+impl ProcessView {
+    fn read(tgid: u32, files: &mut HashMap<(u64, u64, i64), Arc<ElfFile>>) -> Option<Self> {
+        use std::os::unix::fs::MetadataExt as _;
+        let proc = PathBuf::from(format!("/proc/{tgid}"));
+        let maps = std::fs::read_to_string(proc.join("maps")).ok()?;
+        let root = proc.join("root");
+        let cmdline = std::fs::read(proc.join("cmdline")).unwrap_or_default();
+        let status = std::fs::read_to_string(proc.join("status")).unwrap_or_default();
+        let ns_pid = status
+            .lines()
+            .find_map(|l| l.strip_prefix("NSpid:"))
+            .and_then(|v| v.split_whitespace().last()?.parse().ok())
+            .unwrap_or(tgid);
+        let mut mappings = Vec::new();
+        let mut unwinder = UnwinderX86_64::new();
+        let mut jvm = false;
+        let mut go = false;
+        for line in maps.lines() {
+            let Some(m) = parse_maps_line(line) else {
+                continue;
+            };
+            if !m.exec {
+                continue;
+            }
+            let Some(path) = m.path.filter(|p| p.starts_with('/')) else {
+                mappings.push(Mapping {
+                    range: m.range,
+                    path: None,
+                    bias: 0,
+                });
+                continue;
+            };
+            jvm |= path.ends_with("/libjvm.so");
+            let in_root = root.join(path.trim_start_matches('/'));
+            let file = std::fs::metadata(&in_root).ok().and_then(|md| {
+                let key = (md.dev(), md.ino(), md.mtime());
+                if let Some(f) = files.get(&key) {
+                    return Some(f.clone());
+                }
+                let f = Arc::new(read_elf(&in_root)?);
+                files.insert(key, f.clone());
+                Some(f)
+            });
+            let Some(file) = file else {
+                mappings.push(Mapping {
+                    range: m.range,
+                    path: Some(path.to_owned()),
+                    bias: 0,
+                });
+                continue;
+            };
+            go |= file.is_go;
+            let Some(bias) = bias_of(&file.segments, m.offset, m.range.start) else {
+                continue;
+            };
+            unwinder.add_module(Module::new(
+                path.to_owned(),
+                m.range.clone(),
+                bias,
+                ExplicitModuleSectionInfo {
+                    base_svma: 0,
+                    text_svma: file.text.clone(),
+                    got_svma: file.got.clone(),
+                    eh_frame_svma: file.eh_frame.as_ref().map(|(r, _)| r.clone()),
+                    eh_frame: file.eh_frame.as_ref().map(|(_, d)| d.clone()),
+                    eh_frame_hdr_svma: file.eh_frame_hdr.as_ref().map(|(r, _)| r.clone()),
+                    eh_frame_hdr: file.eh_frame_hdr.as_ref().map(|(_, d)| d.clone()),
+                    ..Default::default()
+                },
+            ));
+            mappings.push(Mapping {
+                range: m.range,
+                path: Some(path.to_owned()),
+                bias,
+            });
+        }
+        let runtime = if jvm {
+            Runtime::Jvm {
+                frame_pointers: cmdline
+                    .split(|b| *b == 0)
+                    .any(|a| a == b"-XX:+PreserveFramePointer"),
+            }
+        } else if go {
+            Runtime::Go
+        } else {
+            Runtime::Native
+        };
+        Some(Self {
+            root,
+            mappings,
+            unwinder,
+            cache: CacheX86_64::new(),
+            runtime,
+            ns_pid,
+            perf_map: PerfMap::default(),
+            read_at: Instant::now(),
+        })
+    }
+
+    fn mapping(&self, addr: u64) -> Option<&Mapping> {
+        self.mappings.iter().find(|m| m.range.contains(&addr))
+    }
+
+    /// Reads the perf map again if it changed (a JVM rewrites it at `jcmd Compiler.perfmap`).
+    fn reload_perf_map(&mut self) {
+        let path = self.root.join(format!("tmp/perf-{}.map", self.ns_pid));
+        let stamp = std::fs::metadata(&path)
+            .ok()
+            .and_then(|md| Some((md.len(), md.modified().ok()?)));
+        if stamp == self.perf_map.stamp {
+            return;
+        }
+        let entries = std::fs::read_to_string(&path)
+            .map(|t| parse_perf_map(&t))
+            .unwrap_or_default();
+        self.perf_map = PerfMap { entries, stamp };
+    }
+}
+
+/// A line of `/proc/<pid>/maps`.
+struct MapsLine<'a> {
+    range: Range<u64>,
+    exec: bool,
+    offset: u64,
+    path: Option<&'a str>,
+}
+
+fn parse_maps_line(line: &str) -> Option<MapsLine<'_>> {
+    let mut parts = line.split_whitespace();
+    let (start, end) = parts.next()?.split_once('-')?;
+    let perms = parts.next()?;
+    let offset = u64::from_str_radix(parts.next()?, 16).ok()?;
+    let _dev = parts.next()?;
+    let _inode = parts.next()?;
+    let path = parts.next();
+    Some(MapsLine {
+        range: u64::from_str_radix(start, 16).ok()?..u64::from_str_radix(end, 16).ok()?,
+        exec: perms.as_bytes().get(2) == Some(&b'x'),
+        offset,
+        path,
+    })
+}
+
+/// The load bias of a file mapped at `start` from file offset `offset` (page-aligned): where its
+/// virtual addresses are in the process (avma = svma + bias). The mapping holds the segment
+/// whose page-aligned file offset is the latest at or before `offset` (an executable segment
+/// usually starts inside the page where the read-only one ends, so both "contain" the offset).
+fn bias_of(segments: &[(u64, u64, u64)], offset: u64, start: u64) -> Option<u64> {
+    const PAGE: u64 = 0xfff;
+    let (seg_off, seg_addr, _) = segments
+        .iter()
+        .filter(|(off, _, size)| off & !PAGE <= offset && offset < off + size.max(&1))
+        .max_by_key(|(off, _, _)| *off)?;
+    // The mapping starts `seg_off - offset` bytes before the segment.
+    let svma = seg_addr.checked_sub(seg_off.checked_sub(offset)?)?;
+    Some(start.wrapping_sub(svma))
+}
+
+/// A perf-map name as a person reads it: HotSpot's `void pkg.Class.method(args)` → `pkg.Class.method`.
+fn java_name(name: &str) -> String {
+    let name = name.split_once('(').map_or(name, |(n, _)| n);
+    name.rsplit(' ').next().unwrap_or(name).to_owned()
+}
+
+/// Symbol fragments of locking and parking code: frames looked through to reach the caller.
+fn is_machinery(frame: &Frame, runtime: Runtime) -> bool {
+    let module = frame.module.as_deref().unwrap_or("");
+    // Named or not (libc's internal functions are in no symbol table a node keeps).
+    if module.starts_with("libc.so")
+        || module.starts_with("libpthread")
+        || module.starts_with("ld-linux")
+        || module == "libjvm.so"
+    {
+        return true;
+    }
+    let Some(name) = &frame.name else {
+        return false;
+    };
+    if runtime == Runtime::Go && (name.starts_with("runtime.") || name.starts_with("runtime/")) {
+        return true;
+    }
+    const NATIVE: &[&str] = &[
+        "__lll_",
+        "pthread_mutex",
+        "pthread_rwlock",
+        "pthread_cond",
+        "___pthread",
+        "__pthread",
+        "futex",
+        "std::sys::sync",
+        "std::sync::",
+        "parking_lot",
+        "lock_api::",
+    ];
+    const JAVA: &[&str] = &[
+        "java.util.concurrent.locks.",
+        "jdk.internal.misc.Unsafe.park",
+        "java.lang.Object.wait",
+        "java.lang.invoke.",
+    ];
+    if module == "JIT" {
+        // Stubs and adapters (no `Class.method` shape) are the JVM's own.
+        return JAVA.iter().any(|p| name.starts_with(p)) || !name.contains('.');
+    }
+    NATIVE.iter().any(|p| name.contains(p))
+}
+
+/// The site of an unwound stack (innermost frame first): the first frame outside the
+/// machinery, with the machinery frame just inside it.
+fn pick_site(frames: &[Frame], runtime: Runtime) -> (UserSite, Option<String>) {
+    let mut inner = None;
+    for frame in frames {
+        if is_machinery(frame, runtime) {
+            if let Some(name) = frame.name.as_deref() {
+                inner = Some(short_lock_name(name));
+            }
+            continue;
+        }
+        let Some(name) = &frame.name else {
+            let why = match (frame.module.as_deref(), runtime) {
+                (Some("JIT"), Runtime::Jvm { .. }) => {
+                    "JIT-compiled Java code without a perf map entry"
+                }
+                (Some("JIT"), _) => "code in an anonymous mapping (JIT) without a perf map",
+                _ => "a stripped binary without symbols",
+            };
+            return (UserSite::unnamed(why), hint_for(frame, runtime));
+        };
+        return (
+            UserSite {
+                function: Some(name.clone()),
+                lock_function: inner,
+                location: frame.location.clone(),
+                module: frame.module.clone(),
+                unnamed: None,
+            },
+            None,
+        );
+    }
+    let why = match runtime {
+        Runtime::Go => {
+            "Go's runtime parking its own threads (a sync.Mutex wait is not a futex wait)"
+        }
+        Runtime::Jvm {
+            frame_pointers: false,
+        } => "the JVM's compiled frames keep no frame pointer",
+        _ => "the stack ended inside the lock code (no call-frame information past it)",
+    };
+    let hint = match runtime {
+        Runtime::Jvm {
+            frame_pointers: false,
+        } => Some(
+            "start the JVM with -XX:+PreserveFramePointer to name the Java code above its locks"
+                .to_owned(),
+        ),
+        _ => None,
+    };
+    (UserSite::unnamed(why), hint)
+}
+
+/// What would name a frame that has none.
+fn hint_for(frame: &Frame, runtime: Runtime) -> Option<String> {
+    match (frame.module.as_deref(), runtime) {
+        (Some("JIT"), Runtime::Jvm { .. }) => Some(
+            "run `jcmd <pid> Compiler.perfmap` in the container (JDK 17+) to write the JVM's perf \
+             map; names then follow within a collection"
+                .to_owned(),
+        ),
+        (Some("JIT"), _) => {
+            Some("have the runtime write a perf map (/tmp/perf-<pid>.map)".to_owned())
+        }
+        _ => Some(
+            "keep the binary's symbols (no `strip`), or build it with frame pointers and symbols"
+                .to_owned(),
+        ),
+    }
+}
+
+/// A lock function's name as people call it: `___pthread_mutex_lock` → `pthread_mutex_lock`,
+/// `java.util.concurrent.locks.ReentrantLock.lock` → `ReentrantLock.lock`.
+fn short_lock_name(name: &str) -> String {
+    if let Some(rest) = name.strip_prefix("java.util.concurrent.locks.") {
+        return rest.to_owned();
+    }
+    name.trim_start_matches('_')
+        .trim_start_matches("GI_")
+        .trim_start_matches('_')
+        .to_owned()
+}
+
+#[cfg(test)]
+mod tests;

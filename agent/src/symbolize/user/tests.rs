@@ -1,0 +1,242 @@
+use super::*;
+
+/// This thread's registers and the top of its stack, as the futex probes sample a thread's
+/// (x86-64), taken in a function that is not inlined so that it has a frame of its own.
+#[cfg(target_arch = "x86_64")]
+#[inline(never)]
+fn sample_here(stack: &mut [u8]) -> (u64, u64, u64) {
+    let (ip, sp, bp): (u64, u64, u64);
+    // SAFETY: reads three registers, writes nothing.
+    unsafe {
+        std::arch::asm!(
+            "lea {ip}, [rip]",
+            "mov {sp}, rsp",
+            "mov {bp}, rbp",
+            ip = out(reg) ip,
+            sp = out(reg) sp,
+            bp = out(reg) bp,
+        );
+        std::ptr::copy_nonoverlapping(sp as *const u8, stack.as_mut_ptr(), stack.len());
+    }
+    (ip, sp, bp)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[inline(never)]
+fn a_caller_with_a_name(stack: &mut [u8]) -> (u64, u64, u64) {
+    let r = sample_here(stack);
+    std::hint::black_box(r)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn this_threads_own_stack_unwinds_through_its_named_callers() {
+    // On the heap: a copy of this very stack must not be on it.
+    let mut stack = vec![0u8; 4096];
+    let (ip, sp, bp) = a_caller_with_a_name(&mut stack);
+    let mut s = UserSymbolizer::new();
+    let frames = s
+        .frames(&StackSample {
+            tgid: std::process::id(),
+            ip,
+            sp,
+            bp,
+            stack: &stack,
+        })
+        .expect("our own process can be read");
+    let names: Vec<String> = frames.iter().filter_map(|f| f.name.clone()).collect();
+    let at = |needle: &str| names.iter().position(|n| n.contains(needle));
+    let (Some(inner), Some(outer)) = (at("sample_here"), at("a_caller_with_a_name")) else {
+        panic!("frames: {frames:?}");
+    };
+    assert!(inner < outer, "{names:?}");
+    assert!(
+        at("this_threads_own_stack_unwinds").is_some_and(|t| t > outer),
+        "{names:?}"
+    );
+}
+
+fn frame(name: &str, module: &str) -> Frame {
+    Frame {
+        name: Some(name.to_owned()),
+        location: None,
+        module: Some(module.to_owned()),
+    }
+}
+
+#[test]
+fn the_site_is_the_first_frame_outside_libc_locking() {
+    let frames = [
+        frame("__GI___lll_lock_wait", "libc.so.6"),
+        frame("___pthread_mutex_lock", "libc.so.6"),
+        Frame {
+            location: Some("lockbench.c:116".to_owned()),
+            ..frame("worker", "lockbench")
+        },
+        frame("start_thread", "libc.so.6"),
+    ];
+    let (site, hint) = pick_site(&frames, Runtime::Native);
+    assert_eq!(site.function.as_deref(), Some("worker"));
+    assert_eq!(site.lock_function.as_deref(), Some("pthread_mutex_lock"));
+    assert_eq!(site.location.as_deref(), Some("lockbench.c:116"));
+    assert_eq!(hint, None);
+    assert_eq!(
+        site.describe(),
+        "`worker` (lockbench.c:116) via `pthread_mutex_lock`"
+    );
+}
+
+#[test]
+fn java_frames_above_the_jvms_parking_code_are_the_site() {
+    let frames = [
+        frame("__futex_abstimed_wait_common", "libc.so.6"),
+        frame("___pthread_cond_wait", "libc.so.6"),
+        frame("Parker::park(bool, long)", "libjvm.so"),
+        frame("Unsafe_Park", "libjvm.so"),
+        frame("jdk.internal.misc.Unsafe.park", "JIT"),
+        frame(
+            "java.util.concurrent.locks.AbstractQueuedSynchronizer.acquire",
+            "JIT",
+        ),
+        frame("Corpus$Cache.get", "JIT"),
+    ];
+    let (site, _) = pick_site(
+        &frames,
+        Runtime::Jvm {
+            frame_pointers: true,
+        },
+    );
+    assert_eq!(site.function.as_deref(), Some("Corpus$Cache.get"));
+    assert_eq!(
+        site.lock_function.as_deref(),
+        Some("AbstractQueuedSynchronizer.acquire")
+    );
+}
+
+#[test]
+fn a_jvm_without_frame_pointers_names_nothing_and_says_which_flag() {
+    let frames = [
+        frame("___pthread_cond_wait", "libc.so.6"),
+        frame("Unsafe_Park", "libjvm.so"),
+        frame("jdk.internal.misc.Unsafe.park", "JIT"),
+    ];
+    let (site, hint) = pick_site(
+        &frames,
+        Runtime::Jvm {
+            frame_pointers: false,
+        },
+    );
+    assert_eq!(site.function, None);
+    assert!(hint.unwrap().contains("-XX:+PreserveFramePointer"));
+}
+
+#[test]
+fn compiled_java_without_a_perf_map_entry_says_how_to_write_one() {
+    let frames = [
+        frame("Unsafe_Park", "libjvm.so"),
+        Frame {
+            name: None,
+            location: None,
+            module: Some("JIT".to_owned()),
+        },
+    ];
+    let (site, hint) = pick_site(
+        &frames,
+        Runtime::Jvm {
+            frame_pointers: true,
+        },
+    );
+    assert_eq!(site.function, None);
+    assert!(hint.unwrap().contains("jcmd <pid> Compiler.perfmap"));
+}
+
+#[test]
+fn go_runtime_parking_is_named_as_such() {
+    let frames = [
+        frame("runtime.futex", "httpload"),
+        frame("runtime.futexsleep", "httpload"),
+        frame("runtime.notesleep", "httpload"),
+        frame("runtime.stopm", "httpload"),
+    ];
+    let (site, _) = pick_site(&frames, Runtime::Go);
+    assert_eq!(site.function, None);
+    assert!(site.unnamed.unwrap().contains("Go's runtime"));
+}
+
+#[test]
+fn perf_maps_parse_with_or_without_0x_and_look_up_by_range() {
+    let entries = parse_perf_map(
+        "0x7f0000001000 0x100 void Corpus$Cache.get(int)\n7f0000000000 80 Interpreter\nbad line\n",
+    );
+    let map = PerfMap {
+        entries,
+        stamp: None,
+    };
+    assert_eq!(map.lookup(0x7f0000000010), Some("Interpreter"));
+    assert_eq!(map.lookup(0x7f0000000080), None);
+    assert_eq!(
+        map.lookup(0x7f00000010ff).map(java_name),
+        Some("Corpus$Cache.get".to_owned())
+    );
+    assert_eq!(map.lookup(0x7f0000001100), None);
+}
+
+#[test]
+fn the_load_bias_comes_from_the_segment_holding_the_mapped_offset() {
+    // A PIE's text segment at 0x1000 in the file and in its addresses, mapped at 0x5555_5555_5000.
+    let segments = [(0, 0, 0x600), (0x1000, 0x1000, 0x2000)];
+    assert_eq!(
+        bias_of(&segments, 0x1000, 0x5555_5555_5000),
+        Some(0x5555_5555_4000)
+    );
+    // A segment that starts inside the page where the one before it ends (as rustc's and
+    // lld's binaries do): mapped from the page's start.
+    let segments = [(0, 0, 0x558a3c), (0x558a40, 0x559a40, 0xfbe1b0)];
+    assert_eq!(
+        bias_of(&segments, 0x558000, 0x5600_0055_9000),
+        Some(0x5600_0000_0000)
+    );
+    // libc: file offset 0x28000 holds addresses from 0x28000.
+    let segments = [(0, 0, 0x28000), (0x28000, 0x28000, 0x15_0000)];
+    assert_eq!(
+        bias_of(&segments, 0x28000, 0x7f00_0002_8000),
+        Some(0x7f00_0000_0000)
+    );
+}
+
+#[test]
+fn maps_lines_parse() {
+    let m = parse_maps_line(
+        "7f2c1a428000-7f2c1a5bd000 r-xp 00028000 fe:01 1234 /usr/lib/x86_64-linux-gnu/libc.so.6",
+    )
+    .unwrap();
+    assert_eq!(m.range, 0x7f2c1a428000..0x7f2c1a5bd000);
+    assert!(m.exec);
+    assert_eq!(m.offset, 0x28000);
+    assert_eq!(m.path, Some("/usr/lib/x86_64-linux-gnu/libc.so.6"));
+    let anon = parse_maps_line("7f2c00000000-7f2c00021000 rwxp 00000000 00:00 0").unwrap();
+    assert!(anon.exec);
+    assert_eq!(anon.path, None);
+}
+
+unsafe extern "C" {
+    fn pthread_mutex_lock(m: *mut std::ffi::c_void) -> i32;
+}
+
+#[test]
+fn an_exported_libc_function_is_named_from_its_dynamic_symbols() {
+    let addr = pthread_mutex_lock as *const () as u64 + 4;
+    let mut s = UserSymbolizer::new();
+    let tgid = std::process::id();
+    s.refresh(tgid, addr).expect("our own maps");
+    let m = s.processes[&tgid]
+        .mapping(addr)
+        .cloned()
+        .expect("libc is mapped");
+    let f = s.name_in_file(tgid, &m, addr);
+    assert_eq!(
+        f.name.as_deref(),
+        Some("pthread_mutex_lock"),
+        "{f:?} in {m:?}"
+    );
+}

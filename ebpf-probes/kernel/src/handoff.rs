@@ -1,0 +1,261 @@
+//! Sampled hand-offs: both sides of a futex hand-off — the wake that let a lock go and the wait
+//! it ended — with each side's user registers and the top of its user stack, for the agent to
+//! unwind (with the binaries' call-frame information: libc and a JVM keep no frame pointers, so
+//! a kernel frame-pointer walk would skip the very function that called the lock) and name.
+//!
+//! - A wake is chosen at its entry, at most one per `HANDOFF_SAMPLE_INTERVAL_NS` per CPU (one
+//!   clock read per wake), so that the cost is bounded whatever the storm's rate. Its word is
+//!   kept in `PENDING_WAKES` with the time; its own side is written at its exit if it woke
+//!   anyone (the pending entry is dropped otherwise).
+//! - The waiter: the first thread to return from a wait on that word (in that cgroup) that began
+//!   before the wake did takes the pending entry and writes its side, with its wait, the time
+//!   from the wake to its return, and whether it returned on another CPU.
+//! - The holder: every woken wait's return stamps the thread's futex task storage with the time
+//!   and its run-queue wait and switch counts; a sampled wake reads them back, so its side says
+//!   how long the waker held on since it was handed the lock, and whether it was switched out
+//!   (preempted or throttled, or asleep) meanwhile. A wake clears the stamp: a thread that took
+//!   the lock without waiting has no hold on record.
+//!
+//! Nothing here runs for calls that are neither a chosen wake nor a woken wait, apart from the
+//! rate limit's clock read per wake.
+
+use aya_ebpf::{
+    helpers::{
+        bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns, bpf_task_pt_regs,
+    },
+    macros::map,
+    maps::{LruHashMap, PerCpuArray, RingBuf},
+};
+use stormwatch_common::{
+    FutexInflight, HANDOFF_STACK_BYTES, HandoffSample, HandoffSampler, PendingWake, PendingWakeKey,
+    ProbeError, handoff_side,
+};
+
+use crate::shared::{count_error, current_task, global_u32, task_cgroup_id, typed};
+
+/// Words with a sampled wake whose waiter has not returned. Bounded by the sampling rate; an
+/// entry whose waiter never returns is replaced by the next sampled wake on its word, or evicted
+/// (LRU) by newer ones.
+const MAX_PENDING: u32 = 4096;
+
+/// 2 MiB: at the agent's default budget (100 sampled wakes a second on the whole node, two
+/// records each) a second and a half of samples between two of its reads.
+const SAMPLES_BYTES: u32 = 2 << 20;
+
+#[map(name = "HANDOFF_SAMPLES")]
+static HANDOFF_SAMPLES: RingBuf = RingBuf::with_byte_size(SAMPLES_BYTES, 0);
+
+#[map(name = "PENDING_WAKES")]
+static PENDING_WAKES: LruHashMap<PendingWakeKey, PendingWake> =
+    LruHashMap::with_max_entries(MAX_PENDING, 0);
+
+#[map(name = "HANDOFF_SAMPLER")]
+static HANDOFF_SAMPLER: PerCpuArray<HandoffSampler> = PerCpuArray::with_max_entries(1, 0);
+
+#[unsafe(no_mangle)]
+static PT_REGS_IP_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static PT_REGS_SP_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static PT_REGS_BP_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static HOLD_RUN_DELAY_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static HOLD_NVCSW_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static HOLD_NIVCSW_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static HAVE_HANDOFF_SAMPLES: u32 = 0;
+#[unsafe(no_mangle)]
+static HANDOFF_SAMPLE_INTERVAL_NS: u32 = 0;
+
+#[inline(always)]
+pub fn enabled() -> bool {
+    global_u32(&HAVE_HANDOFF_SAMPLES) == 1
+}
+
+/// At a wake's entry: whether to sample it; if so, its word is kept pending and its id is
+/// returned for the exit.
+#[inline(always)]
+pub fn choose_wake(uaddr: u64) -> u64 {
+    if !enabled() || uaddr == 0 {
+        return 0;
+    }
+    let Some(sampler) = HANDOFF_SAMPLER.get_ptr_mut(0) else {
+        return 0;
+    };
+    // SAFETY: this CPU's slot; syscall entries do not nest on one CPU.
+    let sampler = unsafe { &mut *sampler };
+    // SAFETY: a helper with no preconditions. (The coarse clock would be cheaper, but tracing
+    // programs may not read it.)
+    let now = unsafe { bpf_ktime_get_ns() };
+    if now < sampler.next_ns {
+        return 0;
+    }
+    sampler.next_ns = now + u64::from(global_u32(&HANDOFF_SAMPLE_INTERVAL_NS));
+    sampler.seq += 1;
+    // SAFETY: helpers with no preconditions.
+    let cpu = unsafe { bpf_get_smp_processor_id() };
+    let sample_id = (u64::from(cpu) << 40) | (sampler.seq & ((1 << 40) - 1));
+    let pending = PendingWake {
+        sample_id,
+        at_ns: now,
+        cpu,
+        _pad: 0,
+    };
+    let key = PendingWakeKey {
+        cgroup_id: task_cgroup_id(current_task() as *const u8),
+        uaddr,
+    };
+    if PENDING_WAKES.insert(&key, &pending, 0).is_err() {
+        return 0;
+    }
+    sample_id
+}
+
+/// At a wake's exit: `woke` waiters were woken. Writes the waker's side of a sampled wake, or
+/// drops its pending entry when it woke nobody. Ends the thread's hold either way.
+#[inline(always)]
+pub fn wake_exit(call: &mut FutexInflight, cgroup_id: u64, woke: bool) {
+    let held_since = call.held_since_ns;
+    call.held_since_ns = 0;
+    if call.sample_id == 0 {
+        return;
+    }
+    let sample_id = call.sample_id;
+    call.sample_id = 0;
+    if !woke {
+        let key = PendingWakeKey {
+            cgroup_id,
+            uaddr: call.uaddr,
+        };
+        // SAFETY: the value is copied out at once.
+        let pending = unsafe { PENDING_WAKES.get(&key) }.copied();
+        if pending.is_some_and(|p| p.sample_id == sample_id) {
+            let _ = PENDING_WAKES.remove(&key);
+        }
+        return;
+    }
+    let task = current_task() as *const u8;
+    // SAFETY: a helper with no preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    let (hold_ns, run_delay, nvcsw, nivcsw) = if held_since != 0 && now > held_since {
+        (
+            now - held_since,
+            typed::<u64>(task, global_u32(&HOLD_RUN_DELAY_OFFSET))
+                .wrapping_sub(call.held_run_delay),
+            typed::<u64>(task, global_u32(&HOLD_NVCSW_OFFSET)).wrapping_sub(call.held_nvcsw),
+            typed::<u64>(task, global_u32(&HOLD_NIVCSW_OFFSET)).wrapping_sub(call.held_nivcsw),
+        )
+    } else {
+        (0, 0, 0, 0)
+    };
+    write(sample_id, cgroup_id, call.uaddr, handoff_side::WAKER, |s| {
+        s.hold_ns = hold_ns;
+        s.hold_run_delay_ns = run_delay;
+        s.hold_nvcsw = nvcsw as u32;
+        s.hold_nivcsw = nivcsw as u32;
+    });
+}
+
+/// At a woken wait's return (`now`): stamps the thread's hold, and writes the waiter's side if
+/// a sampled wake on its word began after its wait did.
+#[inline(always)]
+pub fn woken_wait_exit(call: &mut FutexInflight, cgroup_id: u64, now: u64, waited: u64) {
+    if !enabled() {
+        return;
+    }
+    let task = current_task() as *const u8;
+    call.held_since_ns = now;
+    call.held_run_delay = typed::<u64>(task, global_u32(&HOLD_RUN_DELAY_OFFSET));
+    call.held_nvcsw = typed::<u64>(task, global_u32(&HOLD_NVCSW_OFFSET));
+    call.held_nivcsw = typed::<u64>(task, global_u32(&HOLD_NIVCSW_OFFSET));
+    if call.uaddr == 0 {
+        return;
+    }
+    let key = PendingWakeKey {
+        cgroup_id,
+        uaddr: call.uaddr,
+    };
+    // SAFETY: the value is copied out at once.
+    let Some(pending) = (unsafe { PENDING_WAKES.get(&key) }).copied() else {
+        return;
+    };
+    if pending.at_ns < call.start_ns || pending.at_ns > now {
+        // A wake that began before this wait did cannot have ended it.
+        return;
+    }
+    // Only one waiter takes it: the first whose delete succeeds.
+    if PENDING_WAKES.remove(&key).is_err() {
+        return;
+    }
+    write(
+        pending.sample_id,
+        cgroup_id,
+        call.uaddr,
+        handoff_side::WAITER,
+        |s| {
+            s.wait_ns = waited;
+            s.wake_to_return_ns = now - pending.at_ns;
+            s.waker_cpu = pending.cpu;
+        },
+    );
+}
+
+/// Writes one side: the fields every side has, then `fill`'s, then the registers and the top
+/// of the user stack (4 KiB, or 1 KiB, or 256 bytes where the stack ends sooner).
+#[inline(always)]
+fn write(
+    sample_id: u64,
+    cgroup_id: u64,
+    uaddr: u64,
+    side: u32,
+    fill: impl FnOnce(&mut HandoffSample),
+) {
+    let Some(mut entry) = HANDOFF_SAMPLES.reserve::<HandoffSample>(0) else {
+        count_error(ProbeError::HandoffSampleLost);
+        return;
+    };
+    // SAFETY: the reservation is exclusive and sized for a HandoffSample; every field is
+    // written below before submit (the stack bytes past `stack_len` are not read).
+    let s = unsafe { &mut *entry.as_mut_ptr() };
+    let pid_tgid = bpf_get_current_pid_tgid();
+    s.sample_id = sample_id;
+    s.cgroup_id = cgroup_id;
+    s.uaddr = uaddr;
+    s.wait_ns = 0;
+    s.wake_to_return_ns = 0;
+    s.hold_ns = 0;
+    s.hold_run_delay_ns = 0;
+    s.hold_nvcsw = 0;
+    s.hold_nivcsw = 0;
+    s.tgid = (pid_tgid >> 32) as u32;
+    s.tid = pid_tgid as u32;
+    s.side = side;
+    // SAFETY: a helper with no preconditions.
+    s.cpu = unsafe { bpf_get_smp_processor_id() };
+    s.waker_cpu = 0;
+    fill(s);
+    // SAFETY: the current task, a BTF pointer.
+    let regs = unsafe { bpf_task_pt_regs(current_task()) } as *const u8;
+    s.ip = typed::<u64>(regs, global_u32(&PT_REGS_IP_OFFSET));
+    s.sp = typed::<u64>(regs, global_u32(&PT_REGS_SP_OFFSET));
+    s.bp = typed::<u64>(regs, global_u32(&PT_REGS_BP_OFFSET));
+    s.stack_len = 0;
+    let sp = s.sp as *const u8;
+    let dst = s.stack.as_mut_ptr() as *mut core::ffi::c_void;
+    for len in [HANDOFF_STACK_BYTES, 1024, 256] {
+        // SAFETY: `dst` has HANDOFF_STACK_BYTES bytes; the helper tolerates any user address.
+        let ret = unsafe {
+            aya_ebpf::helpers::generated::bpf_probe_read_user(dst, len as u32, sp.cast())
+        };
+        if ret == 0 {
+            s.stack_len = len as u32;
+            break;
+        }
+    }
+    if s.stack_len == 0 {
+        count_error(ProbeError::HandoffSampleLost);
+    }
+    entry.submit(0);
+}
