@@ -96,20 +96,24 @@ fn throttling_over_a_window_is_cpu_stat_between_its_edges() {
     require_bpf();
     let stress = tool("stress-ng", "apt-get install stress-ng");
     let stress = stress.display().to_string();
-    // Through the window; starting 3 s into it; stopping about 3 s into it (the trace takes a
-    // second or two to attach before its window begins).
+    // Through the window; starting 2 s into it; stopping 3 s into it. The test says when (a file
+    // it creates), counted from the agent's word that its window began: attaching takes
+    // seconds on a slow machine (an emulated guest), so fixed delays would miss the window.
+    let signals = std::env::temp_dir().join(format!("sw-throttling-{}", std::process::id()));
+    std::fs::create_dir_all(&signals).expect("a directory for the start and stop files");
     let cases = [
         Case {
             name: "through",
-            script: "exec $STRESS --cpu 4 -t 30",
+            script: "exec $STRESS --cpu 4 -t 60",
         },
         Case {
             name: "starts",
-            script: "sleep 5; exec $STRESS --cpu 4 -t 30",
+            script: "while [ ! -e $SIGNALS/start ]; do sleep 0.05; done; exec $STRESS --cpu 4 -t 60",
         },
         Case {
             name: "stops",
-            script: "exec $STRESS --cpu 4 -t 5",
+            script: "$STRESS --cpu 4 -t 60 & while [ ! -e $SIGNALS/stop ]; do sleep 0.05; done; \
+                     kill -TERM $!; wait",
         },
     ];
     let mut running = Vec::new();
@@ -118,6 +122,7 @@ fn throttling_over_a_window_is_cpu_stat_between_its_edges() {
         let mut cmd = Command::new("sh");
         cmd.args(["-c", case.script])
             .env("STRESS", &stress)
+            .env("SIGNALS", &signals)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
@@ -153,7 +158,13 @@ fn throttling_over_a_window_is_cpu_stat_between_its_edges() {
     for (cgroup, _, _) in &running {
         args.extend(["--cgroup", cgroup.rel_path()]);
     }
-    let out = Agent::start(&args).finish_output();
+    let agent = Agent::start(&args);
+    std::thread::sleep(Duration::from_secs(2));
+    std::fs::write(signals.join("start"), "").expect("the start file");
+    std::thread::sleep(Duration::from_secs(1));
+    std::fs::write(signals.join("stop"), "").expect("the stop file");
+    let out = agent.finish_output();
+    let _ = std::fs::remove_dir_all(&signals);
     std::thread::sleep(Duration::from_millis(200));
     stop.store(true, Ordering::Relaxed);
     let reads = sampler.join().expect("the sampler");
