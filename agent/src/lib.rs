@@ -36,7 +36,8 @@
 //! - [`diagnose`]: the diagnosis: one session (the sliding window of snapshots, the resource
 //!   and host context sampled over it, the facts) and the rules, pure functions of the facts →
 //!   findings.
-//!   May import: `collect`, `probes`, `identity`, `netinfo`, `host`.
+//!   May import: `collect`, `probes`, `identity`, `netinfo`, `host`, `symbolize` (the named
+//!   call sites of hand-offs).
 //! - [`pipeline`]: one tick: probes → collect → identity → a window, with the cgroups,
 //!   processes and call sites in it named.
 //!   May import: `collect`, `probes`, `identity`, `netinfo`, `symbolize`.

@@ -20,6 +20,7 @@ use crate::{
         runtime::ProcessRuntime,
         workload::Identity,
     },
+    symbolize::handoffs::HandoffSites,
 };
 
 /// One container's figures over one window, with what bounds it.
@@ -58,6 +59,9 @@ pub struct Facts {
     pub handoffs: Handoffs,
     /// The processes whose threads took part in hand-offs, with their runtimes.
     pub runtimes: Vec<ProcessRuntime>,
+    /// The call sites of the window's sampled hand-offs, where they are sampled and there were
+    /// any.
+    pub sites: Option<HandoffSites>,
 }
 
 /// A container's futex waits that ended in a wake (hand-offs through the kernel), split by the
@@ -409,6 +413,7 @@ pub fn facts(
                 host: None,
                 handoffs: Handoffs::default(),
                 runtimes: Vec::new(),
+                sites: None,
             })
         })
         .collect()

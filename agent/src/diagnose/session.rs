@@ -554,6 +554,7 @@ impl Session {
         for f in &mut all {
             f.host = Some(host.clone());
             f.futex_seconds = futex_seconds;
+            f.sites = window.handoff_sites.get(&f.cgroup_id).cloned();
             if let Some((h, procs)) = handoffs.remove(&f.cgroup_id) {
                 f.handoffs = h;
                 f.runtimes = procs;

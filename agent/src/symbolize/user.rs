@@ -273,6 +273,21 @@ impl UserSymbolizer {
         if site.function.is_none() {
             log::debug!("tgid {}: unnamed site, frames {frames:?}", sample.tgid);
         }
+        // Hints name the process, by its pid here and in its own namespace.
+        let hint = hint.map(|h| {
+            let ns_pid = self
+                .processes
+                .get(&sample.tgid)
+                .map_or(sample.tgid, |p| p.ns_pid);
+            let comm = std::fs::read_to_string(format!("/proc/{}/comm", sample.tgid))
+                .map(|c| c.trim_end().to_owned())
+                .unwrap_or_default();
+            format!(
+                "pid {} ({comm}, pid {ns_pid} in its namespace): {}",
+                sample.tgid,
+                h.replace("<pid>", &ns_pid.to_string())
+            )
+        });
         (site, hint)
     }
 
@@ -584,10 +599,13 @@ fn is_machinery(frame: &Frame, runtime: Runtime) -> bool {
         "parking_lot",
         "lock_api::",
     ];
+    // java.util.concurrent whole: its queues, pools and locks all park through LockSupport; the
+    // code that called them is the site.
     const JAVA: &[&str] = &[
-        "java.util.concurrent.locks.",
-        "jdk.internal.misc.Unsafe.park",
+        "java.util.concurrent.",
+        "jdk.internal.misc.Unsafe.",
         "java.lang.Object.wait",
+        "java.lang.Thread.sleep",
         "java.lang.invoke.",
     ];
     if module == "JIT" {
@@ -671,9 +689,17 @@ fn hint_for(frame: &Frame, runtime: Runtime) -> Option<String> {
 /// A lock function's name as people call it: `___pthread_mutex_lock` → `pthread_mutex_lock`,
 /// `java.util.concurrent.locks.ReentrantLock.lock` → `ReentrantLock.lock`.
 fn short_lock_name(name: &str) -> String {
-    if let Some(rest) = name.strip_prefix("java.util.concurrent.locks.") {
-        return rest.to_owned();
+    for package in [
+        "java.util.concurrent.locks.",
+        "java.util.concurrent.",
+        "jdk.internal.misc.",
+    ] {
+        if let Some(rest) = name.strip_prefix(package) {
+            return rest.to_owned();
+        }
     }
+    // C++: without the parameter list.
+    let name = name.split_once('(').map_or(name, |(n, _)| n);
     name.trim_start_matches('_')
         .trim_start_matches("GI_")
         .trim_start_matches('_')

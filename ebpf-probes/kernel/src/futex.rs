@@ -195,11 +195,15 @@ fn enter(uaddr: u64, class: u32) {
     call.uaddr = uaddr;
     call.class = class;
     call.in_flight = epoch();
-    call.sample_id = if class == futex_class::WAKE {
-        handoff::choose_wake(uaddr)
-    } else {
-        0
-    };
+    call.sample_id = 0;
+    if class == futex_class::WAKE {
+        let (sample_id, at) = handoff::choose_wake(uaddr);
+        call.sample_id = sample_id;
+        // A sampled wake's entry time, for its waiter (only waits are otherwise timed).
+        if sample_id != 0 {
+            call.start_ns = at;
+        }
+    }
 }
 
 #[inline(always)]

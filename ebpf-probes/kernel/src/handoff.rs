@@ -4,9 +4,9 @@
 //! a kernel frame-pointer walk would skip the very function that called the lock) and name.
 //!
 //! - A wake is chosen at its entry, at most one per `HANDOFF_SAMPLE_INTERVAL_NS` per CPU (one
-//!   clock read per wake), so that the cost is bounded whatever the storm's rate. Its word is
-//!   kept in `PENDING_WAKES` with the time; its own side is written at its exit if it woke
-//!   anyone (the pending entry is dropped otherwise).
+//!   clock read per wake), so that the cost is bounded whatever the storm's rate. At its exit,
+//!   if it woke anyone, its word is kept in `PENDING_WAKES` with its entry's time and its own
+//!   side is written; if it woke nobody, the CPU's turn is given back.
 //! - The waiter: the first thread to return from a wait on that word (in that cgroup) that began
 //!   before the wake did takes the pending entry and writes its side, with its wait, the time
 //!   from the wake to its return, and whether it returned on another CPU.
@@ -31,7 +31,7 @@ use stormwatch_common::{
     ProbeError, handoff_side,
 };
 
-use crate::shared::{count_error, current_task, global_u32, task_cgroup_id, typed};
+use crate::shared::{count_error, current_task, global_u32, typed};
 
 /// Words with a sampled wake whose waiter has not returned. Bounded by the sampling rate; an
 /// entry whose waiter never returns is replaced by the next sampled wake on its word, or evicted
@@ -74,15 +74,17 @@ pub fn enabled() -> bool {
     global_u32(&HAVE_HANDOFF_SAMPLES) == 1
 }
 
-/// At a wake's entry: whether to sample it; if so, its word is kept pending and its id is
-/// returned for the exit.
+/// At a wake's entry: whether to sample it, as `(sample id, now)` (an id of 0: not sampled).
+/// Only a task-storage write: most wakes wake nobody (glibc wakes on every unlock of a mutex
+/// that was contended, waiters or not), so the word is kept for its waiter only at the exit of
+/// a wake that woke one, and a wake that woke nobody gives its turn back.
 #[inline(always)]
-pub fn choose_wake(uaddr: u64) -> u64 {
+pub fn choose_wake(uaddr: u64) -> (u64, u64) {
     if !enabled() || uaddr == 0 {
-        return 0;
+        return (0, 0);
     }
     let Some(sampler) = HANDOFF_SAMPLER.get_ptr_mut(0) else {
-        return 0;
+        return (0, 0);
     };
     // SAFETY: this CPU's slot; syscall entries do not nest on one CPU.
     let sampler = unsafe { &mut *sampler };
@@ -90,31 +92,25 @@ pub fn choose_wake(uaddr: u64) -> u64 {
     // programs may not read it.)
     let now = unsafe { bpf_ktime_get_ns() };
     if now < sampler.next_ns {
-        return 0;
+        return (0, 0);
     }
     sampler.next_ns = now + u64::from(global_u32(&HANDOFF_SAMPLE_INTERVAL_NS));
     sampler.seq += 1;
-    // SAFETY: helpers with no preconditions.
+    // SAFETY: a helper with no preconditions.
     let cpu = unsafe { bpf_get_smp_processor_id() };
-    let sample_id = (u64::from(cpu) << 40) | (sampler.seq & ((1 << 40) - 1));
-    let pending = PendingWake {
-        sample_id,
-        at_ns: now,
-        cpu,
-        _pad: 0,
-    };
-    let key = PendingWakeKey {
-        cgroup_id: task_cgroup_id(current_task() as *const u8),
-        uaddr,
-    };
-    if PENDING_WAKES.insert(&key, &pending, 0).is_err() {
-        return 0;
-    }
-    sample_id
+    (
+        (u64::from(cpu) << 40) | (sampler.seq & ((1 << 40) - 1)),
+        now,
+    )
 }
 
-/// At a wake's exit: `woke` waiters were woken. Writes the waker's side of a sampled wake, or
-/// drops its pending entry when it woke nobody. Ends the thread's hold either way.
+/// At a wake's exit: `woke` waiters were woken. For a sampled wake that woke one, keeps its
+/// word for the waiter and writes the waker's side; one that woke nobody gives its turn back.
+/// Ends the thread's hold either way.
+///
+/// A woken waiter that returns before its waker's exit (microseconds later, against the
+/// waiter's own wake-up, switch-in and return) misses the entry, which the next waiter on the
+/// word to return then takes; the sites stay those of the word's waiters and wakers.
 #[inline(always)]
 pub fn wake_exit(call: &mut FutexInflight, cgroup_id: u64, woke: bool) {
     let held_since = call.held_since_ns;
@@ -125,15 +121,25 @@ pub fn wake_exit(call: &mut FutexInflight, cgroup_id: u64, woke: bool) {
     let sample_id = call.sample_id;
     call.sample_id = 0;
     if !woke {
-        let key = PendingWakeKey {
-            cgroup_id,
-            uaddr: call.uaddr,
-        };
-        // SAFETY: the value is copied out at once.
-        let pending = unsafe { PENDING_WAKES.get(&key) }.copied();
-        if pending.is_some_and(|p| p.sample_id == sample_id) {
-            let _ = PENDING_WAKES.remove(&key);
+        if let Some(sampler) = HANDOFF_SAMPLER.get_ptr_mut(0) {
+            // SAFETY: this CPU's slot (perhaps not the entry's CPU: then that one waits its
+            // turn and this one samples sooner; the budget still holds on the whole).
+            unsafe { (*sampler).next_ns = 0 };
         }
+        return;
+    }
+    let pending = PendingWake {
+        sample_id,
+        // The wake's entry (`start_ns` of a sampled wake).
+        at_ns: call.start_ns,
+        cpu: (sample_id >> 40) as u32,
+        _pad: 0,
+    };
+    let key = PendingWakeKey {
+        cgroup_id,
+        uaddr: call.uaddr,
+    };
+    if PENDING_WAKES.insert(&key, &pending, 0).is_err() {
         return;
     }
     let task = current_task() as *const u8;

@@ -26,6 +26,7 @@ fn base(cgroup: &str) -> Facts {
         host: None,
         handoffs: Handoffs::default(),
         runtimes: Vec::new(),
+        sites: None,
     }
 }
 
