@@ -3,7 +3,7 @@
 // runs is glibc's own locking; this program only chooses the lock, the threads and the work.
 //
 //   lockbench --lock mutex|adaptive|rwlock|shared [--threads N] [--procs P] [--seconds S]
-//             [--cs ITER] [--out ITER] [--uncontended]
+//             [--cs ITER] [--out ITER] [--uncontended] [--sleep-in-cs US]
 //
 // --lock mutex      a default pthread mutex
 //        adaptive   a PTHREAD_MUTEX_ADAPTIVE_NP mutex (spins a while before it sleeps)
@@ -17,6 +17,8 @@
 // --out ITER        xorshift iterations between acquisitions, default 50
 // --uncontended     the counterfactual: each thread takes a lock of its own, of the same kind,
 //                   around the same work; nothing else changes
+// --sleep-in-cs US  the holder sleeps US microseconds inside each critical section (a holder
+//                   off the CPU while it holds the lock: tests/tests/callsites.rs)
 //
 // Prints {"ops":N,"seconds":S} every second while it runs (operations so far, seconds since
 // the start) and once more when it stops, at --seconds or on SIGTERM/SIGINT: N is summed over
@@ -59,7 +61,7 @@ struct counter {
 struct shared {
     _Atomic int stop;
     enum kind kind;
-    int threads, cs, out, uncontended;
+    int threads, cs, out, uncontended, sleep_us;
     struct slot *slots;
     struct counter *counters;
 };
@@ -115,6 +117,8 @@ static void *worker(void *arg) {
         else
             pthread_mutex_lock(&s->lock.mutex);
         x = burn(sh->cs, x ^ s->data);
+        if (sh->sleep_us)
+            usleep(sh->sleep_us);
         s->data = x;
         if (sh->kind == RWLOCK)
             pthread_rwlock_unlock(&s->lock.rwlock);
@@ -159,7 +163,8 @@ static void report(uint64_t ops, double seconds) {
 
 static _Noreturn void usage(void) {
     fprintf(stderr, "usage: lockbench --lock mutex|adaptive|rwlock|shared [--threads N] "
-                    "[--procs P] [--seconds S] [--cs ITER] [--out ITER] [--uncontended]\n");
+                    "[--procs P] [--seconds S] [--cs ITER] [--out ITER] [--uncontended] "
+                    "[--sleep-in-cs US]\n");
     exit(2);
 }
 
@@ -168,10 +173,11 @@ int main(int argc, char **argv) {
         {"lock", required_argument, NULL, 'l'},  {"threads", required_argument, NULL, 't'},
         {"procs", required_argument, NULL, 'p'}, {"seconds", required_argument, NULL, 's'},
         {"cs", required_argument, NULL, 'c'},    {"out", required_argument, NULL, 'o'},
-        {"uncontended", no_argument, NULL, 'u'}, {NULL, 0, NULL, 0},
+        {"uncontended", no_argument, NULL, 'u'}, {"sleep-in-cs", required_argument, NULL, 'z'},
+        {NULL, 0, NULL, 0},
     };
     const char *lock = NULL;
-    int threads = 32, procs = 1, cs = 50, out = 50, uncontended = 0;
+    int threads = 32, procs = 1, cs = 50, out = 50, uncontended = 0, sleep_us = 0;
     double seconds = 10;
     for (int c; (c = getopt_long(argc, argv, "", options, NULL)) != -1;) {
         switch (c) {
@@ -182,6 +188,7 @@ int main(int argc, char **argv) {
         case 'c': cs = atoi(optarg); break;
         case 'o': out = atoi(optarg); break;
         case 'u': uncontended = 1; break;
+        case 'z': sleep_us = atoi(optarg); break;
         default: usage();
         }
     }
@@ -214,6 +221,7 @@ int main(int argc, char **argv) {
     sh->cs = cs;
     sh->out = out;
     sh->uncontended = uncontended;
+    sh->sleep_us = sleep_us;
     sh->slots = (struct slot *)(((uintptr_t)(sh + 1) + 127) & ~(uintptr_t)127);
     sh->counters = (struct counter *)(sh->slots + n);
     for (int i = 0; i < (uncontended ? n : 1); i++)

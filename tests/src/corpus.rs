@@ -607,16 +607,32 @@ fn built() -> &'static Path {
             );
         }
         let gcc = tool("gcc", "apt-get install gcc");
-        let status = Command::new(gcc)
-            .args(["-O2", "-g", "-fno-omit-frame-pointer", "-pthread", "-o"])
-            .arg(dir.path().join("lockbench"))
-            .arg(src.join("lockbench.c"))
-            .status()
-            .expect("running gcc");
-        assert!(status.success(), "gcc lockbench.c failed: {status}");
+        // With frame pointers (the corpus's), and without (the call-site tests': their
+        // stacks unwind by call-frame information alone).
+        for (name, frame_pointers) in [
+            ("lockbench", "-fno-omit-frame-pointer"),
+            ("lockbench-nofp", "-fomit-frame-pointer"),
+        ] {
+            let status = Command::new(&gcc)
+                .args(["-O2", "-g", frame_pointers, "-pthread", "-o"])
+                .arg(dir.path().join(name))
+                .arg(src.join("lockbench.c"))
+                .status()
+                .expect("running gcc");
+            assert!(
+                status.success(),
+                "gcc lockbench.c ({name}) failed: {status}"
+            );
+        }
         dir
     })
     .path()
+}
+
+/// Where the corpus programs are built (`lockbench`, `lockbench-nofp`, `gomutex`, …, and the
+/// JVM classes: the classpath of `java Corpus`).
+pub fn built_programs() -> &'static Path {
+    built()
 }
 
 /// A CFS quota around a test cgroup, removed on drop: on a hybrid host a cgroup with the same

@@ -179,6 +179,11 @@ mod tests {
                 pod: "web-1".into(),
                 container: "app".into(),
             },
+            call_sites: vec![
+                ("waiter", "`Cache.get` via `ReentrantLock.lock`".into()),
+                ("waker", "`Cache.get` via `ReentrantLock.unlock`".into()),
+            ],
+            call_site_share: 0.75,
         }];
         Arc::new(Mutex::new(e))
     }

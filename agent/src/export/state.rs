@@ -244,21 +244,31 @@ pub const COLLECTION_BUCKETS: &[f64] = &[
 pub use crate::probes::ProgramStats;
 
 /// A finding of the last diagnosis, shown as `stormwatch_finding{…} 1` while it holds.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ActiveFinding {
     pub kind: &'static str,
     pub severity: &'static str,
     pub cgroup: String,
     pub labels: Labels,
+    /// A lock storm's named call sites: (`waiter` or `waker`, the site), of the pair with the
+    /// most sampled hand-offs, and that pair's share of them.
+    pub call_sites: Vec<(&'static str, String)>,
+    pub call_site_share: f64,
 }
 
 impl ActiveFinding {
     pub fn new(f: &Finding, identity: Option<&Identity>) -> Self {
+        let call_sites = [("waiter", "waiter_site"), ("waker", "waker_site")]
+            .into_iter()
+            .filter_map(|(role, key)| Some((role, f.context.get(key)?.clone())))
+            .collect();
         Self {
             kind: f.kind.as_str(),
             severity: severity_name(f.severity),
             cgroup: f.cgroup.clone(),
             labels: Labels::of(identity),
+            call_sites,
+            call_site_share: f.evidence.get("top_pair_share").copied().unwrap_or(0.0),
         }
     }
 }

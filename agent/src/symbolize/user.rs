@@ -583,7 +583,13 @@ fn is_machinery(frame: &Frame, runtime: Runtime) -> bool {
     let Some(name) = &frame.name else {
         return false;
     };
-    if runtime == Runtime::Go && (name.starts_with("runtime.") || name.starts_with("runtime/")) {
+    // Go: the runtime, and the sync package's slow paths into it (a sync.Mutex's unlocker
+    // that finds the runtime's own semaphore lock contended waits on a futex there).
+    if runtime == Runtime::Go
+        && ["runtime.", "runtime/", "sync.", "internal/sync."]
+            .iter()
+            .any(|p| name.starts_with(p))
+    {
         return true;
     }
     const NATIVE: &[&str] = &[
@@ -698,8 +704,29 @@ fn short_lock_name(name: &str) -> String {
             return rest.to_owned();
         }
     }
-    // C++: without the parameter list.
-    let name = name.split_once('(').map_or(name, |(n, _)| n);
+    // C++: without the parameter list (the last parenthesized group, at the end: Go's
+    // `sync.(*Mutex).Lock` keeps its receiver).
+    let name = match name.strip_suffix(')') {
+        Some(_) => {
+            let mut depth = 0;
+            let mut cut = name.len();
+            for (i, c) in name.char_indices().rev() {
+                match c {
+                    ')' => depth += 1,
+                    '(' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            cut = i;
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            &name[..cut]
+        }
+        None => name,
+    };
     name.trim_start_matches('_')
         .trim_start_matches("GI_")
         .trim_start_matches('_')

@@ -29,6 +29,24 @@ func burn(iterations int, x uint64) uint64 {
 	return x
 }
 
+// worker takes mu around `inside` iterations of work until stop, and returns its operations. A
+// named function (not inlined), so that the call sites stormwatch names are this file's
+// (tests/tests/callsites.rs).
+//
+//go:noinline
+func worker(mu *sync.Mutex, stop *atomic.Bool, x uint64, inside, outside int) uint64 {
+	var local uint64
+	for !stop.Load() {
+		mu.Lock()
+		x = burn(inside, x)
+		sink += x
+		mu.Unlock()
+		x = burn(outside, x)
+		local++
+	}
+	return local
+}
+
 func main() {
 	goroutines := flag.Int("goroutines", 64, "goroutines contending on the mutex")
 	seconds := flag.Float64("seconds", 10, "how long to run")
@@ -44,16 +62,7 @@ func main() {
 		wg.Add(1)
 		go func(x uint64) {
 			defer wg.Done()
-			var local uint64
-			for !stop.Load() {
-				mu.Lock()
-				x = burn(*inside, x)
-				sink += x
-				mu.Unlock()
-				x = burn(*outside, x)
-				local++
-			}
-			ops.Add(local)
+			ops.Add(worker(&mu, &stop, x, *inside, *outside))
 		}(uint64(g + 1))
 	}
 	time.Sleep(time.Duration(*seconds * float64(time.Second)))

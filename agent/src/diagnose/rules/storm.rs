@@ -494,6 +494,12 @@ fn sites_evidence(sites: &HandoffSites, e: &mut BTreeMap<&'static str, f64>) {
             top.handoffs as f64 / total.handoffs as f64,
         );
     }
+    if let Some((_, top)) = sites.top(1).first() {
+        e.insert(
+            "top_pair_share",
+            top.handoffs as f64 / total.handoffs as f64,
+        );
+    }
     let mut put = |name, v: Option<f64>| {
         if let Some(v) = v {
             e.insert(name, v);

@@ -64,6 +64,38 @@ pub static FAMILIES: &[Family] = &[
             Ok(())
         }),
     },
+    Family {
+        name: "stormwatch_lock_storm_call_site",
+        help: "While a lock_storm finding holds: the code where its lock is waited for \
+               (role=waiter) and handed on (role=waker), of the pair of sites with the most \
+               sampled hand-offs; the value is that pair's share of them. Two series per storm \
+               at most.",
+        kind: Kind::Gauge,
+        unit: "",
+        labels: &["role", "site", "namespace", "pod", "container", "cgroup"],
+        scope: Scope::Finding,
+        present: always,
+        absent: "no lock_storm holds, or its hand-offs are not sampled (no BTF, not x86-64, the \
+                 futex probes not attached) or none was sampled",
+        read: Read::Samples(|c, emit| {
+            for f in &c.e.findings {
+                for (role, site) in &f.call_sites {
+                    emit(
+                        &[
+                            role,
+                            site.as_str(),
+                            f.labels.namespace.as_str(),
+                            f.labels.pod.as_str(),
+                            f.labels.container.as_str(),
+                            f.cgroup.as_str(),
+                        ],
+                        Sample::Value(Float(f.call_site_share)),
+                    )?;
+                }
+            }
+            Ok(())
+        }),
+    },
     // ---- the host ----
     Family {
         name: "stormwatch_host",

@@ -224,7 +224,7 @@ unsafe extern "C" {
 }
 
 #[test]
-fn an_exported_libc_function_is_named_from_its_dynamic_symbols() {
+fn an_exported_libc_function_is_named_from_its_symbols() {
     let addr = pthread_mutex_lock as *const () as u64 + 4;
     let mut s = UserSymbolizer::new();
     let tgid = std::process::id();
@@ -238,5 +238,28 @@ fn an_exported_libc_function_is_named_from_its_dynamic_symbols() {
         f.name.as_deref(),
         Some("pthread_mutex_lock"),
         "{f:?} in {m:?}"
+    );
+}
+
+#[test]
+fn lock_function_names_lose_cpp_parameters_but_keep_go_receivers() {
+    assert_eq!(
+        short_lock_name(
+            "SharedRuntime::complete_monitor_unlocking_C(oopDesc*, BasicLock*, JavaThread*)"
+        ),
+        "SharedRuntime::complete_monitor_unlocking_C"
+    );
+    assert_eq!(
+        short_lock_name("internal/sync.(*Mutex).lockSlow"),
+        "internal/sync.(*Mutex).lockSlow"
+    );
+    assert_eq!(
+        short_lock_name("___pthread_mutex_lock"),
+        "pthread_mutex_lock"
+    );
+    assert_eq!(short_lock_name("__GI___lll_lock_wait"), "lll_lock_wait");
+    assert_eq!(
+        short_lock_name("java.util.concurrent.locks.ReentrantLock.lock"),
+        "ReentrantLock.lock"
     );
 }
