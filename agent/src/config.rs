@@ -11,6 +11,7 @@
 //! histograms = true                # per-cgroup latency histograms (8 buckets each); false: sum and count only
 //! wake_kinds = "on-demand"         # wake-ups told local/remote: "on-demand" (while a lock storm is found) or "always"
 //! futex_probes = "on-demand"       # futex syscall probes: "on-demand" (while scheduler figures look like a lock storm) or "always"
+//! call_sites = true                # while the futex probes are attached, sample hand-offs' user stacks to name a storm's lock
 //! net_packet_probes = "on-demand"  # per-packet network probes: "on-demand" (while packets do not fit an MTU) or "always"
 //! net_packet_survey_seconds = 600  # on demand, also attach them for one diagnosis window this often (0: never), from the start
 //! web_config_file = "/etc/stormwatch/web.yml"   # TLS and basic auth, exporter-toolkit's format (none by default)
@@ -99,6 +100,7 @@ pub struct FileConfig {
     pub histograms: Option<bool>,
     pub wake_kinds: Option<WakeKinds>,
     pub futex_probes: Option<FutexTier>,
+    pub call_sites: Option<bool>,
     pub net_packet_probes: Option<NetPacketTier>,
     pub net_packet_survey_seconds: Option<f64>,
     pub web_config_file: Option<PathBuf>,
@@ -139,6 +141,12 @@ pub struct Config {
     /// cgroup's scheduler figures show what a lock storm needs, until a diagnosis window passes
     /// without it; `always` as `trace` and `diagnose` do.
     pub futex_probes: FutexTier,
+    /// While the futex probes are attached, sample hand-offs (at most 100 wakes a second on the
+    /// node, each with its waiter) with their user stacks, to name the code that takes a
+    /// storm's lock (`stormwatch_lock_storm_call_site`). The agent reads each sampled process's
+    /// maps and binaries through `/proc/<pid>`: in a pod, that needs `hostPID` and
+    /// `CAP_SYS_PTRACE` (see deploy/README.md); without them the sites are unnamed, saying why.
+    pub call_sites: bool,
     /// When the per-packet network probes (transmit and receive) run: for every packet of
     /// every interface, a few percent of a packet-heavy server's CPU. `on-demand` (the
     /// default) attaches them while a network namespace's kernel counters or drops show
@@ -182,6 +190,7 @@ impl Default for Config {
             histograms: true,
             wake_kinds: WakeKinds::OnDemand,
             futex_probes: FutexTier::OnDemand,
+            call_sites: true,
             net_packet_probes: NetPacketTier::OnDemand,
             net_packet_survey_seconds: DEFAULT_NET_PACKET_SURVEY_SECONDS,
             web_config_file: None,
@@ -290,6 +299,9 @@ impl Config {
         }
         if let Some(v) = file.futex_probes {
             self.futex_probes = v;
+        }
+        if let Some(v) = file.call_sites {
+            self.call_sites = v;
         }
         if let Some(v) = file.net_packet_probes {
             self.net_packet_probes = v;
@@ -483,7 +495,7 @@ mod tests {
         let c = from_text(
             "listen = \"127.0.0.1:1234\"\ninterval_seconds = 2\nmax_cgroups = 10\n\
              removed_grace_seconds = 0\nbpf_stats = true\nhistograms = false\n\
-             wake_kinds = \"always\"\nfutex_probes = \"always\"\nnet_packet_probes = \"always\"\nnet_packet_survey_seconds = 0\n[thresholds]\nrunq_min_mean_seconds = 0.002\n",
+             wake_kinds = \"always\"\nfutex_probes = \"always\"\ncall_sites = false\nnet_packet_probes = \"always\"\nnet_packet_survey_seconds = 0\n[thresholds]\nrunq_min_mean_seconds = 0.002\n",
         )
         .unwrap();
         assert_eq!(c.listen.to_string(), "127.0.0.1:1234");
@@ -497,6 +509,11 @@ mod tests {
         assert_eq!(Config::default().wake_kinds, WakeKinds::OnDemand);
         assert_eq!(c.futex_probes, FutexTier::Always);
         assert_eq!(Config::default().futex_probes, FutexTier::OnDemand);
+        assert!(!c.call_sites);
+        assert!(
+            Config::default().call_sites,
+            "call sites are sampled by default"
+        );
         assert_eq!(c.net_packet_probes, NetPacketTier::Always);
         assert_eq!(Config::default().net_packet_probes, NetPacketTier::OnDemand);
         assert_eq!(c.net_packet_survey_seconds, 0.0);

@@ -61,6 +61,7 @@ pub async fn run(args: DiagnoseArgs) -> anyhow::Result<u8> {
     let resolver = CgroupResolver::discover()?;
     let options = LoadOptions {
         btf_file: args.btf.clone(),
+        call_sites: !args.no_call_sites,
         ..LoadOptions::default()
     };
     let mut pipeline = Pipeline::start(&options, resolver)?;

@@ -90,6 +90,10 @@ pub struct DiagnoseArgs {
     /// The running kernel's BTF from FILE instead of /sys/kernel/btf/vmlinux.
     #[arg(long, value_name = "FILE")]
     pub btf: Option<std::path::PathBuf>,
+
+    /// Do not sample hand-offs' user stacks (a lock storm's code is then not named).
+    #[arg(long)]
+    pub no_call_sites: bool,
 }
 
 #[derive(Debug, Args)]
@@ -130,6 +134,10 @@ pub struct TraceArgs {
     /// The running kernel's BTF from FILE instead of /sys/kernel/btf/vmlinux.
     #[arg(long, value_name = "FILE")]
     pub btf: Option<std::path::PathBuf>,
+
+    /// Do not sample hand-offs' user stacks (`lock_call_sites` is then null).
+    #[arg(long)]
+    pub no_call_sites: bool,
 
     /// Time the run-queue wait and the blocked time from the wake-up programs even where the
     /// kernel keeps `sched_info` (for testing that way, which kernels without it take, and for

@@ -224,6 +224,7 @@ impl Daemon {
             futex: config.futex_probes,
             net_packets: config.net_packet_probes,
             btf_file: config.btf_file.clone(),
+            call_sites: config.call_sites,
             ..LoadOptions::default()
         };
         let pipeline = Pipeline::start(&options, resolver)?;

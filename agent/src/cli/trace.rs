@@ -44,6 +44,7 @@ pub async fn run(args: TraceArgs) -> anyhow::Result<()> {
     let interval = Duration::from_secs_f64(args.interval);
     let options = LoadOptions {
         force_tracepoints: args.force_tracepoints,
+        call_sites: !args.no_call_sites,
         waits_from_wakeups: args.waits_from_wakeups,
         families: args.probes.clone(),
         btf_file: args.btf.clone(),

@@ -42,6 +42,8 @@ pub struct FutexProbes {
     /// Load (verify) the programs at start but attach them only when asked
     /// ([`super::Probes::set`]).
     pub on_demand: bool,
+    /// Sample hand-offs with their user stacks.
+    pub call_sites: bool,
 }
 
 impl ProbeFamily for FutexProbes {
@@ -50,7 +52,11 @@ impl ProbeFamily for FutexProbes {
     }
 
     fn globals(&self, facts: &KernelFacts) -> Vec<(&'static str, u32)> {
-        let mut values = sample_globals(facts);
+        let mut values = if self.call_sites {
+            sample_globals(facts)
+        } else {
+            Vec::new()
+        };
         values.extend(tracepoint_offsets(&[
             (
                 globals::TP_FUTEX_UADDR_OFFSET,

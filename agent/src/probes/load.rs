@@ -121,6 +121,9 @@ pub struct LoadOptions {
     /// Use classic tracepoints even where tp_btf would work (for testing the fallback and for
     /// measuring both).
     pub force_tracepoints: bool,
+    /// Sample hand-offs with their user stacks while the futex probes are attached (the
+    /// futex family's `HAVE_HANDOFF_SAMPLES`).
+    pub call_sites: bool,
     /// Ignore the kernel's `sched_info`: the wake-up programs time the waits, as on kernels
     /// without it (for testing that way and measuring both).
     pub waits_from_wakeups: bool,
@@ -143,6 +146,7 @@ impl Default for LoadOptions {
     fn default() -> Self {
         Self {
             force_tracepoints: false,
+            call_sites: true,
             waits_from_wakeups: false,
             families: Family::DEFAULT.to_vec(),
             max_cgroups: CGROUP_MAP_MIN_ENTRIES as usize,
@@ -297,6 +301,7 @@ fn families(options: &LoadOptions) -> Vec<Box<dyn ProbeFamily>> {
                 }),
                 Family::Futex => Box::new(futex::FutexProbes {
                     on_demand: options.futex == FutexTier::OnDemand,
+                    call_sites: options.call_sites,
                 }),
                 Family::Locks => Box::new(locks::LockProbes),
                 Family::Net => Box::new(net::NetProbes {

@@ -260,10 +260,13 @@ impl UserSymbolizer {
     /// The call site of a sampled stack, and a hint for what would name more of it.
     pub fn site(&mut self, sample: &StackSample<'_>) -> (UserSite, Option<String>) {
         let Some(frames) = self.frames(sample) else {
-            return (
-                UserSite::unnamed("the process is gone, or its maps cannot be read"),
-                None,
-            );
+            let why = if Path::new(&format!("/proc/{}", sample.tgid)).exists() {
+                "its /proc/<pid>/maps cannot be read here (naming needs CAP_SYS_PTRACE)"
+            } else {
+                "the process is not visible here: it exited, or it is in another pid namespace \
+                 (naming needs the host's pids: hostPID)"
+            };
+            return (UserSite::unnamed(why), None);
         };
         let runtime = self
             .processes
