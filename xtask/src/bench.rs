@@ -235,6 +235,15 @@ pub fn futex(bin: &Path, rounds: u32, seconds: u32) -> Result<String> {
                 start: Some(stormwatch_run()),
             },
             Tracer {
+                name: "stormwatch run, futex tier throughout, hand-offs sampled with their \
+                       stacks (`call_sites = true`, the default)",
+                start: Some(stormwatch_run_with(FUTEX_TIER_ALWAYS)),
+            },
+            Tracer {
+                name: "stormwatch run, futex tier throughout, no sampling (`call_sites = false`)",
+                start: Some(stormwatch_run_with(FUTEX_TIER_NO_CALL_SITES)),
+            },
+            Tracer {
                 name: "bpftrace: futex wait time per cgroup",
                 start: Some(bpftrace(BPFTRACE_FUTEX)),
             },
@@ -282,6 +291,15 @@ pub fn lock_storm(bin: &Path, rounds: u32, seconds: u32) -> Result<String> {
                 name: "stormwatch run (default configuration)",
                 start: Some(stormwatch_run()),
             },
+            Tracer {
+                name: "stormwatch run, futex tier throughout, hand-offs sampled with their \
+                       stacks (the default `call_sites = true`)",
+                start: Some(stormwatch_run_with(FUTEX_TIER_ALWAYS)),
+            },
+            Tracer {
+                name: "stormwatch run, futex tier throughout, no sampling (`call_sites = false`)",
+                start: Some(stormwatch_run_with(FUTEX_TIER_NO_CALL_SITES)),
+            },
         ],
         rounds,
         seconds,
@@ -320,6 +338,9 @@ fn json_number(line: &str, field: &str) -> Option<f64> {
 /// storm's worst case (the tier is what a storm attaches, and the daemon otherwise attaches it
 /// only after its first judgement, part of the way into a round).
 const FUTEX_TIER_ALWAYS: &str = "futex_probes = \"always\"\n";
+
+/// The same without the hand-off sampling: what the call sites cost is the difference.
+const FUTEX_TIER_NO_CALL_SITES: &str = "futex_probes = \"always\"\ncall_sites = false\n";
 
 /// `stormwatch run` with a configuration file holding `config` (TOML).
 fn stormwatch_run_with(config: &'static str) -> Starter {
