@@ -53,7 +53,8 @@ enum Task {
         duration: u32,
     },
     /// Set up, then run every test: the import graph, formatting, clippy, the docs, unit tests,
-    /// the arm64 build, the integration tests, then the kernel matrix (Debian 6.1 and 6.12 in guests).
+    /// the arm64 build, the integration tests, then the kernel matrix (Debian's 6.1 and 6.12
+    /// in guests).
     Test,
     /// Print the agent's and xtask's module import graphs; fail on a circle (`xtask test`
     /// checks it too).
