@@ -269,6 +269,9 @@ impl<'a> Storm<'a> {
                 100.0 * spin
             ));
         }
+        if let Some(perf) = self.cost.perf_signature(f, &self.figures) {
+            recs.push(perf);
+        }
         if let Some(steal) = self
             .cost
             .steal_share
@@ -353,6 +356,9 @@ struct HandOffCost<'a> {
     steal_share: Option<f64>,
     /// As many threads as the node has CPUs, on a node far larger than the container.
     node_sized: bool,
+    /// From the sampled hand-offs: the mean time from a wake to its waiter's return, and the
+    /// share that crossed CPUs.
+    sampled: Option<(f64, f64)>,
 }
 
 impl<'a> HandOffCost<'a> {
@@ -369,6 +375,13 @@ impl<'a> HandOffCost<'a> {
             steal_share: f.host.as_ref().and_then(|h| h.steal_share),
             node_sized: threads >= host_cpus
                 && host_cpus >= t.storm_node_sized_min_host_per_allowed_cpu * allowed,
+            sampled: f.sites.as_ref().and_then(|s| {
+                let total = s.total();
+                Some((
+                    PairStats::mean_s(total.wake_to_return_ns, total.handoffs)?,
+                    PairStats::share(total.crossed_cpus, total.handoffs)?,
+                ))
+            }),
         }
     }
 
@@ -413,6 +426,15 @@ impl<'a> HandOffCost<'a> {
                 }
             }
         }
+        if let Some((wake, crossed)) = self.sampled {
+            let _ = write!(
+                s,
+                "; a sampled hand-off takes {:.0} µs from the wake to the waiter running again \
+                 ({:.0}% of them across CPUs)",
+                wake * 1e6,
+                100.0 * crossed
+            );
+        }
         if let Some(c) = self.cpus_used {
             let _ = write!(
                 s,
@@ -442,6 +464,26 @@ impl<'a> HandOffCost<'a> {
                 threads / f64::from(f.host_cpus.max(1)),
             );
         }
+    }
+
+    /// What `perf top`'s `_raw_spin_unlock_irqrestore` stands for in a guest: where its
+    /// samples pile up, against the spinlock wait measured here.
+    fn perf_signature(&self, f: &Facts, figures: &StormFigures) -> Option<String> {
+        let guest = match self.hypervisor? {
+            Some(h) if h != "unknown" => format!("this {h} guest"),
+            Some(_) => "this guest".to_owned(),
+            None => return None,
+        };
+        let wakes = figures.handoffs_per_cpu_second * f.allowed_cpus();
+        Some(format!(
+            "If `perf top` shows `_raw_spin_unlock_irqrestore` hot here, read it as the wake-ups, \
+             not a contended spinlock: in {guest} perf samples by timer interrupt unless the \
+             vCPU's PMU delivers NMIs, and such samples land where interrupts are re-enabled, at \
+             the end of each wake-up (try_to_wake_up) — {wakes:.0} hand-offs a second here, each \
+             a wake-up — while the kernel's own lock:contention_* tracepoints measured {:.2}% of \
+             a CPU spinning on kernel locks.",
+            100.0 * f.spin_wait_per_second()
+        ))
     }
 
     /// Pinning, first of the recommendations when the hand-offs cross many CPUs.

@@ -607,3 +607,148 @@ fn allowed_cpus_is_the_tightest_bound() {
     f.quota_cores = Some(4.5);
     assert_eq!(f.allowed_cpus(), 4.5);
 }
+
+/// Sampled hand-offs of a storm: 80 between two named sites, 20 unnamed (a JIT without a perf
+/// map), with their wake-to-return times, CPU crossings and holds.
+fn sampled_sites() -> crate::symbolize::handoffs::HandoffSites {
+    use crate::symbolize::{
+        handoffs::{HandoffSites, PairStats},
+        user::UserSite,
+    };
+    let site = |f: &str, l: &str| UserSite {
+        function: Some(f.into()),
+        lock_function: Some(l.into()),
+        location: Some("cache.c:42".into()),
+        module: Some("svc".into()),
+        unnamed: None,
+    };
+    let unnamed = UserSite {
+        function: None,
+        lock_function: None,
+        location: None,
+        module: None,
+        unnamed: Some("code in an anonymous mapping (JIT) without a perf map".into()),
+    };
+    let mut s = HandoffSites::default();
+    s.pairs.insert(
+        (
+            site("cache_get", "pthread_mutex_lock"),
+            site("cache_get", "pthread_mutex_unlock"),
+        ),
+        PairStats {
+            handoffs: 80,
+            wait_ns: 80 * 1_000_000,
+            wake_to_return_ns: 80 * 300_000,
+            crossed_cpus: 60,
+            holds: 40,
+            hold_ns: 40 * 50_000,
+            hold_run_delay_ns: 0,
+            holds_preempted: 10,
+            holds_asleep: 0,
+            holds_off_cpu: 10,
+        },
+    );
+    s.pairs.insert(
+        (unnamed.clone(), unnamed),
+        PairStats {
+            handoffs: 20,
+            wake_to_return_ns: 20 * 300_000,
+            crossed_cpus: 15,
+            ..PairStats::default()
+        },
+    );
+    s.hints
+        .insert("pid 7 (svc): have the runtime write a perf map".into());
+    s
+}
+
+#[test]
+fn a_storm_names_its_sampled_call_sites_and_why_hand_offs_lag() {
+    let mut facts = node_sized_storm(kvm(0.0), 56);
+    facts.sites = Some(sampled_sites());
+    let f = lock_storm(&facts, &Thresholds::default()).unwrap();
+    assert_eq!(
+        f.context["waiter_site"],
+        "`cache_get` (cache.c:42) via `pthread_mutex_lock`"
+    );
+    assert_eq!(
+        f.context["waker_site"],
+        "`cache_get` (cache.c:42) via `pthread_mutex_unlock`"
+    );
+    assert_eq!(f.evidence["sampled_handoffs"], 100.0);
+    assert_eq!(f.evidence["top_waiter_site_share"], 0.8);
+    assert_eq!(f.evidence["top_pair_share"], 0.8);
+    assert_eq!(f.evidence["handoff_crossed_cpu_share"], 0.75);
+    assert!((f.evidence["handoff_wake_to_return_mean_seconds"] - 300e-6).abs() < 1e-12);
+    assert_eq!(f.evidence["holder_off_cpu_share"], 0.25);
+    assert_eq!(f.evidence["holder_preempted_share"], 0.25);
+    assert_eq!(f.evidence["holder_asleep_share"], 0.0);
+    assert!(
+        f.summary.contains(
+            "; a sampled hand-off takes 300 µs from the wake to the waiter running again \
+             (75% of them across CPUs)"
+        ),
+        "{}",
+        f.summary
+    );
+    let name = f
+        .recommendations
+        .iter()
+        .find(|r| r.starts_with("Change the code that takes the lock"))
+        .expect("the recommendation that names the lock");
+    for want in [
+        "80% of 100 sampled hand-offs wait in `cache_get` (cache.c:42) via \
+         `pthread_mutex_lock` and are handed on from `cache_get` (cache.c:42) via \
+         `pthread_mutex_unlock`.",
+        "Each hand-off takes 300 µs from the wake to the waiter running again (75% cross CPUs)",
+        "the holder was switched out while it held the lock in 25% of 40 holds (preempted or \
+         throttled 25%, asleep 0%)",
+        "To name more: pid 7 (svc): have the runtime write a perf map.",
+    ] {
+        assert!(name.contains(want), "missing {want:?} in {name}");
+    }
+}
+
+#[test]
+fn without_sampled_sites_the_storm_says_where_to_look() {
+    let f = lock_storm(&node_sized_storm(kvm(0.0), 56), &Thresholds::default()).unwrap();
+    assert!(!f.context.contains_key("waiter_site"));
+    assert!(!f.evidence.contains_key("sampled_handoffs"));
+    assert!(
+        f.recommendations
+            .iter()
+            .any(|r| r.starts_with("Name the contended lock") && r.contains("lock_call_sites")),
+        "{:#?}",
+        f.recommendations
+    );
+}
+
+#[test]
+fn in_a_guest_perf_tops_spinlock_signature_is_read_as_the_wake_ups() {
+    let f = lock_storm(&node_sized_storm(kvm(0.0), 56), &Thresholds::default()).unwrap();
+    let perf = f
+        .recommendations
+        .iter()
+        .find(|r| r.contains("_raw_spin_unlock_irqrestore` hot here"))
+        .expect("the perf signature in a kvm guest");
+    assert!(
+        perf.contains("in this kvm guest perf samples by timer interrupt")
+            && perf.contains("try_to_wake_up"),
+        "{perf}"
+    );
+    let bare = node_sized_storm(
+        Some(HostFacts {
+            hypervisor: None,
+            steal_share: None,
+        }),
+        56,
+    );
+    let f = lock_storm(&bare, &Thresholds::default()).unwrap();
+    assert!(
+        !f.recommendations
+            .iter()
+            .any(|r| r.contains("hot here, read it as the wake-ups")),
+        "bare metal samples with NMIs: {:#?}",
+        f.recommendations
+    );
+}
