@@ -249,12 +249,21 @@ impl UserSymbolizer {
         Self::default()
     }
 
-    /// Forgets processes that are gone (not in `live`).
+    /// Forgets processes that are gone (not in `live`), and with them what was read for them
+    /// alone: files no live process maps, names, and blazesym's parsed files (kept per path,
+    /// and a path is per process: `/proc/<pid>/root/…`), so that a daemon's memory follows the
+    /// processes it names, not every process it ever named.
     pub fn retain(&mut self, live: impl Fn(u32) -> bool) {
+        let before = self.processes.len();
         self.processes.retain(|tgid, _| live(*tgid));
-        if self.names.len() > 100_000 {
-            self.names.clear();
+        if self.processes.len() == before && self.names.len() <= 100_000 {
+            return;
         }
+        // Live views keep their modules' sections (shared bytes) themselves; the file cache
+        // only spares reading a file again for the next process that maps it.
+        self.names.clear();
+        self.files.clear();
+        self.symbolizer = None;
     }
 
     /// The call site of a sampled stack, and a hint for what would name more of it.
