@@ -119,7 +119,9 @@ impl Pipeline {
         self.name_processes(&window);
         self.resolve_call_sites(&window);
         self.previous = snapshot;
-        self.previous.forget(&mut self.probes, &gone);
+        self.previous.forget(&mut self.probes, &gone, |tid| {
+            window.handoff_threads.contains_key(&tid)
+        });
         self.note_interfaces(&window, !gone.is_empty());
         self.track_netns_owners(window.net_ifaces.keys().map(|k| u64::from(k.netns)));
         Ok(window)

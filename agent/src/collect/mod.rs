@@ -93,8 +93,9 @@ impl Snapshot {
     /// Forgets, in the probes' maps and in this (latest) snapshot alike, so that the next window
     /// counts a re-created entry from zero: the `gone` cgroups (each map entry deleted by key),
     /// the hot futexes of processes that have exited, and the hot futexes and call sites idle
-    /// for many reads (the bounded maps' eviction, counted).
-    pub fn forget(&mut self, probes: &mut Probes, gone: &[u64]) {
+    /// for many reads (the bounded maps' eviction, counted). `moved`: the threads whose hand-off
+    /// entry moved in the window that ended at this snapshot (alive, so not looked up).
+    pub fn forget(&mut self, probes: &mut Probes, gone: &[u64], moved: impl Fn(u32) -> bool) {
         probes.forget_cgroups(gone);
         let exited = |tgid: u32| !std::path::Path::new(&format!("/proc/{tgid}")).exists();
         let mut tgids: HashMap<u32, bool> = HashMap::new();
@@ -122,7 +123,8 @@ impl Snapshot {
             .iter()
             .filter(|(tid, v)| {
                 gone.contains(&v.cgroup_id)
-                    || !std::path::Path::new(&format!("/proc/{}/task/{tid}", v.tgid)).exists()
+                    || (!moved(**tid)
+                        && !std::path::Path::new(&format!("/proc/{}/task/{tid}", v.tgid)).exists())
             })
             .map(|(tid, _)| *tid)
             .collect();
