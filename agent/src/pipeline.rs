@@ -61,7 +61,7 @@ impl Pipeline {
             process_names: HashMap::new(),
             call_sites: HashMap::new(),
             symbolizer: KernelSymbolizer::new(),
-            handoffs: HandoffNamer::new(),
+            handoffs: HandoffNamer::new(options.call_site_lines),
             identities: Identities::default(),
             interfaces: HashMap::new(),
             host_netns,

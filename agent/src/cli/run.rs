@@ -225,6 +225,7 @@ impl Daemon {
             net_packets: config.net_packet_probes,
             btf_file: config.btf_file.clone(),
             call_sites: config.call_sites,
+            call_site_lines: false,
             ..LoadOptions::default()
         };
         let pipeline = Pipeline::start(&options, resolver)?;

@@ -124,6 +124,9 @@ pub struct LoadOptions {
     /// Sample hand-offs with their user stacks while the futex probes are attached (the
     /// futex family's `HAVE_HANDOFF_SAMPLES`).
     pub call_sites: bool,
+    /// Name each call site's `file:line` too, from the binary's DWARF (the one-off commands;
+    /// not the daemon, whose memory must not follow the size of a binary's debug information).
+    pub call_site_lines: bool,
     /// Ignore the kernel's `sched_info`: the wake-up programs time the waits, as on kernels
     /// without it (for testing that way and measuring both).
     pub waits_from_wakeups: bool,
@@ -147,6 +150,7 @@ impl Default for LoadOptions {
         Self {
             force_tracepoints: false,
             call_sites: true,
+            call_site_lines: true,
             waits_from_wakeups: false,
             families: Family::DEFAULT.to_vec(),
             max_cgroups: CGROUP_MAP_MIN_ENTRIES as usize,

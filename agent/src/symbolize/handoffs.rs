@@ -194,8 +194,12 @@ pub struct HandoffNamer {
 }
 
 impl HandoffNamer {
-    pub fn new() -> Self {
-        Self::default()
+    /// `lines`: name each site's `file:line` too (from DWARF).
+    pub fn new(lines: bool) -> Self {
+        Self {
+            symbolizer: UserSymbolizer::new(lines),
+            ..Self::default()
+        }
     }
 
     /// Names the pairs completed by `sides`; returns each cgroup's sampled hand-offs.

@@ -94,6 +94,9 @@ pub struct Frame {
     pub location: Option<String>,
     /// The file name of the binary, or `JIT` (an anonymous executable mapping).
     pub module: Option<String>,
+    /// Where its line can be looked up: the file (through `/proc/<pid>/root`) and the address
+    /// in it.
+    pub lookup: Option<(PathBuf, u64)>,
 }
 
 /// A process's runtime, as far as naming its stacks goes.
@@ -139,8 +142,10 @@ struct ElfFile {
 }
 
 fn read_elf(path: &Path) -> Option<ElfFile> {
-    let data = std::fs::read(path).ok()?;
-    let obj = object::File::parse(&*data).ok()?;
+    // Only the headers and the sections asked for are read, not the whole file (a JVM's
+    // libjvm is 20 MB, a static binary with debug information can be a gigabyte).
+    let cache = object::ReadCache::new(std::fs::File::open(path).ok()?);
+    let obj = object::File::parse(&cache).ok()?;
     let section = |name: &str| -> Option<(Range<u64>, Bytes)> {
         let s = obj.section_by_name(name)?;
         let bytes = s.data().ok()?;
@@ -224,6 +229,14 @@ struct ProcessView {
 /// Unwinds and names user stacks, caching what it read of each process and file.
 #[derive(Default)]
 pub struct UserSymbolizer {
+    /// Look up each site's `file:line` in its binary's DWARF (the one-off commands; the daemon
+    /// names functions only: a binary's DWARF can be far larger than the daemon).
+    lines: bool,
+    /// Each (file, address)'s `file:line`, as answered once.
+    line_cache: HashMap<(PathBuf, u64), Option<String>>,
+    /// A process was forgotten since the caches were last cleared, and when that was.
+    forgot: bool,
+    cleared_at: Option<Instant>,
     symbolizer: Option<Symbolizer>,
     processes: HashMap<u32, ProcessView>,
     files: HashMap<(u64, u64, i64), Arc<ElfFile>>,
@@ -245,8 +258,12 @@ pub struct StackSample<'a> {
 }
 
 impl UserSymbolizer {
-    pub fn new() -> Self {
-        Self::default()
+    /// `lines`: also each site's `file:line`, from DWARF.
+    pub fn new(lines: bool) -> Self {
+        Self {
+            lines,
+            ..Self::default()
+        }
     }
 
     /// Forgets processes that are gone (not in `live`), and with them what was read for them
@@ -256,12 +273,21 @@ impl UserSymbolizer {
     pub fn retain(&mut self, live: impl Fn(u32) -> bool) {
         let before = self.processes.len();
         self.processes.retain(|tgid, _| live(*tgid));
-        if self.processes.len() == before && self.names.len() <= 100_000 {
+        self.forgot |= self.processes.len() < before;
+        // At most once a minute: a workload that forks short-lived processes would otherwise
+        // have everything parsed again at every collection.
+        let due = self
+            .cleared_at
+            .is_none_or(|t| t.elapsed() >= Duration::from_secs(60));
+        if !(self.forgot && due) && self.names.len() <= 100_000 {
             return;
         }
+        self.forgot = false;
+        self.cleared_at = Some(Instant::now());
         // Live views keep their modules' sections (shared bytes) themselves; the file cache
         // only spares reading a file again for the next process that maps it.
         self.names.clear();
+        self.line_cache.clear();
         self.files.clear();
         self.symbolizer = None;
     }
@@ -281,7 +307,12 @@ impl UserSymbolizer {
             .processes
             .get(&sample.tgid)
             .map_or(Runtime::Native, |p| p.runtime);
-        let (site, hint) = pick_site(&frames, runtime);
+        let (mut site, hint, at) = pick_site_at(&frames, runtime);
+        if self.lines
+            && let Some(i) = at
+        {
+            site.location = self.line_of(&frames[i]);
+        }
         if site.function.is_none() {
             log::debug!("tgid {}: unnamed site, frames {frames:?}", sample.tgid);
         }
@@ -340,6 +371,7 @@ impl UserSymbolizer {
                         name,
                         location: None,
                         module: Some("JIT".to_owned()),
+                        lookup: None,
                     }
                 }
             };
@@ -374,24 +406,15 @@ impl UserSymbolizer {
         let key = (path.clone(), svma);
         if !self.names.contains_key(&key) {
             let symbolizer = self.symbolizer.get_or_insert_with(Symbolizer::new);
-            // DWARF first (for file:line), then the ELF symbols alone: a file that names a
-            // debug-info file elsewhere (a debug link) and has none itself answers nothing from
-            // DWARF.
-            let named = [true, false].into_iter().find_map(|debug_syms| {
-                let mut elf = Elf::new(&path);
-                elf.debug_syms = debug_syms;
-                let src = Source::Elf(elf);
-                match symbolizer.symbolize_single(&src, Input::VirtOffset(svma)) {
-                    Ok(Symbolized::Sym(sym)) => Some((
-                        sym.name.to_string(),
-                        sym.code_info.as_ref().and_then(|ci| {
-                            let file = Path::new(&ci.file).file_name()?.to_string_lossy();
-                            Some(format!("{file}:{}", ci.line?))
-                        }),
-                    )),
+            // ELF symbols only: DWARF (a debug link can lead to a file of hundreds of MB) is
+            // read for the site's frame alone, and only where lines are wanted (`line_of`).
+            let mut elf = Elf::new(&path);
+            elf.debug_syms = false;
+            let named =
+                match symbolizer.symbolize_single(&Source::Elf(elf), Input::VirtOffset(svma)) {
+                    Ok(Symbolized::Sym(sym)) => Some((sym.name.to_string(), None)),
                     _ => None,
-                }
-            });
+                };
             self.names.insert(key.clone(), named);
         }
         let named = self.names[&key].clone();
@@ -399,7 +422,28 @@ impl UserSymbolizer {
             name: named.as_ref().map(|(n, _)| n.clone()),
             location: named.and_then(|(_, l)| l),
             module,
+            lookup: Some(key),
         }
+    }
+
+    /// A frame's `file:line` from its binary's DWARF (or the debug file it links to).
+    fn line_of(&mut self, frame: &Frame) -> Option<String> {
+        let key = frame.lookup.clone()?;
+        if let Some(line) = self.line_cache.get(&key) {
+            return line.clone();
+        }
+        let symbolizer = self.symbolizer.get_or_insert_with(Symbolizer::new);
+        let line = match symbolizer
+            .symbolize_single(&Source::Elf(Elf::new(&key.0)), Input::VirtOffset(key.1))
+        {
+            Ok(Symbolized::Sym(sym)) => sym.code_info.as_ref().and_then(|ci| {
+                let file = Path::new(&ci.file).file_name()?.to_string_lossy();
+                Some(format!("{file}:{}", ci.line?))
+            }),
+            _ => None,
+        };
+        self.line_cache.insert(key, line.clone());
+        line
     }
 
     /// Reads the process's view again when it is new, old, or does not map `ip`.
@@ -635,9 +679,16 @@ fn is_machinery(frame: &Frame, runtime: Runtime) -> bool {
 
 /// The site of an unwound stack (innermost frame first): the first frame outside the
 /// machinery, with the machinery frame just inside it.
+#[cfg(test)]
 fn pick_site(frames: &[Frame], runtime: Runtime) -> (UserSite, Option<String>) {
+    let (site, hint, _) = pick_site_at(frames, runtime);
+    (site, hint)
+}
+
+/// [`pick_site`], with the index of the site's frame when it has one.
+fn pick_site_at(frames: &[Frame], runtime: Runtime) -> (UserSite, Option<String>, Option<usize>) {
     let mut inner = None;
-    for frame in frames {
+    for (i, frame) in frames.iter().enumerate() {
         if is_machinery(frame, runtime) {
             if let Some(name) = frame.name.as_deref() {
                 inner = Some(short_lock_name(name));
@@ -652,7 +703,7 @@ fn pick_site(frames: &[Frame], runtime: Runtime) -> (UserSite, Option<String>) {
                 (Some("JIT"), _) => "code in an anonymous mapping (JIT) without a perf map",
                 _ => "a stripped binary without symbols",
             };
-            return (UserSite::unnamed(why), hint_for(frame, runtime));
+            return (UserSite::unnamed(why), hint_for(frame, runtime), None);
         };
         return (
             UserSite {
@@ -663,6 +714,7 @@ fn pick_site(frames: &[Frame], runtime: Runtime) -> (UserSite, Option<String>) {
                 unnamed: None,
             },
             None,
+            Some(i),
         );
     }
     let why = match runtime {
@@ -683,7 +735,7 @@ fn pick_site(frames: &[Frame], runtime: Runtime) -> (UserSite, Option<String>) {
         ),
         _ => None,
     };
-    (UserSite::unnamed(why), hint)
+    (UserSite::unnamed(why), hint, None)
 }
 
 /// What would name a frame that has none.

@@ -34,7 +34,7 @@ fn this_threads_own_stack_unwinds_through_its_named_callers() {
     // On the heap: a copy of this very stack must not be on it.
     let mut stack = vec![0u8; 4096];
     let (ip, sp, bp) = a_caller_with_a_name(&mut stack);
-    let mut s = UserSymbolizer::new();
+    let mut s = UserSymbolizer::new(true);
     let frames = s
         .frames(&StackSample {
             tgid: std::process::id(),
@@ -61,6 +61,7 @@ fn frame(name: &str, module: &str) -> Frame {
         name: Some(name.to_owned()),
         location: None,
         module: Some(module.to_owned()),
+        lookup: None,
     }
 }
 
@@ -138,6 +139,7 @@ fn compiled_java_without_a_perf_map_entry_says_how_to_write_one() {
             name: None,
             location: None,
             module: Some("JIT".to_owned()),
+            lookup: None,
         },
     ];
     let (site, hint) = pick_site(
@@ -226,7 +228,7 @@ unsafe extern "C" {
 #[test]
 fn an_exported_libc_function_is_named_from_its_symbols() {
     let addr = pthread_mutex_lock as *const () as u64 + 4;
-    let mut s = UserSymbolizer::new();
+    let mut s = UserSymbolizer::new(true);
     let tgid = std::process::id();
     s.refresh(tgid, addr).expect("our own maps");
     let m = s.processes[&tgid]
