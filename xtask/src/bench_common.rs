@@ -98,6 +98,11 @@ pub(crate) fn start_until(
 }
 
 pub(crate) fn stormwatch(probes: &'static str) -> Starter {
+    stormwatch_with(probes, &[])
+}
+
+/// `stormwatch trace --probes <probes>` with `extra` arguments.
+pub(crate) fn stormwatch_with(probes: &'static str, extra: &'static [&'static str]) -> Starter {
     Box::new(move |bin: &Path, seconds: u32| {
         let mut cmd = Command::new(bin);
         cmd.args([
@@ -109,7 +114,8 @@ pub(crate) fn stormwatch(probes: &'static str) -> Starter {
             &(seconds + 30).to_string(),
             "--probes",
             probes,
-        ]);
+        ])
+        .args(extra);
         start_until(cmd, "tracing with", false)
     })
 }

@@ -276,6 +276,10 @@ fn futex(bin: &Path, seconds: u32, repeats: u32) -> Result<String> {
                 bench::bpftrace(bench::BPFTRACE_EMPTY_FUTEX),
             ),
             ("stormwatch --probes futex", bench::stormwatch("futex")),
+            (
+                "stormwatch --probes futex --no-call-sites (no hand-off sampling)",
+                bench::stormwatch_with("futex", &["--no-call-sites"]),
+            ),
             ("stormwatch run", bench::stormwatch_run()),
             (
                 "bpftrace (futex script)",

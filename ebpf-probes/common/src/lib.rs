@@ -695,13 +695,14 @@ pub struct PendingWake {
     pub _pad: u32,
 }
 
-/// A CPU's wake-sampling state: the coarse clock before which it samples no wake, and the
-/// sequence number of its samples.
+/// A CPU's wake-sampling state: the clock before which it samples no wake, the sequence number
+/// of its samples, and how many wakes to let pass before it reads the clock again.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HandoffSampler {
     pub next_ns: u64,
     pub seq: u64,
+    pub skip: u64,
 }
 
 // ---- kernel locks -------------------------------------------------------------------------

@@ -3,8 +3,9 @@
 //! unwind (with the binaries' call-frame information: libc and a JVM keep no frame pointers, so
 //! a kernel frame-pointer walk would skip the very function that called the lock) and name.
 //!
-//! - A wake is chosen at its entry, at most one per `HANDOFF_SAMPLE_INTERVAL_NS` per CPU (one
-//!   clock read per wake), so that the cost is bounded whatever the storm's rate. At its exit,
+//! - A wake is chosen at its entry, at most one per `HANDOFF_SAMPLE_INTERVAL_NS` per CPU, so
+//!   that the cost is bounded whatever the storm's rate; between turns a CPU reads the clock
+//!   once every `CLOCK_EVERY` wakes. At its exit,
 //!   if it woke anyone, its word is kept in `PENDING_WAKES` with its entry's time and its own
 //!   side is written; if it woke nobody, the CPU's turn is given back.
 //! - The waiter: the first thread to return from a wait on that word (in that cgroup) that began
@@ -17,14 +18,14 @@
 //!   the lock without waiting has no hold on record.
 //!
 //! Nothing here runs for calls that are neither a chosen wake nor a woken wait, apart from the
-//! rate limit's clock read per wake.
+//! rate limit's per-CPU decrement per wake.
 
 use aya_ebpf::{
     helpers::{
         bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns, bpf_task_pt_regs,
     },
     macros::map,
-    maps::{LruHashMap, PerCpuArray, RingBuf},
+    maps::{Array, LruHashMap, PerCpuArray, RingBuf},
 };
 use stormwatch_common::{
     FutexInflight, HANDOFF_STACK_BYTES, HandoffSample, HandoffSampler, PendingWake, PendingWakeKey,
@@ -42,12 +43,23 @@ const MAX_PENDING: u32 = 4096;
 /// records each) a second and a half of samples between two of its reads.
 const SAMPLES_BYTES: u32 = 2 << 20;
 
+/// Wakes a CPU lets pass between two reads of the clock while it is not its turn to sample:
+/// a storm's wakes (millions a second, most waking nobody) pay a per-CPU decrement, not a clock
+/// read. A turn comes at most this many wakes late.
+const CLOCK_EVERY: u64 = 16;
+
 #[map(name = "HANDOFF_SAMPLES")]
 static HANDOFF_SAMPLES: RingBuf = RingBuf::with_byte_size(SAMPLES_BYTES, 0);
 
 #[map(name = "PENDING_WAKES")]
 static PENDING_WAKES: LruHashMap<PendingWakeKey, PendingWake> =
     LruHashMap::with_max_entries(MAX_PENDING, 0);
+
+/// When the latest sampled wake that woke a waiter began (one slot, written ~100 times a
+/// second on the whole node, read by every woken wait): a wait that began after it cannot be
+/// that wake's waiter, so most woken waits skip the pending-word lookup.
+#[map(name = "LAST_SAMPLED_WAKE")]
+static LAST_SAMPLED_WAKE: Array<u64> = Array::with_max_entries(1, 0);
 
 #[map(name = "HANDOFF_SAMPLER")]
 static HANDOFF_SAMPLER: PerCpuArray<HandoffSampler> = PerCpuArray::with_max_entries(1, 0);
@@ -88,10 +100,15 @@ pub fn choose_wake(uaddr: u64) -> (u64, u64) {
     };
     // SAFETY: this CPU's slot; syscall entries do not nest on one CPU.
     let sampler = unsafe { &mut *sampler };
+    if sampler.skip > 0 {
+        sampler.skip -= 1;
+        return (0, 0);
+    }
     // SAFETY: a helper with no preconditions. (The coarse clock would be cheaper, but tracing
     // programs may not read it.)
     let now = unsafe { bpf_ktime_get_ns() };
     if now < sampler.next_ns {
+        sampler.skip = CLOCK_EVERY - 1;
         return (0, 0);
     }
     sampler.next_ns = now + u64::from(global_u32(&HANDOFF_SAMPLE_INTERVAL_NS));
@@ -124,7 +141,10 @@ pub fn wake_exit(call: &mut FutexInflight, cgroup_id: u64, woke: bool) {
         if let Some(sampler) = HANDOFF_SAMPLER.get_ptr_mut(0) {
             // SAFETY: this CPU's slot (perhaps not the entry's CPU: then that one waits its
             // turn and this one samples sooner; the budget still holds on the whole).
-            unsafe { (*sampler).next_ns = 0 };
+            unsafe {
+                (*sampler).next_ns = 0;
+                (*sampler).skip = CLOCK_EVERY - 1;
+            }
         }
         return;
     }
@@ -141,6 +161,11 @@ pub fn wake_exit(call: &mut FutexInflight, cgroup_id: u64, woke: bool) {
     };
     if PENDING_WAKES.insert(&key, &pending, 0).is_err() {
         return;
+    }
+    if let Some(last) = LAST_SAMPLED_WAKE.get_ptr_mut(0) {
+        // SAFETY: one u64 slot; a racing writer leaves one of two recent times, either of which
+        // only decides whether a waiter looks.
+        unsafe { *last = pending.at_ns };
     }
     let task = current_task() as *const u8;
     // SAFETY: a helper with no preconditions.
@@ -177,6 +202,11 @@ pub fn woken_wait_exit(call: &mut FutexInflight, cgroup_id: u64, now: u64, waite
     call.held_nvcsw = typed::<u64>(task, global_u32(&HOLD_NVCSW_OFFSET));
     call.held_nivcsw = typed::<u64>(task, global_u32(&HOLD_NIVCSW_OFFSET));
     if call.uaddr == 0 {
+        return;
+    }
+    let last = LAST_SAMPLED_WAKE.get(0).copied().unwrap_or(0);
+    if last < call.start_ns {
+        // No sampled wake began while this thread waited.
         return;
     }
     let key = PendingWakeKey {
