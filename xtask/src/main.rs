@@ -6,6 +6,7 @@
 //! so that `rust-toolchain.toml` (the pinned nightly) applies to them even when xtask itself was
 //! started with `+stable`.
 
+mod arm64;
 mod bench;
 mod bench_common;
 mod bench_daemon;
@@ -73,6 +74,13 @@ enum Task {
         /// Hide the kernel's BTF (an empty file over /sys/kernel/btf/vmlinux) first.
         #[arg(long)]
         hide_btf: bool,
+    },
+    /// Set up, build the arm64 agent, then boot Debian's arm64 kernel in an arm64 guest (QEMU,
+    /// software emulation, a busybox initramfs) and run the agent's `check` in it.
+    Arm64Check {
+        /// The kernel series: 6.1 or 6.12 (the newest arm64 image of it in the package index).
+        #[arg(long, value_parser = ["6.1", "6.12"], default_value = "6.12")]
+        kernel: String,
     },
     /// Regenerate the deploy/ files made from others (the PrometheusRule from
     /// deploy/rules.yaml); the tests fail while they are stale.
@@ -161,6 +169,7 @@ fn main() -> ExitCode {
                 .expect("clap allows only the matrix's series");
             build_release().and_then(|bin| kernels::named(&bin, series, &tests, hide_btf))
         }),
+        Task::Arm64Check { kernel } => arm64_check(&kernel),
         Task::Manifests => manifests::run(),
         Task::Imports => imports::run(true),
         Task::Corpus {
@@ -256,6 +265,20 @@ fn build_release() -> Result<PathBuf> {
     say("building stormwatch (release)");
     run_cmd(cargo().args(["build", "--release", "--package", "stormwatch"]))?;
     Ok(root().join("target/release/stormwatch"))
+}
+
+/// `xtask arm64-check`: the build's tools and the guest's, the arm64 agent, its `check` in a
+/// guest of `kernel`'s series.
+fn arm64_check(kernel: &str) -> Result<()> {
+    setup::build()?;
+    setup::arm64_guest()?;
+    let series = kernels::SERIES
+        .into_iter()
+        .find(|s| *s == kernel)
+        .expect("clap allows only the matrix's series");
+    let target = cross::target("aarch64-unknown-linux-gnu").expect("a target of cross::TARGETS");
+    let bin = cross::build(target)?;
+    arm64::check(&bin, series)
 }
 
 fn corpus(repeat: u32, noise: bool, cases: &[String]) -> Result<()> {

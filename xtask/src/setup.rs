@@ -89,6 +89,17 @@ const TEST_PACKAGES: &[(&str, &str)] = &[
     ("udev", "virtme-ng starts udevd in the guests"),
 ];
 
+/// Debian packages the arm64 guest adds (`xtask arm64-check`, xtask/src/arm64.rs): what each
+/// is for. The guest's glibc is the cross linker's (`libc6-arm64-cross`, with
+/// `gcc-aarch64-linux-gnu`, which the arm64 build installs).
+const ARM64_GUEST_PACKAGES: &[(&str, &str)] = &[
+    (
+        "qemu-system-arm",
+        "qemu-system-aarch64 runs the arm64 guest (`xtask arm64-check`)",
+    ),
+    ("cpio", "packs the arm64 guest's initramfs"),
+];
+
 /// PyPI packages: (package, command it provides, what it is for).
 const PIP_PACKAGES: &[(&str, &str, &str)] = &[
     (
@@ -128,6 +139,27 @@ pub fn tests() -> Result<()> {
     go_tools()?;
     say("test tools: complete");
     Ok(())
+}
+
+/// What the arm64 guest needs besides the build's tools: QEMU for arm64, cpio, and dpkg's
+/// `arm64` architecture, so that `apt-get download` finds Debian's arm64 kernel and busybox
+/// (they are unpacked under `target/kernels/`, never installed).
+pub fn arm64_guest() -> Result<()> {
+    packages(ARM64_GUEST_PACKAGES)?;
+    foreign_architecture("arm64")
+}
+
+fn foreign_architecture(arch: &str) -> Result<()> {
+    let have = output(Command::new("dpkg").arg("--print-foreign-architectures"))?;
+    if have.lines().any(|l| l.trim() == arch) {
+        say(&format!("dpkg architecture {arch}: added"));
+        return Ok(());
+    }
+    say(&format!(
+        "adding dpkg architecture {arch} (for apt-get download of {arch} packages)"
+    ));
+    run_cmd(Command::new("dpkg").args(["--add-architecture", arch]))?;
+    run_cmd(Command::new("apt-get").args(["update", "-q"]))
 }
 
 /// Runs a command to its end and returns its standard output; fails with its standard error.
