@@ -55,7 +55,7 @@ enum Task {
     },
     /// Set up, then run every test: the import graph, formatting, clippy, the docs, unit tests,
     /// the arm64 build, the integration tests, then the kernel matrix (Debian's 6.1 and 6.12
-    /// in guests).
+    /// in guests) and the arm64 agent's `check` in arm64 guests.
     Test,
     /// Print the agent's and xtask's module import graphs; fail on a circle (`xtask test`
     /// checks it too).
@@ -362,8 +362,9 @@ fn test() -> Result<()> {
         "xtask",
     ]))?;
     // The arm64 agent with its eBPF programs builds (nodes are more and more arm64).
+    let mut cross_bins = Vec::new();
     for t in cross::TARGETS {
-        cross::build(t)?;
+        cross_bins.push(cross::build(t)?);
     }
     // The integration tests run the release binary, as users do; cargo does not build another
     // package's binary for a test crate, so build it first. They load BPF and time real
@@ -381,5 +382,13 @@ fn test() -> Result<()> {
     ]))?;
     // The same agent and tests against Debian's 6.1 and 6.12 LTS kernels, in guests under
     // emulation, with only cgroup v2 (`cargo +stable xtask kernel-matrix` runs this alone).
-    kernels::matrix(&bin)
+    kernels::matrix(&bin)?;
+    // The arm64 agent's `check` in arm64 guests of both kernels (`xtask arm64-check`).
+    setup::arm64_guest()?;
+    for arm64_bin in &cross_bins {
+        for series in kernels::SERIES {
+            arm64::check(arm64_bin, series)?;
+        }
+    }
+    Ok(())
 }
