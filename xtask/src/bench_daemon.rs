@@ -69,7 +69,7 @@ pub fn run() -> Result<String> {
 }
 
 /// The `result key=value ...` line.
-fn parse_result(stdout: &str) -> Option<HashMap<String, String>> {
+pub(crate) fn parse_result(stdout: &str) -> Option<HashMap<String, String>> {
     let line = stdout
         .lines()
         .rev()

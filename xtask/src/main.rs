@@ -11,6 +11,7 @@ mod bench_common;
 mod bench_daemon;
 mod bench_ordinary;
 mod bench_programs;
+mod big_node;
 mod cross;
 mod imports;
 mod kernels;
@@ -72,6 +73,28 @@ enum Task {
         /// Hide the kernel's BTF (an empty file over /sys/kernel/btf/vmlinux) first.
         #[arg(long)]
         hide_btf: bool,
+    },
+    /// Set up, then measure the daemon's memory on a node with many CPUs: a guest with that
+    /// many vCPUs (emulated) runs `stormwatch run` with the ConfigMap's config and N live
+    /// cgroups, and its RSS, the memory charged to its cgroup and each BPF map's `memlock` are
+    /// printed beside the pod's memory sizing formula (deploy/README.md), mismatches flagged.
+    /// A benchmark, not a test; slow (a 96-vCPU guest takes ~10 min to boot on 2 CPUs).
+    BigNode {
+        /// The guest's vCPUs (its possible CPUs, which the per-CPU maps are allocated for).
+        #[arg(long, default_value = "96")]
+        cpus: u32,
+        /// Live cgroups, a sleeper in each.
+        #[arg(long, default_value = "1000")]
+        cgroups: u32,
+        /// The guest's memory (QEMU's -m).
+        #[arg(long, default_value = "4G")]
+        memory: String,
+        /// Seconds per measured phase (without scrapes, then with).
+        #[arg(long, default_value = "30")]
+        seconds: u32,
+        /// The kernel series: 6.1 or 6.12.
+        #[arg(long, default_value = "6.12", value_parser = ["6.1", "6.12"])]
+        kernel: String,
     },
     /// Regenerate the deploy/ files made from others (the PrometheusRule from
     /// deploy/rules.yaml); the tests fail while they are stale.
@@ -157,6 +180,19 @@ fn main() -> ExitCode {
                 .find(|s| *s == kernel)
                 .expect("clap allows only the matrix's series");
             build_release().and_then(|bin| kernels::named(&bin, series, &tests, hide_btf))
+        }),
+        Task::BigNode {
+            cpus,
+            cgroups,
+            memory,
+            seconds,
+            kernel,
+        } => setup::tests().and_then(|()| {
+            let series = kernels::SERIES
+                .into_iter()
+                .find(|s| *s == kernel)
+                .expect("clap allows only the matrix's series");
+            big_node::run(series, cpus, memory.leak(), cgroups, seconds)
         }),
         Task::Manifests => manifests::run(),
         Task::Imports => imports::run(true),

@@ -1,0 +1,785 @@
+//! `cargo xtask big-node`: the daemon's memory on a node with many CPUs, measured in a guest
+//! with that many vCPUs (emulated: right for memory and for what the kernel allocates per CPU,
+//! not for speed), against the pod's memory sizing formula as deploy/README.md states it.
+//!
+//! The guest (the kernel matrix's plumbing, [`crate::kernels::Guest`]) runs
+//! `exporter_bench --memory-cgroup --maps` with the ConfigMap's `config.toml` (from
+//! deploy/daemonset.yaml): N cgroups with a sleeper each, `stormwatch run` alone in a memory
+//! cgroup of its own as in its pod, and at the end the daemon's RSS and peak, what the kernel
+//! charged to its cgroup (`memory.current`, `memory.peak`, `memory.stat`'s `percpu`) and each
+//! BPF map it holds (type, `max_entries`, the kernel's `memlock`). Those are printed beside
+//! what the formula says for that many CPUs, a mismatch flagged.
+
+use std::{collections::HashMap, fmt::Write as _, path::Path, time::Duration};
+
+use anyhow::{Context as _, Result, bail};
+
+use crate::{
+    bench_daemon::parse_result,
+    cargo,
+    kernels::{self, Guest, sh_quote},
+    root, run_cmd, say,
+};
+
+/// The pod's memory as deploy/README.md ("The pod's memory") states it: for the ConfigMap's
+/// `max_cgroups` and as many live cgroups, the process (with the kernel memory charged to its
+/// cgroup but the per-CPU maps' values) plus the per-CPU maps' values plus the binary's page
+/// cache.
+#[derive(Clone, Copy, Debug)]
+pub struct Formula {
+    /// The `max_cgroups` (and live cgroups) the figures are for.
+    pub max_cgroups: u32,
+    /// The process and its kernel memory but the per-CPU values, at peak, MiB.
+    pub process_mib: f64,
+    /// The binary's page cache, MiB.
+    pub page_cache_mib: f64,
+    /// The per-CPU maps' values at these CPU counts: `(CPUs, low MiB, high MiB)`, ascending;
+    /// straight lines between them.
+    pub per_cpu_points: &'static [(u32, f64, f64)],
+    /// Beyond the last point: MiB per CPU more.
+    pub beyond_mib_per_cpu: f64,
+    /// `CGROUP_SCHED` and `CGROUP_LOCKS` together, per cgroup per CPU, KiB (preallocated for
+    /// at least `max_cgroups`).
+    pub sched_locks_kib_per_cgroup_per_cpu: f64,
+    /// `CGROUP_FUTEX`, per active cgroup per CPU, bytes (not preallocated).
+    pub futex_bytes_per_cgroup_per_cpu: f64,
+    /// Every other per-CPU map's cap, MiB.
+    pub other_map_cap_mib: f64,
+    /// The manifests' memory request and limit, MiB.
+    pub request_mib: f64,
+    pub limit_mib: f64,
+}
+
+/// The formula of deploy/README.md, deploy/daemonset.yaml and the chart's values.yaml (a unit
+/// test checks that they state these figures).
+pub const MANIFEST: Formula = Formula {
+    max_cgroups: 1000,
+    process_mib: 87.0,
+    page_cache_mib: 7.0,
+    per_cpu_points: &[
+        (2, 13.0, 13.0),
+        (16, 63.0, 67.0),
+        (64, 133.0, 146.0),
+        (96, 175.0, 195.0),
+    ],
+    beyond_mib_per_cpu: 1.6,
+    sched_locks_kib_per_cgroup_per_cpu: 1.1,
+    futex_bytes_per_cgroup_per_cpu: 304.0,
+    other_map_cap_mib: 16.0,
+    request_mib: 192.0,
+    limit_mib: 320.0,
+};
+
+/// The maps whose size follows `max_cgroups`.
+const CGROUP_SCHED: &str = "CGROUP_SCHED";
+const CGROUP_LOCKS: &str = "CGROUP_LOCKS";
+const CGROUP_FUTEX: &str = "CGROUP_FUTEX";
+
+/// How far a measurement may be from the formula and still match it (either way).
+const TOLERANCE: f64 = 0.10;
+
+impl Formula {
+    /// The per-CPU maps' values on `cpus` CPUs, `(low, high)` MiB.
+    pub fn per_cpu_mib(&self, cpus: u32) -> (f64, f64) {
+        let points = self.per_cpu_points;
+        let first = points[0];
+        let last = points[points.len() - 1];
+        if cpus <= first.0 {
+            return (first.1, first.2);
+        }
+        if cpus >= last.0 {
+            let more = f64::from(cpus - last.0) * self.beyond_mib_per_cpu;
+            return (last.1 + more, last.2 + more);
+        }
+        let (a, b) = points
+            .windows(2)
+            .map(|w| (w[0], w[1]))
+            .find(|(a, b)| (a.0..=b.0).contains(&cpus))
+            .expect("cpus is within the points");
+        let t = f64::from(cpus - a.0) / f64::from(b.0 - a.0);
+        (a.1 + t * (b.1 - a.1), a.2 + t * (b.2 - a.2))
+    }
+
+    /// The pod's memory on `cpus` CPUs with `max_cgroups` live cgroups, `(low, high)` MiB.
+    pub fn pod_mib(&self, cpus: u32) -> (f64, f64) {
+        let (lo, hi) = self.per_cpu_mib(cpus);
+        let fixed = self.process_mib + self.page_cache_mib;
+        (fixed + lo, fixed + hi)
+    }
+
+    /// The per-CPU points as deploy/README.md words them (`13 MiB at 2 CPUs, 63–67 MiB at 16,
+    /// …`), or `short` as the YAML comments do (`13 MiB at 2 CPUs, 63-67 at 16, …`).
+    fn points_as_worded(&self, short: bool) -> String {
+        let (dash, unit) = if short { ("-", "") } else { ("–", " MiB") };
+        self.per_cpu_points
+            .iter()
+            .enumerate()
+            .map(|(i, &(cpus, lo, hi))| {
+                let unit = if i == 0 { " MiB" } else { unit };
+                let range = if lo == hi {
+                    format!("{lo:.0}{unit}")
+                } else {
+                    format!("{lo:.0}{dash}{hi:.0}{unit}")
+                };
+                if i == 0 {
+                    format!("{range} at {cpus} CPUs")
+                } else {
+                    format!("{range} at {cpus}")
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// One `map …` line of `exporter_bench --maps`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Map {
+    pub name: String,
+    pub map_type: String,
+    pub value_size: u64,
+    pub max_entries: u64,
+    pub flags: u64,
+    pub memlock: u64,
+}
+
+impl Map {
+    pub fn per_cpu(&self) -> bool {
+        matches!(
+            self.map_type.as_str(),
+            "percpu_hash" | "percpu_array" | "lru_percpu_hash" | "percpu_cgroup_storage"
+        )
+    }
+
+    /// Hashes created with `BPF_F_NO_PREALLOC` (flag 1) allocate entries as they are used.
+    pub fn preallocated(&self) -> bool {
+        self.flags & 1 == 0
+    }
+
+    fn mib(&self) -> f64 {
+        self.memlock as f64 / MIB
+    }
+}
+
+const MIB: f64 = 1048576.0;
+
+/// The `map …` lines of `exporter_bench --maps` output.
+pub fn parse_maps(stdout: &str) -> Vec<Map> {
+    stdout
+        .lines()
+        .filter_map(|l| {
+            let kv: HashMap<&str, &str> = l
+                .strip_prefix("map ")?
+                .split_whitespace()
+                .filter_map(|kv| kv.split_once('='))
+                .collect();
+            let num = |k: &str| -> Option<u64> {
+                let v = kv.get(k)?;
+                match v.strip_prefix("0x") {
+                    Some(hex) => u64::from_str_radix(hex, 16).ok(),
+                    None => v.parse().ok(),
+                }
+            };
+            Some(Map {
+                name: (*kv.get("name")?).to_owned(),
+                map_type: (*kv.get("type")?).to_owned(),
+                value_size: num("value")?,
+                max_entries: num("max_entries")?,
+                flags: num("flags")?,
+                memlock: num("memlock")?,
+            })
+        })
+        .collect()
+}
+
+/// One comparison of a measured figure with the formula's.
+#[derive(Debug)]
+pub struct Verdict {
+    pub what: String,
+    pub measured: String,
+    pub formula: String,
+    /// `None` when they match; else why not.
+    pub mismatch: Option<String>,
+}
+
+/// `measured` against the range `lo..=hi`, with [`TOLERANCE`] either way.
+fn against(measured: f64, lo: f64, hi: f64) -> Option<String> {
+    if measured > hi * (1.0 + TOLERANCE) {
+        Some(format!(
+            "the formula is {:.0}% BELOW the measurement",
+            100.0 * (measured - hi) / measured
+        ))
+    } else if measured < lo * (1.0 - TOLERANCE) {
+        Some(format!(
+            "the formula is {:.0}% above the measurement",
+            100.0 * (lo - measured) / measured
+        ))
+    } else {
+        None
+    }
+}
+
+fn range(lo: f64, hi: f64, unit: &str) -> String {
+    if (hi - lo).abs() < 0.05 {
+        format!("{lo:.1} {unit}")
+    } else {
+        format!("{lo:.1}–{hi:.1} {unit}")
+    }
+}
+
+/// What was measured in the guest, against `formula` on `cpus` CPUs with `max_cgroups` (the
+/// ConfigMap's) and `cgroups` live.
+pub fn compare(
+    formula: &Formula,
+    cpus: u32,
+    max_cgroups: u32,
+    result: &HashMap<String, String>,
+    maps: &[Map],
+) -> Vec<Verdict> {
+    let mut out = Vec::new();
+    let field = |k: &str| result.get(k).and_then(|v| v.parse::<f64>().ok());
+    if max_cgroups != formula.max_cgroups {
+        out.push(Verdict {
+            what: "max_cgroups".into(),
+            measured: max_cgroups.to_string(),
+            formula: formula.max_cgroups.to_string(),
+            mismatch: Some("the formula's figures are for another max_cgroups".into()),
+        });
+    }
+    let find = |name: &str| maps.iter().find(|m| m.name == name);
+    // The per-cgroup maps: preallocated for at least max_cgroups, 1.1 KiB per cgroup per CPU
+    // for the two together.
+    let mut per_cgroup_cpu = 0.0;
+    for name in [CGROUP_SCHED, CGROUP_LOCKS] {
+        let Some(m) = find(name) else {
+            out.push(Verdict {
+                what: name.into(),
+                measured: "absent".into(),
+                formula: "present".into(),
+                mismatch: Some("the daemon holds no such map".into()),
+            });
+            continue;
+        };
+        let ok = m.per_cpu() && m.preallocated() && m.max_entries >= u64::from(max_cgroups);
+        per_cgroup_cpu += m.memlock as f64 / (m.max_entries.max(1) as f64 * f64::from(cpus));
+        out.push(Verdict {
+            what: format!("{name} entries"),
+            measured: format!(
+                "{} ({}, {}preallocated), {:.1} MiB",
+                m.max_entries,
+                m.map_type,
+                if m.preallocated() { "" } else { "not " },
+                m.mib()
+            ),
+            formula: format!("≥ {max_cgroups}, per-CPU, preallocated"),
+            mismatch: (!ok).then(|| "not as the formula says".into()),
+        });
+    }
+    let kib = per_cgroup_cpu / 1024.0;
+    let f = formula.sched_locks_kib_per_cgroup_per_cpu;
+    out.push(Verdict {
+        what: format!("{CGROUP_SCHED} + {CGROUP_LOCKS} per cgroup per CPU"),
+        measured: format!("{kib:.2} KiB (memlock / max_entries / CPUs)"),
+        formula: format!("{f:.2} KiB"),
+        mismatch: against(kib, f, f),
+    });
+    if let Some(m) = find(CGROUP_FUTEX) {
+        let b = formula.futex_bytes_per_cgroup_per_cpu;
+        let value = m.value_size.div_ceil(8) * 8;
+        let mismatch = if m.preallocated() {
+            Some("preallocated: the formula says it grows with the active cgroups".into())
+        } else {
+            against(value as f64, b, b)
+        };
+        out.push(Verdict {
+            what: format!("{CGROUP_FUTEX} per active cgroup per CPU"),
+            measured: format!(
+                "{value} B (its value; {}preallocated, {:.1} MiB now)",
+                if m.preallocated() { "" } else { "not " },
+                m.mib()
+            ),
+            formula: format!("{b:.0} B, not preallocated"),
+            mismatch,
+        });
+    }
+    let cap = formula.other_map_cap_mib;
+    let others: Vec<&Map> = maps
+        .iter()
+        .filter(|m| m.per_cpu() && ![CGROUP_SCHED, CGROUP_LOCKS, CGROUP_FUTEX].contains(&&*m.name))
+        .collect();
+    let biggest = others.iter().max_by_key(|m| m.memlock);
+    if let Some(b) = biggest {
+        out.push(Verdict {
+            what: format!("other per-CPU maps ({}), each", others.len()),
+            measured: format!("≤ {:.1} MiB ({})", b.mib(), b.name),
+            formula: format!("≤ {cap:.0} MiB"),
+            mismatch: (b.mib() > cap * (1.0 + TOLERANCE)).then(|| "above the cap".into()),
+        });
+    }
+    let per_cpu_sum = maps
+        .iter()
+        .filter(|m| m.per_cpu())
+        .map(Map::mib)
+        .sum::<f64>();
+    let (lo, hi) = formula.per_cpu_mib(cpus);
+    out.push(Verdict {
+        what: format!("per-CPU maps, all ({cpus} CPUs)"),
+        measured: format!(
+            "{per_cpu_sum:.1} MiB memlock; the node's Percpu +{}, the daemon cgroup's percpu {}",
+            field("node_percpu_end_mib").map_or("?".into(), |v| format!("{v:.1} MiB")),
+            field("memcg_percpu_mib").map_or("?".into(), |v| format!("{v:.1} MiB"))
+        ),
+        formula: range(lo, hi, "MiB"),
+        mismatch: against(per_cpu_sum, lo, hi),
+    });
+    let (lo, hi) = formula.pod_mib(cpus);
+    let (per_cpu_lo, per_cpu_hi) = formula.per_cpu_mib(cpus);
+    let formula_text = format!(
+        "{:.0} + {} + {:.0} = {}; request {:.0}, limit {:.0} MiB",
+        formula.process_mib,
+        range(per_cpu_lo, per_cpu_hi, "MiB"),
+        formula.page_cache_mib,
+        range(lo, hi, "MiB"),
+        formula.request_mib,
+        formula.limit_mib
+    );
+    match field("memcg_peak_mib").filter(|v| v.is_finite()) {
+        Some(peak) => {
+            let mismatch = if peak > formula.limit_mib {
+                Some("above the manifests' memory limit".into())
+            } else {
+                against(peak, lo, hi)
+            };
+            out.push(Verdict {
+                what: "the pod's memory (its cgroup's memory.peak)".into(),
+                measured: format!(
+                    "{peak:.1} MiB (now {})",
+                    field("memcg_current_mib").map_or("?".into(), |v| format!("{v:.1} MiB"))
+                ),
+                formula: formula_text,
+                mismatch,
+            });
+        }
+        None => out.push(Verdict {
+            what: "the pod's memory (its cgroup's memory.peak)".into(),
+            measured: "not measured".into(),
+            formula: formula_text,
+            mismatch: Some("no memory cgroup figures".into()),
+        }),
+    }
+    out
+}
+
+/// The report: the daemon's memory, every map, and the verdicts.
+pub fn report(
+    cpus: u32,
+    result: &HashMap<String, String>,
+    maps: &[Map],
+    verdicts: &[Verdict],
+) -> String {
+    let v = |k: &str| result.get(k).map_or("?", String::as_str);
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{cpus} CPUs, {} cgroups (tracked {}): daemon RSS {} MiB (peak {} MiB); its memory cgroup \
+         {} MiB (peak {} MiB): per-CPU {} MiB, other kernel {} MiB, anonymous {} MiB, file {} MiB",
+        v("cgroups"),
+        v("tracked"),
+        v("rss_mib"),
+        v("peak_mib"),
+        v("memcg_current_mib"),
+        v("memcg_peak_mib"),
+        v("memcg_percpu_mib"),
+        v("memcg_kernel_mib"),
+        v("memcg_anon_mib"),
+        v("memcg_file_mib"),
+    );
+    let _ = writeln!(
+        s,
+        "\n| map | type | value B | max_entries | memlock MiB |\n|---|---|---:|---:|---:|"
+    );
+    let mut sorted: Vec<&Map> = maps.iter().collect();
+    sorted.sort_by_key(|m| std::cmp::Reverse((m.per_cpu(), m.memlock)));
+    for m in sorted {
+        let _ = writeln!(
+            s,
+            "| {} | {}{} | {} | {} | {:.2} |",
+            m.name,
+            m.map_type,
+            if m.preallocated() {
+                ""
+            } else {
+                ", no prealloc"
+            },
+            m.value_size,
+            m.max_entries,
+            m.mib()
+        );
+    }
+    let _ = writeln!(
+        s,
+        "\n| what | measured | the formula (deploy/README.md) | |\n|---|---|---|---|"
+    );
+    for v in verdicts {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} |",
+            v.what,
+            v.measured,
+            v.formula,
+            v.mismatch
+                .as_deref()
+                .map_or("ok".to_owned(), |m| format!("**MISMATCH**: {m}"))
+        );
+    }
+    s
+}
+
+/// The ConfigMap's `config.toml`, from the text of deploy/daemonset.yaml.
+pub fn configmap_config(daemonset: &str) -> Option<String> {
+    let mut lines = daemonset
+        .lines()
+        .skip_while(|l| l.trim() != "config.toml: |");
+    let head = lines.next()?;
+    let indent = head.len() - head.trim_start().len() + 2;
+    let mut out = String::new();
+    for l in lines {
+        if l.trim().is_empty() {
+            out.push('\n');
+            continue;
+        }
+        if l.len() - l.trim_start().len() < indent {
+            break;
+        }
+        out.push_str(&l[indent..]);
+        out.push('\n');
+    }
+    (!out.trim().is_empty()).then_some(out)
+}
+
+/// `max_cgroups = N` of a config file.
+fn max_cgroups_of(config: &str) -> Option<u32> {
+    config.lines().find_map(|l| {
+        let (k, v) = l.split_once('=')?;
+        (k.trim() == "max_cgroups").then(|| v.trim().parse().ok())?
+    })
+}
+
+/// What the guest runs: `exporter_bench` as the pod would run the daemon, outputs into `out`.
+fn script(bench: &Path, config: &Path, out: &Path, cgroups: u32, seconds: u32) -> String {
+    let q = |p: &Path| sh_quote(&p.display().to_string());
+    // Sleepers that wake every 2 s: every cgroup active at every 5 s collection, without
+    // 10,000 wake-ups a second to emulate.
+    format!(
+        "#!/bin/sh\n\
+         # Written by `cargo xtask big-node` (xtask/src/big_node.rs).\n\
+         OUT={out}\n\
+         cd /tmp\n\
+         ulimit -n 65536\n\
+         uname -r > \"$OUT/uname\"\n\
+         cat /proc/self/mountinfo > \"$OUT/mountinfo\"\n\
+         cat /sys/devices/system/cpu/possible > \"$OUT/possible\"\n\
+         nproc > \"$OUT/nproc\"\n\
+         free -m > \"$OUT/free-before\"\n\
+         date +%s > \"$OUT/bench.start\"\n\
+         timeout -k 10 {timeout} {bench} --cgroups {cgroups} --seconds {seconds} --warmup 10 \
+         --interval 5 --scrape-every 15 --sleep-ms 2000 --patience {patience} --memory-cgroup \
+         --maps --config {config} > \"$OUT/bench.out\" 2> \"$OUT/bench.err\"\n\
+         echo $? > \"$OUT/bench.rc\"\n\
+         date +%s > \"$OUT/bench.end\"\n\
+         free -m > \"$OUT/free-after\"\n\
+         echo done > \"$OUT/finished\"\n",
+        out = q(out),
+        bench = q(bench),
+        config = q(config),
+        timeout = GUEST_BENCH_TIMEOUT.as_secs(),
+        patience = PATIENCE.as_secs(),
+    )
+}
+
+/// How long the daemon may take in the guest to load and to track every cgroup.
+const PATIENCE: Duration = Duration::from_secs(40 * 60);
+/// How long the benchmark may run in the guest.
+const GUEST_BENCH_TIMEOUT: Duration = Duration::from_secs(70 * 60);
+
+/// Builds, boots a guest of `cpus` vCPUs and `memory`, runs the daemon with `cgroups` live
+/// cgroups in it, and prints the report; fails when the guest or the benchmark failed (not on
+/// a mismatch, which the report flags).
+pub fn run(
+    series: &'static str,
+    cpus: u32,
+    memory: &'static str,
+    cgroups: u32,
+    seconds: u32,
+) -> Result<()> {
+    say("building stormwatch and exporter_bench (release)");
+    run_cmd(cargo().args([
+        "build",
+        "--release",
+        "--package",
+        "stormwatch",
+        "--package",
+        "stormwatch-tests",
+        "--bin",
+        "stormwatch",
+        "--bin",
+        "exporter_bench",
+        "--bin",
+        "sleeper",
+    ]))?;
+    let kernel = kernels::fetch(series)?;
+    let daemonset = std::fs::read_to_string(root().join("deploy/daemonset.yaml"))?;
+    let config = configmap_config(&daemonset).context("no config.toml in the ConfigMap")?;
+    let max_cgroups = max_cgroups_of(&config).context("no max_cgroups in the ConfigMap")?;
+    let work = kernels::kernels_dir()
+        .join("runs")
+        .join(format!("big-node-{cpus}-{}", kernel.package));
+    let out = work.join("out");
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(&out)?;
+    let config_path = work.join("config.toml");
+    std::fs::write(&config_path, &config)?;
+    let script_path = work.join("guest.sh");
+    let bench = root().join("target/release/exporter_bench");
+    std::fs::write(
+        &script_path,
+        script(&bench, &config_path, &out, cgroups, seconds),
+    )?;
+    let guest = Guest {
+        cpus,
+        memory,
+        timeout: GUEST_BENCH_TIMEOUT + Duration::from_secs(40 * 60),
+    };
+    let (status, took) = guest.boot(
+        &kernel,
+        &work,
+        &out,
+        &script_path,
+        &format!("`stormwatch run` with {cgroups} cgroups"),
+    )?;
+    let read = |name: &str| std::fs::read_to_string(out.join(name)).unwrap_or_default();
+    say(&format!(
+        "the guest ran {:.0} s (the benchmark {} s of it)",
+        took.as_secs_f64(),
+        read("bench.end")
+            .trim()
+            .parse::<u64>()
+            .ok()
+            .zip(read("bench.start").trim().parse::<u64>().ok())
+            .map_or("?".into(), |(e, s)| e.saturating_sub(s).to_string())
+    ));
+    let errors = kernels::guest_setup_errors(&out, &status, &work.join("console.log"));
+    let stdout = read("bench.out");
+    let rc = read("bench.rc");
+    if !errors.is_empty() || rc.trim() != "0" {
+        let err = read("bench.err");
+        let tail: Vec<&str> = err.lines().rev().take(30).collect();
+        bail!(
+            "{}exporter_bench exited {:?} in the guest; its stdout:\n{stdout}\nthe end of its \
+             stderr:\n{}",
+            errors.iter().map(|e| format!("{e}\n")).collect::<String>(),
+            rc.trim(),
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        );
+    }
+    let result = parse_result(&stdout)
+        .with_context(|| format!("no `result` line from exporter_bench:\n{stdout}"))?;
+    let possible = read("possible");
+    let guest_cpus = result
+        .get("cpus")
+        .and_then(|c| c.parse::<u32>().ok())
+        .with_context(|| format!("the guest's CPUs unknown (possible: {possible:?})"))?;
+    if guest_cpus != cpus {
+        bail!("the guest has {guest_cpus} possible CPUs ({possible:?}), not {cpus}");
+    }
+    let maps = parse_maps(&stdout);
+    let verdicts = compare(&MANIFEST, cpus, max_cgroups, &result, &maps);
+    let text = format!(
+        "kernel {} ({}), {cpus} vCPUs under emulation, {memory} of memory; the ConfigMap's \
+         config (max_cgroups = {max_cgroups})\n{}",
+        read("uname").trim(),
+        kernel.package,
+        report(cpus, &result, &maps, &verdicts)
+    );
+    std::fs::write(work.join("report.md"), &text)?;
+    println!("{text}");
+    let (lo, hi) = MANIFEST.pod_mib(192);
+    let (plo, phi) = MANIFEST.per_cpu_mib(192);
+    println!(
+        "The formula: {:.0} MiB + the per-CPU maps ({}, then {} MiB per CPU) + {:.0} MiB; at 192 \
+         CPUs: per-CPU maps {}, the pod {}.",
+        MANIFEST.process_mib,
+        MANIFEST.points_as_worded(false),
+        MANIFEST.beyond_mib_per_cpu,
+        MANIFEST.page_cache_mib,
+        range(plo, phi, "MiB"),
+        range(lo, hi, "MiB")
+    );
+    let mismatches = verdicts.iter().filter(|v| v.mismatch.is_some()).count();
+    say(&format!(
+        "{mismatches} mismatch(es) with the formula; the report is also in {}",
+        work.join("report.md").display()
+    ));
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_formula_between_and_beyond_its_points() {
+        assert_eq!(MANIFEST.per_cpu_mib(1), (13.0, 13.0));
+        assert_eq!(MANIFEST.per_cpu_mib(2), (13.0, 13.0));
+        assert_eq!(MANIFEST.per_cpu_mib(96), (175.0, 195.0));
+        let (lo, hi) = MANIFEST.per_cpu_mib(80);
+        assert!(
+            (lo - 154.0).abs() < 1e-9 && (hi - 170.5).abs() < 1e-9,
+            "{lo} {hi}"
+        );
+        let (lo, hi) = MANIFEST.per_cpu_mib(192);
+        assert!(
+            (lo - 328.6).abs() < 1e-9 && (hi - 348.6).abs() < 1e-9,
+            "{lo} {hi}"
+        );
+        let (lo, hi) = MANIFEST.pod_mib(96);
+        assert_eq!((lo, hi), (269.0, 289.0));
+    }
+
+    /// The figures of [`MANIFEST`] are the ones the manifests state.
+    #[test]
+    fn the_manifests_state_this_formula() {
+        let read = |p: &str| std::fs::read_to_string(root().join(p)).unwrap();
+        let readme = read("deploy/README.md").replace('\n', " ");
+        let points = MANIFEST.points_as_worded(false);
+        assert!(
+            readme.contains(&points),
+            "deploy/README.md lacks {points:?}"
+        );
+        let m = &MANIFEST;
+        for stated in [
+            format!(
+                "{:.0} + {:.0} = {:.0} MiB",
+                m.process_mib,
+                m.per_cpu_mib(96).1,
+                m.process_mib + m.per_cpu_mib(96).1
+            ),
+            format!("{} MiB per CPU beyond 96", m.beyond_mib_per_cpu),
+            format!(
+                "{} KiB per CPU per extra cgroup",
+                m.sched_locks_kib_per_cgroup_per_cpu
+            ),
+            format!(
+                "{:.0} B per cgroup per CPU",
+                m.futex_bytes_per_cgroup_per_cpu
+            ),
+            format!("capped at {:.0} MiB each", m.other_map_cap_mib),
+            format!("binary's page cache, {:.0} MiB", m.page_cache_mib),
+            format!("requests {:.0}Mi", m.request_mib),
+            format!("limited to {:.0}Mi", m.limit_mib),
+        ] {
+            assert!(
+                readme.contains(&stated),
+                "deploy/README.md lacks {stated:?}"
+            );
+        }
+        let daemonset = read("deploy/daemonset.yaml");
+        let values = read("deploy/helm/stormwatch/values.yaml");
+        let short = MANIFEST.points_as_worded(true);
+        for (file, text) in [("daemonset.yaml", &daemonset), ("values.yaml", &values)] {
+            let flat = text
+                .lines()
+                .map(|l| l.trim_start().trim_start_matches('#').trim())
+                .collect::<Vec<_>>()
+                .join(" ");
+            assert!(flat.contains(&short), "{file} lacks {short:?}");
+            assert!(
+                flat.contains(&format!("memory: {:.0}Mi", m.limit_mib)),
+                "{file}: the limit"
+            );
+        }
+        let config = configmap_config(&daemonset).expect("the ConfigMap's config.toml");
+        assert_eq!(max_cgroups_of(&config), Some(m.max_cgroups));
+    }
+
+    #[test]
+    fn the_configmaps_config() {
+        let yaml = "data:\n  # a comment\n  config.toml: |\n    interval_seconds = 5\n    # why\n\n    \
+                    max_cgroups = 1000\n---\napiVersion: v1\n";
+        let c = configmap_config(yaml).unwrap();
+        assert_eq!(c, "interval_seconds = 5\n# why\n\nmax_cgroups = 1000\n");
+        assert_eq!(max_cgroups_of(&c), Some(1000));
+        assert_eq!(max_cgroups_of("max_cgroups_x = 3\n"), None);
+        assert!(configmap_config("data:\n  other: |\n    x\n").is_none());
+    }
+
+    const OUT: &str = "\
+noise
+map id=7 name=CGROUP_SCHED type=percpu_hash key=8 value=856 max_entries=1000 flags=0x0 memlock=82560000
+map id=8 name=CGROUP_LOCKS type=percpu_hash key=8 value=112 max_entries=1560 flags=0x0 memlock=16800000
+map id=9 name=CGROUP_FUTEX type=percpu_hash key=8 value=320 max_entries=4096 flags=0x1 memlock=66432
+map id=10 name=CGROUP_NET type=percpu_hash key=8 value=264 max_entries=662 flags=0x0 memlock=16830000
+map id=11 name=TASKS type=task_storage key=4 value=72 max_entries=0 flags=0x1 memlock=480
+map id=12 name=HANDOFF_THREADS type=hash key=4 value=40 max_entries=16384 flags=0x1 memlock=263040
+result cgroups=1000 tracked=1003 cpus=96 rss_mib=120.5 peak_mib=130.0 memcg_current_mib=230.0 \
+memcg_peak_mib=250.0 memcg_percpu_mib=110.0
+";
+
+    #[test]
+    fn map_lines_and_verdicts() {
+        let maps = parse_maps(OUT);
+        assert_eq!(maps.len(), 6);
+        assert_eq!(
+            maps[2],
+            Map {
+                name: "CGROUP_FUTEX".into(),
+                map_type: "percpu_hash".into(),
+                value_size: 320,
+                max_entries: 4096,
+                flags: 1,
+                memlock: 66432
+            }
+        );
+        assert!(maps[2].per_cpu() && !maps[2].preallocated());
+        assert!(!maps[4].per_cpu() && !maps[5].per_cpu());
+        let result = parse_result(OUT).unwrap();
+        let v = compare(&MANIFEST, 96, 1000, &result, &maps);
+        let find = |w: &str| v.iter().find(|v| v.what.starts_with(w)).unwrap();
+        assert!(find("CGROUP_SCHED entries").mismatch.is_none());
+        // (82.56e6 / 1000 + 16.8e6 / 1560) / 96 / 1024 = 0.95 KiB: 13% below 1.1 KiB.
+        let per = find("CGROUP_SCHED + CGROUP_LOCKS");
+        assert!(per.measured.starts_with("0.95 KiB"), "{per:?}");
+        assert!(
+            per.mismatch.as_deref().unwrap().contains("above"),
+            "{per:?}"
+        );
+        // 320 B against 304: within the tolerance.
+        assert!(find("CGROUP_FUTEX").mismatch.is_none());
+        assert!(find("other per-CPU maps (1)").mismatch.is_none());
+        // 110.9 MiB of per-CPU maps against 175–195 MiB: the formula is far above.
+        let all = find("per-CPU maps, all");
+        assert!(all.measured.starts_with("110.9 MiB"), "{all:?}");
+        assert!(all.mismatch.is_some());
+        // 250 MiB against 269–289 MiB: within 10%.
+        let pod = find("the pod's memory");
+        assert!(pod.mismatch.is_none(), "{pod:?}");
+        let text = report(96, &result, &maps, &v);
+        assert!(
+            text.contains("| CGROUP_SCHED | percpu_hash | 856 | 1000 | 78.74 |"),
+            "{text}"
+        );
+        assert!(text.contains("| CGROUP_FUTEX | percpu_hash, no prealloc | 320 | 4096 |"));
+        // A peak above the limit is a mismatch whatever the range says.
+        let mut over = result.clone();
+        over.insert("memcg_peak_mib".into(), "330".into());
+        let v = compare(&MANIFEST, 96, 1000, &over, &maps);
+        let pod = v.iter().find(|v| v.what.starts_with("the pod's")).unwrap();
+        assert!(
+            pod.mismatch.as_deref().unwrap().contains("limit"),
+            "{pod:?}"
+        );
+        // Another max_cgroups: said.
+        let v = compare(&MANIFEST, 96, 2000, &result, &maps);
+        assert!(v[0].what == "max_cgroups" && v[0].mismatch.is_some());
+    }
+}
