@@ -120,9 +120,14 @@ enum Task {
         /// Seconds per measurement.
         #[arg(long, default_value = "10")]
         seconds: u32,
-        /// Only the daemon's cost at 200 / 1,000 / 2,000 live cgroups (no probe benchmarks).
+        /// Only the daemon's cost at 250 / 500 / 1,000 / 2,000 / 4,000 live cgroups, and per
+        /// cgroup (no probe benchmarks).
         #[arg(long)]
         daemon_only: bool,
+        /// The live cgroups of the daemon's cost, comma-separated (with `--daemon-only`, or in
+        /// the full bench), e.g. `--daemon-cgroups 50,100` for a short smoke run.
+        #[arg(long, value_delimiter = ',', default_values_t = bench_daemon::SIZES)]
+        daemon_cgroups: Vec<usize>,
         /// Only the realistic workload: a lock storm's throughput with and without
         /// `stormwatch run`.
         #[arg(long, conflicts_with = "daemon_only")]
@@ -211,6 +216,7 @@ fn main() -> ExitCode {
             programs,
             repeats,
             ordinary,
+            daemon_cgroups,
         } => setup::tests().and_then(|()| {
             if ordinary {
                 bench_ordinary::run(rounds, seconds).map(|table| println!("{table}"))
@@ -219,7 +225,7 @@ fn main() -> ExitCode {
                     .and_then(|bin| bench_programs::run(&bin, seconds, repeats, &workloads))
                     .map(|table| println!("{table}"))
             } else if daemon_only {
-                bench_daemon::run().map(|table| println!("{table}"))
+                bench_daemon::run(&daemon_cgroups).map(|table| println!("{table}"))
             } else if lock_storm_only {
                 build_release()
                     .and_then(|bin| bench::lock_storm(&bin, rounds, seconds))
@@ -233,7 +239,7 @@ fn main() -> ExitCode {
                     .and_then(|bin| bench::sched(&bin, rounds, seconds))
                     .map(|table| println!("{table}"))
             } else {
-                bench::run(rounds, seconds, repeats)
+                bench::run(rounds, seconds, repeats, &daemon_cgroups)
             }
         }),
     };
