@@ -95,6 +95,10 @@ enum Task {
         /// The kernel series: 6.1 or 6.12.
         #[arg(long, default_value = "6.12", value_parser = ["6.1", "6.12"])]
         kernel: String,
+        /// No guest: judge the output of the last guest with as many vCPUs again (after a
+        /// change of the formula).
+        #[arg(long)]
+        again: bool,
     },
     /// Regenerate the deploy/ files made from others (the PrometheusRule from
     /// deploy/rules.yaml); the tests fail while they are stale.
@@ -192,12 +196,13 @@ fn main() -> ExitCode {
             memory,
             seconds,
             kernel,
+            again,
         } => setup::tests().and_then(|()| {
             let series = kernels::SERIES
                 .into_iter()
                 .find(|s| *s == kernel)
                 .expect("clap allows only the matrix's series");
-            big_node::run(series, cpus, memory.leak(), cgroups, seconds)
+            big_node::run(series, cpus, memory.leak(), cgroups, seconds, again)
         }),
         Task::Manifests => manifests::run(),
         Task::Imports => imports::run(true),

@@ -17,7 +17,10 @@
 //! With `--memory-cgroup` (cgroup v2 with the memory controller only) the daemon runs alone in
 //! a memory cgroup of its own, as in its pod, and the result has what the kernel charged to it
 //! (`memory.current` at the end, `memory.peak`, and `memory.stat`'s `percpu`, `kernel`, `anon`
-//! and `file`): the per-CPU maps' values are in `percpu`. With `--maps`, one `map …` line per
+//! and `file`). The values of preallocated per-CPU maps are not in `percpu`, nor anywhere in the
+//! cgroup: the kernel allocates them before it records the map's cgroup (deploy/README.md); the
+//! node's `Percpu` (/proc/meminfo), read before and after the daemon starts, shows them, and
+//! `percpu` holds only what maps allocate later. With `--maps`, one `map …` line per
 //! BPF map the daemon holds (type, `max_entries`, the kernel's `memlock`; see
 //! `stormwatch_tests::bpf_maps`), and the per-CPU maps' sum in the result.
 //!
