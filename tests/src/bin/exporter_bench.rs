@@ -1,10 +1,11 @@
 //! `exporter_bench [--cgroups N] [--seconds S] [--interval SECS] [--scrape-every SECS]
-//! [--warmup SECS] [--config FILE] [--sleep-ms MS] [--patience SECS] [--memory-cgroup]
-//! [--maps]`: the cost of `stormwatch run` with many live cgroups (issue 5's, issue 12's and
+//! [--warmup SECS] [--config FILE] [--sleep-ms MS] [--futex-sleepers] [--patience SECS]
+//! [--memory-cgroup] [--maps]`: the cost of `stormwatch run` with many live cgroups (issue 5's, issue 12's and
 //! issue 33's benchmark; not a test).
 //!
 //! Creates N cgroups, each with a `sleeper` (one thread waking every MS ms, 100 by default:
-//! every cgroup is active at every collection), starts `stormwatch run` on loopback, waits
+//! every cgroup is active at every collection; with `--futex-sleepers` in FUTEX_WAIT, so that
+//! every cgroup makes futex calls), starts `stormwatch run` on loopback, waits
 //! (PATIENCE s at most, 120 by default) until it tracks them all, then:
 //! 1. measures the daemon's CPU time and RSS for S seconds without scrapes (the collection
 //!    loop alone);
@@ -53,6 +54,7 @@ struct Args {
     patience: f64,
     memory_cgroup: bool,
     maps: bool,
+    futex_sleepers: bool,
 }
 
 fn parse_args() -> Args {
@@ -67,6 +69,7 @@ fn parse_args() -> Args {
         patience: 120.0,
         memory_cgroup: false,
         maps: false,
+        futex_sleepers: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -77,6 +80,10 @@ fn parse_args() -> Args {
             }
             "--maps" => {
                 a.maps = true;
+                continue;
+            }
+            "--futex-sleepers" => {
+                a.futex_sleepers = true;
                 continue;
             }
             _ => {}
@@ -109,7 +116,7 @@ fn usage(why: &str) -> ! {
     eprintln!(
         "exporter_bench: {why}\nusage: exporter_bench [--cgroups N] [--seconds S] \
          [--interval SECS] [--scrape-every SECS] [--warmup SECS] [--config FILE] \
-         [--sleep-ms MS] [--patience SECS] [--memory-cgroup] [--maps]"
+         [--sleep-ms MS] [--futex-sleepers] [--patience SECS] [--memory-cgroup] [--maps]"
     );
     std::process::exit(2)
 }
@@ -276,6 +283,9 @@ fn main() {
             "--sleep-ms",
             &args.sleep_ms.to_string(),
         ]);
+        if args.futex_sleepers {
+            cmd.args(["--futex", "1"]);
+        }
         sleepers.push(run_in_cgroup(&mut cmd, &cg));
         cgroups.push(cg);
     }
