@@ -517,8 +517,38 @@ fn max_cgroups_of(config: &str) -> Option<u32> {
     })
 }
 
-/// What the guest runs: `exporter_bench` as the pod would run the daemon, outputs into `out`.
-fn script(bench: &Path, config: &Path, out: &Path, cgroups: u32, seconds: u32) -> String {
+/// The config with the futex probes always attached (`futex_probes = "always"`) instead of on
+/// demand: what `CGROUP_FUTEX` takes when every cgroup makes futex calls during a storm.
+pub fn with_futex_probes_always(config: &str) -> String {
+    let mut out = String::new();
+    let mut found = false;
+    for l in config.lines() {
+        if l.split_once('=')
+            .is_some_and(|(k, _)| k.trim() == "futex_probes")
+        {
+            out.push_str("futex_probes = \"always\"\n");
+            found = true;
+        } else {
+            out.push_str(l);
+            out.push('\n');
+        }
+    }
+    if !found {
+        out.push_str("futex_probes = \"always\"\n");
+    }
+    out
+}
+
+/// What the guest runs: `exporter_bench` as the pod would run the daemon, outputs into `out`;
+/// with `futex`, sleepers that nap in FUTEX_WAIT.
+fn script(
+    bench: &Path,
+    config: &Path,
+    out: &Path,
+    cgroups: u32,
+    seconds: u32,
+    futex: bool,
+) -> String {
     let q = |p: &Path| sh_quote(&p.display().to_string());
     // Sleepers that wake every 2 s: every cgroup active at every 5 s collection, without
     // 10,000 wake-ups a second to emulate.
@@ -536,7 +566,7 @@ fn script(bench: &Path, config: &Path, out: &Path, cgroups: u32, seconds: u32) -
          date +%s > \"$OUT/bench.start\"\n\
          timeout -k 10 {timeout} {bench} --cgroups {cgroups} --seconds {seconds} --warmup 10 \
          --interval 5 --scrape-every 15 --sleep-ms 2000 --patience {patience} --memory-cgroup \
-         --maps --config {config} > \"$OUT/bench.out\" 2> \"$OUT/bench.err\"\n\
+         --maps{futex} --config {config} > \"$OUT/bench.out\" 2> \"$OUT/bench.err\"\n\
          echo $? > \"$OUT/bench.rc\"\n\
          date +%s > \"$OUT/bench.end\"\n\
          free -m > \"$OUT/free-after\"\n\
@@ -546,7 +576,22 @@ fn script(bench: &Path, config: &Path, out: &Path, cgroups: u32, seconds: u32) -
         config = q(config),
         timeout = GUEST_BENCH_TIMEOUT.as_secs(),
         patience = PATIENCE.as_secs(),
+        futex = if futex { " --futex-sleepers" } else { "" },
     )
+}
+
+/// What `cargo xtask big-node` was asked.
+#[derive(Clone, Copy, Debug)]
+pub struct Options {
+    pub cpus: u32,
+    /// QEMU's `-m`.
+    pub memory: &'static str,
+    pub cgroups: u32,
+    pub seconds: u32,
+    /// The futex probes always attached and every sleeper in FUTEX_WAIT: `CGROUP_FUTEX` full.
+    pub futex: bool,
+    /// No guest: the last guest's output judged again.
+    pub again: bool,
 }
 
 /// How long the daemon may take in the guest to load and to track every cgroup.
@@ -558,21 +603,22 @@ const GUEST_BENCH_TIMEOUT: Duration = Duration::from_secs(70 * 60);
 /// cgroups in it, and prints the report; fails when the guest or the benchmark failed (not on
 /// a mismatch, which the report flags). With `again`, no guest: the output the last guest of
 /// that size left is judged again (after a change of the formula).
-pub fn run(
-    series: &'static str,
-    cpus: u32,
-    memory: &'static str,
-    cgroups: u32,
-    seconds: u32,
-    again: bool,
-) -> Result<()> {
+pub fn run(series: &'static str, o: Options) -> Result<()> {
+    let Options {
+        cpus, again, futex, ..
+    } = o;
     let kernel = kernels::fetch(series)?;
     let daemonset = std::fs::read_to_string(root().join("deploy/daemonset.yaml"))?;
-    let config = configmap_config(&daemonset).context("no config.toml in the ConfigMap")?;
+    let mut config = configmap_config(&daemonset).context("no config.toml in the ConfigMap")?;
     let max_cgroups = max_cgroups_of(&config).context("no max_cgroups in the ConfigMap")?;
-    let work = kernels::kernels_dir()
-        .join("runs")
-        .join(format!("big-node-{cpus}-{}", kernel.package));
+    if futex {
+        config = with_futex_probes_always(&config);
+    }
+    let work = kernels::kernels_dir().join("runs").join(format!(
+        "big-node-{cpus}{}-{}",
+        if futex { "-futex" } else { "" },
+        kernel.package
+    ));
     let out = work.join("out");
     let read = |name: &str| std::fs::read_to_string(out.join(name)).unwrap_or_default();
     let errors = if again {
@@ -585,7 +631,7 @@ pub fn run(
         let status = std::os::unix::process::ExitStatusExt::from_raw(0);
         kernels::guest_setup_errors(&out, &status, &work.join("console.log"))
     } else {
-        boot(&kernel, &work, &config, cpus, memory, cgroups, seconds)?
+        boot(&kernel, &work, &config, o)?
     };
     let stdout = read("bench.out");
     let rc = read("bench.rc");
@@ -600,19 +646,19 @@ pub fn run(
             tail.into_iter().rev().collect::<Vec<_>>().join("\n")
         );
     }
-    judge(&kernel, &work, cpus, memory, max_cgroups)
+    judge(&kernel, &work, o, max_cgroups)
 }
 
 /// Builds, then runs the benchmark in a new guest; what is wrong with the guest.
-fn boot(
-    kernel: &kernels::Kernel,
-    work: &Path,
-    config: &str,
-    cpus: u32,
-    memory: &'static str,
-    cgroups: u32,
-    seconds: u32,
-) -> Result<Vec<String>> {
+fn boot(kernel: &kernels::Kernel, work: &Path, config: &str, o: Options) -> Result<Vec<String>> {
+    let Options {
+        cpus,
+        memory,
+        cgroups,
+        seconds,
+        futex,
+        ..
+    } = o;
     say("building stormwatch and exporter_bench (release)");
     run_cmd(cargo().args([
         "build",
@@ -637,7 +683,7 @@ fn boot(
     let bench = root().join("target/release/exporter_bench");
     std::fs::write(
         &script_path,
-        script(&bench, &config_path, &out, cgroups, seconds),
+        script(&bench, &config_path, &out, cgroups, seconds, futex),
     )?;
     let guest = Guest {
         cpus,
@@ -670,13 +716,13 @@ fn boot(
 }
 
 /// The report of a guest's output, against [`MANIFEST`].
-fn judge(
-    kernel: &kernels::Kernel,
-    work: &Path,
-    cpus: u32,
-    memory: &str,
-    max_cgroups: u32,
-) -> Result<()> {
+fn judge(kernel: &kernels::Kernel, work: &Path, o: Options, max_cgroups: u32) -> Result<()> {
+    let Options {
+        cpus,
+        memory,
+        futex,
+        ..
+    } = o;
     let out = work.join("out");
     let read = |name: &str| std::fs::read_to_string(out.join(name)).unwrap_or_default();
     let stdout = read("bench.out");
@@ -694,9 +740,14 @@ fn judge(
     let verdicts = compare(&MANIFEST, cpus, max_cgroups, &result, &maps);
     let text = format!(
         "kernel {} ({}), {cpus} vCPUs under emulation, {memory} of memory; the ConfigMap's \
-         config (max_cgroups = {max_cgroups})\n{}",
+         config (max_cgroups = {max_cgroups}){}\n{}",
         read("uname").trim(),
         kernel.package,
+        if futex {
+            " but futex_probes = \"always\", every sleeper in FUTEX_WAIT"
+        } else {
+            ""
+        },
         report(cpus, &result, &maps, &verdicts)
     );
     std::fs::write(work.join("report.md"), &text)?;
@@ -807,6 +858,22 @@ mod tests {
         }
         let config = configmap_config(&daemonset).expect("the ConfigMap's config.toml");
         assert_eq!(max_cgroups_of(&config), Some(m.max_cgroups));
+    }
+
+    #[test]
+    fn the_futex_probes_always() {
+        let c = "interval_seconds = 5\nfutex_probes = \"on-demand\"\nmax_cgroups = 1000\n";
+        assert_eq!(
+            with_futex_probes_always(c),
+            "interval_seconds = 5\nfutex_probes = \"always\"\nmax_cgroups = 1000\n"
+        );
+        assert_eq!(
+            with_futex_probes_always("max_cgroups = 1000\n"),
+            "max_cgroups = 1000\nfutex_probes = \"always\"\n"
+        );
+        let daemonset = std::fs::read_to_string(root().join("deploy/daemonset.yaml")).unwrap();
+        let always = with_futex_probes_always(&configmap_config(&daemonset).unwrap());
+        assert_eq!(always.matches("futex_probes").count(), 1, "{always}");
     }
 
     #[test]

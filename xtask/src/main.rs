@@ -99,6 +99,10 @@ enum Task {
         /// change of the formula).
         #[arg(long)]
         again: bool,
+        /// The futex probes always attached (not on demand) and every sleeper in FUTEX_WAIT:
+        /// `CGROUP_FUTEX` with every cgroup in it, as in a storm on a busy node.
+        #[arg(long)]
+        futex: bool,
     },
     /// Regenerate the deploy/ files made from others (the PrometheusRule from
     /// deploy/rules.yaml); the tests fail while they are stale.
@@ -197,12 +201,21 @@ fn main() -> ExitCode {
             seconds,
             kernel,
             again,
+            futex,
         } => setup::tests().and_then(|()| {
             let series = kernels::SERIES
                 .into_iter()
                 .find(|s| *s == kernel)
                 .expect("clap allows only the matrix's series");
-            big_node::run(series, cpus, memory.leak(), cgroups, seconds, again)
+            let options = big_node::Options {
+                cpus,
+                memory: memory.leak(),
+                cgroups,
+                seconds,
+                futex,
+                again,
+            };
+            big_node::run(series, options)
         }),
         Task::Manifests => manifests::run(),
         Task::Imports => imports::run(true),
