@@ -109,6 +109,13 @@ pub fn missing_dirs(root: &Path, rel: &str) -> Vec<String> {
     out
 }
 
+/// One field of a v2 `memory.stat` (`anon 123`, bytes), `None` when it is not there (older
+/// kernels lack `percpu`, `kernel`).
+pub fn memory_stat_field(stat: &str, key: &str) -> Option<u64> {
+    stat.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -127,5 +134,15 @@ mod tests {
         assert!(h[1].has_v1_controller("cpuset"));
         assert!(h[2].has_v1_controller("cpu"));
         assert!(!h[2].has_v1_controller("cpuset"));
+    }
+
+    #[test]
+    fn memory_stat_fields() {
+        let stat = "anon 7340032\nfile 1048576\nkernel 210763776\nkernel_stack 65536\n\
+                    percpu 199229440\nsock 0\n";
+        assert_eq!(memory_stat_field(stat, "anon"), Some(7_340_032));
+        assert_eq!(memory_stat_field(stat, "kernel"), Some(210_763_776));
+        assert_eq!(memory_stat_field(stat, "percpu"), Some(199_229_440));
+        assert_eq!(memory_stat_field(stat, "shmem"), None);
     }
 }

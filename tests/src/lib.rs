@@ -21,6 +21,7 @@ use stormwatch::identity::mountinfo;
 
 pub mod agent_proc;
 pub use agent_proc::{Agent, Finished};
+pub mod bpf_maps;
 pub mod bpftrace;
 pub mod cgroupfs;
 pub mod corpus;

@@ -12,7 +12,7 @@ use std::{
     time::Duration,
 };
 
-/// `--threads N --seconds S [--sleep-ms MS] [--fifo 1] [--inside I] [--outside O]`.
+/// `--threads N --seconds S [--sleep-ms MS] [--fifo 1] [--futex 1] [--inside I] [--outside O]`.
 pub struct Args {
     pub threads: usize,
     pub seconds: f64,
@@ -20,6 +20,8 @@ pub struct Args {
     pub sleep_ms: u64,
     /// sleeper: `--fifo 1` makes its threads SCHED_FIFO.
     pub fifo: bool,
+    /// sleeper: `--futex 1` naps in FUTEX_WAIT with a timeout instead of nanosleep.
+    pub futex: bool,
     /// mutex_storm: iterations of work inside the critical section.
     pub inside: u32,
     /// mutex_storm: iterations of work outside it.
@@ -32,6 +34,7 @@ pub fn parse_args(program: &str) -> Args {
         seconds: 1.0,
         sleep_ms: 10,
         fifo: false,
+        futex: false,
         inside: 0,
         outside: 0,
     };
@@ -45,6 +48,7 @@ pub fn parse_args(program: &str) -> Args {
             "--seconds" => args.seconds = parse(program, &flag, &value),
             "--sleep-ms" => args.sleep_ms = parse(program, &flag, &value),
             "--fifo" => args.fifo = parse::<u8>(program, &flag, &value) != 0,
+            "--futex" => args.futex = parse::<u8>(program, &flag, &value) != 0,
             "--inside" => args.inside = parse(program, &flag, &value),
             "--outside" => args.outside = parse(program, &flag, &value),
             _ => usage(program, &format!("unknown flag {flag}")),

@@ -157,7 +157,7 @@ fn bench(
     Ok(out)
 }
 
-pub fn run(rounds: u32, seconds: u32, repeats: u32) -> Result<()> {
+pub fn run(rounds: u32, seconds: u32, repeats: u32, daemon_cgroups: &[usize]) -> Result<()> {
     let bin: PathBuf = build_release()?;
     let sched = sched(&bin, rounds, seconds)?;
     let futex = futex(&bin, rounds, seconds)?;
@@ -165,7 +165,7 @@ pub fn run(rounds: u32, seconds: u32, repeats: u32) -> Result<()> {
     let programs = crate::bench_programs::run(&bin, seconds, repeats, &[])?;
     let ordinary = crate::bench_ordinary::run(rounds, seconds)?;
     println!("{sched}{futex}{storm}{programs}{ordinary}");
-    println!("{}", crate::bench_daemon::run()?);
+    println!("{}", crate::bench_daemon::run(daemon_cgroups)?);
     Ok(())
 }
 

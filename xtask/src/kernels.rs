@@ -52,7 +52,7 @@ pub struct Kernel {
     pub vmlinuz: PathBuf,
 }
 
-fn kernels_dir() -> PathBuf {
+pub fn kernels_dir() -> PathBuf {
     root().join("target/kernels")
 }
 
@@ -440,7 +440,7 @@ pub fn test_binaries() -> Result<HashMap<String, PathBuf>> {
     Ok(bins)
 }
 
-fn sh_quote(s: &str) -> String {
+pub fn sh_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
 }
 
@@ -669,6 +669,99 @@ impl GuestReport {
     }
 }
 
+/// A guest's size and how long it may run.
+#[derive(Clone, Copy, Debug)]
+pub struct Guest {
+    pub cpus: u32,
+    /// QEMU's `-m` (`2G`).
+    pub memory: &'static str,
+    pub timeout: Duration,
+}
+
+impl Guest {
+    /// Boots `kernel` (`vng --disable-kvm`: software emulation; only cgroup v2) and runs the
+    /// shell script `script` in it, `out` writable there; the console into `work`/console.log.
+    /// Returns vng's exit status and the time from boot to the guest's end.
+    pub fn boot(
+        &self,
+        kernel: &Kernel,
+        work: &Path,
+        out: &Path,
+        script: &Path,
+        what: &str,
+    ) -> Result<(std::process::ExitStatus, Duration)> {
+        let console = work.join("console.log");
+        say(&format!(
+            "booting {} ({}) under emulation, {} vCPUs and {} of memory: {what}; console in {}",
+            kernel.package,
+            kernel.version,
+            self.cpus,
+            self.memory,
+            console.display()
+        ));
+        let started = Instant::now();
+        // vng hands its stdout and stderr to QEMU, which truncates a file: both into one pipe
+        // (`2>&1`), read here.
+        let mut child = Command::new("sh")
+            .args(["-c", "exec \"$@\" 2>&1", "sh", "timeout"])
+            .args(["-k", "30", &self.timeout.as_secs().to_string(), "vng"])
+            .arg("--disable-kvm")
+            .arg("-r")
+            .arg(&kernel.vmlinuz)
+            .args(["--cpus", &self.cpus.to_string(), "--memory", self.memory])
+            .args(["--append", "cgroup_no_v1=all"])
+            .arg(format!("--rwdir={}", out.display()))
+            .arg("--exec")
+            .arg(format!("sh {}", script.display()))
+            .current_dir(work)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .context("cannot start vng (virtme-ng)")?;
+        let mut log = std::fs::File::create(&console)?;
+        if let Some(stdout) = child.stdout.take() {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                let _ = writeln!(log, "{line}");
+            }
+        }
+        Ok((child.wait()?, started.elapsed()))
+    }
+}
+
+/// What is wrong with a guest that every step relies on: it ended before its script's last
+/// line (`out`/finished), or it had more than cgroup v2 (`out`/mountinfo).
+pub fn guest_setup_errors(
+    out: &Path,
+    status: &std::process::ExitStatus,
+    console: &Path,
+) -> Vec<String> {
+    let read = |name: &str| std::fs::read_to_string(out.join(name)).unwrap_or_default();
+    let mut errors = Vec::new();
+    if read("finished").trim() != "done" {
+        errors.push(format!(
+            "the guest ended before its last step (vng: {status}); see {}",
+            console.display()
+        ));
+    }
+    let mountinfo = read("mountinfo");
+    let v1: Vec<&str> = mountinfo
+        .lines()
+        .filter(|l| {
+            l.split(" - ")
+                .nth(1)
+                .is_some_and(|t| t.starts_with("cgroup "))
+        })
+        .collect();
+    if !mountinfo.contains(" - cgroup2 ") || !v1.is_empty() {
+        errors.push(format!(
+            "the guest should have cgroup v2 only: v1 mounts {v1:?}, cgroup2 mounted: {}",
+            mountinfo.contains(" - cgroup2 ")
+        ));
+    }
+    errors
+}
+
 /// Boots `kernel` and runs `steps` in it; judges them once the guest is gone.
 pub fn run_guest(
     kernel: &Kernel,
@@ -688,65 +781,20 @@ pub fn run_guest(
         &script_path,
         script(steps, agent_bin, bins, &foreign, &out)?,
     )?;
-    let console = work.join("console.log");
-    say(&format!(
-        "booting {} ({}) under emulation: {} step(s); console in {}",
-        kernel.package,
-        kernel.version,
-        steps.len(),
-        console.display()
-    ));
-    let started = Instant::now();
-    // vng hands its stdout and stderr to QEMU, which truncates a file: both into one pipe
-    // (`2>&1`), read here.
-    let mut child = Command::new("sh")
-        .args(["-c", "exec \"$@\" 2>&1", "sh", "timeout"])
-        .args(["-k", "30", &GUEST_TIMEOUT.as_secs().to_string(), "vng"])
-        .arg("--disable-kvm")
-        .arg("-r")
-        .arg(&kernel.vmlinuz)
-        .args(["--cpus", "2", "--memory", "2G"])
-        .args(["--append", "cgroup_no_v1=all"])
-        .arg(format!("--rwdir={}", out.display()))
-        .arg("--exec")
-        .arg(format!("sh {}", script_path.display()))
-        .current_dir(&work)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .spawn()
-        .context("cannot start vng (virtme-ng)")?;
-    let mut log = std::fs::File::create(&console)?;
-    if let Some(stdout) = child.stdout.take() {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            let _ = writeln!(log, "{line}");
-        }
-    }
-    let status = child.wait()?;
-    let boot_to_end = started.elapsed();
+    let guest = Guest {
+        cpus: 2,
+        memory: "2G",
+        timeout: GUEST_TIMEOUT,
+    };
+    let (status, boot_to_end) = guest.boot(
+        kernel,
+        &work,
+        &out,
+        &script_path,
+        &format!("{} step(s)", steps.len()),
+    )?;
     let read = |name: &str| std::fs::read_to_string(out.join(name)).unwrap_or_default();
-    let mut setup_errors = Vec::new();
-    if read("finished").trim() != "done" {
-        setup_errors.push(format!(
-            "the guest ended before its last step (vng: {status}); see {}",
-            console.display()
-        ));
-    }
-    let mountinfo = read("mountinfo");
-    let v1: Vec<&str> = mountinfo
-        .lines()
-        .filter(|l| {
-            l.split(" - ")
-                .nth(1)
-                .is_some_and(|t| t.starts_with("cgroup "))
-        })
-        .collect();
-    if !mountinfo.contains(" - cgroup2 ") || !v1.is_empty() {
-        setup_errors.push(format!(
-            "the guest should have cgroup v2 only: v1 mounts {v1:?}, cgroup2 mounted: {}",
-            mountinfo.contains(" - cgroup2 ")
-        ));
-    }
+    let mut setup_errors = guest_setup_errors(&out, &status, &work.join("console.log"));
     if steps.iter().any(|s| s.phase == Phase::BtfHidden) && read("btf-hidden").trim() != "hidden" {
         setup_errors.push("the kernel's BTF could not be hidden in the guest".to_owned());
     }

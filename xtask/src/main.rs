@@ -12,6 +12,7 @@ mod bench_common;
 mod bench_daemon;
 mod bench_ordinary;
 mod bench_programs;
+mod big_node;
 mod cross;
 mod imports;
 mod kernels;
@@ -82,6 +83,36 @@ enum Task {
         #[arg(long, value_parser = ["6.1", "6.12"], default_value = "6.12")]
         kernel: String,
     },
+    /// Set up, then measure the daemon's memory on a node with many CPUs: a guest with that
+    /// many vCPUs (emulated) runs `stormwatch run` with the ConfigMap's config and N live
+    /// cgroups, and its RSS, the memory charged to its cgroup and each BPF map's `memlock` are
+    /// printed beside the pod's memory sizing formula (deploy/README.md), mismatches flagged.
+    /// A benchmark, not a test; slow (a 96-vCPU guest takes ~10 min to boot on 2 CPUs).
+    BigNode {
+        /// The guest's vCPUs (its possible CPUs, which the per-CPU maps are allocated for).
+        #[arg(long, default_value = "96")]
+        cpus: u32,
+        /// Live cgroups, a sleeper in each.
+        #[arg(long, default_value = "1000")]
+        cgroups: u32,
+        /// The guest's memory (QEMU's -m).
+        #[arg(long, default_value = "4G")]
+        memory: String,
+        /// Seconds per measured phase (without scrapes, then with).
+        #[arg(long, default_value = "30")]
+        seconds: u32,
+        /// The kernel series: 6.1 or 6.12.
+        #[arg(long, default_value = "6.12", value_parser = ["6.1", "6.12"])]
+        kernel: String,
+        /// No guest: judge the output of the last guest with as many vCPUs again (after a
+        /// change of the formula).
+        #[arg(long)]
+        again: bool,
+        /// The futex probes always attached (not on demand) and every sleeper in FUTEX_WAIT:
+        /// `CGROUP_FUTEX` with every cgroup in it, as in a storm on a busy node.
+        #[arg(long)]
+        futex: bool,
+    },
     /// Regenerate the deploy/ files made from others (the PrometheusRule from
     /// deploy/rules.yaml); the tests fail while they are stale.
     Manifests,
@@ -106,9 +137,14 @@ enum Task {
         /// Seconds per measurement.
         #[arg(long, default_value = "10")]
         seconds: u32,
-        /// Only the daemon's cost at 200 / 1,000 / 2,000 live cgroups (no probe benchmarks).
+        /// Only the daemon's cost at 250 / 500 / 1,000 / 2,000 / 4,000 live cgroups, and per
+        /// cgroup (no probe benchmarks).
         #[arg(long)]
         daemon_only: bool,
+        /// The live cgroups of the daemon's cost, comma-separated (with `--daemon-only`, or in
+        /// the full bench), e.g. `--daemon-cgroups 50,100` for a short smoke run.
+        #[arg(long, value_delimiter = ',', default_values_t = bench_daemon::SIZES)]
+        daemon_cgroups: Vec<usize>,
         /// Only the realistic workload: a lock storm's throughput with and without
         /// `stormwatch run`.
         #[arg(long, conflicts_with = "daemon_only")]
@@ -170,6 +206,29 @@ fn main() -> ExitCode {
             build_release().and_then(|bin| kernels::named(&bin, series, &tests, hide_btf))
         }),
         Task::Arm64Check { kernel } => arm64_check(&kernel),
+        Task::BigNode {
+            cpus,
+            cgroups,
+            memory,
+            seconds,
+            kernel,
+            again,
+            futex,
+        } => setup::tests().and_then(|()| {
+            let series = kernels::SERIES
+                .into_iter()
+                .find(|s| *s == kernel)
+                .expect("clap allows only the matrix's series");
+            let options = big_node::Options {
+                cpus,
+                memory: memory.leak(),
+                cgroups,
+                seconds,
+                futex,
+                again,
+            };
+            big_node::run(series, options)
+        }),
         Task::Manifests => manifests::run(),
         Task::Imports => imports::run(true),
         Task::Corpus {
@@ -187,6 +246,7 @@ fn main() -> ExitCode {
             programs,
             repeats,
             ordinary,
+            daemon_cgroups,
         } => setup::tests().and_then(|()| {
             if ordinary {
                 bench_ordinary::run(rounds, seconds).map(|table| println!("{table}"))
@@ -195,7 +255,7 @@ fn main() -> ExitCode {
                     .and_then(|bin| bench_programs::run(&bin, seconds, repeats, &workloads))
                     .map(|table| println!("{table}"))
             } else if daemon_only {
-                bench_daemon::run().map(|table| println!("{table}"))
+                bench_daemon::run(&daemon_cgroups).map(|table| println!("{table}"))
             } else if lock_storm_only {
                 build_release()
                     .and_then(|bin| bench::lock_storm(&bin, rounds, seconds))
@@ -209,7 +269,7 @@ fn main() -> ExitCode {
                     .and_then(|bin| bench::sched(&bin, rounds, seconds))
                     .map(|table| println!("{table}"))
             } else {
-                bench::run(rounds, seconds, repeats)
+                bench::run(rounds, seconds, repeats, &daemon_cgroups)
             }
         }),
     };

@@ -1,10 +1,12 @@
 //! `exporter_bench [--cgroups N] [--seconds S] [--interval SECS] [--scrape-every SECS]
-//! [--warmup SECS] [--config FILE]`: the cost of `stormwatch run` with many live cgroups
-//! (issue 5's and issue 12's benchmark; not a test).
+//! [--warmup SECS] [--config FILE] [--sleep-ms MS] [--futex-sleepers] [--patience SECS]
+//! [--memory-cgroup] [--maps]`: the cost of `stormwatch run` with many live cgroups (issue 5's, issue 12's and
+//! issue 33's benchmark; not a test).
 //!
-//! Creates N cgroups, each with a `sleeper` (one thread waking every 100 ms: every cgroup is
-//! active at every collection), starts `stormwatch run` on loopback, waits until it tracks
-//! them all, then:
+//! Creates N cgroups, each with a `sleeper` (one thread waking every MS ms, 100 by default:
+//! every cgroup is active at every collection; with `--futex-sleepers` in FUTEX_WAIT, so that
+//! every cgroup makes futex calls), starts `stormwatch run` on loopback, waits
+//! (PATIENCE s at most, 120 by default) until it tracks them all, then:
 //! 1. measures the daemon's CPU time and RSS for S seconds without scrapes (the collection
 //!    loop alone);
 //! 2. scrapes /metrics every SECS (15 by default, Prometheus' usual interval) for S seconds
@@ -13,7 +15,18 @@
 //! 3. then (outside the measured phases) fetches both formats uncompressed, for their sizes
 //!    and the series per cgroup.
 //!
-//! The last line of output is `result key=value ...` for `cargo xtask bench`.
+//! With `--memory-cgroup` (cgroup v2 with the memory controller only) the daemon runs alone in
+//! a memory cgroup of its own, as in its pod, and the result has what the kernel charged to it
+//! (`memory.current` at the end, `memory.peak`, and `memory.stat`'s `percpu`, `kernel`, `anon`
+//! and `file`). The values of preallocated per-CPU maps are not in `percpu`, nor anywhere in the
+//! cgroup: the kernel allocates them before it records the map's cgroup (deploy/README.md); the
+//! node's `Percpu` (/proc/meminfo), read before and after the daemon starts, shows them, and
+//! `percpu` holds only what maps allocate later. With `--maps`, one `map …` line per
+//! BPF map the daemon holds (type, `max_entries`, the kernel's `memlock`; see
+//! `stormwatch_tests::bpf_maps`), and the per-CPU maps' sum in the result.
+//!
+//! The last line of output is `result key=value ...` for `cargo xtask bench` (and `cargo xtask
+//! big-node`, which runs this in a guest with many CPUs).
 //!
 //! Needs root (cgroups, BPF). Build with `cargo build --release -p stormwatch -p
 //! stormwatch-tests`; run `target/release/exporter_bench --cgroups 1000`.
@@ -25,9 +38,9 @@ use std::{
 };
 
 use stormwatch_tests::{
-    TestCgroup, agent_bin,
+    TestCgroup, agent_bin, bpf_maps, cgroupfs,
     daemon::{http_get, http_get_bytes},
-    process_status, run_in_cgroup,
+    join_before_exec, process_status, run_in_cgroup, v2_root,
 };
 
 struct Args {
@@ -37,6 +50,11 @@ struct Args {
     scrape_every: f64,
     warmup: f64,
     config: Option<String>,
+    sleep_ms: u64,
+    patience: f64,
+    memory_cgroup: bool,
+    maps: bool,
+    futex_sleepers: bool,
 }
 
 fn parse_args() -> Args {
@@ -47,9 +65,29 @@ fn parse_args() -> Args {
         scrape_every: 15.0,
         warmup: 10.0,
         config: None,
+        sleep_ms: 100,
+        patience: 120.0,
+        memory_cgroup: false,
+        maps: false,
+        futex_sleepers: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
+        match flag.as_str() {
+            "--memory-cgroup" => {
+                a.memory_cgroup = true;
+                continue;
+            }
+            "--maps" => {
+                a.maps = true;
+                continue;
+            }
+            "--futex-sleepers" => {
+                a.futex_sleepers = true;
+                continue;
+            }
+            _ => {}
+        }
         let value = it
             .next()
             .unwrap_or_else(|| usage(&format!("{flag} needs a value")));
@@ -60,6 +98,8 @@ fn parse_args() -> Args {
             "--scrape-every" => a.scrape_every = num(&flag, &value),
             "--warmup" => a.warmup = num(&flag, &value),
             "--config" => a.config = Some(value),
+            "--sleep-ms" => a.sleep_ms = num(&flag, &value),
+            "--patience" => a.patience = num(&flag, &value),
             _ => usage(&format!("unknown flag {flag}")),
         }
     }
@@ -75,7 +115,8 @@ fn num<T: std::str::FromStr>(flag: &str, value: &str) -> T {
 fn usage(why: &str) -> ! {
     eprintln!(
         "exporter_bench: {why}\nusage: exporter_bench [--cgroups N] [--seconds S] \
-         [--interval SECS] [--scrape-every SECS] [--warmup SECS] [--config FILE]"
+         [--interval SECS] [--scrape-every SECS] [--warmup SECS] [--config FILE] \
+         [--sleep-ms MS] [--futex-sleepers] [--patience SECS] [--memory-cgroup] [--maps]"
     );
     std::process::exit(2)
 }
@@ -140,6 +181,73 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
     sorted[rank - 1]
 }
 
+/// A cgroup of its own for the daemon, with the memory controller: enabled at the v2 root
+/// first (the root's own processes are exempt from the rule that a cgroup with children has
+/// none). Panics where v2 has no memory controller (hybrid hosts keep it on v1).
+fn daemon_memory_cgroup() -> TestCgroup {
+    let root = v2_root();
+    let controllers = std::fs::read_to_string(root.join("cgroup.controllers")).unwrap_or_default();
+    assert!(
+        controllers.split_whitespace().any(|c| c == "memory"),
+        "--memory-cgroup: no memory controller in {}/cgroup.controllers ({controllers:?}): it is \
+         on cgroup v1 here",
+        root.display()
+    );
+    std::fs::write(root.join("cgroup.subtree_control"), "+memory")
+        .expect("enabling the memory controller at the v2 root");
+    let cg = TestCgroup::new("daemon");
+    assert!(
+        cg.path().join("memory.current").is_file(),
+        "no memory.current in {}",
+        cg.path().display()
+    );
+    cg
+}
+
+/// A `/proc/meminfo` field, KiB.
+fn meminfo_kib(key: &str) -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    text.lines().find_map(|l| {
+        l.strip_prefix(key)?
+            .strip_prefix(':')?
+            .trim()
+            .strip_suffix("kB")?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
+/// What the kernel charged to a v2 memory cgroup, in MiB.
+struct CgroupMemory {
+    current_mib: f64,
+    peak_mib: f64,
+    percpu_mib: f64,
+    kernel_mib: f64,
+    anon_mib: f64,
+    file_mib: f64,
+}
+
+impl CgroupMemory {
+    fn of(dir: &std::path::Path) -> Self {
+        let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap_or_default();
+        let mib = |bytes: Option<u64>| bytes.map_or(f64::NAN, |b| b as f64 / 1048576.0);
+        let stat = read("memory.stat");
+        let field = |k: &str| cgroupfs::memory_stat_field(&stat, k);
+        let percpu = field("percpu");
+        CgroupMemory {
+            current_mib: mib(read("memory.current").trim().parse().ok()),
+            // memory.peak: Linux 5.19 and later.
+            peak_mib: mib(read("memory.peak").trim().parse().ok()),
+            percpu_mib: mib(percpu),
+            // `kernel` (5.18 and later) includes `percpu`: the rest of it.
+            kernel_mib: mib(field("kernel").map(|k| k.saturating_sub(percpu.unwrap_or(0)))),
+            anon_mib: mib(field("anon")),
+            file_mib: mib(field("file")),
+        }
+    }
+}
+
 struct Daemon(Child);
 
 impl Drop for Daemon {
@@ -173,8 +281,11 @@ fn main() {
             "--seconds",
             &lifetime,
             "--sleep-ms",
-            "100",
+            &args.sleep_ms.to_string(),
         ]);
+        if args.futex_sleepers {
+            cmd.args(["--futex", "1"]);
+        }
         sleepers.push(run_in_cgroup(&mut cmd, &cg));
         cgroups.push(cg);
     }
@@ -184,7 +295,15 @@ fn main() {
         .expect("a free port")
         .port();
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    // Declared before the daemon: dropped (removed) after it is stopped.
+    let memcg = args.memory_cgroup.then(daemon_memory_cgroup);
+    // The node's per-CPU memory before the daemon, the cgroups made: what the daemon adds to it
+    // is its maps' per-CPU values, charged to no cgroup when allocated with the map.
+    let percpu_before = meminfo_kib("Percpu");
     let mut cmd = Command::new(agent_bin());
+    if let Some(cg) = &memcg {
+        join_before_exec(&mut cmd, &cg.path().join("cgroup.procs"));
+    }
     cmd.args(["run", "--listen", &addr.to_string()])
         .args(["--interval", &args.interval.to_string()]);
     if let Some(config) = &args.config {
@@ -197,19 +316,18 @@ fn main() {
     let pid = child.id();
     let _daemon = Daemon(child);
     let started = Instant::now();
+    let patience = Duration::from_secs_f64(args.patience);
     while !get(addr, "/readyz", "*/*").is_ok_and(|r| r.0 == 200) {
-        assert!(started.elapsed() < Duration::from_secs(60), "not ready");
+        assert!(started.elapsed() < patience, "not ready");
         std::thread::sleep(Duration::from_millis(100));
     }
+    let percpu_ready = meminfo_kib("Percpu");
     eprintln!(
         "ready after {:.2?}; waiting until every cgroup is tracked",
         started.elapsed()
     );
     while sample(addr, "stormwatch_cgroups_tracked").unwrap_or(0.0) < args.cgroups as f64 {
-        assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "cgroups not tracked"
-        );
+        assert!(started.elapsed() < patience, "cgroups not tracked");
         std::thread::sleep(Duration::from_millis(500));
     }
     let tracked = sample(addr, "stormwatch_cgroups_tracked").unwrap_or(0.0);
@@ -259,6 +377,13 @@ fn main() {
     let scrape_cpu = (cpu_seconds(pid) - cpu1) / t1.elapsed().as_secs_f64();
     let (rss, hwm) = rss_mib(pid);
     let c2 = collections();
+    let memory = memcg.as_ref().map(|cg| CgroupMemory::of(cg.path()));
+    let percpu_end = meminfo_kib("Percpu");
+    let maps = if args.maps {
+        bpf_maps::of_process(pid).expect("the daemon's fdinfo")
+    } else {
+        Vec::new()
+    };
     let render = sample(addr, "stormwatch_render_duration_seconds").unwrap_or(0.0);
 
     // 3. Sizes, outside the measured phases.
@@ -316,12 +441,60 @@ fn main() {
         100.0 * idle_cpu,
         100.0 * scrape_cpu
     );
+    let mut extra = String::new();
+    if let Some(m) = &memory {
+        println!(
+            "daemon's memory cgroup: {:.1} MiB now, {:.1} MiB at peak; of which per-CPU {:.1} \
+             MiB, other kernel {:.1} MiB, anonymous {:.1} MiB, file {:.1} MiB",
+            m.current_mib, m.peak_mib, m.percpu_mib, m.kernel_mib, m.anon_mib, m.file_mib
+        );
+        extra += &format!(
+            " memcg_current_mib={:.1} memcg_peak_mib={:.1} memcg_percpu_mib={:.1} \
+             memcg_kernel_mib={:.1} memcg_anon_mib={:.1} memcg_file_mib={:.1}",
+            m.current_mib, m.peak_mib, m.percpu_mib, m.kernel_mib, m.anon_mib, m.file_mib
+        );
+    }
+    let grown = |after: Option<u64>| {
+        after
+            .zip(percpu_before)
+            .map_or(f64::NAN, |(a, b)| (a as f64 - b as f64) / 1024.0)
+    };
     println!(
-        "result cgroups={} tracked={tracked} cpu_idle_pct={:.3} cpu_scraped_pct={:.3} \
+        "the node's per-CPU memory (/proc/meminfo Percpu) grew by {:.1} MiB from before the daemon \
+         to its readiness, {:.1} MiB to the end",
+        grown(percpu_ready),
+        grown(percpu_end)
+    );
+    extra += &format!(
+        " node_percpu_ready_mib={:.1} node_percpu_end_mib={:.1}",
+        grown(percpu_ready),
+        grown(percpu_end)
+    );
+    if args.maps {
+        for m in &maps {
+            println!("{m}");
+        }
+        let sum = |per_cpu: bool| {
+            maps.iter()
+                .filter(|m| m.per_cpu() == per_cpu)
+                .map(|m| m.memlock)
+                .sum::<u64>() as f64
+                / 1048576.0
+        };
+        extra += &format!(
+            " maps={} percpu_maps_mib={:.1} other_maps_mib={:.1}",
+            maps.len(),
+            sum(true),
+            sum(false)
+        );
+    }
+    println!(
+        "result cgroups={} tracked={tracked} cpus={} cpu_idle_pct={:.3} cpu_scraped_pct={:.3} \
          rss_mib={rss:.1} peak_mib={hwm:.1} collection_ms={collection_ms:.2} \
          openmetrics_mib={:.3} classic_mib={:.3} gzip_mib={:.3} series_per_cgroup={per_cgroup:.1} \
-         scrape_p50_ms={:.2}",
+         scrape_p50_ms={:.2}{extra}",
         args.cgroups,
+        bpf_maps::possible_cpus().map_or_else(|| "?".to_owned(), |n| n.to_string()),
         100.0 * idle_cpu,
         100.0 * scrape_cpu,
         mib(om.len()),
