@@ -4,6 +4,7 @@
 //
 //   lockbench --lock mutex|adaptive|rwlock|shared [--threads N] [--procs P] [--seconds S]
 //             [--cs ITER] [--out ITER] [--uncontended] [--sleep-in-cs US]
+//             [--sleep-out US]
 //
 // --lock mutex      a default pthread mutex
 //        adaptive   a PTHREAD_MUTEX_ADAPTIVE_NP mutex (spins a while before it sleeps)
@@ -19,6 +20,9 @@
 //                   around the same work; nothing else changes
 // --sleep-in-cs US  the holder sleeps US microseconds inside each critical section (a holder
 //                   off the CPU while it holds the lock: tests/tests/callsites.rs)
+// --sleep-out US    each thread sleeps US microseconds after it lets the lock go (so that a
+//                   woken waiter, not the releaser, takes it next, and no thread competes
+//                   with the holder for a CPU)
 //
 // Prints {"ops":N,"seconds":S} every second while it runs (operations so far, seconds since
 // the start) and once more when it stops, at --seconds or on SIGTERM/SIGINT: N is summed over
@@ -61,7 +65,7 @@ struct counter {
 struct shared {
     _Atomic int stop;
     enum kind kind;
-    int threads, cs, out, uncontended, sleep_us;
+    int threads, cs, out, uncontended, sleep_us, sleep_out_us;
     struct slot *slots;
     struct counter *counters;
 };
@@ -125,6 +129,8 @@ static void *worker(void *arg) {
         else
             pthread_mutex_unlock(&s->lock.mutex);
         x = burn(sh->out, x);
+        if (sh->sleep_out_us)
+            usleep(sh->sleep_out_us);
         atomic_store_explicit(&sh->counters[id].ops, ++ops, memory_order_relaxed);
     }
     return NULL;
@@ -164,7 +170,7 @@ static void report(uint64_t ops, double seconds) {
 static _Noreturn void usage(void) {
     fprintf(stderr, "usage: lockbench --lock mutex|adaptive|rwlock|shared [--threads N] "
                     "[--procs P] [--seconds S] [--cs ITER] [--out ITER] [--uncontended] "
-                    "[--sleep-in-cs US]\n");
+                    "[--sleep-in-cs US] [--sleep-out US]\n");
     exit(2);
 }
 
@@ -174,10 +180,10 @@ int main(int argc, char **argv) {
         {"procs", required_argument, NULL, 'p'}, {"seconds", required_argument, NULL, 's'},
         {"cs", required_argument, NULL, 'c'},    {"out", required_argument, NULL, 'o'},
         {"uncontended", no_argument, NULL, 'u'}, {"sleep-in-cs", required_argument, NULL, 'z'},
-        {NULL, 0, NULL, 0},
+        {"sleep-out", required_argument, NULL, 'y'},     {NULL, 0, NULL, 0},
     };
     const char *lock = NULL;
-    int threads = 32, procs = 1, cs = 50, out = 50, uncontended = 0, sleep_us = 0;
+    int threads = 32, procs = 1, cs = 50, out = 50, uncontended = 0, sleep_us = 0, sleep_out_us = 0;
     double seconds = 10;
     for (int c; (c = getopt_long(argc, argv, "", options, NULL)) != -1;) {
         switch (c) {
@@ -189,6 +195,7 @@ int main(int argc, char **argv) {
         case 'o': out = atoi(optarg); break;
         case 'u': uncontended = 1; break;
         case 'z': sleep_us = atoi(optarg); break;
+        case 'y': sleep_out_us = atoi(optarg); break;
         default: usage();
         }
     }
@@ -222,6 +229,7 @@ int main(int argc, char **argv) {
     sh->out = out;
     sh->uncontended = uncontended;
     sh->sleep_us = sleep_us;
+    sh->sleep_out_us = sleep_out_us;
     sh->slots = (struct slot *)(((uintptr_t)(sh + 1) + 127) & ~(uintptr_t)127);
     sh->counters = (struct counter *)(sh->slots + n);
     for (int i = 0; i < (uncontended ? n : 1); i++)
