@@ -583,8 +583,9 @@ fn built() -> &'static Path {
         let dir = tempfile::tempdir().expect("a temporary directory for the corpus builds");
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus");
         let javac = tool("javac", "apt-get install openjdk-17-jdk-headless");
+        // The source is UTF-8; a guest without a locale would read it as ASCII.
         let status = Command::new(javac)
-            .arg("-d")
+            .args(["-encoding", "UTF-8", "-d"])
             .arg(dir.path())
             .arg(src.join("Corpus.java"))
             .status()
