@@ -352,13 +352,6 @@ pub fn matrix_steps() -> Vec<Step> {
             "throttling",
             "throttling_over_a_window_is_cpu_stat_between_its_edges",
         ),
-        // The storm's lock named from sampled hand-offs (user registers from BTF's pt_regs,
-        // stacks unwound by call-frame information), with and without frame pointers.
-        test(
-            Btf,
-            "callsites",
-            "native_lock_sites_are_named_with_and_without_frame_pointers",
-        ),
         // `run`: a storm's finding on /metrics while it lasts, gone after.
         test(Btf, "daemon", "a_lock_storm_is_a_finding_while_it_lasts"),
         // The kernel's BTF hidden from here on.
