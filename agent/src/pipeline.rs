@@ -35,6 +35,10 @@ pub struct Pipeline {
     symbolizer: KernelSymbolizer,
     /// Pairs and names the futex probes' sampled hand-offs.
     handoffs: HandoffNamer,
+    /// Each cgroup's Go mutex slow-path entries at the last read (the kernel's totals).
+    go_mutex_calls: HashMap<u64, stormwatch_common::GoMutexCalls>,
+    /// Whether Go's mutex uprobes were wanted at the last tick.
+    go_mutexes_watched: bool,
     identities: Identities,
     /// The interfaces the network probes saw: what the kernel said each is when they first saw
     /// it.
@@ -62,6 +66,8 @@ impl Pipeline {
             call_sites: HashMap::new(),
             symbolizer: KernelSymbolizer::new(),
             handoffs: HandoffNamer::new(options.call_site_lines),
+            go_mutex_calls: HashMap::new(),
+            go_mutexes_watched: false,
             identities: Identities::default(),
             interfaces: HashMap::new(),
             host_netns,
@@ -69,6 +75,9 @@ impl Pipeline {
         };
         // Nothing has been seen sending yet: the processes in each namespace say whose it is.
         pipeline.track_netns_owners([]);
+        // Go binaries already running, when the futex probes watch from the start.
+        pipeline.go_mutexes_watched = pipeline.probes.watch_go_mutexes(None);
+        pipeline.go_mutex_calls = pipeline.probes.read_go_mutex_calls();
         Ok(pipeline)
     }
 
@@ -107,6 +116,7 @@ impl Pipeline {
         let snapshot = Snapshot::read(&mut self.probes).context("reading the probes' maps")?;
         let mut window = Window::between(&self.previous, &snapshot);
         self.name_handoffs(&mut window);
+        self.count_go_mutexes(&mut window);
         let ids: HashSet<u64> = snapshot.cgroup_ids().copied().collect();
         let active = |id: u64| window.cgroups.get(&id).is_some_and(|w| w.threads_moved());
         let gone: Vec<u64> = self.resolver.refresh(&ids, active).into_iter().collect();
@@ -193,6 +203,39 @@ impl Pipeline {
         window.handoff_sites = self.handoffs.name(sides);
         self.handoffs
             .retain_processes(|tgid| std::path::Path::new(&format!("/proc/{tgid}")).exists());
+    }
+
+    /// Adds each cgroup's Go mutex slow-path entries since the last tick to `window`, and
+    /// attaches the Go mutex uprobes to the binaries of processes new to the futex probes (to
+    /// every process's when the futex probes have just been attached).
+    fn count_go_mutexes(&mut self, window: &mut Window) {
+        let tgids: Vec<u32> = window
+            .hot_futexes
+            .keys()
+            .map(|k| k.tgid)
+            .chain(window.handoff_threads.values().map(|t| t.tgid))
+            .collect::<HashSet<u32>>()
+            .into_iter()
+            .collect();
+        let watched = self
+            .probes
+            .watch_go_mutexes((self.go_mutexes_watched).then_some(&tgids[..]));
+        self.go_mutexes_watched = watched;
+        let now = self.probes.read_go_mutex_calls();
+        for (id, calls) in &now {
+            let before = self.go_mutex_calls.get(id).copied().unwrap_or_default();
+            // An entry deleted (its cgroup removed) and made again starts from zero.
+            let delta = |a: u64, b: u64| if a >= b { a - b } else { a };
+            let locks = delta(calls.lock_slow, before.lock_slow);
+            let unlocks = delta(calls.unlock_slow, before.unlock_slow);
+            if locks == 0 && unlocks == 0 {
+                continue;
+            }
+            let go = &mut window.handoff_sites.entry(*id).or_default().go_mutex;
+            go.contended_locks += locks;
+            go.handing_unlocks += unlocks;
+        }
+        self.go_mutex_calls = now;
     }
 
     /// Whether the futex probes sample hand-offs, so that their call sites can be named.

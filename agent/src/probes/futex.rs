@@ -151,6 +151,7 @@ fn sample_globals(facts: &KernelFacts) -> Vec<(&'static str, u32)> {
             (globals::PT_REGS_IP_OFFSET, "pt_regs", &["ip"]),
             (globals::PT_REGS_SP_OFFSET, "pt_regs", &["sp"]),
             (globals::PT_REGS_BP_OFFSET, "pt_regs", &["bp"]),
+            (globals::PT_REGS_AX_OFFSET, "pt_regs", &["ax"]),
             (
                 globals::HOLD_RUN_DELAY_OFFSET,
                 "task_struct",

@@ -272,6 +272,11 @@ impl Probes {
         } else {
             None
         };
+        let go_mutexes = if handoff_samples.is_some() {
+            super::gomutex::GoMutexProbes::load(&mut ebpf)
+        } else {
+            super::gomutex::GoMutexProbes::default()
+        };
         drop(facts);
         // Parsing the kernel's BTF (several MB, for the loader and tp_btf) is the agent's
         // largest allocation and it is over now: give the memory back to the system instead of
@@ -289,6 +294,7 @@ impl Probes {
             init_netns,
             check_attach,
             handoff_samples,
+            go_mutexes,
         })
     }
 }

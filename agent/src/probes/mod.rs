@@ -9,6 +9,7 @@ pub mod batch;
 pub mod btf;
 pub mod demand;
 pub mod futex;
+pub mod gomutex;
 pub mod load;
 pub mod locks;
 pub mod map_io;
@@ -136,6 +137,8 @@ pub struct Probes {
     check_attach: bool,
     /// The sampled hand-offs' ring buffer, where the futex probes sample them.
     handoff_samples: Option<aya::maps::RingBuf<aya::maps::MapData>>,
+    /// Go's `sync.Mutex` uprobes (loaded with the hand-off sampler).
+    go_mutexes: gomutex::GoMutexProbes,
 }
 
 /// Whether the kernel attached tp_btf program `prog` to `event`. The type id aya takes from a
@@ -213,6 +216,49 @@ impl Probes {
         self.handoff_samples.is_some()
     }
 
+    /// Whether the futex probes watch every process now: attached for good, or on demand and
+    /// attached.
+    pub fn futex_watching(&self) -> bool {
+        if self.on_demand(Tier::Futex) {
+            self.tier_attached(Tier::Futex)
+        } else {
+            self.is_attached(futex::EXIT)
+        }
+    }
+
+    /// Attaches Go's `sync.Mutex` uprobes to the binaries of `tgids` (every process when
+    /// `None`) while the futex probes watch, and detaches them all when they do not; returns
+    /// whether they are wanted now.
+    pub fn watch_go_mutexes(&mut self, tgids: Option<&[u32]>) -> bool {
+        if !self.go_mutexes.loaded() {
+            return false;
+        }
+        if !self.futex_watching() {
+            if self.go_mutexes.attached() > 0 {
+                self.go_mutexes.detach_all(&mut self.ebpf);
+            }
+            return false;
+        }
+        match tgids {
+            Some(t) => self.go_mutexes.watch(&mut self.ebpf, t.iter().copied()),
+            None => self.go_mutexes.watch_all(&mut self.ebpf),
+        }
+        self.go_mutexes
+            .retain_processes(|t| std::path::Path::new(&format!("/proc/{t}")).exists());
+        true
+    }
+
+    /// Each cgroup's entries of Go's mutex slow paths so far (nothing when not loaded).
+    pub fn read_go_mutex_calls(&self) -> HashMap<u64, stormwatch_common::GoMutexCalls> {
+        if !self.go_mutexes.loaded() {
+            return HashMap::new();
+        }
+        gomutex::read_calls(&self.ebpf).unwrap_or_else(|e| {
+            log::warn!("cannot read the Go mutex counts: {e:#}");
+            HashMap::new()
+        })
+    }
+
     /// The sides of sampled hand-offs written since the last call.
     pub fn drain_handoff_samples(&mut self) -> Vec<stormwatch_common::HandoffSample> {
         self.handoff_samples
@@ -233,6 +279,9 @@ impl Probes {
         }
         locks::forget(&mut self.ebpf, cgroups);
         futex::forget(&mut self.ebpf, cgroups);
+        if self.go_mutexes.loaded() {
+            gomutex::forget(&mut self.ebpf, cgroups);
+        }
         net::forget(&mut self.ebpf, cgroups);
     }
 

@@ -6,7 +6,7 @@
 use serde::Serialize;
 
 use crate::symbolize::{
-    handoffs::{HandoffSites, PairStats},
+    handoffs::{GoMutexSites, HandoffSites, PairStats},
     user::UserSite,
 };
 
@@ -77,6 +77,55 @@ pub struct LockCallSites {
     pub pairs: Vec<HandoffPair>,
     /// What would name the sites that have no name.
     pub hints: Vec<String>,
+    /// Go's `sync.Mutex` (goroutines wait for it in Go's scheduler, not in futex waits): where
+    /// its uprobes are attached and it was contended.
+    pub go_mutex: Option<GoMutexReport>,
+}
+
+/// A site of Go mutex slow-path entries, with its share of the sampled ones.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct GoMutexSite {
+    pub site: UserSite,
+    pub sampled: u64,
+    pub share: f64,
+}
+
+/// A container's Go `sync.Mutex` contention over the window.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct GoMutexReport {
+    /// `Lock` calls that found the mutex held (entries of its `lockSlow`: the goroutine spins,
+    /// then parks), all of them.
+    pub contended_locks: u64,
+    /// `Unlock` calls that found waiters to hand on (entries of `unlockSlow`), all of them.
+    pub handing_unlocks: u64,
+    /// The code that called `Lock` on a held mutex, most sampled first (a sample of the calls).
+    pub lock_sites: Vec<GoMutexSite>,
+    /// The code that called `Unlock` with waiters, likewise.
+    pub unlock_sites: Vec<GoMutexSite>,
+}
+
+impl GoMutexReport {
+    pub fn of(g: &GoMutexSites) -> Option<Self> {
+        if g.is_empty() {
+            return None;
+        }
+        let sites = |by| {
+            let (top, all) = GoMutexSites::top(by, TOP_N);
+            top.into_iter()
+                .map(|(site, n)| GoMutexSite {
+                    site: site.clone(),
+                    sampled: n,
+                    share: n as f64 / all.max(1) as f64,
+                })
+                .collect()
+        };
+        Some(Self {
+            contended_locks: g.contended_locks,
+            handing_unlocks: g.handing_unlocks,
+            lock_sites: sites(&g.lock_sites),
+            unlock_sites: sites(&g.unlock_sites),
+        })
+    }
 }
 
 pub fn lock_call_sites(sites: Option<&HandoffSites>) -> LockCallSites {
@@ -86,6 +135,7 @@ pub fn lock_call_sites(sites: Option<&HandoffSites>) -> LockCallSites {
             slow: SlowHandoffs::of(&PairStats::default()),
             pairs: Vec::new(),
             hints: Vec::new(),
+            go_mutex: None,
         };
     };
     let total = sites.total();
@@ -104,5 +154,6 @@ pub fn lock_call_sites(sites: Option<&HandoffSites>) -> LockCallSites {
             })
             .collect(),
         hints: sites.hints.iter().cloned().collect(),
+        go_mutex: GoMutexReport::of(&sites.go_mutex),
     }
 }

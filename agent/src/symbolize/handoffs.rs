@@ -134,12 +134,53 @@ impl PairStats {
     }
 }
 
+/// A cgroup's Go `sync.Mutex` contention (`ebpf-probes/kernel/src/gomutex.rs`): its slow
+/// paths' entries, counted (all of them), and the code that entered them (a sample).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GoMutexSites {
+    /// `Lock` calls that found the mutex held (`lockSlow`).
+    pub contended_locks: u64,
+    /// `Unlock` calls that had waiters (or flags) to hand on (`unlockSlow`).
+    pub handing_unlocks: u64,
+    /// Sampled entries of `lockSlow`, by the site that called `Lock`.
+    pub lock_sites: HashMap<UserSite, u64>,
+    /// Sampled entries of `unlockSlow`, by the site that called `Unlock`.
+    pub unlock_sites: HashMap<UserSite, u64>,
+}
+
+impl GoMutexSites {
+    pub fn add(&mut self, o: &Self) {
+        self.contended_locks += o.contended_locks;
+        self.handing_unlocks += o.handing_unlocks;
+        for (k, v) in &o.lock_sites {
+            *self.lock_sites.entry(k.clone()).or_default() += v;
+        }
+        for (k, v) in &o.unlock_sites {
+            *self.unlock_sites.entry(k.clone()).or_default() += v;
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.contended_locks == 0 && self.handing_unlocks == 0 && self.lock_sites.is_empty()
+    }
+
+    /// The `n` sites with the most samples (ties by name), with the samples of all sites.
+    pub fn top(sites: &HashMap<UserSite, u64>, n: usize) -> (Vec<(&UserSite, u64)>, u64) {
+        let mut all: Vec<_> = sites.iter().map(|(k, v)| (k, *v)).collect();
+        all.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
+        all.truncate(n);
+        (all, sites.values().sum())
+    }
+}
+
 /// A cgroup's sampled hand-offs by (waiter site, waker site).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct HandoffSites {
     pub pairs: HashMap<(UserSite, UserSite), PairStats>,
     /// What would name the sites that have no name (a flag, a perf map).
     pub hints: BTreeSet<String>,
+    /// Go's `sync.Mutex`, where its uprobes are attached.
+    pub go_mutex: GoMutexSites,
 }
 
 impl HandoffSites {
@@ -148,6 +189,7 @@ impl HandoffSites {
             self.pairs.entry(k.clone()).or_default().add(v);
         }
         self.hints.extend(other.hints.iter().cloned());
+        self.go_mutex.add(&other.go_mutex);
     }
 
     /// All sampled hand-offs of the cgroup.
@@ -207,6 +249,18 @@ impl HandoffNamer {
         let mut out: HashMap<u64, HandoffSites> = HashMap::new();
         let now = Instant::now();
         for side in sides {
+            if side.side == handoff_side::GO_LOCK || side.side == handoff_side::GO_UNLOCK {
+                let (site, hint) = self.go_site_of(&side);
+                let sites = out.entry(side.cgroup_id).or_default();
+                sites.hints.extend(hint);
+                let by = if side.side == handoff_side::GO_LOCK {
+                    &mut sites.go_mutex.lock_sites
+                } else {
+                    &mut sites.go_mutex.unlock_sites
+                };
+                *by.entry(site).or_default() += 1;
+                continue;
+            }
             let Some((other, _)) = self.pending.remove(&side.sample_id) else {
                 self.pending.insert(side.sample_id, (side, now));
                 continue;
@@ -257,6 +311,48 @@ impl HandoffNamer {
             bp: side.bp,
             stack: &side.stack,
         })
+    }
+
+    /// The site of a Go mutex slow path's entry: the uprobe stopped at the function's first
+    /// instruction, before its frame is made, so the caller's return address is on top of the
+    /// stack and the frame pointer is still the caller's. The walk starts in the caller (at the
+    /// call instruction, so that its line is the call's), and the site is named as the code
+    /// that called `Lock` (or `Unlock`): Go inlines those into it.
+    fn go_site_of(&mut self, side: &HandoffSide) -> (UserSite, Option<String>) {
+        let Some(ret) = side
+            .stack
+            .get(..8)
+            .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+        else {
+            return (
+                UserSite {
+                    function: None,
+                    lock_function: None,
+                    location: None,
+                    module: None,
+                    unnamed: Some("its stack could not be read".to_owned()),
+                },
+                None,
+            );
+        };
+        let (mut site, hint) = self.symbolizer.site(&StackSample {
+            tgid: side.tgid,
+            ip: ret.saturating_sub(1),
+            sp: side.sp + 8,
+            bp: side.bp,
+            stack: &side.stack[8..],
+        });
+        if site.function.is_some() {
+            site.lock_function = Some(
+                if side.side == handoff_side::GO_LOCK {
+                    "sync.(*Mutex).Lock"
+                } else {
+                    "sync.(*Mutex).Unlock"
+                }
+                .to_owned(),
+            );
+        }
+        (site, hint)
     }
 
     /// Forgets what it read of processes that are gone.

@@ -51,6 +51,11 @@ pub mod maps {
     pub const PENDING_WAKES: &str = "PENDING_WAKES";
     /// Per-CPU array (one slot): [`crate::HandoffSampler`], the rate limit of wake samples.
     pub const HANDOFF_SAMPLER: &str = "HANDOFF_SAMPLER";
+    /// Per-CPU hash: cgroup id (u64) → [`crate::GoMutexCalls`], the entries of Go's
+    /// `sync.Mutex` slow paths (uprobes the agent attaches to Go binaries).
+    pub const GO_MUTEX_CALLS: &str = "GO_MUTEX_CALLS";
+    /// Per-CPU array (one slot): [`crate::HandoffSampler`], the rate limit of Go mutex samples.
+    pub const GO_MUTEX_SAMPLER: &str = "GO_MUTEX_SAMPLER";
     /// Per-CPU hash: cgroup id (u64) → [`crate::LockStats`].
     pub const CGROUP_LOCKS: &str = "CGROUP_LOCKS";
     /// Per-CPU hash: [`crate::LockSiteKey`] → [`crate::LockSiteValue`], contended call sites;
@@ -137,6 +142,9 @@ pub mod globals {
     pub const PT_REGS_IP_OFFSET: &str = "PT_REGS_IP_OFFSET";
     pub const PT_REGS_SP_OFFSET: &str = "PT_REGS_SP_OFFSET";
     pub const PT_REGS_BP_OFFSET: &str = "PT_REGS_BP_OFFSET";
+    /// `offsetof(struct pt_regs, ax)`: a Go function's first argument (its receiver) in Go's
+    /// register ABI, for the `sync.Mutex` uprobes.
+    pub const PT_REGS_AX_OFFSET: &str = "PT_REGS_AX_OFFSET";
     pub const HOLD_RUN_DELAY_OFFSET: &str = "HOLD_RUN_DELAY_OFFSET";
     pub const HOLD_NVCSW_OFFSET: &str = "HOLD_NVCSW_OFFSET";
     pub const HOLD_NIVCSW_OFFSET: &str = "HOLD_NIVCSW_OFFSET";
@@ -167,6 +175,9 @@ pub mod programs {
     pub const LOCK_END_BTF: &str = "lock_contention_end_btf";
     pub const LOCK_BEGIN_TP: &str = "lock_contention_begin_tp";
     pub const LOCK_END_TP: &str = "lock_contention_end_tp";
+    /// Uprobes at the entries of Go's `sync.Mutex` slow paths (`lockSlow`, `unlockSlow`).
+    pub const GO_MUTEX_LOCK_SLOW: &str = "go_mutex_lock_slow";
+    pub const GO_MUTEX_UNLOCK_SLOW: &str = "go_mutex_unlock_slow";
     pub const BENCH_EMPTY_SWITCH: &str = "bench_empty_switch";
     pub const BENCH_EMPTY_WAKEUP: &str = "bench_empty_wakeup";
     pub const BENCH_EMPTY_WAKEUP_NEW: &str = "bench_empty_wakeup_new";
@@ -636,6 +647,22 @@ pub mod handoff_side {
     pub const WAKER: u32 = 1;
     /// The first thread to return from a wait on the word after the wake began.
     pub const WAITER: u32 = 2;
+    /// A goroutine entering Go's `sync.Mutex` lock slow path (the lock was held: it spins,
+    /// then parks in Go's scheduler). Not paired: `sample_id` is 0, `uaddr` the mutex.
+    pub const GO_LOCK: u32 = 3;
+    /// A goroutine entering Go's `sync.Mutex` unlock slow path (the mutex had waiters, or a
+    /// woken or starving flag, to hand on). Not paired, as `GO_LOCK`.
+    pub const GO_UNLOCK: u32 = 4;
+}
+
+/// Entries of Go's `sync.Mutex` slow paths in one cgroup, on one CPU (cumulative).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GoMutexCalls {
+    /// `lockSlow`: a `Lock` that found the mutex held.
+    pub lock_slow: u64,
+    /// `unlockSlow`: an `Unlock` that found waiters (or flags) to hand on.
+    pub unlock_slow: u64,
 }
 
 /// One side of a sampled hand-off, with the user registers and stack to unwind it by. The two
@@ -1217,6 +1244,7 @@ mod user {
     unsafe impl aya::Pod for PendingWakeKey {}
     unsafe impl aya::Pod for PendingWake {}
     unsafe impl aya::Pod for HandoffSampler {}
+    unsafe impl aya::Pod for GoMutexCalls {}
     unsafe impl aya::Pod for HotFutexKey {}
     unsafe impl aya::Pod for HotFutexValue {}
     unsafe impl aya::Pod for LockStats {}

@@ -71,6 +71,8 @@ static PT_REGS_SP_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
 static PT_REGS_BP_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
+static PT_REGS_AX_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
 static HOLD_RUN_DELAY_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
 static HOLD_NVCSW_OFFSET: u32 = 0;
@@ -95,7 +97,14 @@ pub fn choose_wake(uaddr: u64) -> (u64, u64) {
     if !enabled() || uaddr == 0 {
         return (0, 0);
     }
-    let Some(sampler) = HANDOFF_SAMPLER.get_ptr_mut(0) else {
+    take_turn(&HANDOFF_SAMPLER)
+}
+
+/// Whether this CPU may sample now, by `sampler`'s rate limit: `(sample id, now)`, an id of 0
+/// when it may not.
+#[inline(always)]
+pub fn take_turn(sampler: &PerCpuArray<HandoffSampler>) -> (u64, u64) {
+    let Some(sampler) = sampler.get_ptr_mut(0) else {
         return (0, 0);
     };
     // SAFETY: this CPU's slot; syscall entries do not nest on one CPU.
@@ -181,12 +190,19 @@ pub fn wake_exit(call: &mut FutexInflight, cgroup_id: u64, woke: bool) {
     } else {
         (0, 0, 0, 0)
     };
-    write(sample_id, cgroup_id, call.uaddr, handoff_side::WAKER, |s| {
-        s.hold_ns = hold_ns;
-        s.hold_run_delay_ns = run_delay;
-        s.hold_nvcsw = nvcsw as u32;
-        s.hold_nivcsw = nivcsw as u32;
-    });
+    write(
+        sample_id,
+        cgroup_id,
+        call.uaddr,
+        handoff_side::WAKER,
+        task_regs(),
+        |s| {
+            s.hold_ns = hold_ns;
+            s.hold_run_delay_ns = run_delay;
+            s.hold_nvcsw = nvcsw as u32;
+            s.hold_nivcsw = nivcsw as u32;
+        },
+    );
 }
 
 /// At a woken wait's return (`now`): stamps the thread's hold, and writes the waiter's side if
@@ -230,6 +246,7 @@ pub fn woken_wait_exit(call: &mut FutexInflight, cgroup_id: u64, now: u64, waite
         cgroup_id,
         call.uaddr,
         handoff_side::WAITER,
+        task_regs(),
         |s| {
             s.wait_ns = waited;
             s.wake_to_return_ns = now - pending.at_ns;
@@ -238,14 +255,68 @@ pub fn woken_wait_exit(call: &mut FutexInflight, cgroup_id: u64, now: u64, waite
     );
 }
 
-/// Writes one side: the fields every side has, then `fill`'s, then the registers and the top
-/// of the user stack (4 KiB, or 1 KiB, or 256 bytes where the stack ends sooner).
+/// User registers: instruction, stack and frame pointers.
+#[derive(Clone, Copy)]
+pub struct Regs {
+    pub ip: u64,
+    pub sp: u64,
+    pub bp: u64,
+}
+
+/// The current thread's user registers (as it entered the kernel), read from its BTF-typed
+/// `pt_regs`.
 #[inline(always)]
-fn write(
+fn task_regs() -> Regs {
+    // SAFETY: the current task, a BTF pointer.
+    let regs = (unsafe { bpf_task_pt_regs(current_task()) }) as *const u8;
+    Regs {
+        ip: typed::<u64>(regs, global_u32(&PT_REGS_IP_OFFSET)),
+        sp: typed::<u64>(regs, global_u32(&PT_REGS_SP_OFFSET)),
+        bp: typed::<u64>(regs, global_u32(&PT_REGS_BP_OFFSET)),
+    }
+}
+
+/// A probe context's `pt_regs` field at `offset` (a context pointer may only be loaded from
+/// at a constant offset, so it is read with a helper).
+#[inline(always)]
+fn ctx_reg(ctx: *const u8, offset: &u32) -> u64 {
+    // SAFETY: `ctx` points at the probe's `struct pt_regs`, and `offset` is a field of it (BTF);
+    // the helper tolerates any address.
+    unsafe {
+        aya_ebpf::helpers::bpf_probe_read_kernel(
+            ctx.wrapping_add(global_u32(offset) as usize) as *const u64
+        )
+    }
+    .unwrap_or(0)
+}
+
+/// A uprobe's user registers, from its context.
+#[inline(always)]
+pub fn probe_regs(ctx: *const u8) -> Regs {
+    Regs {
+        ip: ctx_reg(ctx, &PT_REGS_IP_OFFSET),
+        sp: ctx_reg(ctx, &PT_REGS_SP_OFFSET),
+        bp: ctx_reg(ctx, &PT_REGS_BP_OFFSET),
+    }
+}
+
+/// The receiver of the Go method a uprobe stopped at the entry of: its first argument, in
+/// `ax` under Go's register ABI (amd64).
+#[inline(always)]
+pub fn go_receiver(ctx: *const u8) -> u64 {
+    ctx_reg(ctx, &PT_REGS_AX_OFFSET)
+}
+
+/// Writes one side: the fields every side has, then `fill`'s, then the user registers from
+/// `regs` and the top of the user stack (4 KiB, or 1 KiB, or 256 bytes
+/// where the stack ends sooner).
+#[inline(always)]
+pub fn write(
     sample_id: u64,
     cgroup_id: u64,
     uaddr: u64,
     side: u32,
+    regs: Regs,
     fill: impl FnOnce(&mut HandoffSample),
 ) {
     let Some(mut entry) = HANDOFF_SAMPLES.reserve::<HandoffSample>(0) else {
@@ -272,11 +343,9 @@ fn write(
     s.cpu = unsafe { bpf_get_smp_processor_id() };
     s.waker_cpu = 0;
     fill(s);
-    // SAFETY: the current task, a BTF pointer.
-    let regs = unsafe { bpf_task_pt_regs(current_task()) } as *const u8;
-    s.ip = typed::<u64>(regs, global_u32(&PT_REGS_IP_OFFSET));
-    s.sp = typed::<u64>(regs, global_u32(&PT_REGS_SP_OFFSET));
-    s.bp = typed::<u64>(regs, global_u32(&PT_REGS_BP_OFFSET));
+    s.ip = regs.ip;
+    s.sp = regs.sp;
+    s.bp = regs.bp;
     s.stack_len = 0;
     let sp = s.sp as *const u8;
     let dst = s.stack.as_mut_ptr() as *mut core::ffi::c_void;

@@ -11,6 +11,7 @@
 
 mod bench;
 mod futex;
+mod gomutex;
 mod handoff;
 mod locks;
 mod net;
