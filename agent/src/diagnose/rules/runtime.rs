@@ -41,7 +41,7 @@ pub fn runtime_sizing(f: &Facts, t: &Thresholds) -> Option<Finding> {
             largest = largest.max(c.value);
             sized.push(match c.source {
                 "affinity" => format!(
-                    "{what} runs {} = {} (the CPUs it may run on: before Go 1.25 the runtime                      does not read the CPU limit)",
+                    "{what} runs {} = {} (the CPUs it may run on: before Go 1.25 the runtime does not read the CPU limit)",
                     c.name, c.value
                 ),
                 source => format!("{what} runs {}={} (from its {source})", c.name, c.value),
@@ -53,7 +53,7 @@ pub fn runtime_sizing(f: &Facts, t: &Thresholds) -> Option<Finding> {
                 "{what} runs {gc} GC worker threads: it sized its pools from {gc} or more CPUs"
             ));
             recs.push(format!(
-                "Give the JVM the container's CPU count: -XX:ActiveProcessorCount={n} (its GC,                  JIT and ForkJoin pools follow it), or -XX:ParallelGCThreads={n} and                  -XX:ConcGCThreads where they are set by hand; check that container support is                  on (-XX:+UseContainerSupport, the default since JDK 10)."
+                "Give the JVM the container's CPU count: -XX:ActiveProcessorCount={n} (its GC, JIT and ForkJoin pools follow it), or -XX:ParallelGCThreads={n} and -XX:ConcGCThreads where they are set by hand; check that container support is on (-XX:+UseContainerSupport, the default since JDK 10)."
             ));
         }
     }
@@ -71,11 +71,19 @@ pub fn runtime_sizing(f: &Facts, t: &Thresholds) -> Option<Finding> {
     );
     if runtime_rate > 0.0 {
         summary.push_str(&format!(
-            "; its scheduler wakes parked threads {runtime_rate:.0} times/s per CPU to hand work              around (futex hand-offs of work, not of a lock)"
+            "; its scheduler wakes parked threads {runtime_rate:.0} times/s per CPU to hand work around (futex hand-offs of work, not of a lock)"
         ));
     }
     if saturated {
         summary.push_str("; the container keeps its CPUs saturated");
+    }
+    let go_mutex = go_mutex_named(f);
+    if let Some(g) = &go_mutex {
+        summary.push_str("; ");
+        summary.push_str(&g.clause);
+        recs.push(g.recommendation.clone());
+        e.insert("go_mutex_contended_locks_per_second", g.per_second);
+        e.insert("top_pair_share", g.top_share);
     }
     let mut found = Finding::new(
         Kind::RuntimeSizing,
@@ -93,7 +101,67 @@ pub fn runtime_sizing(f: &Facts, t: &Thresholds) -> Option<Finding> {
             .collect::<Vec<_>>()
             .join(","),
     );
+    if let Some(g) = go_mutex {
+        found.context.insert("waiter_site", g.lock_site);
+        found.context.insert("waker_site", g.unlock_site);
+    }
     Some(found)
+}
+
+/// A container's Go `sync.Mutex` contention, in words.
+struct GoMutexWords {
+    clause: String,
+    recommendation: String,
+    per_second: f64,
+    /// The top `Lock` site's share of the sampled entries.
+    top_share: f64,
+    lock_site: String,
+    unlock_site: String,
+}
+
+/// Go's `sync.Mutex` contention from its uprobes (counted per second of the span the futex
+/// probes, and with them the uprobes, watched), and the code that takes and hands on the
+/// mutex most, where a sample named it.
+fn go_mutex_named(f: &Facts) -> Option<GoMutexWords> {
+    use crate::symbolize::handoffs::GoMutexSites;
+    let g = &f.sites.as_ref()?.go_mutex;
+    if g.contended_locks == 0 || f.futex_seconds <= 0.0 {
+        return None;
+    }
+    let per_second = g.contended_locks as f64 / f.futex_seconds;
+    let (locks, sampled) = GoMutexSites::top(&g.lock_sites, 1);
+    let (unlocks, _) = GoMutexSites::top(&g.unlock_sites, 1);
+    let (lock, n) = locks.first().copied()?;
+    let unlock = unlocks.first().map(|(s, _)| s.describe());
+    let top_share = n as f64 / sampled.max(1) as f64;
+    let mut clause = format!(
+        "its goroutines contend on a sync.Mutex: {per_second:.0} Lock calls/s find it held ({:.0} unlocks/s hand it on); {:.0}% of {sampled} sampled are taken in {}",
+        g.handing_unlocks as f64 / f.futex_seconds,
+        100.0 * top_share,
+        lock.describe()
+    );
+    if let Some(u) = &unlock {
+        clause.push_str(&format!(" and handed on from {u}"));
+    }
+    let recommendation = if lock.function.is_some() {
+        format!(
+            "Change the code that takes the sync.Mutex in {}: hold it for less, or split what it guards (the waits are in Go's scheduler: `go tool pprof` on the program's mutex profile, runtime.SetMutexProfileFraction, shows their time).",
+            lock.describe()
+        )
+    } else {
+        format!(
+            "The code that takes the contended sync.Mutex could not be named: {}.",
+            lock.describe()
+        )
+    };
+    Some(GoMutexWords {
+        clause,
+        recommendation,
+        per_second,
+        top_share,
+        lock_site: lock.describe(),
+        unlock_site: unlock.unwrap_or_default(),
+    })
 }
 
 fn runtime_label(r: &crate::identity::runtime::Runtime) -> &'static str {
@@ -110,16 +178,16 @@ fn runtime_fix(r: &crate::identity::runtime::Runtime, name: &str, source: &str, 
     use crate::identity::runtime::Runtime;
     match r {
         Runtime::Go { .. } if source == "environment" => format!(
-            "Set GOMAXPROCS={n}, or unset it on Go 1.25 and later, which read the container's              CPU limit themselves (older: go.uber.org/automaxprocs): {name} above the CPUs it              may use only adds Ms that park and wake to pass goroutines around."
+            "Set GOMAXPROCS={n}, or unset it on Go 1.25 and later, which read the container's CPU limit themselves (older: go.uber.org/automaxprocs): {name} above the CPUs it may use only adds Ms that park and wake to pass goroutines around."
         ),
         Runtime::Go { .. } => format!(
-            "Set GOMAXPROCS={n}, or build with Go 1.25 or later, which reads the container's CPU              limit (older: go.uber.org/automaxprocs)."
+            "Set GOMAXPROCS={n}, or build with Go 1.25 or later, which reads the container's CPU limit (older: go.uber.org/automaxprocs)."
         ),
         Runtime::Jvm => format!(
-            "Set -XX:ActiveProcessorCount={n} (or remove the flag: with container support the              JVM reads the CPU limit itself); its GC, JIT and ForkJoin pools follow it."
+            "Set -XX:ActiveProcessorCount={n} (or remove the flag: with container support the JVM reads the CPU limit itself); its GC, JIT and ForkJoin pools follow it."
         ),
         Runtime::DotNet => format!(
-            "Set DOTNET_PROCESSOR_COUNT={n}, or unset it: .NET reads the container's CPU limit              itself."
+            "Set DOTNET_PROCESSOR_COUNT={n}, or unset it: .NET reads the container's CPU limit itself."
         ),
         Runtime::Native => format!("Size the program's pools to {n} CPU(s)."),
     }

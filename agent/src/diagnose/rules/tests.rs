@@ -336,6 +336,60 @@ fn hand_offs_of_work_are_not_a_lock() {
         found.summary
     );
     assert!(found.recommendations[0].contains("Set GOMAXPROCS=2"));
+    assert!(
+        !found.context.contains_key("waiter_site"),
+        "no Go mutex seen"
+    );
+
+    // Its goroutines contend on a sync.Mutex (the uprobes' counts and samples): the finding
+    // names the code that takes it, per second of the span the probes watched.
+    let mut contended = go.clone();
+    let site = |f: &str, line: &str| crate::symbolize::user::UserSite {
+        function: Some(f.into()),
+        lock_function: Some(line.into()),
+        location: Some("main.go:40".into()),
+        module: Some("server".into()),
+        unnamed: None,
+    };
+    let mut sites = crate::symbolize::handoffs::HandoffSites::default();
+    sites.go_mutex.contended_locks = 50_000;
+    sites.go_mutex.handing_unlocks = 40_000;
+    sites
+        .go_mutex
+        .lock_sites
+        .insert(site("main.worker", "sync.(*Mutex).Lock"), 75);
+    sites
+        .go_mutex
+        .lock_sites
+        .insert(site("main.other", "sync.(*Mutex).Lock"), 25);
+    sites
+        .go_mutex
+        .unlock_sites
+        .insert(site("main.worker", "sync.(*Mutex).Unlock"), 90);
+    contended.sites = Some(sites);
+    contended.futex_seconds = 5.0;
+    let named = runtime_sizing(&contended, &t).expect("still sized for 16 CPUs");
+    assert!(
+        named.summary.contains(
+            "10000 Lock calls/s find it held (8000 unlocks/s hand it on); 75% of 100 sampled \
+             are taken in `main.worker` (main.go:40) via `sync.(*Mutex).Lock`"
+        ),
+        "{}",
+        named.summary
+    );
+    assert_eq!(
+        named.evidence["go_mutex_contended_locks_per_second"],
+        10_000.0
+    );
+    assert_eq!(named.evidence["top_pair_share"], 0.75);
+    assert!(
+        named.recommendations[1]
+            .starts_with("Change the code that takes the sync.Mutex in `main.worker`")
+    );
+    assert_eq!(
+        named.context["waker_site"],
+        "`main.worker` (main.go:40) via `sync.(*Mutex).Unlock`"
+    );
     let mut right = go.clone();
     right.runtimes[0].cpus.as_mut().unwrap().value = 2;
     assert!(runtime_sizing(&right, &t).is_none(), "sized to the CPUs");

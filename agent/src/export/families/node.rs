@@ -68,15 +68,19 @@ pub static FAMILIES: &[Family] = &[
         name: "stormwatch_lock_storm_call_site",
         help: "While a lock_storm finding holds: the code where its lock is waited for \
                (role=waiter) and handed on (role=waker), of the pair of sites with the most \
-               sampled hand-offs; the value is that pair's share of them. Two series per storm \
-               at most.",
+               sampled hand-offs; the value is that pair's share of them. While a \
+               runtime_sizing finding of a Go program holds and its goroutines contend on a \
+               sync.Mutex: the code that calls Lock on it held (waiter) and Unlock with \
+               waiters (waker), the value the Lock site's share of the sampled calls. Two \
+               series per finding at most.",
         kind: Kind::Gauge,
         unit: "",
         labels: &["role", "site", "namespace", "pod", "container", "cgroup"],
         scope: Scope::Finding,
         present: always,
-        absent: "no lock_storm holds, or its hand-offs are not sampled (no BTF, not x86-64, the \
-                 futex probes not attached) or none was sampled",
+        absent: "no lock_storm (or runtime_sizing with a contended Go sync.Mutex) holds, or its \
+                 hand-offs are not sampled (no BTF, not x86-64, the futex probes not attached) \
+                 or none was sampled",
         read: Read::Samples(|c, emit| {
             for f in &c.e.findings {
                 for (role, site) in &f.call_sites {
