@@ -75,9 +75,6 @@ impl Pipeline {
         };
         // Nothing has been seen sending yet: the processes in each namespace say whose it is.
         pipeline.track_netns_owners([]);
-        // Go binaries already running, when the futex probes watch from the start.
-        pipeline.go_mutexes_watched = pipeline.probes.watch_go_mutexes(None);
-        pipeline.go_mutex_calls = pipeline.probes.read_go_mutex_calls();
         Ok(pipeline)
     }
 
@@ -115,8 +112,8 @@ impl Pipeline {
     pub fn tick(&mut self) -> anyhow::Result<Window> {
         let snapshot = Snapshot::read(&mut self.probes).context("reading the probes' maps")?;
         let mut window = Window::between(&self.previous, &snapshot);
+        self.burst_go_mutexes(&mut window);
         self.name_handoffs(&mut window);
-        self.count_go_mutexes(&mut window);
         let ids: HashSet<u64> = snapshot.cgroup_ids().copied().collect();
         let active = |id: u64| window.cgroups.get(&id).is_some_and(|w| w.threads_moved());
         let gone: Vec<u64> = self.resolver.refresh(&ids, active).into_iter().collect();
@@ -200,15 +197,19 @@ impl Pipeline {
         if sides.is_empty() {
             return;
         }
-        window.handoff_sites = self.handoffs.name(sides);
+        for (id, sites) in self.handoffs.name(sides) {
+            window.handoff_sites.entry(id).or_default().add(&sites);
+        }
         self.handoffs
             .retain_processes(|tgid| std::path::Path::new(&format!("/proc/{tgid}")).exists());
     }
 
-    /// Adds each cgroup's Go mutex slow-path entries since the last tick to `window`, and
-    /// attaches the Go mutex uprobes to the binaries of processes new to the futex probes (to
-    /// every process's when the futex probes have just been attached).
-    fn count_go_mutexes(&mut self, window: &mut Window) {
+    /// Looks for Go binaries among the processes new to the futex probes (every process's when
+    /// the futex probes have just been attached), runs a burst of Go's mutex uprobes when one
+    /// is due, and adds each cgroup's slow-path entries in it to `window`, with the time the
+    /// uprobes were attached. Before the hand-off samples are drained: the burst's are named in
+    /// this window.
+    fn burst_go_mutexes(&mut self, window: &mut Window) {
         let tgids: Vec<u32> = window
             .hot_futexes
             .keys()
@@ -217,21 +218,27 @@ impl Pipeline {
             .collect::<HashSet<u32>>()
             .into_iter()
             .collect();
-        let watched = self
+        let (watched, span) = self
             .probes
-            .watch_go_mutexes((self.go_mutexes_watched).then_some(&tgids[..]));
+            .watch_go_mutexes(self.go_mutexes_watched.then_some(&tgids[..]));
         self.go_mutexes_watched = watched;
+        let Some(span) = span else {
+            return;
+        };
         let now = self.probes.read_go_mutex_calls();
         for (id, calls) in &now {
             let before = self.go_mutex_calls.get(id).copied().unwrap_or_default();
             // An entry deleted (its cgroup removed) and made again starts from zero.
             let delta = |a: u64, b: u64| if a >= b { a - b } else { a };
-            let locks = delta(calls.lock_slow, before.lock_slow);
-            let unlocks = delta(calls.unlock_slow, before.unlock_slow);
-            if locks == 0 && unlocks == 0 {
-                continue;
-            }
+            let (locks, unlocks) = (
+                delta(calls.lock_slow, before.lock_slow),
+                delta(calls.unlock_slow, before.unlock_slow),
+            );
+            log::debug!(
+                "Go mutex burst of {span:?}: cgroup {id}: {locks} lockSlow, {unlocks} unlockSlow"
+            );
             let go = &mut window.handoff_sites.entry(*id).or_default().go_mutex;
+            go.probed_ns += span.as_nanos() as u64;
             go.contended_locks += locks;
             go.handing_unlocks += unlocks;
         }

@@ -10,6 +10,8 @@
 //! - the JVM (tests/corpus/Corpus.java): a fair `ReentrantLock` and a `synchronized` monitor,
 //!   named from the JVM's perf map when it keeps frame pointers, and otherwise unnamed with the
 //!   flag that would name them;
+//! - Go's `sync.Mutex` (uprobes on its slow paths, in bursts): its code named, its contended
+//!   `Lock` calls counted against the program's own count, and named by `diagnose`;
 //! - a stripped binary (Debian's sysbench) and Go's runtime, which must not be misnamed; and
 //!   lock-free CPU-bound work, which names nothing;
 //! - the holder's part: a holder made to sleep while it holds the lock, or throttled by a
@@ -25,6 +27,7 @@ use std::{
 use serde_json::Value;
 use stormwatch_tests::{
     Agent, TestCgroup,
+    bpftrace::Bpftrace,
     corpus::{Quota, built_programs},
     daemon::tool,
     join_before_exec, require_bpf,
@@ -293,6 +296,188 @@ fn a_stripped_binary_and_gos_runtime_are_not_misnamed() {
     assert!(
         named > 0,
         "the sync.Mutex's function was never named: {s:#}"
+    );
+}
+
+/// `file:line` of the line of tests/corpus/`dir`/`file` that holds `needle`, as DWARF names it
+/// (the file name alone).
+fn go_line(dir: &str, file: &str, needle: &str) -> String {
+    let at = line_of(&format!("{dir}/{file}"), needle);
+    at.rsplit('/').next().unwrap().to_owned()
+}
+
+/// Go's `sync.Mutex`, which the futex path cannot see, from uprobes on its slow paths attached
+/// in bursts: the code that calls `Lock` on it held and `Unlock` with waiters, named from
+/// tests/corpus/gomutex/main.go, and the calls counted in each burst against bpftrace's, an
+/// independent oracle that sees every call with the kernel's clock: the agent logs, on that
+/// clock, when each burst's counting surely ran and when it may have (the microseconds of a
+/// map update at each edge), and its count must lie between bpftrace's calls in the two. (The program's own count of its
+/// contended `Lock` calls equals bpftrace's over a whole run: 10,294 and 10,294, by hand.)
+#[test]
+fn go_sync_mutex_contention_is_counted_and_its_code_named() {
+    require_bpf();
+    let program = built_programs().join("gomutex");
+    let mut cmd = Command::new(&program);
+    // Slow and regular: a holder takes the mutex 1 ms in 2; 8 goroutines take it every
+    // millisecond.
+    cmd.args(["-hold-ms", "1", "-goroutines", "8", "-seconds", "30"]);
+    let w = start("gomutex-holder", cmd, None);
+    let pid = w.child.id();
+    let probe = |symbol: &str, tag: &str| {
+        format!(
+            "uprobe:{}:\"internal/sync.(*Mutex).{symbol}\" /pid == {pid}/ {{ \
+             printf(\"{tag} %llu\\n\", nsecs); }}",
+            program.display()
+        )
+    };
+    let bt = Bpftrace::start(&format!(
+        "{} {}",
+        probe("lockSlow", "L"),
+        probe("unlockSlow", "U")
+    ));
+    // Two bursts: at the first collection, and 10 s later.
+    let done = Agent::trace(&[
+        "--json",
+        "--duration",
+        "12",
+        "--cgroup",
+        w.cgroup.rel_path(),
+        "--log-level",
+        "debug",
+    ])
+    .finish();
+    let calls = bt.stop();
+    let times = |tag: &str| -> Vec<u64> {
+        calls
+            .output
+            .lines()
+            .filter_map(|l| l.strip_prefix(tag)?.trim().parse().ok())
+            .collect()
+    };
+    let (locks, unlocks) = (times("L "), times("U "));
+    let bursts: Vec<[u64; 4]> = done
+        .stderr
+        .iter()
+        .filter_map(|l| {
+            let rest = l.split_once("Go mutex burst (CLOCK_MONOTONIC ns): ")?.1;
+            let n: Vec<u64> = rest
+                .split(", ")
+                .filter_map(|f| f.rsplit(' ').next()?.parse().ok())
+                .collect();
+            n.try_into().ok()
+        })
+        .collect();
+    assert_eq!(bursts.len(), 2, "{}", done.stderr.join("\n"));
+    let between = |times: &[u64], from: usize, to: usize| -> u64 {
+        bursts
+            .iter()
+            .map(|b| {
+                times
+                    .iter()
+                    .filter(|t| (b[from]..=b[to]).contains(t))
+                    .count() as u64
+            })
+            .sum()
+    };
+    let c = done.report["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["cgroup"] == w.cgroup.rel_path())
+        .expect("the workload's cgroup");
+    let go = &c["lock_call_sites"]["go_mutex"];
+    assert!(go.is_object(), "no Go mutex figures: {c:#}");
+    for (name, times) in [("contended_locks", &locks), ("handing_unlocks", &unlocks)] {
+        let counted = go[name].as_u64().unwrap();
+        let (surely, maybe) = (between(times, 1, 2), between(times, 0, 3));
+        assert!(
+            surely <= counted && counted <= maybe,
+            "{name}: the agent counted {counted}; bpftrace saw {surely} while it surely counted \
+             and {maybe} while it may have: {go:#}"
+        );
+        assert!(
+            surely >= 100 && maybe - surely <= surely / 10,
+            "{name}: {surely}, {maybe}"
+        );
+    }
+    let probed = go["probed_seconds"].as_f64().unwrap();
+    assert!((0.2..0.3).contains(&probed), "two bursts of 0.1 s: {go:#}");
+
+    let lock = &go["lock_sites"][0];
+    assert_eq!(lock["site"]["function"], "main.lockCounting", "{go:#}");
+    assert_eq!(
+        lock["site"]["location"],
+        go_line("gomutex", "main.go", "the contended Lock").as_str(),
+        "{go:#}"
+    );
+    assert_eq!(lock["site"]["lock_function"], "sync.(*Mutex).Lock");
+    assert_eq!(
+        lock["share"], 1.0,
+        "every Lock goes through lockCounting: {go:#}"
+    );
+    assert!(lock["sampled"].as_u64().unwrap() >= 20, "{go:#}");
+    let unlocks = go["unlock_sites"].as_array().unwrap();
+    let holder = go_line("gomutex", "main.go", "the holder hands on");
+    assert!(
+        unlocks
+            .iter()
+            .any(|u| u["site"]["function"] == "main.holder"
+                && u["site"]["location"] == holder.as_str()),
+        "the holder's Unlock hands the mutex on to waiting takers: {go:#}"
+    );
+    for u in unlocks {
+        let f = u["site"]["function"].as_str().unwrap_or("");
+        assert!(["main.holder", "main.taker"].contains(&f), "{go:#}");
+    }
+}
+
+/// A Go mutex storm in a runtime sized for more CPUs than it has: `diagnose`'s runtime_sizing
+/// finding names the code that takes the contended `sync.Mutex`, in the program's language.
+#[test]
+fn diagnose_names_a_go_programs_contended_mutex() {
+    require_bpf();
+    let mut cmd = Command::new(built_programs().join("gomutex"));
+    cmd.env("GOMAXPROCS", "16")
+        .args(["-goroutines", "64", "-seconds", "60"]);
+    let w = start("gomutex-diagnose", cmd, None);
+    std::thread::sleep(Duration::from_secs(2));
+    let out = Agent::start(&["diagnose", "--json", "--duration", "6"]).finish_output();
+    assert_eq!(out.status.code(), Some(3), "{}", out.stderr.join("\n"));
+    let doc: Value = serde_json::from_str(&out.stdout_text()).expect("diagnose --json");
+    let sizing = doc["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["kind"] == "runtime_sizing" && f["cgroup"] == w.cgroup.rel_path())
+        .unwrap_or_else(|| panic!("no runtime_sizing for gomutex: {doc:#}"));
+    let lock = go_line("gomutex", "main.go", "the storm's Lock");
+    let unlock = go_line("gomutex", "main.go", "the storm's Unlock");
+    assert_eq!(
+        sizing["context"]["waiter_site"],
+        format!("`main.worker` ({lock}) via `sync.(*Mutex).Lock`").as_str(),
+        "{sizing:#}"
+    );
+    assert_eq!(
+        sizing["context"]["waker_site"],
+        format!("`main.worker` ({unlock}) via `sync.(*Mutex).Unlock`").as_str(),
+        "{sizing:#}"
+    );
+    assert!(
+        sizing["evidence"]["go_mutex_contended_locks_per_second"]
+            .as_f64()
+            .unwrap()
+            > 1000.0
+    );
+    assert!(
+        sizing["recommendations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r
+                .as_str()
+                .unwrap()
+                .starts_with("Change the code that takes the sync.Mutex in `main.worker`")),
+        "{sizing:#}"
     );
 }
 

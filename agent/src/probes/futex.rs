@@ -171,6 +171,10 @@ fn sample_globals(facts: &KernelFacts) -> Vec<(&'static str, u32)> {
         globals::HANDOFF_SAMPLE_INTERVAL_NS,
         sample_interval_ns(cpus, SAMPLED_WAKES_PER_SECOND),
     ));
+    values.push((
+        globals::GO_SAMPLE_INTERVAL_NS,
+        sample_interval_ns(cpus, super::gomutex::SAMPLES_PER_PROBED_SECOND),
+    ));
     values
 }
 

@@ -1,6 +1,13 @@
 //! Go's `sync.Mutex` uprobes (`ebpf-probes/kernel/src/gomutex.rs`): loaded with the hand-off
-//! sampler, attached to the Go binaries of watched processes while the futex probes are
-//! attached, and detached with them.
+//! sampler; while the futex probes are attached, the Go binaries of the processes they see are
+//! found, and the uprobes are attached to all of them in short **bursts**: `BURST` every
+//! `BURST_EVERY`, then detached.
+//!
+//! Why bursts: a uprobe is a breakpoint trap, and a contended `sync.Mutex` is entered millions
+//! of times a second — while attached, the probes cut a Go mutex storm's throughput to a fifth
+//! on this 2-vCPU guest (BENCHMARKS.md). A 100 ms burst every 10 s costs the storm about 1%
+//! of its time, and the counts it gives are exact for the time the probes were attached; the
+//! figures are rates over that time, never totals of the window.
 //!
 //! A uprobe is on a file, not a process: one attach per binary (by device and inode) covers
 //! every process that runs it, in any container. Binaries are found through
@@ -13,6 +20,7 @@ use std::{
     collections::{HashMap, HashSet},
     os::unix::fs::MetadataExt as _,
     path::Path,
+    time::{Duration, Instant},
 };
 
 use aya::{
@@ -27,6 +35,15 @@ use stormwatch_common::{GoMutexCalls, maps, programs};
 
 use super::map_io::read_per_cpu_hash;
 
+/// How long the uprobes stay attached at a time.
+pub const BURST: Duration = Duration::from_millis(100);
+/// How often a burst starts (at the first collection the futex probes watch, then at the first
+/// one at least this long after the last).
+pub const BURST_EVERY: Duration = Duration::from_secs(10);
+/// The node-wide budget of samples (registers and stack) per second while the uprobes are
+/// attached: about 100 in a burst.
+pub const SAMPLES_PER_PROBED_SECOND: u32 = 1000;
+
 /// The slow paths' symbols, newest Go first: (lock, unlock).
 const SLOW_PATHS: [(&str, &str); 2] = [
     (
@@ -39,17 +56,26 @@ const SLOW_PATHS: [(&str, &str); 2] = [
 /// A binary by device and inode.
 type FileId = (u64, u64);
 
-/// The uprobes on Go binaries, and what was learned of each process and binary.
+/// A Go binary with the mutex slow paths: where to attach (a live process's `exe` link, and the
+/// file offsets), and the processes seen running it.
+#[derive(Debug)]
+struct GoBinary {
+    tgids: HashSet<u32>,
+    lock: u64,
+    unlock: u64,
+}
+
+/// The Go binaries found, and what was learned of each process and binary.
 #[derive(Debug, Default)]
 pub struct GoMutexProbes {
     /// Both programs loaded (verified): uprobes can be attached.
     loaded: bool,
-    /// The attached binaries, each with its links (program, link).
-    attached: HashMap<FileId, Vec<(&'static str, UProbeLinkId)>>,
+    binaries: HashMap<FileId, GoBinary>,
     /// Binaries that are not Go's with the slow paths (or could not be attached to).
     passed: HashSet<FileId>,
     /// Processes already looked at.
     seen: HashSet<u32>,
+    last_burst: Option<Instant>,
 }
 
 /// The file offsets of a Go binary's mutex slow paths, `None` for any other binary.
@@ -114,13 +140,14 @@ impl GoMutexProbes {
         self.loaded
     }
 
-    /// Binaries attached now.
-    pub fn attached(&self) -> usize {
-        self.attached.len()
+    /// Go binaries known now.
+    pub fn binaries(&self) -> usize {
+        self.binaries.len()
     }
 
-    /// Attaches to the binaries of `tgids` not looked at yet that are Go's with the slow paths.
-    pub fn watch(&mut self, ebpf: &mut Ebpf, tgids: impl IntoIterator<Item = u32>) {
+    /// Looks at the processes of `tgids` not looked at yet: those that run a Go binary with
+    /// the slow paths are remembered with it.
+    pub fn watch(&mut self, tgids: impl IntoIterator<Item = u32>) {
         if !self.loaded {
             return;
         }
@@ -133,25 +160,31 @@ impl GoMutexProbes {
                 continue;
             };
             let id = (md.dev(), md.ino());
-            if self.attached.contains_key(&id) || self.passed.contains(&id) {
+            if let Some(b) = self.binaries.get_mut(&id) {
+                b.tgids.insert(tgid);
                 continue;
             }
-            let Some((lock, unlock)) = slow_path_offsets(Path::new(&exe)) else {
-                self.passed.insert(id);
+            if self.passed.contains(&id) {
                 continue;
-            };
-            match attach(ebpf, &exe, lock, unlock) {
-                Ok(links) => {
+            }
+            match slow_path_offsets(Path::new(&exe)) {
+                Some((lock, unlock)) => {
                     log::info!(
-                        "Go sync.Mutex probes attached to {} (pid {tgid})",
+                        "Go sync.Mutex slow paths found in {} (pid {tgid})",
                         std::fs::read_link(&exe)
                             .map(|p| p.display().to_string())
                             .unwrap_or(exe)
                     );
-                    self.attached.insert(id, links);
+                    self.binaries.insert(
+                        id,
+                        GoBinary {
+                            tgids: HashSet::from([tgid]),
+                            lock,
+                            unlock,
+                        },
+                    );
                 }
-                Err(e) => {
-                    log::warn!("cannot attach the Go sync.Mutex probes to pid {tgid}: {e:#}");
+                None => {
                     self.passed.insert(id);
                 }
             }
@@ -159,36 +192,118 @@ impl GoMutexProbes {
     }
 
     /// Every process on the node (`/proc`).
-    pub fn watch_all(&mut self, ebpf: &mut Ebpf) {
+    pub fn watch_all(&mut self) {
         let tgids: Vec<u32> = std::fs::read_dir("/proc")
             .into_iter()
             .flatten()
             .flatten()
             .filter_map(|e| e.file_name().to_str()?.parse().ok())
             .collect();
-        self.watch(ebpf, tgids);
+        self.watch(tgids);
     }
 
-    /// Detaches every binary, and forgets what was looked at (it is looked at again when the
-    /// probes are wanted again: binaries and processes change meanwhile).
-    pub fn detach_all(&mut self, ebpf: &mut Ebpf) {
-        for (_, links) in self.attached.drain() {
-            for (program, link) in links {
-                if let Some(Ok(p)) = ebpf.program_mut(program).map(<&mut UProbe>::try_from)
-                    && let Err(e) = p.detach(link)
-                {
-                    log::warn!("cannot detach {program}: {e}");
+    /// Forgets every process and binary (they are looked at again when the probes are wanted
+    /// again: binaries and processes change meanwhile).
+    pub fn forget_all(&mut self) {
+        self.binaries.clear();
+        self.seen.clear();
+        self.passed.clear();
+        self.last_burst = None;
+    }
+
+    /// Forgets exited processes, and binaries no live process runs.
+    pub fn retain_processes(&mut self, live: impl Fn(u32) -> bool) {
+        self.seen.retain(|t| live(*t));
+        for b in self.binaries.values_mut() {
+            b.tgids.retain(|t| live(*t));
+        }
+        self.binaries.retain(|_, b| !b.tgids.is_empty());
+    }
+
+    /// Whether a burst is due at `now`.
+    pub fn burst_due(&self, now: Instant) -> bool {
+        !self.binaries.is_empty()
+            && self
+                .last_burst
+                .is_none_or(|t| now.saturating_duration_since(t) >= BURST_EVERY)
+    }
+
+    /// Attaches the uprobes to every known Go binary, counts for `BURST`, and detaches them.
+    /// Returns the time it counted (`None` when no uprobe could be attached). A binary that
+    /// cannot be attached to is given up.
+    pub fn burst(&mut self, ebpf: &mut Ebpf) -> Option<Duration> {
+        self.last_burst = Some(Instant::now());
+        let mut links = Vec::new();
+        let mut failed = Vec::new();
+        for (id, b) in &self.binaries {
+            let Some(tgid) = b.tgids.iter().next() else {
+                continue;
+            };
+            match attach(ebpf, &format!("/proc/{tgid}/exe"), b.lock, b.unlock) {
+                Ok(l) => links.extend(l),
+                Err(e) => {
+                    log::warn!("cannot attach the Go sync.Mutex probes to pid {tgid}: {e:#}");
+                    failed.push(*id);
                 }
             }
         }
-        self.seen.clear();
-        self.passed.clear();
+        for id in failed {
+            self.binaries.remove(&id);
+            self.passed.insert(id);
+        }
+        if links.is_empty() {
+            return None;
+        }
+        // Counted only while GO_MUTEX_ON is 1: a span known to the microsecond, inside the
+        // uprobes' (attaching took milliseconds; detaching takes a grace period).
+        let on_before = monotonic_ns();
+        if let Err(e) = set_on(ebpf, true) {
+            log::warn!("cannot start counting Go mutex calls: {e:#}");
+            detach(ebpf, links);
+            return None;
+        }
+        let counting = Instant::now();
+        let on_after = monotonic_ns();
+        std::thread::sleep(BURST);
+        let off_before = monotonic_ns();
+        let span = counting.elapsed();
+        let off = set_on(ebpf, false);
+        let off_after = monotonic_ns();
+        detach(ebpf, links);
+        if let Err(e) = off {
+            // The uprobes are detached: nothing more is counted.
+            log::warn!("cannot stop counting Go mutex calls: {e:#}");
+        }
+        // The edges on the kernel's clock (bpf_ktime_get_ns), for a test's oracle: every
+        // counted call came between the first and the last, and every call between the middle
+        // two was counted.
+        log::debug!(
+            "Go mutex burst (CLOCK_MONOTONIC ns): counting from {on_before}, surely from \
+             {on_after}, surely until {off_before}, at most until {off_after}"
+        );
+        Some(span)
     }
+}
 
-    /// Forgets exited processes (their binaries stay attached: others may run them).
-    pub fn retain_processes(&mut self, live: impl Fn(u32) -> bool) {
-        self.seen.retain(|t| live(*t));
-    }
+/// Starts (`true`) or stops counting Go mutex calls.
+fn set_on(ebpf: &mut Ebpf, on: bool) -> anyhow::Result<()> {
+    let mut flag: aya::maps::Array<_, u32> = ebpf
+        .map_mut(maps::GO_MUTEX_ON)
+        .ok_or_else(|| anyhow::anyhow!("map {} missing", maps::GO_MUTEX_ON))?
+        .try_into()?;
+    flag.set(0, &u32::from(on), 0)?;
+    Ok(())
+}
+
+/// CLOCK_MONOTONIC in ns: the clock of the kernel's `bpf_ktime_get_ns` and bpftrace's `nsecs`.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 fn attach(
@@ -209,16 +324,22 @@ fn attach(
         match p.attach([offset], exe, UProbeScope::AllProcesses) {
             Ok(link) => links.push((program, link)),
             Err(e) => {
-                for (program, link) in links {
-                    if let Some(Ok(p)) = ebpf.program_mut(program).map(<&mut UProbe>::try_from) {
-                        let _ = p.detach(link);
-                    }
-                }
+                detach(ebpf, links);
                 return Err(e.into());
             }
         }
     }
     Ok(links)
+}
+
+fn detach(ebpf: &mut Ebpf, links: Vec<(&'static str, UProbeLinkId)>) {
+    for (program, link) in links {
+        if let Some(Ok(p)) = ebpf.program_mut(program).map(<&mut UProbe>::try_from)
+            && let Err(e) = p.detach(link)
+        {
+            log::warn!("cannot detach {program}: {e}");
+        }
+    }
 }
 
 /// Each cgroup's slow-path entries so far (summed over the CPUs).

@@ -226,26 +226,34 @@ impl Probes {
         }
     }
 
-    /// Attaches Go's `sync.Mutex` uprobes to the binaries of `tgids` (every process when
-    /// `None`) while the futex probes watch, and detaches them all when they do not; returns
-    /// whether they are wanted now.
-    pub fn watch_go_mutexes(&mut self, tgids: Option<&[u32]>) -> bool {
+    /// Looks for Go binaries among the processes of `tgids` (every process when `None`) while
+    /// the futex probes watch, and forgets them all when they do not; then, when one is due
+    /// and there are Go binaries, attaches Go's `sync.Mutex` uprobes for a burst (blocking for
+    /// [`gomutex::BURST`]). Returns whether the uprobes are wanted now, and the time they were
+    /// attached in a burst, if one ran.
+    pub fn watch_go_mutexes(
+        &mut self,
+        tgids: Option<&[u32]>,
+    ) -> (bool, Option<std::time::Duration>) {
         if !self.go_mutexes.loaded() {
-            return false;
+            return (false, None);
         }
         if !self.futex_watching() {
-            if self.go_mutexes.attached() > 0 {
-                self.go_mutexes.detach_all(&mut self.ebpf);
-            }
-            return false;
-        }
-        match tgids {
-            Some(t) => self.go_mutexes.watch(&mut self.ebpf, t.iter().copied()),
-            None => self.go_mutexes.watch_all(&mut self.ebpf),
+            self.go_mutexes.forget_all();
+            return (false, None);
         }
         self.go_mutexes
             .retain_processes(|t| std::path::Path::new(&format!("/proc/{t}")).exists());
-        true
+        match tgids {
+            Some(t) => self.go_mutexes.watch(t.iter().copied()),
+            None => self.go_mutexes.watch_all(),
+        }
+        let span = if self.go_mutexes.burst_due(std::time::Instant::now()) {
+            self.go_mutexes.burst(&mut self.ebpf)
+        } else {
+            None
+        };
+        (true, span)
     }
 
     /// Each cgroup's entries of Go's mutex slow paths so far (nothing when not loaded).

@@ -90,14 +90,19 @@ pub struct GoMutexSite {
     pub share: f64,
 }
 
-/// A container's Go `sync.Mutex` contention over the window.
+/// A container's Go `sync.Mutex` contention over the time in the window the uprobes were
+/// attached (short bursts: `agent/src/probes/gomutex.rs`).
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct GoMutexReport {
+    /// How long the uprobes were attached.
+    pub probed_seconds: f64,
     /// `Lock` calls that found the mutex held (entries of its `lockSlow`: the goroutine spins,
-    /// then parks), all of them.
+    /// then parks), all of them in that time, and per second of it.
     pub contended_locks: u64,
-    /// `Unlock` calls that found waiters to hand on (entries of `unlockSlow`), all of them.
+    pub contended_locks_per_second: Option<f64>,
+    /// `Unlock` calls that found waiters to hand on (entries of `unlockSlow`), likewise.
     pub handing_unlocks: u64,
+    pub handing_unlocks_per_second: Option<f64>,
     /// The code that called `Lock` on a held mutex, most sampled first (a sample of the calls).
     pub lock_sites: Vec<GoMutexSite>,
     /// The code that called `Unlock` with waiters, likewise.
@@ -120,8 +125,11 @@ impl GoMutexReport {
                 .collect()
         };
         Some(Self {
+            probed_seconds: g.probed_ns as f64 / 1e9,
             contended_locks: g.contended_locks,
+            contended_locks_per_second: g.contended_locks_per_second(),
             handing_unlocks: g.handing_unlocks,
+            handing_unlocks_per_second: g.handing_unlocks_per_second(),
             lock_sites: sites(&g.lock_sites),
             unlock_sites: sites(&g.unlock_sites),
         })

@@ -134,10 +134,14 @@ impl PairStats {
     }
 }
 
-/// A cgroup's Go `sync.Mutex` contention (`ebpf-probes/kernel/src/gomutex.rs`): its slow
-/// paths' entries, counted (all of them), and the code that entered them (a sample).
+/// A cgroup's Go `sync.Mutex` contention (`ebpf-probes/kernel/src/gomutex.rs`), over the time
+/// the uprobes were attached (in bursts: `agent/src/probes/gomutex.rs`): its slow paths'
+/// entries, counted (all of them in that time), and the code that entered them (a sample).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct GoMutexSites {
+    /// How long the uprobes were attached while the cgroup had Go mutex contention on record
+    /// (every burst since its first contended `Lock`).
+    pub probed_ns: u64,
     /// `Lock` calls that found the mutex held (`lockSlow`).
     pub contended_locks: u64,
     /// `Unlock` calls that had waiters (or flags) to hand on (`unlockSlow`).
@@ -150,6 +154,7 @@ pub struct GoMutexSites {
 
 impl GoMutexSites {
     pub fn add(&mut self, o: &Self) {
+        self.probed_ns += o.probed_ns;
         self.contended_locks += o.contended_locks;
         self.handing_unlocks += o.handing_unlocks;
         for (k, v) in &o.lock_sites {
@@ -161,7 +166,17 @@ impl GoMutexSites {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.contended_locks == 0 && self.handing_unlocks == 0 && self.lock_sites.is_empty()
+        self.probed_ns == 0 && self.lock_sites.is_empty() && self.unlock_sites.is_empty()
+    }
+
+    /// Contended `Lock` calls per second of the time the uprobes were attached.
+    pub fn contended_locks_per_second(&self) -> Option<f64> {
+        (self.probed_ns > 0).then(|| self.contended_locks as f64 * 1e9 / self.probed_ns as f64)
+    }
+
+    /// Handing `Unlock` calls per second of the time the uprobes were attached.
+    pub fn handing_unlocks_per_second(&self) -> Option<f64> {
+        (self.probed_ns > 0).then(|| self.handing_unlocks as f64 * 1e9 / self.probed_ns as f64)
     }
 
     /// The `n` sites with the most samples (ties by name), with the samples of all sites.

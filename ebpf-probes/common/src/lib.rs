@@ -54,6 +54,9 @@ pub mod maps {
     /// Per-CPU hash: cgroup id (u64) → [`crate::GoMutexCalls`], the entries of Go's
     /// `sync.Mutex` slow paths (uprobes the agent attaches to Go binaries).
     pub const GO_MUTEX_CALLS: &str = "GO_MUTEX_CALLS";
+    /// Array (one u32): 1 while the agent counts Go mutex calls (the uprobes are attached a
+    /// little before and detached a little after: the count is of this span exactly).
+    pub const GO_MUTEX_ON: &str = "GO_MUTEX_ON";
     /// Per-CPU array (one slot): [`crate::HandoffSampler`], the rate limit of Go mutex samples.
     pub const GO_MUTEX_SAMPLER: &str = "GO_MUTEX_SAMPLER";
     /// Per-CPU hash: cgroup id (u64) → [`crate::LockStats`].
@@ -145,6 +148,8 @@ pub mod globals {
     /// `offsetof(struct pt_regs, ax)`: a Go function's first argument (its receiver) in Go's
     /// register ABI, for the `sync.Mutex` uprobes.
     pub const PT_REGS_AX_OFFSET: &str = "PT_REGS_AX_OFFSET";
+    /// The shortest time between two Go mutex samples on one CPU, in ns.
+    pub const GO_SAMPLE_INTERVAL_NS: &str = "GO_SAMPLE_INTERVAL_NS";
     pub const HOLD_RUN_DELAY_OFFSET: &str = "HOLD_RUN_DELAY_OFFSET";
     pub const HOLD_NVCSW_OFFSET: &str = "HOLD_NVCSW_OFFSET";
     pub const HOLD_NIVCSW_OFFSET: &str = "HOLD_NIVCSW_OFFSET";

@@ -97,13 +97,13 @@ pub fn choose_wake(uaddr: u64) -> (u64, u64) {
     if !enabled() || uaddr == 0 {
         return (0, 0);
     }
-    take_turn(&HANDOFF_SAMPLER)
+    take_turn(&HANDOFF_SAMPLER, global_u32(&HANDOFF_SAMPLE_INTERVAL_NS))
 }
 
-/// Whether this CPU may sample now, by `sampler`'s rate limit: `(sample id, now)`, an id of 0
-/// when it may not.
+/// Whether this CPU may sample now, by `sampler`'s rate limit (a sample per `interval_ns` at
+/// most): `(sample id, now)`, an id of 0 when it may not.
 #[inline(always)]
-pub fn take_turn(sampler: &PerCpuArray<HandoffSampler>) -> (u64, u64) {
+pub fn take_turn(sampler: &PerCpuArray<HandoffSampler>, interval_ns: u32) -> (u64, u64) {
     let Some(sampler) = sampler.get_ptr_mut(0) else {
         return (0, 0);
     };
@@ -120,7 +120,7 @@ pub fn take_turn(sampler: &PerCpuArray<HandoffSampler>) -> (u64, u64) {
         sampler.skip = CLOCK_EVERY - 1;
         return (0, 0);
     }
-    sampler.next_ns = now + u64::from(global_u32(&HANDOFF_SAMPLE_INTERVAL_NS));
+    sampler.next_ns = now + u64::from(interval_ns);
     sampler.seq += 1;
     // SAFETY: a helper with no preconditions.
     let cpu = unsafe { bpf_get_smp_processor_id() };

@@ -4,7 +4,14 @@
 // futexes in the runtime until a released goroutine needs one. Run it with GOMAXPROCS above
 // the CPUs the container may use, as a service sized from the node does.
 //
-// Prints one JSON line at the end: {"ops":…,"gomaxprocs":…,"cpu_seconds":…}.
+// With -hold-ms N it runs a slow, regular contention instead, whose count it keeps itself (the
+// ground truth of stormwatch's Go mutex figures, tests/tests/callsites.rs): one goroutine holds
+// the mutex N ms and leaves it free N ms, in turn; `-goroutines` others take it and let it go
+// every millisecond. Every Lock goes through lockCounting, which counts the calls that find
+// the mutex held (a TryLock that fails): each such Lock enters the mutex's slow path.
+//
+// Prints one JSON line at the end: {"ops":…,"gomaxprocs":…,"cpu_seconds":…} (and, with
+// -hold-ms, "contended":…, "seconds":…).
 package main
 
 import (
@@ -37,14 +44,76 @@ func burn(iterations int, x uint64) uint64 {
 func worker(mu *sync.Mutex, stop *atomic.Bool, x uint64, inside, outside int) uint64 {
 	var local uint64
 	for !stop.Load() {
-		mu.Lock()
+		mu.Lock() // the storm's Lock
 		x = burn(inside, x)
 		sink += x
-		mu.Unlock()
+		mu.Unlock() // the storm's Unlock
 		x = burn(outside, x)
 		local++
 	}
 	return local
+}
+
+// contended counts the Lock calls that found the mutex held (-hold-ms).
+var contended atomic.Uint64
+
+// lockCounting takes mu, counting a call that finds it held: that Lock enters the slow path.
+//
+//go:noinline
+func lockCounting(mu *sync.Mutex) {
+	if mu.TryLock() {
+		return
+	}
+	contended.Add(1)
+	mu.Lock() // the contended Lock
+}
+
+// holder holds mu for hold, then leaves it free for hold, until stop.
+//
+//go:noinline
+func holder(mu *sync.Mutex, stop *atomic.Bool, hold time.Duration) {
+	for !stop.Load() {
+		lockCounting(mu)
+		time.Sleep(hold)
+		mu.Unlock() // the holder hands on
+		time.Sleep(hold)
+	}
+}
+
+// taker takes mu and lets it go every millisecond, until stop.
+//
+//go:noinline
+func taker(mu *sync.Mutex, stop *atomic.Bool, ops *atomic.Uint64) {
+	for !stop.Load() {
+		lockCounting(mu)
+		mu.Unlock()
+		ops.Add(1)
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func holderPattern(takers, holdMs int, seconds float64) {
+	var mu sync.Mutex
+	var ops atomic.Uint64
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	start := time.Now()
+	wg.Add(1 + takers)
+	go func() {
+		defer wg.Done()
+		holder(&mu, &stop, time.Duration(holdMs)*time.Millisecond)
+	}()
+	for i := 0; i < takers; i++ {
+		go func() {
+			defer wg.Done()
+			taker(&mu, &stop, &ops)
+		}()
+	}
+	time.Sleep(time.Duration(seconds * float64(time.Second)))
+	stop.Store(true)
+	wg.Wait()
+	elapsed := time.Since(start).Seconds()
+	fmt.Printf("{\"ops\":%d,\"gomaxprocs\":%d,\"contended\":%d,\"seconds\":%.3f}\n", ops.Load(), runtime.GOMAXPROCS(0), contended.Load(), elapsed)
 }
 
 func main() {
@@ -52,7 +121,13 @@ func main() {
 	seconds := flag.Float64("seconds", 10, "how long to run")
 	inside := flag.Int("inside", 200, "work iterations while holding the mutex")
 	outside := flag.Int("outside", 200, "work iterations between acquisitions")
+	holdMs := flag.Int("hold-ms", 0, "run the slow holder pattern: hold the mutex this long, then leave it free as long")
 	flag.Parse()
+
+	if *holdMs > 0 {
+		holderPattern(*goroutines, *holdMs, *seconds)
+		return
+	}
 
 	var mu sync.Mutex
 	var ops atomic.Uint64

@@ -119,24 +119,27 @@ struct GoMutexWords {
     unlock_site: String,
 }
 
-/// Go's `sync.Mutex` contention from its uprobes (counted per second of the span the futex
-/// probes, and with them the uprobes, watched), and the code that takes and hands on the
-/// mutex most, where a sample named it.
+/// Go's `sync.Mutex` contention from its uprobes (counted per second of the time they were
+/// attached, in bursts), and the code that takes and hands on the mutex most, where a sample
+/// named it.
 fn go_mutex_named(f: &Facts) -> Option<GoMutexWords> {
     use crate::symbolize::handoffs::GoMutexSites;
     let g = &f.sites.as_ref()?.go_mutex;
-    if g.contended_locks == 0 || f.futex_seconds <= 0.0 {
+    if g.contended_locks == 0 {
         return None;
     }
-    let per_second = g.contended_locks as f64 / f.futex_seconds;
+    let per_second = g.contended_locks_per_second()?;
     let (locks, sampled) = GoMutexSites::top(&g.lock_sites, 1);
     let (unlocks, _) = GoMutexSites::top(&g.unlock_sites, 1);
     let (lock, n) = locks.first().copied()?;
     let unlock = unlocks.first().map(|(s, _)| s.describe());
     let top_share = n as f64 / sampled.max(1) as f64;
     let mut clause = format!(
-        "its goroutines contend on a sync.Mutex: {per_second:.0} Lock calls/s find it held ({:.0} unlocks/s hand it on); {:.0}% of {sampled} sampled are taken in {}",
-        g.handing_unlocks as f64 / f.futex_seconds,
+        "its goroutines contend on a sync.Mutex: {per_second:.0} Lock calls/s find it held \
+         ({:.0} unlocks/s hand it on, over {:.1} s probed); {:.0}% of {sampled} sampled are \
+         taken in {}",
+        g.handing_unlocks_per_second().unwrap_or(0.0),
+        g.probed_ns as f64 / 1e9,
         100.0 * top_share,
         lock.describe()
     );

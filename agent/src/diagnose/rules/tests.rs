@@ -352,6 +352,7 @@ fn hand_offs_of_work_are_not_a_lock() {
         unnamed: None,
     };
     let mut sites = crate::symbolize::handoffs::HandoffSites::default();
+    sites.go_mutex.probed_ns = 5_000_000_000;
     sites.go_mutex.contended_locks = 50_000;
     sites.go_mutex.handing_unlocks = 40_000;
     sites
@@ -367,12 +368,12 @@ fn hand_offs_of_work_are_not_a_lock() {
         .unlock_sites
         .insert(site("main.worker", "sync.(*Mutex).Unlock"), 90);
     contended.sites = Some(sites);
-    contended.futex_seconds = 5.0;
     let named = runtime_sizing(&contended, &t).expect("still sized for 16 CPUs");
     assert!(
         named.summary.contains(
-            "10000 Lock calls/s find it held (8000 unlocks/s hand it on); 75% of 100 sampled \
-             are taken in `main.worker` (main.go:40) via `sync.(*Mutex).Lock`"
+            "10000 Lock calls/s find it held (8000 unlocks/s hand it on, over 5.0 s probed); \
+             75% of 100 sampled are taken in `main.worker` (main.go:40) via \
+             `sync.(*Mutex).Lock`"
         ),
         "{}",
         named.summary
