@@ -162,9 +162,10 @@ pub fn run(rounds: u32, seconds: u32, repeats: u32, daemon_cgroups: &[usize]) ->
     let sched = sched(&bin, rounds, seconds)?;
     let futex = futex(&bin, rounds, seconds)?;
     let storm = lock_storm(&bin, rounds, seconds)?;
+    let go_storm = go_mutex_storm(&bin, rounds, seconds)?;
     let programs = crate::bench_programs::run(&bin, seconds, repeats, &[])?;
     let ordinary = crate::bench_ordinary::run(rounds, seconds)?;
-    println!("{sched}{futex}{storm}{programs}{ordinary}");
+    println!("{sched}{futex}{storm}{go_storm}{programs}{ordinary}");
     println!("{}", crate::bench_daemon::run(daemon_cgroups)?);
     Ok(())
 }
@@ -304,6 +305,81 @@ pub fn lock_storm(bin: &Path, rounds: u32, seconds: u32) -> Result<String> {
         rounds,
         seconds,
     )
+}
+
+/// GOMAXPROCS of the Go mutex storm: above the 2 CPUs, as a service sized from a node.
+const GO_STORM_GOMAXPROCS: &str = "8";
+
+/// A Go `sync.Mutex` storm (tests/corpus/gomutex, 64 goroutines) with the daemon, and with the
+/// futex tier throughout with and without call sites: with them, Go's mutex uprobes attach in
+/// bursts (100 ms every 10 s; `agent/src/probes/gomutex.rs`), and the difference between the
+/// two rows is what they cost.
+pub fn go_mutex_storm(bin: &Path, rounds: u32, seconds: u32) -> Result<String> {
+    say("building gomutex");
+    let gomutex = std::env::temp_dir().join("stormwatch-bench-gomutex");
+    let status = Command::new("go")
+        .args(["build", "-o"])
+        .arg(&gomutex)
+        .arg(".")
+        .current_dir(root().join("tests/corpus/gomutex"))
+        .env("GO111MODULE", "off")
+        .status()
+        .context("cannot run go build")?;
+    if !status.success() {
+        bail!("go build of tests/corpus/gomutex failed: {status}");
+    }
+    let workload = Workload {
+        shown: format!(
+            "Go mutex storm (`gomutex -goroutines 64`, GOMAXPROCS={GO_STORM_GOMAXPROCS}: one \
+             sync.Mutex, 200 iterations of work inside and outside it)"
+        ),
+        unit: "lock acquisitions/s",
+        run: Box::new(move |seconds| go_storm(&gomutex, seconds)),
+    };
+    bench(
+        bin,
+        "Go mutex storm",
+        &workload,
+        vec![
+            Tracer {
+                name: "none",
+                start: None,
+            },
+            Tracer {
+                name: "stormwatch run (default configuration)",
+                start: Some(stormwatch_run()),
+            },
+            Tracer {
+                name: "stormwatch run, futex tier throughout, call sites (Go's mutex uprobes \
+                       in bursts)",
+                start: Some(stormwatch_run_with(FUTEX_TIER_ALWAYS)),
+            },
+            Tracer {
+                name: "stormwatch run, futex tier throughout, no call sites (no uprobes)",
+                start: Some(stormwatch_run_with(FUTEX_TIER_NO_CALL_SITES)),
+            },
+        ],
+        rounds,
+        seconds,
+    )
+}
+
+/// Runs the Go mutex storm for `seconds`; its acquisitions per second.
+fn go_storm(gomutex: &Path, seconds: u32) -> Result<f64> {
+    let out = Command::new(gomutex)
+        .args(["-goroutines", "64", "-seconds", &seconds.to_string()])
+        .env("GOMAXPROCS", GO_STORM_GOMAXPROCS)
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .with_context(|| format!("cannot start {}", gomutex.display()))?;
+    if !out.status.success() {
+        bail!("{} failed: {}", gomutex.display(), out.status);
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let ops = json_number(&stdout, "ops")
+        .with_context(|| format!("no \"ops\" in gomutex's output: {stdout}"))?;
+    Ok(ops / f64::from(seconds))
 }
 
 /// Runs the lock storm for `seconds`; its acquisitions per second (its own count, over the

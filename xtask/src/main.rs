@@ -149,6 +149,10 @@ enum Task {
         /// `stormwatch run`.
         #[arg(long, conflicts_with = "daemon_only")]
         lock_storm_only: bool,
+        /// Only the Go mutex storm: its throughput with the daemon, the futex tier with and
+        /// without call sites (with them, Go's sync.Mutex uprobes in bursts).
+        #[arg(long, conflicts_with_all = ["daemon_only", "lock_storm_only"])]
+        go_mutex_only: bool,
         /// Only the futex stressor's table (futex and lock probes against bpftrace).
         #[arg(long, conflicts_with_all = ["daemon_only", "lock_storm_only"])]
         futex_only: bool,
@@ -241,6 +245,7 @@ fn main() -> ExitCode {
             seconds,
             daemon_only,
             lock_storm_only,
+            go_mutex_only,
             futex_only,
             sched_only,
             programs,
@@ -259,6 +264,10 @@ fn main() -> ExitCode {
             } else if lock_storm_only {
                 build_release()
                     .and_then(|bin| bench::lock_storm(&bin, rounds, seconds))
+                    .map(|table| println!("{table}"))
+            } else if go_mutex_only {
+                build_release()
+                    .and_then(|bin| bench::go_mutex_storm(&bin, rounds, seconds))
                     .map(|table| println!("{table}"))
             } else if futex_only {
                 build_release()
