@@ -29,7 +29,7 @@ use stormwatch_tests::{
     Agent, TestCgroup,
     bpftrace::Bpftrace,
     corpus::{Quota, built_programs},
-    daemon::tool,
+    daemon::{Daemon, sample_with, tool, wait_for},
     join_before_exec, require_bpf,
 };
 
@@ -478,6 +478,53 @@ fn diagnose_names_a_go_programs_contended_mutex() {
                 .unwrap()
                 .starts_with("Change the code that takes the sync.Mutex in `main.worker`")),
         "{sizing:#}"
+    );
+}
+
+/// `run` exports the Go storm's mutex sites while its runtime_sizing finding holds: the
+/// `stormwatch_lock_storm_call_site` series of the waiter (`Lock`) and the waker (`Unlock`)
+/// sites (no lines in `run`: it reads no DWARF), as `diagnose` names them.
+#[test]
+fn run_exports_a_go_programs_contended_mutex() {
+    require_bpf();
+    // The futex probes (and with them the Go mutex bursts, every 10 s) from the start; a
+    // diagnosis window longer than the bursts' period, so that every window holds one.
+    let daemon = Daemon::start_configured(
+        "futex_probes = \"always\"\ninterval_seconds = 1\ndiagnosis_window_seconds = 12\n",
+    );
+    let mut cmd = Command::new(built_programs().join("gomutex"));
+    cmd.env("GOMAXPROCS", "16")
+        .args(["-goroutines", "64", "-seconds", "60"]);
+    let w = start("gomutex-run", cmd, None);
+    let series = |role: &str, site: &str| {
+        sample_with(
+            &daemon.metrics(),
+            "stormwatch_lock_storm_call_site",
+            &[
+                ("role", role),
+                ("site", site),
+                ("cgroup", w.cgroup.rel_path()),
+            ],
+        )
+    };
+    let share = wait_for(
+        "the Go storm's Lock site on /metrics",
+        Duration::from_secs(40),
+        || series("waiter", "`main.worker` via `sync.(*Mutex).Lock`"),
+    );
+    assert!(share > 0.9, "main.worker takes the mutex: share {share}");
+    assert!(
+        series("waker", "`main.worker` via `sync.(*Mutex).Unlock`").is_some(),
+        "{}",
+        daemon.metrics()
+    );
+    assert_eq!(
+        sample_with(
+            &daemon.metrics(),
+            "stormwatch_finding",
+            &[("kind", "runtime_sizing"), ("cgroup", w.cgroup.rel_path())]
+        ),
+        Some(1.0)
     );
 }
 

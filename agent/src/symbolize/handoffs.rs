@@ -7,6 +7,10 @@
 //! The figures are of *sampled* hand-offs (see `ebpf-probes/kernel/src/handoff.rs`: at most a
 //! budget of wakes a second on the node): shares and means, never totals of the cgroup's
 //! hand-offs, which the futex counters give exactly.
+//!
+//! Go's `sync.Mutex` ([`GoMutexSites`]) comes through the same ring buffer: samples of its slow
+//! paths' entries (uprobes, `ebpf-probes/kernel/src/gomutex.rs`), one side each, not paired,
+//! named as the code that called `Lock` or `Unlock`; its counts are added by the pipeline.
 
 use std::{
     collections::{BTreeSet, HashMap},
@@ -373,5 +377,93 @@ impl HandoffNamer {
     /// Forgets what it read of processes that are gone.
     pub fn retain_processes(&mut self, live: impl Fn(u32) -> bool) {
         self.symbolizer.retain(live);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn site(f: &str) -> UserSite {
+        UserSite {
+            function: Some(f.into()),
+            lock_function: None,
+            location: None,
+            module: None,
+            unnamed: None,
+        }
+    }
+
+    #[test]
+    fn go_mutex_figures_add_up_and_rate_over_the_probed_time() {
+        let mut a = GoMutexSites {
+            probed_ns: 100_000_000,
+            contended_locks: 300,
+            handing_unlocks: 600,
+            ..Default::default()
+        };
+        a.lock_sites.insert(site("main.a"), 3);
+        let mut b = GoMutexSites {
+            probed_ns: 100_000_000,
+            contended_locks: 100,
+            handing_unlocks: 200,
+            ..Default::default()
+        };
+        b.lock_sites.insert(site("main.a"), 1);
+        b.lock_sites.insert(site("main.b"), 2);
+        a.add(&b);
+        assert_eq!(a.contended_locks, 400);
+        assert_eq!(a.contended_locks_per_second(), Some(2000.0));
+        assert_eq!(a.handing_unlocks_per_second(), Some(4000.0));
+        let (top, all) = GoMutexSites::top(&a.lock_sites, 1);
+        assert_eq!((top, all), (vec![(&site("main.a"), 4)], 6));
+        // Never probed: no rate, rather than a rate of zero.
+        let none = GoMutexSites::default();
+        assert!(none.is_empty());
+        assert_eq!(none.contended_locks_per_second(), None);
+        // Probed and quiet: a rate of zero, and not empty.
+        let quiet = GoMutexSites {
+            probed_ns: 1,
+            ..Default::default()
+        };
+        assert!(!quiet.is_empty());
+        assert_eq!(quiet.contended_locks_per_second(), Some(0.0));
+    }
+
+    #[test]
+    fn go_mutex_samples_are_counted_by_side_not_paired() {
+        let mut namer = HandoffNamer::new(false);
+        let side = |kind: u32| HandoffSide {
+            sample_id: 0,
+            cgroup_id: 7,
+            // Not a live process: the site is unnamed, and says why.
+            tgid: u32::MAX,
+            tid: u32::MAX,
+            side: kind,
+            cpu: 0,
+            waker_cpu: 0,
+            wait_ns: 0,
+            wake_to_return_ns: 0,
+            hold_ns: 0,
+            hold_run_delay_ns: 0,
+            hold_nvcsw: 0,
+            hold_nivcsw: 0,
+            ip: 0x1000,
+            sp: 0x7000,
+            bp: 0,
+            stack: 0x401000u64.to_le_bytes().repeat(4),
+        };
+        let out = namer.name(vec![
+            side(handoff_side::GO_LOCK),
+            side(handoff_side::GO_LOCK),
+            side(handoff_side::GO_UNLOCK),
+        ]);
+        let go = &out[&7].go_mutex;
+        assert_eq!(go.lock_sites.values().sum::<u64>(), 2);
+        assert_eq!(go.unlock_sites.values().sum::<u64>(), 1);
+        assert!(out[&7].pairs.is_empty(), "nothing paired");
+        assert_eq!(namer.pending.len(), 0, "nothing left waiting for a pair");
+        let unnamed = go.lock_sites.keys().next().unwrap();
+        assert!(unnamed.function.is_none() && unnamed.unnamed.is_some());
     }
 }
