@@ -23,8 +23,8 @@ use anyhow::{Context as _, Result, bail};
 
 use crate::{
     bench_common::{
-        BPFTRACE_EMPTY_FUTEX, BPFTRACE_FUTEX, BPFTRACE_SCHED, Starter, bpftrace, free_port, median,
-        run_command, start_until, stormwatch, stormwatch_run,
+        BPFTRACE_EMPTY_FUTEX, BPFTRACE_FUTEX, BPFTRACE_SCHED, Starter, bpftrace, free_port,
+        go_corpus_program, median, run_command, start_until, stormwatch, stormwatch_run,
     },
     build_release, cargo, root, run_cmd, say,
 };
@@ -283,28 +283,37 @@ pub fn lock_storm(bin: &Path, rounds: u32, seconds: u32) -> Result<String> {
         bin,
         "Realistic workload",
         &workload,
-        vec![
-            Tracer {
-                name: "none",
-                start: None,
-            },
-            Tracer {
-                name: "stormwatch run (default configuration)",
-                start: Some(stormwatch_run()),
-            },
-            Tracer {
-                name: "stormwatch run, futex tier throughout, hand-offs sampled with their \
-                       stacks (the default `call_sites = true`)",
-                start: Some(stormwatch_run_with(FUTEX_TIER_ALWAYS)),
-            },
-            Tracer {
-                name: "stormwatch run, futex tier throughout, no sampling (`call_sites = false`)",
-                start: Some(stormwatch_run_with(FUTEX_TIER_NO_CALL_SITES)),
-            },
-        ],
+        call_site_tracers(
+            "stormwatch run, futex tier throughout, hand-offs sampled with their stacks (the \
+             default `call_sites = true`)",
+            "stormwatch run, futex tier throughout, no sampling (`call_sites = false`)",
+        ),
         rounds,
         seconds,
     )
+}
+
+/// None, the daemon as deployed, and the daemon with the futex tier throughout with call sites
+/// (`with`) and without them (`without`): what the call sites cost is the last two's difference.
+fn call_site_tracers(with: &'static str, without: &'static str) -> Vec<Tracer> {
+    vec![
+        Tracer {
+            name: "none",
+            start: None,
+        },
+        Tracer {
+            name: "stormwatch run (default configuration)",
+            start: Some(stormwatch_run()),
+        },
+        Tracer {
+            name: with,
+            start: Some(stormwatch_run_with(FUTEX_TIER_ALWAYS)),
+        },
+        Tracer {
+            name: without,
+            start: Some(stormwatch_run_with(FUTEX_TIER_NO_CALL_SITES)),
+        },
+    ]
 }
 
 /// GOMAXPROCS of the Go mutex storm: above the 2 CPUs, as a service sized from a node.
@@ -316,18 +325,7 @@ const GO_STORM_GOMAXPROCS: &str = "8";
 /// two rows is what they cost.
 pub fn go_mutex_storm(bin: &Path, rounds: u32, seconds: u32) -> Result<String> {
     say("building gomutex");
-    let gomutex = std::env::temp_dir().join("stormwatch-bench-gomutex");
-    let status = Command::new("go")
-        .args(["build", "-o"])
-        .arg(&gomutex)
-        .arg(".")
-        .current_dir(root().join("tests/corpus/gomutex"))
-        .env("GO111MODULE", "off")
-        .status()
-        .context("cannot run go build")?;
-    if !status.success() {
-        bail!("go build of tests/corpus/gomutex failed: {status}");
-    }
+    let gomutex = go_corpus_program("gomutex")?;
     let workload = Workload {
         shown: format!(
             "Go mutex storm (`gomutex -goroutines 64`, GOMAXPROCS={GO_STORM_GOMAXPROCS}: one \
@@ -340,25 +338,10 @@ pub fn go_mutex_storm(bin: &Path, rounds: u32, seconds: u32) -> Result<String> {
         bin,
         "Go mutex storm",
         &workload,
-        vec![
-            Tracer {
-                name: "none",
-                start: None,
-            },
-            Tracer {
-                name: "stormwatch run (default configuration)",
-                start: Some(stormwatch_run()),
-            },
-            Tracer {
-                name: "stormwatch run, futex tier throughout, call sites (Go's mutex uprobes \
-                       in bursts)",
-                start: Some(stormwatch_run_with(FUTEX_TIER_ALWAYS)),
-            },
-            Tracer {
-                name: "stormwatch run, futex tier throughout, no call sites (no uprobes)",
-                start: Some(stormwatch_run_with(FUTEX_TIER_NO_CALL_SITES)),
-            },
-        ],
+        call_site_tracers(
+            "stormwatch run, futex tier throughout, call sites (Go's mutex uprobes in bursts)",
+            "stormwatch run, futex tier throughout, no call sites (no uprobes)",
+        ),
         rounds,
         seconds,
     )
@@ -366,38 +349,36 @@ pub fn go_mutex_storm(bin: &Path, rounds: u32, seconds: u32) -> Result<String> {
 
 /// Runs the Go mutex storm for `seconds`; its acquisitions per second.
 fn go_storm(gomutex: &Path, seconds: u32) -> Result<f64> {
-    let out = Command::new(gomutex)
-        .args(["-goroutines", "64", "-seconds", &seconds.to_string()])
-        .env("GOMAXPROCS", GO_STORM_GOMAXPROCS)
-        .stdin(Stdio::null())
-        .stderr(Stdio::inherit())
-        .output()
-        .with_context(|| format!("cannot start {}", gomutex.display()))?;
-    if !out.status.success() {
-        bail!("{} failed: {}", gomutex.display(), out.status);
-    }
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let ops = json_number(&stdout, "ops")
-        .with_context(|| format!("no \"ops\" in gomutex's output: {stdout}"))?;
-    Ok(ops / f64::from(seconds))
+    let mut cmd = Command::new(gomutex);
+    cmd.args(["-goroutines", "64", "-seconds", &seconds.to_string()])
+        .env("GOMAXPROCS", GO_STORM_GOMAXPROCS);
+    ops_per_second(cmd, seconds)
 }
 
 /// Runs the lock storm for `seconds`; its acquisitions per second (its own count, over the
 /// time it ran).
 fn mutex_storm(storm: &Path, seconds: u32) -> Result<f64> {
-    let out = Command::new(storm)
-        .args(["--threads", &STORM_THREADS.to_string()])
-        .args(["--seconds", &seconds.to_string()])
+    let mut cmd = Command::new(storm);
+    cmd.args(["--threads", &STORM_THREADS.to_string()])
+        .args(["--seconds", &seconds.to_string()]);
+    ops_per_second(cmd, seconds)
+}
+
+/// Runs `cmd`, a storm program that runs for `seconds` and prints its `"ops"` in one JSON line;
+/// its operations per second.
+fn ops_per_second(mut cmd: Command, seconds: u32) -> Result<f64> {
+    let program = cmd.get_program().to_string_lossy().into_owned();
+    let out = cmd
         .stdin(Stdio::null())
         .stderr(Stdio::inherit())
         .output()
-        .with_context(|| format!("cannot start {}", storm.display()))?;
+        .with_context(|| format!("cannot start {program}"))?;
     if !out.status.success() {
-        bail!("{} failed: {}", storm.display(), out.status);
+        bail!("{program} failed: {}", out.status);
     }
     let stdout = String::from_utf8_lossy(&out.stdout);
     let ops = json_number(&stdout, "ops")
-        .with_context(|| format!("no \"ops\" in mutex_storm's output: {stdout}"))?;
+        .with_context(|| format!("no \"ops\" in {program}'s output: {stdout}"))?;
     Ok(ops / f64::from(seconds))
 }
 

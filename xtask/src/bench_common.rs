@@ -5,13 +5,31 @@
 
 use std::{
     io::{BufRead as _, BufReader},
-    path::Path,
+    path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     sync::mpsc,
     time::{Duration, Instant},
 };
 
 use anyhow::{Context as _, Result, bail};
+
+/// Builds the corpus's Go program tests/corpus/`program` (GOPATH mode: it has no module) into
+/// the temporary directory, and returns its path.
+pub(crate) fn go_corpus_program(program: &str) -> Result<PathBuf> {
+    let out = std::env::temp_dir().join(format!("stormwatch-bench-{program}"));
+    let status = Command::new("go")
+        .args(["build", "-o"])
+        .arg(&out)
+        .arg(".")
+        .current_dir(crate::root().join("tests/corpus").join(program))
+        .env("GO111MODULE", "off")
+        .status()
+        .context("cannot run go build")?;
+    if !status.success() {
+        bail!("go build of tests/corpus/{program} failed: {status}");
+    }
+    Ok(out)
+}
 
 /// Starts a tracer, given the stormwatch binary and the measurement's length in seconds.
 pub(crate) type Starter = Box<dyn Fn(&Path, u32) -> Result<Running>>;

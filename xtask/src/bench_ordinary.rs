@@ -26,8 +26,8 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 
 use crate::{
-    bench_common::{Running, free_port, median, start_run},
-    build_release, root, say,
+    bench_common::{Running, free_port, go_corpus_program, median, start_run},
+    build_release, say,
 };
 
 const REDIS_REQUESTS: u32 = 400_000;
@@ -265,26 +265,10 @@ struct Figures {
     http_rate: Vec<f64>,
 }
 
-fn go_server() -> Result<PathBuf> {
-    let out = std::env::temp_dir().join("stormwatch-bench-httpserver");
-    let status = Command::new("go")
-        .args(["build", "-o"])
-        .arg(&out)
-        .arg(".")
-        .current_dir(root().join("tests/corpus/httpserver"))
-        .env("GO111MODULE", "off")
-        .status()
-        .context("cannot run go build")?;
-    if !status.success() {
-        bail!("go build of tests/corpus/httpserver failed: {status}");
-    }
-    Ok(out)
-}
-
 /// The ordinary-workloads table.
 pub fn run(rounds: u32, seconds: u32) -> Result<String> {
     let bin = build_release()?;
-    let server = go_server()?;
+    let server = go_corpus_program("httpserver")?;
     let redis_port = 6390u16;
     // Memory only: no snapshots, no append-only file.
     let redis_args = [

@@ -241,6 +241,9 @@ impl HandoffSites {
     }
 }
 
+/// Why a side whose stack the kernel could not read has no site.
+const UNREADABLE_STACK: &str = "its stack could not be read";
+
 /// How long one side waits for the other before it is dropped (the two are written at their
 /// own threads' exits, usually microseconds apart).
 const PAIR_WAIT: Duration = Duration::from_secs(5);
@@ -312,16 +315,7 @@ impl HandoffNamer {
 
     fn site_of(&mut self, side: &HandoffSide) -> (UserSite, Option<String>) {
         if side.stack.is_empty() {
-            return (
-                UserSite {
-                    function: None,
-                    lock_function: None,
-                    location: None,
-                    module: None,
-                    unnamed: Some("its stack could not be read".to_owned()),
-                },
-                None,
-            );
+            return (UserSite::unnamed(UNREADABLE_STACK), None);
         }
         self.symbolizer.site(&StackSample {
             tgid: side.tgid,
@@ -343,16 +337,7 @@ impl HandoffNamer {
             .get(..8)
             .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
         else {
-            return (
-                UserSite {
-                    function: None,
-                    lock_function: None,
-                    location: None,
-                    module: None,
-                    unnamed: Some("its stack could not be read".to_owned()),
-                },
-                None,
-            );
+            return (UserSite::unnamed(UNREADABLE_STACK), None);
         };
         let (mut site, hint) = self.symbolizer.site(&StackSample {
             tgid: side.tgid,

@@ -56,7 +56,7 @@ pub struct UserSite {
 }
 
 impl UserSite {
-    fn unnamed(why: impl Into<String>) -> Self {
+    pub(crate) fn unnamed(why: impl Into<String>) -> Self {
         Self {
             function: None,
             lock_function: None,
