@@ -615,11 +615,16 @@ fn jvm_lock_sites_are_named_from_its_perf_map() {
 /// a woken waiter, not the releaser, takes it next — its hold is then on record — and the
 /// holder has a CPU to itself): (asleep share of holds, runnable share of hold time, holds).
 fn holder_shares(name: &str, extra: &[&str], quota: Option<f64>) -> (f64, f64, u64) {
-    let mut args = vec!["--threads", "8", "--cs", "100000", "--sleep-out", "200"];
+    // Critical sections of ~2 ms: the lock is held nearly all the time, so a throttle lands in
+    // a hold. Only the holds of sampled hand-offs count (~10 a second in the quota, as many as
+    // its throttles; a fifth of them throttled or preempted), and a few 70 ms throttled holds
+    // decide the share: 10 s keep a window with none unlikely. (With 0.1 ms sections and 6 s,
+    // two runs in nine sampled no throttled hold at all.)
+    let mut args = vec!["--threads", "8", "--cs", "1000000", "--sleep-out", "200"];
     args.extend_from_slice(extra);
     let w = start(name, lockbench("lockbench", &args), quota);
     std::thread::sleep(Duration::from_secs(1));
-    let s = sites(&w, 6);
+    let s = sites(&w, if quota.is_some() { 10 } else { 6 });
     let holds = s["holds"].as_u64().unwrap_or(0);
     eprintln!(
         "{name}: {} sampled, {holds} holds, asleep {}, preempted {}, runnable {}",
