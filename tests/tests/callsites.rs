@@ -619,7 +619,7 @@ fn holder_shares(name: &str, extra: &[&str], quota: Option<f64>) -> (f64, f64, u
     // a hold. Only the holds of sampled hand-offs count (~10 a second in the quota, as many as
     // its throttles; a fifth of them throttled or preempted), and a few 70 ms throttled holds
     // decide the share: 10 s keep a window with none unlikely. (With 0.1 ms sections and 6 s,
-    // two runs in nine sampled no throttled hold at all.)
+    // two runs in eight sampled no throttled hold at all.)
     let mut args = vec!["--threads", "8", "--cs", "1000000", "--sleep-out", "200"];
     args.extend_from_slice(extra);
     let w = start(name, lockbench("lockbench", &args), quota);
