@@ -297,18 +297,20 @@ fn a_lock_storm_is_a_finding_while_it_lasts() {
          container=\"\",cgroup=\"{}\"}}",
         cgroup.rel_path()
     );
-    // Far more threads than CPUs queueing on one mutex: the storm the rule describes.
+    // Far more threads than CPUs queueing on one mutex: the storm the rule describes. Long
+    // enough for an emulated guest of the kernel matrix (its vCPUs on one host thread), where
+    // the futex tier attaches and the windows fill more slowly than on a host.
     let threads = (8 * stormwatch_tests::cpus()).max(16).to_string();
     let storm = run_in_cgroup(
         Command::new(env!("CARGO_BIN_EXE_mutex_storm")).args([
             "--threads",
             &threads,
             "--seconds",
-            "8",
+            "14",
         ]),
         &cgroup,
     );
-    wait_for("the lock storm finding", Duration::from_secs(7), || {
+    wait_for("the lock storm finding", Duration::from_secs(12), || {
         (sample(&daemon.metrics(), &finding) == Some(1.0)).then_some(())
     });
     let text = daemon.metrics();
@@ -388,6 +390,7 @@ fn run_flags_a_convoy_and_a_storm_inside_a_quota_as_diagnose_does() {
 /// A quota's `cpu.stat` throttling counters (`nr_throttled`, throttled seconds), read every
 /// 50 ms from its start: what the kernel said at each moment, to hold the daemon's figures to.
 struct CpuStatRecord {
+    stat: PathBuf,
     readings: Arc<Mutex<Vec<(Instant, f64, f64)>>>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -399,7 +402,7 @@ impl CpuStatRecord {
         let readings = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
         let thread = std::thread::spawn({
-            let (readings, stop) = (readings.clone(), stop.clone());
+            let (stat, readings, stop) = (stat.clone(), readings.clone(), stop.clone());
             move || {
                 while !stop.load(Ordering::Relaxed) {
                     let reading = Self::read(&stat);
@@ -412,6 +415,7 @@ impl CpuStatRecord {
             }
         });
         Self {
+            stat,
             readings,
             stop,
             thread: Some(thread),
@@ -440,14 +444,13 @@ impl CpuStatRecord {
         Some((*periods, *seconds))
     }
 
-    /// Stops reading: the last reading.
+    /// Stops reading, and reads once more: what `cpu.stat` says now.
     fn finish(mut self) -> (f64, f64) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
             t.join().expect("the cpu.stat reader");
         }
-        let readings = self.readings.lock().unwrap();
-        readings.last().map(|r| (r.1, r.2)).expect("a reading")
+        Self::read(&self.stat)
     }
 }
 
@@ -472,8 +475,6 @@ fn assert_throttling_is_cpu_stats(
         std::thread::sleep(Duration::from_millis(50));
     };
     let metrics = daemon.metrics();
-    // A reading taken after the scrape ended.
-    std::thread::sleep(Duration::from_millis(60));
     let after = stats.finish();
     let series = |name: &str| {
         sample_with(&metrics, name, &[("cgroup", rel)])
