@@ -226,9 +226,12 @@ fn throttling_over_a_window_is_cpu_stat_between_its_edges() {
             |r| r.throttled_seconds,
             slack(seconds, period_seconds),
         );
-        // Each shape really was throttled in its window, so the comparison means something.
+        // Each shape really was throttled in its window, so the comparison means something:
+        // ten periods at least, against a slack of one. (In the kernel matrix's guest, its
+        // vCPUs emulated on one host thread, the shape that stops was throttled in 16 of its
+        // 50 periods; on a host, in 30 of its 32.)
         assert!(
-            throttled >= 20.0,
+            throttled >= 10.0,
             "{name}: throttled in only {throttled} periods"
         );
     }
