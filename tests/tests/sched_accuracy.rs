@@ -201,9 +201,12 @@ fn mutex_storm_switches_match_rusage_with_the_kernels_btf_hidden() {
         "mutex storm, kernel BTF hidden: voluntary {vol} vs nvcsw {nvcsw}, involuntary {invol} \
          vs nivcsw {nivcsw}, oncpu {oncpu} vs cpu {cpu} s ({stolen:.3} s stolen meanwhile)"
     );
+    // Hundreds each way at least, so that 2% is a few switches (an emulated guest of the
+    // kernel matrix, its vCPUs on one host thread, made 469 and 644 where a host makes
+    // thousands).
     assert!(
-        nvcsw >= 500.0 && nivcsw >= 500.0,
-        "the mutex storm should switch thousands of times each way: {truth}"
+        nvcsw >= 200.0 && nivcsw >= 200.0,
+        "the mutex storm should switch hundreds of times each way at least: {truth}"
     );
     assert_within("voluntary switches", vol, nvcsw, 0.02);
     let threads = STORM_THREADS as f64;
