@@ -226,12 +226,12 @@ fn throttling_over_a_window_is_cpu_stat_between_its_edges() {
             |r| r.throttled_seconds,
             slack(seconds, period_seconds),
         );
-        // Each shape really was throttled in its window, so the comparison means something:
-        // ten periods at least, against a slack of one. (In the kernel matrix's guest, its
-        // vCPUs emulated on one host thread, the shape that stops was throttled in 16 of its
-        // 50 periods; on a host, in 30 of its 32.)
+        // Each shape really was throttled in its window, so the comparison means something.
+        // (The shape that stops: 30 of its 32 periods on a host, 51 of 53 in the matrix's
+        // 6.12 guest on one host thread; 16 of 50 in a 6.1 guest on one thread, which the
+        // matrix no longer runs.)
         assert!(
-            throttled >= 10.0,
+            throttled >= 20.0,
             "{name}: throttled in only {throttled} periods"
         );
     }
