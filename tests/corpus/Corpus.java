@@ -2,7 +2,8 @@
 // locking: `synchronized` monitors, java.util.concurrent's fair ReentrantLock, LockSupport,
 // ThreadPoolExecutor and SynchronousQueue; this file only decides how many threads use them.
 //
-//   java Corpus <mode> <threads> <seconds> [rate]
+//   java Corpus <mode> <threads> <seconds> [rate]   (for convoy, convoyfree: the section's
+//                                                    length instead of a rate)
 //
 // storm    threads contend on one `synchronized` monitor (short critical section, short work
 //          outside): a JVM mutex storm.
@@ -13,13 +14,18 @@
 // queue    a ThreadPoolExecutor of `threads` workers fed `rate` tasks per second by one
 //          producer: a producer/consumer queue at a modest rate.
 // handoff  two threads hand an object back and forth through a SynchronousQueue.
+// convoy   threads take one non-fair ReentrantLock around a long critical section (`rate`
+//          iterations inside, default 20000, a tenth of that outside): the lock is held nearly
+//          all the time, its waiters park, and each release unparks one of them.
+// convoyfree  the same work, each thread taking a ReentrantLock of its own: the convoy's
+//          counterfactual, the lock made uncontended.
 // smallpool  a ThreadPoolExecutor of `threads` workers fed small tasks by one producer as fast
 //          as its bounded queue (1024) takes them: when it is full the producer blocks in
 //          put(). A small pool inside a large runtime: the JVM's own threads are many, the
 //          ones that hand work to one another few.
 //
-// Prints one JSON line at the end: {"mode":…,"threads":…,"ops":…,"cpu_seconds":…}; smallpool
-// also prints {"ops":…,"seconds":…} every second while it runs (tasks done so far, seconds
+// Prints one JSON line at the end: {"mode":…,"threads":…,"ops":…,"cpu_seconds":…}; smallpool,
+// convoy and convoyfree also print {"ops":…,"seconds":…} every second while it runs (tasks done so far, seconds
 // since the start).
 
 import java.lang.management.ManagementFactory;
@@ -68,6 +74,36 @@ public class Corpus {
         return local;
     }
 
+    /// convoy, convoyfree: the same around a non-fair ReentrantLock, a long section inside,
+    /// counting each operation as it completes (for the progress lines).
+    static void convoyWorker(ReentrantLock lock, int inside, long id, LongAdder done) {
+        long x = id;
+        while (running) {
+            lock.lock();
+            try {
+                x = burn(inside, x);
+                sink += x;
+            } finally {
+                lock.unlock();
+            }
+            x = burn(inside / 10, x);
+            done.increment();
+        }
+    }
+
+    /// Prints {"ops":…,"seconds":…} every second until the deadline: the work done so far.
+    static void printProgress(LongAdder done, long start, long deadline) {
+        Thread progress = new Thread(() -> {
+            for (long next = start + 1_000_000_000L; next < deadline; next += 1_000_000_000L) {
+                LockSupport.parkNanos(next - System.nanoTime());
+                System.out.printf("{\"ops\":%d,\"seconds\":%.3f}%n", done.sum(),
+                        (System.nanoTime() - start) / 1e9);
+            }
+        });
+        progress.setDaemon(true);
+        progress.start();
+    }
+
     static long burn(int iterations, long seed) {
         long x = seed | 1;
         for (int i = 0; i < iterations; i++) {
@@ -89,6 +125,30 @@ public class Corpus {
             case "storm": {
                 Object monitor = new Object();
                 workers = start(threads, id -> OPS.addAndGet(monitorWorker(monitor, id)));
+                break;
+            }
+            case "convoy":
+            case "convoyfree": {
+                LongAdder done = new LongAdder();
+                printProgress(done, System.nanoTime(), deadline);
+                ReentrantLock shared = new ReentrantLock();
+                boolean own = mode.equals("convoyfree");
+                int inside = rate > 0 ? rate : 20_000;
+                Thread[] convoy = start(threads, id -> convoyWorker(
+                        own ? new ReentrantLock() : shared, inside, id, done));
+                // Joined by main after the deadline: sets the final count once they stop.
+                Thread counted = new Thread(() -> {
+                    for (Thread t : convoy) {
+                        try {
+                            t.join();
+                        } catch (InterruptedException e) {
+                            Thread.currentThread().interrupt();
+                        }
+                    }
+                    OPS.set(done.sum());
+                });
+                workers = new Thread[] {counted};
+                counted.start();
                 break;
             }
             case "fair": {
@@ -137,17 +197,7 @@ public class Corpus {
                         });
                 pool.prestartAllCoreThreads();
                 LongAdder done = new LongAdder();
-                long start = System.nanoTime();
-                Thread progress = new Thread(() -> {
-                    for (long next = start + 1_000_000_000L; next < deadline;
-                            next += 1_000_000_000L) {
-                        LockSupport.parkNanos(next - System.nanoTime());
-                        System.out.printf("{\"ops\":%d,\"seconds\":%.3f}%n", done.sum(),
-                                (System.nanoTime() - start) / 1e9);
-                    }
-                });
-                progress.setDaemon(true);
-                progress.start();
+                printProgress(done, System.nanoTime(), deadline);
                 long x = 1;
                 while (System.nanoTime() < deadline) {
                     final long seed = x++;

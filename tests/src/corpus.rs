@@ -86,7 +86,8 @@ impl Lock {
 pub enum Program {
     /// A packaged command (first word looked up on PATH).
     Cmd(&'static [&'static str]),
-    /// `java Corpus <mode> <threads> <seconds> [rate]` (tests/corpus/Corpus.java).
+    /// `java Corpus <mode> <threads> <seconds> [rate]` (tests/corpus/Corpus.java; for the
+    /// convoy modes `rate` is the critical section's length in iterations).
     Java {
         mode: &'static str,
         threads: u32,
@@ -114,7 +115,7 @@ pub enum Program {
 }
 
 /// The Corpus.java modes that print progress lines (their work so far).
-const JAVA_MODES_WITH_PROGRESS: [&str; 1] = ["smallpool"];
+const JAVA_MODES_WITH_PROGRESS: [&str; 3] = ["smallpool", "convoy", "convoyfree"];
 
 impl Program {
     /// `lockbench` with one lock shared by `threads` threads of one process.
@@ -391,8 +392,10 @@ pub fn cases() -> Vec<Case> {
             counterfactual: None,
         },
         // Held out, but for the quota short-section storm (the quota storm the thresholds
-        // for storms inside quotas may be chosen on). Each is grounded in its counterfactual;
-        // lockbench's is the same program with a lock per thread.
+        // for storms inside quotas may be chosen on) and the long section on busy CPUs (the
+        // convoy at the saturation line the hand-off rate's slope was chosen on). Each is
+        // grounded in its counterfactual; lockbench's is the same program with a lock per
+        // thread.
         Case {
             name: "lockbench-short-cs-storm",
             what: "lockbench: 32 threads on one pthread mutex, 50-iteration critical section, \
@@ -410,8 +413,45 @@ pub fn cases() -> Vec<Case> {
             expect: LockStorm,
             program: long_cs.clone(),
             quota: None,
-            split: HeldOut,
+            split: Tuning,
             counterfactual: Some(long_cs.uncontended()),
+        },
+        Case {
+            name: "jvm-long-cs-convoy",
+            what: "JVM non-fair ReentrantLock, 32 threads, 20000-iteration critical section, \
+                   2000 outside, on busy CPUs: a convoy of another runtime near the saturation \
+                   line",
+            expect: LockStorm,
+            program: Java {
+                mode: "convoy",
+                threads: 32,
+                rate: None,
+            },
+            quota: None,
+            split: HeldOut,
+            counterfactual: Some(Java {
+                mode: "convoyfree",
+                threads: 32,
+                rate: None,
+            }),
+        },
+        Case {
+            name: "jvm-longer-cs-convoy",
+            what: "JVM non-fair ReentrantLock, 32 threads, 200000-iteration critical section, \
+                   20000 outside, on busy CPUs: a slower convoy near the saturation line",
+            expect: LockStorm,
+            program: Java {
+                mode: "convoy",
+                threads: 32,
+                rate: Some(200_000),
+            },
+            quota: None,
+            split: HeldOut,
+            counterfactual: Some(Java {
+                mode: "convoyfree",
+                threads: 32,
+                rate: Some(200_000),
+            }),
         },
         Case {
             name: "quota-lockbench-short-cs-storm",

@@ -8,7 +8,7 @@ mod storm;
 
 pub use self::{
     runtime::runtime_sizing,
-    storm::{StormFigures, lock_storm, lock_storm_candidate},
+    storm::{StormFigures, lock_storm, lock_storm_candidate, required_handoffs_per_cpu_second},
 };
 use super::{Facts, Finding, Kind, Severity, Thresholds};
 use crate::collect::log2_quantile_ns;
@@ -37,13 +37,16 @@ pub mod defaults {
     /// pthread mutex storms 940–980; every case that is not lock-bound hands off 0 here, or
     /// has CPUs to spare.
     pub const STORM_MIN_HANDOFFS_PER_CPU_SECOND: f64 = 100.0;
-    /// Hand-offs per second per allowed CPU when the CPUs are not saturated: a convoy. When
-    /// every release wakes a parked waiter, the CPUs go idle while the lock is passed through
-    /// the kernel, so busy CPUs cannot be required — but idle CPUs with parked threads are
-    /// also what a pool waiting for work looks like. What tells them apart is the rate: a
-    /// convoy hands the lock on as fast as the kernel can wake the next waiter (corpus:
-    /// futex lock-pi 3,900, a fair ReentrantLock 22,900 per CPU), a queue at the rate work
-    /// arrives (corpus: 250 per CPU for 500 tasks/s).
+    /// The most hand-offs per second per allowed CPU required when the CPUs are not saturated:
+    /// a convoy. When every release wakes a parked waiter, the CPUs go idle while the lock is
+    /// passed through the kernel, so busy CPUs cannot be required — but idle CPUs with parked
+    /// threads are also what a pool waiting for work looks like. Below saturation the rule asks
+    /// the saturated rate per CPU's worth of threads that want to run (`storm.rs`,
+    /// `required_handoffs_per_cpu_second`), and this much for a container near idle: a convoy
+    /// hands the lock on as fast as the kernel can wake the next waiter (corpus: futex lock-pi
+    /// 2,900–4,700 per CPU at 0.2 runnable per CPU, a fair ReentrantLock 23,000–47,000 at
+    /// 0.6), a queue at the rate work arrives (corpus, 500 tasks/s at 0.02 runnable per CPU:
+    /// 46 per CPU among threads that both wait and wake, 250 counting every woken wait).
     pub const STORM_MIN_CONVOY_HANDOFFS_PER_CPU_SECOND: f64 = 1000.0;
     /// The container keeps at least its allowed CPUs' worth of threads running or runnable
     /// (on-CPU time plus run-queue wait per second, per allowed CPU): it would use more CPU

@@ -39,11 +39,7 @@ impl StormFigures {
         }
         let allowed = f.allowed_cpus();
         let runnable_per_cpu = f.runnable_threads() / allowed;
-        let required = if runnable_per_cpu >= t.storm_saturated_runnable_per_cpu {
-            t.storm_min_handoffs_per_cpu_second
-        } else {
-            t.storm_min_convoy_handoffs_per_cpu_second
-        };
+        let required = required_handoffs_per_cpu_second(t, runnable_per_cpu);
         let mut s = Self {
             threads_per_cpu: threads / allowed,
             queued_threads_per_cpu: f.queued_threads() / allowed,
@@ -68,14 +64,37 @@ impl StormFigures {
     }
 }
 
+/// The hand-off rate per allowed CPU a storm needs, given the threads running or queued for a
+/// CPU per allowed CPU: `storm_min_handoffs_per_cpu_second` when they keep the CPUs saturated
+/// (`storm_saturated_runnable_per_cpu`); below that, the same rate per CPU's worth of threads
+/// that want to run — a container that keeps half its CPUs busy must hand off twice as often
+/// per CPU — up to `storm_min_convoy_handoffs_per_cpu_second` for a container near idle, where
+/// parked threads woken at the rate work arrives look much like a convoy. The two regimes meet
+/// at the saturation line: a convoy just short of it needs what one just past it does, not ten
+/// times more (a step there split one convoy's runs, 976–1,193 hand-offs/s per CPU at
+/// 0.99–1.00 runnable per CPU, between verdicts: tests/CORPUS.md).
+pub fn required_handoffs_per_cpu_second(t: &Thresholds, runnable_per_cpu: f64) -> f64 {
+    let saturated = t.storm_min_handoffs_per_cpu_second;
+    if runnable_per_cpu >= t.storm_saturated_runnable_per_cpu {
+        return saturated;
+    }
+    if runnable_per_cpu <= 0.0 {
+        return t.storm_min_convoy_handoffs_per_cpu_second;
+    }
+    (saturated * t.storm_saturated_runnable_per_cpu / runnable_per_cpu).clamp(
+        saturated,
+        t.storm_min_convoy_handoffs_per_cpu_second.max(saturated),
+    )
+}
+
 /// Whether a container's scheduler figures alone — what `sched_switch` sees, no futex probe —
 /// show what a lock storm needs: the daemon attaches the futex probes for such a container
 /// (`futex_probes = "on-demand"`). Each condition is implied by the storm rule's: as many
 /// threads per CPU; at least as many threads per CPU off the CPU (blocked or queued for it) as
 /// queued for hand-offs (a waiter is off the CPU until it runs again); and at least as many
 /// voluntary switches per CPU as the hand-offs the rule requires (a waiter woken from a futex
-/// wait blocked first) — the saturated threshold when the container keeps its CPUs saturated,
-/// the convoy threshold otherwise, as the rule chooses. A busy I/O server with many threads can
+/// wait blocked first), at the rule's rate for how busy the container keeps its CPUs
+/// ([`required_handoffs_per_cpu_second`]). A busy I/O server with many threads can
 /// still look like this (its switches are not futex hand-offs); then the futex probes attach
 /// and the rule, with their figures, says it is not a storm.
 pub fn lock_storm_candidate(f: &Facts, t: &Thresholds) -> bool {
@@ -83,11 +102,7 @@ pub fn lock_storm_candidate(f: &Facts, t: &Thresholds) -> bool {
         return false;
     };
     let allowed = f.allowed_cpus();
-    let required = if f.runnable_threads() / allowed >= t.storm_saturated_runnable_per_cpu {
-        t.storm_min_handoffs_per_cpu_second
-    } else {
-        t.storm_min_convoy_handoffs_per_cpu_second
-    };
+    let required = required_handoffs_per_cpu_second(t, f.runnable_threads() / allowed);
     threads as f64 / allowed >= t.storm_min_threads_per_cpu
         && f.off_cpu_threads() / allowed >= t.storm_min_queued_threads_per_cpu
         && f.voluntary_switches_per_cpu_second() >= required
@@ -113,10 +128,11 @@ pub fn lock_storm_candidate(f: &Facts, t: &Thresholds) -> bool {
 /// - their time off the CPU goes to futex waits, not to I/O or sleeps
 ///   (`storm_min_futex_blocked_share`), and few waits time out (`storm_max_timeout_share`);
 /// - the hand-offs are frequent: per allowed CPU, `storm_min_handoffs_per_cpu_second` when the
-///   container keeps its CPUs saturated (running or queued for a CPU), or the far higher
-///   `storm_min_convoy_handoffs_per_cpu_second` when its CPUs sit partly idle — a convoy,
-///   where every release wakes a parked waiter, against a pool waiting for work at the rate
-///   work arrives.
+///   container keeps its CPUs saturated (running or queued for a CPU); when its CPUs sit partly
+///   idle, that rate per CPU's worth of threads that want to run, up to
+///   `storm_min_convoy_handoffs_per_cpu_second` near idle
+///   ([`required_handoffs_per_cpu_second`]) — a convoy, where every release wakes a parked
+///   waiter, against a pool waiting for work at the rate work arrives.
 ///
 /// Not judged: the CPU busy share (a convoy leaves the CPUs idle, a storm in a quota is
 /// throttled) and the futex wait share of wall time (throttling and run-queue waits dilute it).

@@ -430,6 +430,18 @@ fn each_storm_condition_is_required() {
     let found = lock_storm(&convoy, &t).expect("a convoy");
     assert!(found.summary.contains("convoy"), "{}", found.summary);
     assert_eq!(found.evidence["required_handoffs_per_cpu_second"], 1000.0);
+    // Just short of the saturation line, a convoy needs what it needs just past it.
+    let mut near_line = storm();
+    near_line.sched.oncpu_ns = 10 * S; // 1 CPU running, 0.99 runnable per CPU with the queue
+    near_line.sched.runq = Log2Histogram::ZERO;
+    runq(&mut near_line, 1000, 9_800_000);
+    near_line.handoffs.lock_waits = 20_000; // 1,000/s per CPU
+    let found = lock_storm(&near_line, &t).expect("a convoy at the saturation line");
+    assert!(
+        (found.evidence["required_handoffs_per_cpu_second"] - 101.0).abs() < 0.5,
+        "{:?}",
+        found.evidence
+    );
     let mut polling = storm();
     polling.futex.timeouts = 200_000; // parked with timeouts, not queued on a lock
     assert!(lock_storm(&polling, &t).is_none());
@@ -806,4 +818,25 @@ fn in_a_guest_perf_tops_spinlock_signature_is_read_as_the_wake_ups() {
         "bare metal samples with NMIs: {:#?}",
         f.recommendations
     );
+}
+
+/// The hand-off rate a storm needs meets the saturated one at the saturation line, doubles
+/// when the threads want half the CPUs, and stops at the convoy's near idle.
+#[test]
+fn the_required_hand_off_rate_rises_smoothly_as_the_cpus_go_idle() {
+    let t = Thresholds::default();
+    let at = |r: f64| required_handoffs_per_cpu_second(&t, r);
+    assert_eq!(at(3.0), 100.0);
+    assert_eq!(at(1.0), 100.0);
+    assert!((at(0.99) - 101.01).abs() < 0.01, "{}", at(0.99));
+    assert_eq!(at(0.5), 200.0);
+    assert_eq!(at(0.1), 1000.0);
+    assert_eq!(at(0.02), 1000.0);
+    assert_eq!(at(0.0), 1000.0);
+    let mut steps = (1..=100).map(|i| at(f64::from(i) / 100.0));
+    let mut last = steps.next().unwrap();
+    for r in steps {
+        assert!(r <= last, "never more for busier CPUs");
+        last = r;
+    }
 }
