@@ -7,6 +7,8 @@
 //
 // storm    threads contend on one `synchronized` monitor (short critical section, short work
 //          outside): a JVM mutex storm.
+// stormfree  the same work, each thread taking a monitor of its own: the storm's
+//          counterfactual, the lock made uncontended.
 // fair     threads take turns on one fair ReentrantLock: every release parks the releaser and
 //          unparks the longest waiter, a convoy that leaves the CPUs idle.
 // timers   an idle pool: each thread parks for 2 ms at a time (LockSupport.parkNanos), every
@@ -25,7 +27,7 @@
 //          ones that hand work to one another few.
 //
 // Prints one JSON line at the end: {"mode":…,"threads":…,"ops":…,"cpu_seconds":…}; smallpool,
-// convoy and convoyfree also print {"ops":…,"seconds":…} every second while it runs (tasks done so far, seconds
+// storm, stormfree, convoy and convoyfree also print {"ops":…,"seconds":…} every second while it runs (tasks done so far, seconds
 // since the start).
 
 import java.lang.management.ManagementFactory;
@@ -43,18 +45,18 @@ public class Corpus {
     // The storms' workers are named methods, not lambdas, so that the call sites stormwatch
     // names (tests/tests/callsites.rs) are the names in this file.
 
-    /// storm: takes the monitor, works inside it, works outside it; returns its operations.
-    static long monitorWorker(Object monitor, long id) {
-        long local = 0, x = id;
+    /// storm, stormfree: takes the monitor, works inside it, works outside it, counts the
+    /// operation.
+    static void monitorWorker(Object monitor, long id, LongAdder done) {
+        long x = id;
         while (running) {
             synchronized (monitor) {
                 x = burn(200, x);
                 sink += x;
             }
             x = burn(200, x);
-            local++;
+            done.increment();
         }
-        return local;
     }
 
     /// fair: the same around a fair ReentrantLock.
@@ -122,9 +124,14 @@ public class Corpus {
         long deadline = System.nanoTime() + (long) (seconds * 1e9);
         Thread[] workers;
         switch (mode) {
-            case "storm": {
-                Object monitor = new Object();
-                workers = start(threads, id -> OPS.addAndGet(monitorWorker(monitor, id)));
+            case "storm":
+            case "stormfree": {
+                LongAdder done = new LongAdder();
+                printProgress(done, System.nanoTime(), deadline);
+                Object shared = new Object();
+                boolean own = mode.equals("stormfree");
+                workers = counted(start(threads,
+                        id -> monitorWorker(own ? new Object() : shared, id, done)), done);
                 break;
             }
             case "convoy":
@@ -134,21 +141,8 @@ public class Corpus {
                 ReentrantLock shared = new ReentrantLock();
                 boolean own = mode.equals("convoyfree");
                 int inside = rate > 0 ? rate : 20_000;
-                Thread[] convoy = start(threads, id -> convoyWorker(
-                        own ? new ReentrantLock() : shared, inside, id, done));
-                // Joined by main after the deadline: sets the final count once they stop.
-                Thread counted = new Thread(() -> {
-                    for (Thread t : convoy) {
-                        try {
-                            t.join();
-                        } catch (InterruptedException e) {
-                            Thread.currentThread().interrupt();
-                        }
-                    }
-                    OPS.set(done.sum());
-                });
-                workers = new Thread[] {counted};
-                counted.start();
+                workers = counted(start(threads, id -> convoyWorker(
+                        own ? new ReentrantLock() : shared, inside, id, done)), done);
                 break;
             }
             case "fair": {
@@ -257,6 +251,23 @@ public class Corpus {
 
     interface Body {
         void run(int id) throws Exception;
+    }
+
+    /// A thread that waits for `workers` and then sets the final count from `done`: what main
+    /// joins after the deadline, in their stead.
+    static Thread[] counted(Thread[] workers, LongAdder done) {
+        Thread counter = new Thread(() -> {
+            for (Thread t : workers) {
+                try {
+                    t.join();
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                }
+            }
+            OPS.set(done.sum());
+        });
+        counter.start();
+        return new Thread[] {counter};
     }
 
     static Thread[] start(int n, Body body) {

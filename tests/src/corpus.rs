@@ -95,6 +95,10 @@ pub enum Program {
     },
     /// The Go sync.Mutex storm (tests/corpus/gomutex) with this GOMAXPROCS.
     GoMutex { gomaxprocs: u32, goroutines: u32 },
+    /// `sysbench threads`: `threads` threads each taking one of `locks` pthread mutexes in
+    /// turn and yielding while they hold it (one lock: a storm; a lock per thread: its
+    /// counterfactual). Its work is its events, from the per-second reports.
+    Sysbench { threads: u32, locks: u32 },
     /// `redis-server` in the cgroup, loaded by `redis-benchmark` from outside it.
     RedisUnderLoad,
     /// `lockbench` (tests/corpus/lockbench.c): `threads` threads in each of `procs` processes
@@ -115,7 +119,8 @@ pub enum Program {
 }
 
 /// The Corpus.java modes that print progress lines (their work so far).
-const JAVA_MODES_WITH_PROGRESS: [&str; 3] = ["smallpool", "convoy", "convoyfree"];
+const JAVA_MODES_WITH_PROGRESS: [&str; 5] =
+    ["smallpool", "storm", "stormfree", "convoy", "convoyfree"];
 
 impl Program {
     /// `lockbench` with one lock shared by `threads` threads of one process.
@@ -144,7 +149,7 @@ impl Program {
     /// otherwise).
     fn prints_progress(&self) -> bool {
         match self {
-            Program::LockBench { .. } => true,
+            Program::LockBench { .. } | Program::Sysbench { .. } => true,
             Program::Java { mode, .. } => JAVA_MODES_WITH_PROGRESS.contains(mode),
             _ => false,
         }
@@ -189,17 +194,16 @@ pub fn cases() -> Vec<Case> {
             name: "sysbench-mutex-storm",
             what: "sysbench threads: 64 threads on one pthread mutex, yielding while they hold it",
             expect: LockStorm,
-            program: Cmd(&[
-                "sysbench",
-                "threads",
-                "--threads=64",
-                "--thread-locks=1",
-                "--time=60",
-                "run",
-            ]),
+            program: Sysbench {
+                threads: 64,
+                locks: 1,
+            },
             quota: None,
             split: Tuning,
-            counterfactual: None,
+            counterfactual: Some(Sysbench {
+                threads: 64,
+                locks: 64,
+            }),
         },
         Case {
             name: "stress-ng-semaphore",
@@ -244,7 +248,11 @@ pub fn cases() -> Vec<Case> {
             },
             quota: None,
             split: Tuning,
-            counterfactual: None,
+            counterfactual: Some(Java {
+                mode: "stormfree",
+                threads: 64,
+                rate: None,
+            }),
         },
         Case {
             name: "go-mutex-storm",
@@ -263,17 +271,16 @@ pub fn cases() -> Vec<Case> {
             name: "quota-mutex-storm",
             what: "sysbench threads: 32 threads on one pthread mutex in a 0.5-CPU CFS quota",
             expect: LockStorm,
-            program: Cmd(&[
-                "sysbench",
-                "threads",
-                "--threads=32",
-                "--thread-locks=1",
-                "--time=60",
-                "run",
-            ]),
+            program: Sysbench {
+                threads: 32,
+                locks: 1,
+            },
             quota: Some(0.5),
             split: Tuning,
-            counterfactual: None,
+            counterfactual: Some(Sysbench {
+                threads: 32,
+                locks: 32,
+            }),
         },
         Case {
             name: "quota-jvm-storm",
@@ -286,7 +293,11 @@ pub fn cases() -> Vec<Case> {
             },
             quota: Some(0.5),
             split: Tuning,
-            counterfactual: None,
+            counterfactual: Some(Java {
+                mode: "stormfree",
+                threads: 32,
+                rate: None,
+            }),
         },
         Case {
             name: "cpu-oversubscription",
@@ -800,6 +811,14 @@ fn command(program: &Program, listen: &str) -> Command {
             ]);
             c
         }
+        Program::Sysbench { threads, locks } => {
+            let mut c = Command::new(tool("sysbench", "apt-get install sysbench"));
+            c.args(["threads", "--time=60", "--report-interval=1"])
+                .arg(format!("--threads={threads}"))
+                .arg(format!("--thread-locks={locks}"))
+                .arg("run");
+            c
+        }
         Program::RedisUnderLoad => {
             let mut c = Command::new(tool("redis-server", "apt-get install redis-server"));
             c.args(["--port", "0", "--unixsocket"])
@@ -898,6 +917,29 @@ impl Work {
         })
     }
 
+    /// The work after a sysbench per-second report, `[ 3s ] thds: 32 eps: 580.96 …`: its
+    /// events per second over the interval since the report before (`earlier`, or the start),
+    /// added to that report's work.
+    fn after_report(earlier: Option<Work>, line: &str) -> Option<Self> {
+        let (seconds, rest) = line.strip_prefix('[')?.split_once("s ]")?;
+        let seconds: f64 = seconds.trim().parse().ok()?;
+        let eps: f64 = rest
+            .split_once("eps:")?
+            .1
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()?;
+        let earlier = earlier.unwrap_or(Work {
+            done: 0.0,
+            seconds: 0.0,
+        });
+        (seconds > earlier.seconds).then_some(Work {
+            done: earlier.done + eps * (seconds - earlier.seconds),
+            seconds,
+        })
+    }
+
     /// Work per second from `earlier` (the program's start when it had printed nothing yet)
     /// to `self`; `None` without a second progress line in between.
     fn rate_since(self, earlier: Option<Work>) -> Option<f64> {
@@ -920,8 +962,9 @@ impl Progress {
         let last = Arc::clone(&progress.0);
         std::thread::spawn(move || {
             for line in BufReader::new(out).lines().map_while(Result::ok) {
-                if let Some(w) = Work::parse(&line) {
-                    *last.lock().expect("the progress lock") = Some(w);
+                let mut last = last.lock().expect("the progress lock");
+                if let Some(w) = Work::parse(&line).or_else(|| Work::after_report(*last, &line)) {
+                    *last = Some(w);
                 }
             }
         });
@@ -1209,4 +1252,31 @@ pub fn describe(case: &Case, o: &Outcome) -> String {
             })
             .unwrap_or_default()
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Work;
+
+    #[test]
+    fn sysbench_reports_add_up_to_its_events() {
+        let first = Work::after_report(None, "[ 1s ] thds: 32 eps: 500.00 lat (ms,95%): 2.52");
+        assert_eq!(
+            first,
+            Some(Work {
+                done: 500.0,
+                seconds: 1.0
+            })
+        );
+        let third = Work::after_report(first, "[ 3s ] thds: 32 eps: 250.50 lat (ms,95%): 2.43");
+        assert_eq!(
+            third,
+            Some(Work {
+                done: 1001.0,
+                seconds: 3.0
+            })
+        );
+        assert_eq!(Work::after_report(third, "[ 3s ] thds: 32 eps: 1.00"), None);
+        assert_eq!(Work::after_report(third, "Threads started!"), None);
+    }
 }
