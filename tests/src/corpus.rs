@@ -486,6 +486,25 @@ pub fn cases() -> Vec<Case> {
             counterfactual: Some(long_cs.uncontended()),
         },
         Case {
+            name: "quota-jvm-longer-cs-convoy",
+            what: "JVM non-fair ReentrantLock, 32 threads, 200000-iteration critical section, \
+                   20000 outside, in a 0.5-CPU CFS quota: another runtime's convoy that the \
+                   quota binds before the lock does",
+            expect: NotLockStorm,
+            program: Java {
+                mode: "convoy",
+                threads: 32,
+                rate: Some(200_000),
+            },
+            quota: Some(0.5),
+            split: HeldOut,
+            counterfactual: Some(Java {
+                mode: "convoyfree",
+                threads: 32,
+                rate: Some(200_000),
+            }),
+        },
+        Case {
             name: "lockbench-rwlock-writers",
             what: "lockbench: 32 threads taking one pthread rwlock as writers, 50-iteration \
                    critical section, 50 outside",
