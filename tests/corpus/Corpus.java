@@ -27,8 +27,8 @@
 //          ones that hand work to one another few.
 //
 // Prints one JSON line at the end: {"mode":…,"threads":…,"ops":…,"cpu_seconds":…}; smallpool,
-// storm, stormfree, convoy and convoyfree also print {"ops":…,"seconds":…} every second while it runs (tasks done so far, seconds
-// since the start).
+// storm, stormfree, convoy and convoyfree also print {"ops":…,"seconds":…} every second while
+// they run (operations done so far, seconds since the start).
 
 import java.lang.management.ManagementFactory;
 import java.util.concurrent.*;
