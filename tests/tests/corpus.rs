@@ -123,8 +123,19 @@ fn assert_quota_storm(case: &Case, o: &Outcome) {
 /// [`NO_CLEAR_GAIN`]× the work. Measured through the harness (tests/CORPUS.md): 4.1× and 1.4×
 /// on busy CPUs, 1.18–1.37× and 1.22–1.36× inside the 0.5-CPU quota — inside the quota not
 /// always clear of the held-out cases' [`LOCK_BOUND_GAIN`] bar, so that bar is not asked here.
+///
+/// quota-mutex-storm also runs in the kernel matrix's guests, for its verdict on `cpu.max`:
+/// under emulation the comparison means nothing (`corpus::timings_are_real`), and is left out
+/// there, saying so.
 #[track_caller]
 fn assert_counterfactual_agrees(case: &Case, o: &Outcome) {
+    if !corpus::timings_are_real() {
+        eprintln!(
+            "{}: counterfactual not run: an emulated guest's timings are not the program's",
+            case.name
+        );
+        return;
+    }
     let gain = gain(case, o);
     assert!(
         gain > NO_CLEAR_GAIN,
