@@ -227,6 +227,23 @@ impl Facts {
     pub fn oncpu_cores(&self) -> f64 {
         self.per_second(self.sched.oncpu_ns as f64 / 1e9)
     }
+
+    /// How many CPUs a container inside a quota wanted, on average: the CPU time it used plus
+    /// the time its quota held its run queues back (the kernel's throttled time, summed over
+    /// the CPUs whose run queues were throttled), per second of the window. `None` without a
+    /// quota or without the throttled time.
+    ///
+    /// In a period the container runs until its quota is spent and then stands throttled on
+    /// the CPUs where its threads still want to run, so this is the number of CPUs it keeps
+    /// busy at once while it may run — where it is throttled in (nearly) every period. A convoy
+    /// runs one thread at a time, the holder (measured: 1.01–1.05 CPUs in a 0.5-CPU quota on 2
+    /// CPUs, bpftrace's count of its threads on a CPU at once agreeing); threads that contend
+    /// while they run keep every CPU busy (1.6–1.9; tests/CORPUS.md).
+    pub fn cpus_wanted(&self) -> Option<f64> {
+        self.quota_cores?;
+        let held_back = self.cpu.throttled_seconds?;
+        Some(self.oncpu_cores() + self.per_second(held_back))
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -288,6 +305,8 @@ pub struct Thresholds {
     pub storm_min_handoffs_per_cpu_second: f64,
     pub storm_min_convoy_handoffs_per_cpu_second: f64,
     pub storm_saturated_runnable_per_cpu: f64,
+    pub storm_serial_max_cpus_wanted: f64,
+    pub storm_quota_bound_max_handoffs_per_cpu_second_used: f64,
     pub storm_max_timeout_share: f64,
     pub storm_critical_queued_threads_per_cpu: f64,
     pub storm_high_migrations_per_second: f64,
@@ -318,6 +337,9 @@ impl Default for Thresholds {
             storm_min_handoffs_per_cpu_second: STORM_MIN_HANDOFFS_PER_CPU_SECOND,
             storm_min_convoy_handoffs_per_cpu_second: STORM_MIN_CONVOY_HANDOFFS_PER_CPU_SECOND,
             storm_saturated_runnable_per_cpu: STORM_SATURATED_RUNNABLE_PER_CPU,
+            storm_serial_max_cpus_wanted: STORM_SERIAL_MAX_CPUS_WANTED,
+            storm_quota_bound_max_handoffs_per_cpu_second_used:
+                STORM_QUOTA_BOUND_MAX_HANDOFFS_PER_CPU_SECOND_USED,
             storm_max_timeout_share: STORM_MAX_TIMEOUT_SHARE,
             storm_critical_queued_threads_per_cpu: STORM_CRITICAL_QUEUED_THREADS_PER_CPU,
             storm_high_migrations_per_second: STORM_HIGH_MIGRATIONS_PER_SECOND,

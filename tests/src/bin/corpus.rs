@@ -51,10 +51,10 @@ fn main() {
         .collect();
     println!(
         "| workload | split | expected | right | hand-offs/s per CPU | needed | queued per CPU | \
-         futex share of off-CPU | kernel: threads asleep in futex | CPUs used | work/s | \
-         work/s before the agent | counterfactual work/s |"
+         futex share of off-CPU | CPUs wanted | hand-offs per CPU-second used | kernel: threads \
+         asleep in futex | CPUs used | work/s | work/s before the agent | counterfactual work/s |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     let mut all_stable = true;
     for case in &cases {
         let mut right = 0;
@@ -70,8 +70,8 @@ fn main() {
         let m = |key: &str| median(outcomes.iter().map(|o| o.figure(key)).collect());
         all_stable &= right * 10 >= repeat * 9;
         println!(
-            "| {} ({}) | {} | {} | {right}/{repeat} | {:.0} | {:.0} | {:.1} | {:.2} | {:.1} | {:.2} \
-             | {} | {} | {} |",
+            "| {} ({}) | {} | {} | {right}/{repeat} | {:.0} | {:.0} | {:.1} | {:.2} | {:.2} | {:.0} \
+             | {:.1} | {:.2} | {} | {} | {} |",
             case.name,
             case.what,
             match case.split {
@@ -86,6 +86,8 @@ fn main() {
             m("required_handoffs_per_cpu_second"),
             m("queued_threads_per_cpu"),
             m("futex_blocked_share"),
+            m("cpus_wanted"),
+            m("handoffs_per_cpu_second_used"),
             median(outcomes.iter().map(|o| o.kernel.futex_sleeping).collect()),
             median(outcomes.iter().map(|o| o.kernel.cpu_cores).collect()),
             median_of(outcomes.iter().map(|o| o.work_per_second)),

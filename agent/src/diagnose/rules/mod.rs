@@ -8,7 +8,10 @@ mod storm;
 
 pub use self::{
     runtime::runtime_sizing,
-    storm::{StormFigures, lock_storm, lock_storm_candidate, required_handoffs_per_cpu_second},
+    storm::{
+        QuotaBound, StormFigures, lock_storm, lock_storm_candidate,
+        required_handoffs_per_cpu_second,
+    },
 };
 use super::{Facts, Finding, Kind, Severity, Thresholds};
 use crate::collect::log2_quantile_ns;
@@ -54,6 +57,21 @@ pub mod defaults {
     /// over on-CPU time alone because a storm throttled by its quota, or sharing its CPUs with
     /// a neighbour, is saturated with little CPU time of its own.
     pub const STORM_SATURATED_RUNNABLE_PER_CPU: f64 = 1.0;
+    /// A container that has spent its quota and wanted at most this many CPUs runs its lock's
+    /// queue one thread at a time: the holder, plus a quarter of a CPU for the work its
+    /// threads do outside the lock. Such a convoy would use about one CPU if the quota let
+    /// it; inside a smaller quota the quota binds first, and a lock per thread does the same
+    /// work. Measured in a 0.5-CPU quota on 2 CPUs (tests/CORPUS.md): convoys 1.01–1.05 CPUs
+    /// wanted, storms whose threads contend while they run (spinning, a lock word's cache line
+    /// passed between CPUs) 1.6–1.9.
+    pub const STORM_SERIAL_MAX_CPUS_WANTED: f64 = 1.25;
+    /// …unless its hand-offs themselves eat the quota: a hand-off costs a futex wake, a futex
+    /// wait and two context switches, 2–5 µs of CPU (sysbench in a 0.5-CPU quota spends 45% of
+    /// it in futex calls at 103,000 hand-offs/s: 2.2 µs each). 20,000 hand-offs per second of
+    /// CPU used cost 4–10% of it: a lock made uncontended would give back less than a tenth of
+    /// the quota. Above it, a serialized storm still spends its quota on the lock (sysbench:
+    /// 207,000; a lock per thread does 0.9–1.3× the work, one thread 6.4×).
+    pub const STORM_QUOTA_BOUND_MAX_HANDOFFS_PER_CPU_SECOND_USED: f64 = 20_000.0;
     /// At most half of the waits may end in a timeout: threads parked with a timeout (idle
     /// pools polling for work) time out; threads queued on a lock are woken by its release.
     pub const STORM_MAX_TIMEOUT_SHARE: f64 = 0.5;
@@ -164,25 +182,54 @@ pub fn cpu_throttling(f: &Facts, t: &Thresholds) -> Option<Finding> {
     }
     e.insert("oncpu_cores", f.oncpu_cores());
     e.insert("runnable_threads", f.runnable_threads());
+    if let Some(w) = f.cpus_wanted() {
+        e.insert("cpus_wanted", w);
+    }
     limits_evidence(f, &mut e);
+    let convoy = StormFigures::of(f, t)
+        .filter(|s| s.quota_bound)
+        .and_then(|s| QuotaBound::of(f, t, &s).map(|q| (s, q)));
+    let mut summary = format!(
+        "CPU throttling: its {quota:.2}-core quota ran out in {:.0}% of the periods it ran in \
+         ({throttled} of {periods}){}, using {:.2} cores",
+        100.0 * share,
+        held_back
+            .map(|s| format!(
+                ", holding its threads back {s:.1} s in all (summed over the CPUs they were \
+                 throttled on)"
+            ))
+            .unwrap_or_default(),
+        f.oncpu_cores()
+    );
+    let mut recs = Vec::new();
+    if let Some((s, q)) = convoy {
+        e.insert("queued_threads_per_cpu", s.queued_threads_per_cpu);
+        e.insert(
+            "handoffs_per_cpu_second_used",
+            s.handoffs_per_cpu_second_used,
+        );
+        summary.push_str(&format!(
+            "; its threads take turns on a lock ({:.1} per CPU queued for it), one running at a \
+             time: it wants {:.2} CPUs, so the quota binds before the lock does (its hand-offs, \
+             {:.0} per CPU-second, cost little of it)",
+            s.queued_threads_per_cpu, q.cpus_wanted, s.handoffs_per_cpu_second_used
+        ));
+        recs.push(format!(
+            "Its threads take turns on one lock: a quota of up to ~{:.1} CPUs raises its \
+             throughput, more does not (the lock then limits it); to go further, shorten the \
+             critical section or split the lock (`stormwatch trace --json` names the call \
+             sites).",
+            q.cpus_wanted.max(1.0)
+        ));
+    }
     Some(Finding::new(
         Kind::CpuThrottling,
         severity,
         f.owner(),
-        format!(
-            "CPU throttling: its {quota:.2}-core quota ran out in {:.0}% of the periods it ran \
-             in ({throttled} of {periods}){}, using {:.2} cores",
-            100.0 * share,
-            held_back
-                .map(|s| format!(
-                    ", holding its threads back {s:.1} s in all (summed over the CPUs they \
-                     were throttled on)"
-                ))
-                .unwrap_or_default(),
-            f.oncpu_cores()
-        ),
+        summary,
         e,
-        vec![
+        recs.into_iter()
+            .chain([
             format!(
                 "Raise the CPU limit above {quota:.2} cores, or remove it and rely on requests: \
                  the quota is spent early in each period and the rest of the period stalls."
@@ -192,7 +239,8 @@ pub fn cpu_throttling(f: &Facts, t: &Thresholds) -> Option<Finding> {
                  fraction of the period.",
                 quota.ceil().max(1.0) as u64
             ),
-        ],
+            ])
+            .collect(),
     ))
 }
 
@@ -328,6 +376,12 @@ fn lock_context(f: &Facts, t: &Thresholds) -> String {
     match StormFigures::of(f, t) {
         None => "No futex waits: the threads do not queue on a lock; they queue for the CPUs."
             .to_owned(),
+        Some(s) if s.quota_bound => format!(
+            "Its threads take turns on a lock ({:.1} per CPU queued for it, {:.0} hand-offs/s \
+             per CPU), one running at a time: the quota binds before the lock does \
+             (cpu_throttling), so it is not a lock storm.",
+            s.queued_threads_per_cpu, s.handoffs_per_cpu_second
+        ),
         Some(s) => format!(
             "Not a lock storm: {:.0} futex hand-offs/s per CPU (a storm needs {:.0}) with {:.1} \
              threads per CPU queued for them (a storm needs {:.1}).",

@@ -27,6 +27,12 @@ pub struct StormFigures {
     pub runnable_per_cpu: f64,
     /// The hand-off rate the container must reach: the saturated or the convoy threshold.
     pub required_handoffs_per_cpu_second: f64,
+    /// Inside a quota: the CPUs the container wanted ([`Facts::cpus_wanted`]).
+    pub cpus_wanted: Option<f64>,
+    /// The lock's hand-offs per second of CPU the container used.
+    pub handoffs_per_cpu_second_used: f64,
+    /// A convoy its spent quota binds before its lock does ([`QuotaBound`]): not a storm.
+    pub quota_bound: bool,
     pub lock_storm: bool,
 }
 
@@ -53,14 +59,59 @@ impl StormFigures {
             futex_timeout_share: f.futex.timeouts as f64 / f.futex.wait.count as f64,
             runnable_per_cpu,
             required_handoffs_per_cpu_second: required,
+            cpus_wanted: f.cpus_wanted(),
+            handoffs_per_cpu_second_used: f.handoffs_per_second() / f.oncpu_cores().max(1e-9),
+            quota_bound: false,
             lock_storm: false,
         };
-        s.lock_storm = s.threads_per_cpu >= t.storm_min_threads_per_cpu
+        let queue = s.threads_per_cpu >= t.storm_min_threads_per_cpu
             && s.queued_threads_per_cpu >= t.storm_min_queued_threads_per_cpu
             && s.futex_blocked_share >= t.storm_min_futex_blocked_share
             && s.futex_timeout_share <= t.storm_max_timeout_share
             && s.handoffs_per_cpu_second >= required;
+        s.quota_bound = queue && QuotaBound::of(f, t, &s).is_some();
+        s.lock_storm = queue && !s.quota_bound;
         Some(s)
+    }
+}
+
+/// A lock's queue that its quota, not its lock, holds back: a convoy inside a quota it has
+/// spent. Three things, each measured over the window:
+///
+/// - the quota is spent: throttled in at least `throttling_min_throttled_share` of its periods,
+///   and at least `QUOTA_SPENT_SHARE` of it used;
+/// - the threads run one at a time: the container wanted at most
+///   `storm_serial_max_cpus_wanted` CPUs ([`Facts::cpus_wanted`]) — the holder, and a little
+///   work outside the lock. Its waiters sleep; nothing spins or bounces the lock word between
+///   CPUs. Such a convoy would use about one CPU if the quota let it, and a quota below that
+///   binds first: a lock per thread leaves the CPU work per operation, and so the work done in
+///   the quota, as it is;
+/// - its hand-offs are cheap beside its work: at most
+///   `storm_quota_bound_max_handoffs_per_cpu_second_used` per second of CPU used, so the
+///   futex calls and switches of the hand-offs cost a small share of the quota.
+///
+/// Threads that contend while they run (a spinning monitor, a short section whose lock word
+/// moves between CPUs) want every CPU and are lock-bound inside any quota; a serialized storm
+/// that hands off so often that its hand-offs eat the quota is lock-bound too. Not told apart:
+/// a convoy whose threads do much work outside the lock, in parallel (it wants more than one
+/// CPU, and is called a storm inside a quota that may still bind first).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct QuotaBound {
+    pub quota: f64,
+    pub cpus_wanted: f64,
+}
+
+impl QuotaBound {
+    pub fn of(f: &Facts, t: &Thresholds, s: &StormFigures) -> Option<Self> {
+        let quota = f.quota_cores?;
+        let spent = f.throttled_share()? >= t.throttling_min_throttled_share
+            && f.oncpu_cores() / quota >= defaults::QUOTA_SPENT_SHARE;
+        let cpus_wanted = s.cpus_wanted?;
+        (spent
+            && cpus_wanted <= t.storm_serial_max_cpus_wanted
+            && s.handoffs_per_cpu_second_used
+                <= t.storm_quota_bound_max_handoffs_per_cpu_second_used)
+            .then_some(Self { quota, cpus_wanted })
     }
 }
 
@@ -132,7 +183,10 @@ pub fn lock_storm_candidate(f: &Facts, t: &Thresholds) -> bool {
 ///   idle, that rate per CPU's worth of threads that want to run, up to
 ///   `storm_min_convoy_handoffs_per_cpu_second` near idle
 ///   ([`required_handoffs_per_cpu_second`]) — a convoy, where every release wakes a parked
-///   waiter, against a pool waiting for work at the rate work arrives.
+///   waiter, against a pool waiting for work at the rate work arrives;
+/// - not a convoy that its spent quota binds before its lock does ([`QuotaBound`]): one thread
+///   running at a time, cheap hand-offs, a quota below the CPU the convoy would use. That is
+///   `cpu_throttling`'s, which names the convoy.
 ///
 /// Not judged: the CPU busy share (a convoy leaves the CPUs idle, a storm in a quota is
 /// throttled) and the futex wait share of wall time (throttling and run-queue waits dilute it).
@@ -207,6 +261,13 @@ impl<'a> Storm<'a> {
         );
         e.insert("futex_blocked_share", figures.futex_blocked_share);
         e.insert("runnable_per_cpu", figures.runnable_per_cpu);
+        if let Some(w) = figures.cpus_wanted {
+            e.insert("cpus_wanted", w);
+            e.insert(
+                "handoffs_per_cpu_second_used",
+                figures.handoffs_per_cpu_second_used,
+            );
+        }
         e.insert("futex_wait_share", f.futex_wait_share().unwrap_or(0.0));
         e.insert("futex_waiting_threads", f.futex_waiting_threads());
         e.insert("futex_waits_per_second", f.futex_waits_per_second());
@@ -339,11 +400,28 @@ impl<'a> Storm<'a> {
             let used = f.oncpu_cores() / q;
             e.insert("quota_used_share", used);
             summary.push_str(&if used >= defaults::QUOTA_SPENT_SHARE {
-                format!(
-                    "; the quota limits its throughput first: it spends {:.0}% of it, and the \
-                     lock then decides how much of that is useful work",
-                    100.0 * used
-                )
+                // Spent, yet not a convoy the quota binds first (`QuotaBound`): the lock wastes
+                // the quota, by contention while running or by the hand-offs' own cost.
+                match figures.cpus_wanted {
+                    Some(w) if w > t.storm_serial_max_cpus_wanted => format!(
+                        "; the lock limits its throughput first: it spends {:.0}% of the \
+                         quota with {w:.1} CPUs' worth of threads wanting to run at once, \
+                         contending for the lock rather than taking turns on it",
+                        100.0 * used
+                    ),
+                    Some(_) => format!(
+                        "; the lock limits its throughput first: it spends {:.0}% of the \
+                         quota one thread at a time, and its hand-offs ({:.0} per CPU-second, \
+                         a futex wake, a wait and two switches each) take much of it",
+                        100.0 * used,
+                        figures.handoffs_per_cpu_second_used
+                    ),
+                    None => format!(
+                        "; the quota limits its throughput first: it spends {:.0}% of it, and \
+                         the lock then decides how much of that is useful work",
+                        100.0 * used
+                    ),
+                }
             } else {
                 format!(
                     "; the lock limits its throughput first: {:.0}% of the quota goes unused \

@@ -495,7 +495,8 @@ fn a_storm_inside_a_quota_is_also_throttling_and_says_so() {
     f.sched.oncpu_ns = 5 * S;
     f.cpu.periods = Some(100);
     f.cpu.throttled_periods = Some(75);
-    f.cpu.throttled_seconds = Some(7.5);
+    // Held back 12 s on 2 CPUs: with its 0.5 CPU used, it wanted 1.7 CPUs at once.
+    f.cpu.throttled_seconds = Some(12.0);
     let found = check_all(&f, std::slice::from_ref(&f), &Thresholds::default());
     assert_eq!(
         kinds(&found),
@@ -510,9 +511,10 @@ fn a_storm_inside_a_quota_is_also_throttling_and_says_so() {
     assert!(
         storm.summary.contains("0.50-CPU quota")
             && storm.summary.contains("throttled in 75% of its periods")
-            && storm
-                .summary
-                .contains("the quota limits its throughput first"),
+            && storm.summary.contains(
+                "the lock limits its throughput first: it spends 100% of the quota with 1.7 \
+                 CPUs' worth of threads wanting to run at once"
+            ),
         "{}",
         storm.summary
     );
@@ -543,6 +545,105 @@ fn a_storm_inside_a_quota_is_also_throttling_and_says_so() {
             .any(|r| r.contains("watch futex")),
         "{found:?}"
     );
+}
+
+/// A convoy inside a 0.5-CPU quota it has spent: ~30 threads asleep on the lock, handed on
+/// 600 times a second, one thread running at a time (it wants 1.03 CPUs: 0.5 used, 5.3 s held
+/// back on the run queues in 10 s).
+fn quota_convoy() -> Facts {
+    let mut f = base("/quota-convoy");
+    f.threads = Some(32);
+    f.quota_cores = Some(0.5);
+    f.sched.oncpu_ns = 5 * S;
+    f.sched.voluntary_switches = 6_000;
+    f.sched.offcpu_ns = 300 * S;
+    runq(&mut f, 6_000, 1_000_000);
+    f.cpu.periods = Some(100);
+    f.cpu.throttled_periods = Some(98);
+    f.cpu.throttled_seconds = Some(5.3);
+    for _ in 0..1000 {
+        f.futex.wait.record(300_000_000);
+    }
+    f.futex.wait.count = 6_000;
+    f.handoffs.lock_waits = 6_000;
+    f.handoffs.lock_wait_ns = 300 * S;
+    f.handoffs.lock_threads = 32;
+    f
+}
+
+/// The quota binds such a convoy before its lock does (a lock per thread does the same work):
+/// throttling, not a storm, and the throttling finding says why and how far a larger quota
+/// helps. The same queue is a storm when its threads contend while they run (they want more
+/// CPUs than one thread at a time) or when its hand-offs eat the quota.
+#[test]
+fn a_convoy_its_spent_quota_binds_first_is_throttling_not_a_storm() {
+    let t = Thresholds::default();
+    let f = quota_convoy();
+    let s = StormFigures::of(&f, &t).unwrap();
+    assert!((s.cpus_wanted.unwrap() - 1.03).abs() < 1e-9, "{s:?}");
+    assert_eq!(s.handoffs_per_cpu_second_used, 1_200.0);
+    assert!(s.quota_bound && !s.lock_storm, "{s:?}");
+    let found = check_all(&f, std::slice::from_ref(&f), &t);
+    assert!(!kinds(&found).contains(&Kind::LockStorm), "{found:?}");
+    let throttling = found
+        .iter()
+        .find(|x| x.kind == Kind::CpuThrottling)
+        .expect("throttling");
+    assert!(
+        throttling.summary.contains(
+            "one running at a time: it wants 1.03 CPUs, so the quota binds before the lock does"
+        ),
+        "{}",
+        throttling.summary
+    );
+    assert!(
+        throttling.recommendations[0].contains("a quota of up to ~1.0 CPUs"),
+        "{:?}",
+        throttling.recommendations
+    );
+
+    // Oversubscription's account of the lock says the same, not "not a storm" beside figures
+    // above the storm's thresholds.
+    assert!(
+        lock_context(&f, &t).contains("one running at a time: the quota binds before the lock"),
+        "{}",
+        lock_context(&f, &t)
+    );
+
+    // Threads that contend while they run: wanting 1.7 CPUs.
+    let mut contending = f.clone();
+    contending.cpu.throttled_seconds = Some(12.0);
+    let storm = lock_storm(&contending, &t).expect("a storm");
+    assert!(
+        storm.summary.contains("1.7 CPUs' worth"),
+        "{}",
+        storm.summary
+    );
+
+    // Hand-offs that eat the quota: 30,000 per CPU-second used.
+    let mut costly = f.clone();
+    costly.handoffs.lock_waits = 150_000;
+    costly.futex.wait.count = 150_000;
+    let storm = lock_storm(&costly, &t).expect("a storm");
+    assert!(
+        storm
+            .summary
+            .contains("one thread at a time, and its hand-offs (30000 per CPU-second"),
+        "{}",
+        storm.summary
+    );
+
+    // The serial bound is inclusive; past it, a storm.
+    let mut edge = f.clone();
+    edge.cpu.throttled_seconds = Some(7.5); // 0.5 + 0.75 = 1.25 CPUs
+    assert!(StormFigures::of(&edge, &t).unwrap().quota_bound);
+    edge.cpu.throttled_seconds = Some(7.6);
+    assert!(StormFigures::of(&edge, &t).unwrap().lock_storm);
+
+    // A quota not spent (half of it used) is no convoy the quota binds.
+    let mut unspent = f.clone();
+    unspent.sched.oncpu_ns = 5 * S / 2;
+    assert!(StormFigures::of(&unspent, &t).unwrap().lock_storm);
 }
 
 /// The futex tier's trigger: the storm's scheduler side, in both regimes; not an idle
