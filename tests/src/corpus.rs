@@ -706,29 +706,47 @@ const MEASURE_SECONDS: Duration = Duration::from_secs(4);
 /// How long a program may take to print its first progress line.
 const FIRST_REPORT: Duration = Duration::from_secs(15);
 
-/// The corpus programs (tests/corpus): the JVM classes, the Go storm, HTTP server and load
-/// generator, and lockbench, built once per process into a temporary directory.
-fn built() -> &'static Path {
+/// The temporary directory the corpus programs (tests/corpus) are built into, once per process
+/// and each kind only when a case needs it: a kernel matrix guest has the host's gcc and JDK
+/// but not its Go toolchain, and its cases use none of the Go programs.
+fn build_dir() -> &'static Path {
     static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let dir = tempfile::tempdir().expect("a temporary directory for the corpus builds");
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus");
+    DIR.get_or_init(|| tempfile::tempdir().expect("a temporary directory for the corpus builds"))
+        .path()
+}
+
+fn corpus_source() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus")
+}
+
+/// The JVM classes: the classpath of `java Corpus`.
+fn java_classes() -> &'static Path {
+    static DONE: OnceLock<()> = OnceLock::new();
+    DONE.get_or_init(|| {
         let javac = tool("javac", "apt-get install openjdk-17-jdk-headless");
         // The source is UTF-8; a guest without a locale would read it as ASCII.
         let status = Command::new(javac)
             .args(["-encoding", "UTF-8", "-d"])
-            .arg(dir.path())
-            .arg(src.join("Corpus.java"))
+            .arg(build_dir())
+            .arg(corpus_source().join("Corpus.java"))
             .status()
             .expect("running javac");
         assert!(status.success(), "javac Corpus.java failed: {status}");
+    });
+    build_dir()
+}
+
+/// The Go storm, HTTP server and load generator.
+fn go_programs() -> &'static Path {
+    static DONE: OnceLock<()> = OnceLock::new();
+    DONE.get_or_init(|| {
         let go = tool("go", "the Go toolchain (https://go.dev/dl)");
         for program in ["gomutex", "httpserver", "httpload"] {
             let status = Command::new(&go)
                 .args(["build", "-o"])
-                .arg(dir.path().join(program))
+                .arg(build_dir().join(program))
                 .arg(".")
-                .current_dir(src.join(program))
+                .current_dir(corpus_source().join(program))
                 .env("GO111MODULE", "off")
                 .env("GOFLAGS", "")
                 .status()
@@ -738,17 +756,24 @@ fn built() -> &'static Path {
                 "go build of tests/corpus/{program} failed: {status}"
             );
         }
+    });
+    build_dir()
+}
+
+/// lockbench, with frame pointers (the corpus's) and without (`lockbench-nofp`, for the
+/// call-site tests: their stacks unwind by call-frame information alone).
+fn lockbench() -> &'static Path {
+    static DONE: OnceLock<()> = OnceLock::new();
+    DONE.get_or_init(|| {
         let gcc = tool("gcc", "apt-get install gcc");
-        // With frame pointers (the corpus's), and without (the call-site tests': their
-        // stacks unwind by call-frame information alone).
         for (name, frame_pointers) in [
             ("lockbench", "-fno-omit-frame-pointer"),
             ("lockbench-nofp", "-fomit-frame-pointer"),
         ] {
             let status = Command::new(&gcc)
                 .args(["-O2", "-g", frame_pointers, "-pthread", "-o"])
-                .arg(dir.path().join(name))
-                .arg(src.join("lockbench.c"))
+                .arg(build_dir().join(name))
+                .arg(corpus_source().join("lockbench.c"))
                 .status()
                 .expect("running gcc");
             assert!(
@@ -756,9 +781,15 @@ fn built() -> &'static Path {
                 "gcc lockbench.c ({name}) failed: {status}"
             );
         }
-        dir
-    })
-    .path()
+    });
+    build_dir()
+}
+
+/// Every corpus program, built.
+fn built() -> &'static Path {
+    java_classes();
+    go_programs();
+    lockbench()
 }
 
 /// Where the corpus programs are built (`lockbench`, `lockbench-nofp`, `gomutex`, …, and the
@@ -871,7 +902,7 @@ fn command(program: &Program, listen: &str) -> Command {
         } => {
             let mut c = Command::new(tool("java", "apt-get install openjdk-17-jre-headless"));
             c.arg("-cp")
-                .arg(built())
+                .arg(java_classes())
                 .args(["Corpus", mode, &threads.to_string(), "60"]);
             if let Some(r) = rate {
                 c.arg(r.to_string());
@@ -882,7 +913,7 @@ fn command(program: &Program, listen: &str) -> Command {
             gomaxprocs,
             goroutines,
         } => {
-            let mut c = Command::new(built().join("gomutex"));
+            let mut c = Command::new(go_programs().join("gomutex"));
             c.env("GOMAXPROCS", gomaxprocs.to_string()).args([
                 "-goroutines",
                 &goroutines.to_string(),
@@ -914,7 +945,7 @@ fn command(program: &Program, listen: &str) -> Command {
             out,
             uncontended,
         } => {
-            let mut c = Command::new(built().join("lockbench"));
+            let mut c = Command::new(lockbench().join("lockbench"));
             c.args(["--lock", lock.flag()])
                 .args(["--threads", &threads.to_string()])
                 .args(["--procs", &procs.to_string()])
@@ -927,7 +958,7 @@ fn command(program: &Program, listen: &str) -> Command {
             c
         }
         Program::GoHttpUnderLoad { gomaxprocs, .. } => {
-            let mut c = Command::new(built().join("httpserver"));
+            let mut c = Command::new(go_programs().join("httpserver"));
             c.env("GOMAXPROCS", gomaxprocs.to_string())
                 .args(["-listen", listen]);
             c
@@ -956,7 +987,7 @@ fn load(program: &Program, listen: &str) -> Option<Command> {
             c
         }
         Program::GoHttpUnderLoad { clients, .. } => {
-            let mut c = Command::new(built().join("httpload"));
+            let mut c = Command::new(go_programs().join("httpload"));
             c.args(["-addr", listen])
                 .args(["-clients", &clients.to_string()])
                 .args(["-seconds", "120"])

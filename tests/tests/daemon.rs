@@ -387,6 +387,70 @@ fn run_flags_a_convoy_and_a_storm_inside_a_quota_as_diagnose_does() {
     }
 }
 
+/// A convoy its quota binds first (corpus: quota-lockbench-long-cs) is throttling in `run` as
+/// in `diagnose`: the daemon exports `cpu_throttling` for it, and no `lock_storm` in any scrape
+/// over the two windows after — the first of which may have begun before the convoy did (the
+/// rule judges a quota spent by the periods the container ran in, not by the whole window).
+#[test]
+fn run_calls_a_convoy_its_quota_binds_first_throttling_as_diagnose_does() {
+    require_bpf();
+    const WINDOW_SECONDS: u64 = 6;
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let config = write_file(
+        dir.path(),
+        "config.toml",
+        &format!("diagnosis_window_seconds = {WINDOW_SECONDS}\n"),
+    );
+    let daemon = Daemon::start(&["--config", config.to_str().unwrap()]);
+    let case = corpus::cases()
+        .into_iter()
+        .find(|c| c.name == "quota-lockbench-long-cs")
+        .expect("the corpus's quota convoy");
+    let running = corpus::start(&case, false);
+    let rel = running.cgroup.rel_path().to_owned();
+    let finding = |kind: &str| {
+        sample_with(
+            &daemon.metrics(),
+            "stormwatch_finding",
+            &[("kind", kind), ("cgroup", &rel)],
+        )
+    };
+    wait_for(
+        "run's cpu_throttling finding for the quota convoy",
+        Duration::from_secs(2 * WINDOW_SECONDS),
+        || finding("cpu_throttling"),
+    );
+    let until = Instant::now() + Duration::from_secs(2 * WINDOW_SECONDS);
+    let mut scrapes = 0;
+    while Instant::now() < until {
+        assert_eq!(
+            finding("lock_storm"),
+            None,
+            "a convoy its quota binds first is no lock_storm in run (scrape {scrapes})"
+        );
+        assert!(
+            finding("cpu_throttling").is_some(),
+            "its cpu_throttling finding stays while it runs (scrape {scrapes})"
+        );
+        scrapes += 1;
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert!(scrapes >= 2 * WINDOW_SECONDS, "{scrapes} scrapes");
+    // Judged with the futex figures, not for want of them: the convoy's scheduler side made
+    // the daemon attach its futex probes, which saw the hand-offs.
+    let waits = sample_with(
+        &daemon.metrics(),
+        "stormwatch_futex_waits_total",
+        &[("cgroup", &rel)],
+    )
+    .unwrap_or(0.0);
+    assert!(
+        waits > 1000.0,
+        "the futex probes watched the convoy ({waits} waits counted)"
+    );
+    drop(running);
+}
+
 /// A quota's `cpu.stat` throttling counters (`nr_throttled`, throttled seconds), read every
 /// 50 ms from its start: what the kernel said at each moment, to hold the daemon's figures to.
 struct CpuStatRecord {

@@ -72,6 +72,10 @@ pub mod defaults {
     /// the quota. Above it, a serialized storm still spends its quota on the lock (sysbench:
     /// 207,000; a lock per thread does 0.9–1.3× the work, one thread 6.4×).
     pub const STORM_QUOTA_BOUND_MAX_HANDOFFS_PER_CPU_SECOND_USED: f64 = 20_000.0;
+    /// A quota that ran out in at least half the periods the container ran in is spent: a
+    /// convoy inside it is held back by it period after period (the corpus's quota convoys:
+    /// 100%).
+    pub const QUOTA_BOUND_MIN_THROTTLED_SHARE: f64 = 0.5;
     /// At most half of the waits may end in a timeout: threads parked with a timeout (idle
     /// pools polling for work) time out; threads queued on a lock are woken by its release.
     pub const STORM_MAX_TIMEOUT_SHARE: f64 = 0.5;

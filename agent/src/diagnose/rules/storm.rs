@@ -78,8 +78,10 @@ impl StormFigures {
 /// A lock's queue that its quota, not its lock, holds back: a convoy inside a quota it has
 /// spent. Three things, each measured over the window:
 ///
-/// - the quota is spent: throttled in at least `throttling_min_throttled_share` of its periods,
-///   and at least `QUOTA_SPENT_SHARE` of it used;
+/// - the quota is spent: it ran out in at least `QUOTA_BOUND_MIN_THROTTLED_SHARE` of the
+///   periods the container ran in (the kernel counts only those, so a container that started
+///   or stopped inside the window is judged on the periods it ran, where the quota's share
+///   used over the whole window would call it unspent);
 /// - the threads run one at a time: the container wanted at most
 ///   `storm_serial_max_cpus_wanted` CPUs ([`Facts::cpus_wanted`]) — the holder, and a little
 ///   work outside the lock. Its waiters sleep; nothing spins or bounces the lock word between
@@ -104,8 +106,7 @@ pub struct QuotaBound {
 impl QuotaBound {
     pub fn of(f: &Facts, t: &Thresholds, s: &StormFigures) -> Option<Self> {
         let quota = f.quota_cores?;
-        let spent = f.throttled_share()? >= t.throttling_min_throttled_share
-            && f.oncpu_cores() / quota >= defaults::QUOTA_SPENT_SHARE;
+        let spent = f.throttled_share()? >= defaults::QUOTA_BOUND_MIN_THROTTLED_SHARE;
         let cpus_wanted = s.cpus_wanted?;
         (spent
             && cpus_wanted <= t.storm_serial_max_cpus_wanted

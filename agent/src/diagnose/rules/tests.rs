@@ -640,10 +640,18 @@ fn a_convoy_its_spent_quota_binds_first_is_throttling_not_a_storm() {
     edge.cpu.throttled_seconds = Some(7.6);
     assert!(StormFigures::of(&edge, &t).unwrap().lock_storm);
 
-    // A quota not spent (half of it used) is no convoy the quota binds.
+    // A quota not spent (it ran out in under half of the periods) is no convoy the quota
+    // binds; one spent in every period the container ran, though it ran only half the window,
+    // is.
     let mut unspent = f.clone();
-    unspent.sched.oncpu_ns = 5 * S / 2;
+    unspent.cpu.throttled_periods = Some(49);
     assert!(StormFigures::of(&unspent, &t).unwrap().lock_storm);
+    let mut half_window = f.clone();
+    half_window.sched.oncpu_ns = 5 * S / 2;
+    half_window.cpu.throttled_seconds = Some(2.65);
+    half_window.cpu.periods = Some(50);
+    half_window.cpu.throttled_periods = Some(49);
+    assert!(StormFigures::of(&half_window, &t).unwrap().quota_bound);
 }
 
 /// The futex tier's trigger: the storm's scheduler side, in both regimes; not an idle
