@@ -117,13 +117,13 @@ fn assert_quota_storm(case: &Case, o: &Outcome) {
     );
 }
 
-/// The tuning storms that now run a counterfactual (sysbench with a lock per thread, or inside
-/// the quota cut to one thread; the JVM storm with a monitor per thread) were storms by
-/// construction before the corpus had counterfactuals; their runs must not contradict that:
-/// the counterfactual does more than [`NO_CLEAR_GAIN`]× the work. Measured through the harness
-/// (tests/CORPUS.md): 4.1× and 1.4× on busy CPUs, 6.3–7.3× and 1.22–1.36× inside the 0.5-CPU
-/// quota — the JVM's not always clear of the held-out cases' [`LOCK_BOUND_GAIN`] bar, so that
-/// bar is not asked here.
+/// The tuning storms that now run a counterfactual (sysbench cut to the allowed CPUs, the JVM
+/// storm with a monitor per thread) were storms by construction before the corpus had
+/// counterfactuals; their runs must not contradict that: the counterfactual does more than
+/// [`NO_CLEAR_GAIN`]× the work. Measured (tests/CORPUS.md): sysbench 1.8–7× by hand on busy
+/// CPUs and 6.3–7.3× inside the 0.5-CPU quota, the JVM 1.4× and 1.22–1.36× through the harness
+/// — the JVM's not always clear of the held-out cases' [`LOCK_BOUND_GAIN`] bar, so that bar is
+/// not asked here.
 ///
 /// Under emulation (the kernel matrix's guests) the comparison means nothing
 /// (`corpus::timings_are_real`), and is left out there, saying so.
