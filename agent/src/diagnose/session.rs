@@ -234,10 +234,14 @@ impl Session {
         existing: impl IntoIterator<Item = (u64, &'a str)>,
     ) -> Self {
         let started_at = SystemTime::now();
+        // Only the counters, as at every later edge: reading every cgroup's full limits here
+        // took long enough in a slow (emulated) guest that the last cgroups' cpu.stat was read
+        // a few hundred ms after the stamped start, and a workload that stopped inside the
+        // window lost those periods.
         let baseline: HashMap<u64, CpuCounters> = match &reader {
             Some(r) => existing
                 .into_iter()
-                .map(|(id, path)| (id, r.limits(path).counters))
+                .map(|(id, path)| (id, r.counters(path, &CpuCounters::default(), true, true)))
                 .collect(),
             None => HashMap::new(),
         };
