@@ -339,13 +339,8 @@ fn a_lock_storm_is_a_finding_while_it_lasts() {
 fn run_flags_a_convoy_and_a_storm_inside_a_quota_as_diagnose_does() {
     require_bpf();
     const WINDOW_SECONDS: u64 = 6;
-    let dir = tempfile::tempdir().expect("a temp dir");
-    let config = write_file(
-        dir.path(),
-        "config.toml",
-        &format!("diagnosis_window_seconds = {WINDOW_SECONDS}\n"),
-    );
-    let daemon = Daemon::start(&["--config", config.to_str().unwrap()]);
+    let daemon =
+        Daemon::start_configured(&format!("diagnosis_window_seconds = {WINDOW_SECONDS}\n"));
     for (name, with) in [
         ("lock-pi-convoy", None),
         ("quota-mutex-storm", Some("cpu_throttling")),
@@ -395,13 +390,8 @@ fn run_flags_a_convoy_and_a_storm_inside_a_quota_as_diagnose_does() {
 fn run_calls_a_convoy_its_quota_binds_first_throttling_as_diagnose_does() {
     require_bpf();
     const WINDOW_SECONDS: u64 = 6;
-    let dir = tempfile::tempdir().expect("a temp dir");
-    let config = write_file(
-        dir.path(),
-        "config.toml",
-        &format!("diagnosis_window_seconds = {WINDOW_SECONDS}\n"),
-    );
-    let daemon = Daemon::start(&["--config", config.to_str().unwrap()]);
+    let daemon =
+        Daemon::start_configured(&format!("diagnosis_window_seconds = {WINDOW_SECONDS}\n"));
     let case = corpus::cases()
         .into_iter()
         .find(|c| c.name == "quota-lockbench-long-cs")
@@ -572,13 +562,8 @@ fn a_storm_after_calm_is_flagged_by_run_as_by_diagnose() {
     const CALM: Duration = Duration::from_secs(30);
     const WINDOW_SECONDS: u64 = 6;
     const STORM_SECONDS: u64 = 16;
-    let dir = tempfile::tempdir().expect("a temp dir");
-    let config = write_file(
-        dir.path(),
-        "config.toml",
-        &format!("diagnosis_window_seconds = {WINDOW_SECONDS}\n"),
-    );
-    let daemon = Daemon::start(&["--config", config.to_str().unwrap()]);
+    let daemon =
+        Daemon::start_configured(&format!("diagnosis_window_seconds = {WINDOW_SECONDS}\n"));
     let cgroup = TestCgroup::new("calm-storm");
     let rel = cgroup.rel_path().to_owned();
     let lock_storm = |text: &str| {
