@@ -190,9 +190,7 @@ pub fn cpu_throttling(f: &Facts, t: &Thresholds) -> Option<Finding> {
         e.insert("cpus_wanted", w);
     }
     limits_evidence(f, &mut e);
-    let convoy = StormFigures::of(f, t)
-        .filter(|s| s.quota_bound)
-        .and_then(|s| QuotaBound::of(f, t, &s).map(|q| (s, q)));
+    let convoy = StormFigures::of(f, t).and_then(|s| s.quota_bound.map(|q| (s, q)));
     let mut summary = format!(
         "CPU throttling: its {quota:.2}-core quota ran out in {:.0}% of the periods it ran in \
          ({throttled} of {periods}){}, using {:.2} cores",
@@ -380,7 +378,7 @@ fn lock_context(f: &Facts, t: &Thresholds) -> String {
     match StormFigures::of(f, t) {
         None => "No futex waits: the threads do not queue on a lock; they queue for the CPUs."
             .to_owned(),
-        Some(s) if s.quota_bound => format!(
+        Some(s) if s.quota_bound.is_some() => format!(
             "Its threads take turns on a lock ({:.1} per CPU queued for it, {:.0} hand-offs/s \
              per CPU), one running at a time: the quota binds before the lock does \
              (cpu_throttling), so it is not a lock storm.",

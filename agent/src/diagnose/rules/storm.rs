@@ -32,7 +32,7 @@ pub struct StormFigures {
     /// The lock's hand-offs per second of CPU the container used.
     pub handoffs_per_cpu_second_used: f64,
     /// A convoy its spent quota binds before its lock does ([`QuotaBound`]): not a storm.
-    pub quota_bound: bool,
+    pub quota_bound: Option<QuotaBound>,
     pub lock_storm: bool,
 }
 
@@ -61,7 +61,7 @@ impl StormFigures {
             required_handoffs_per_cpu_second: required,
             cpus_wanted: f.cpus_wanted(),
             handoffs_per_cpu_second_used: f.handoffs_per_second() / f.oncpu_cores().max(1e-9),
-            quota_bound: false,
+            quota_bound: None,
             lock_storm: false,
         };
         let queue = s.threads_per_cpu >= t.storm_min_threads_per_cpu
@@ -69,8 +69,8 @@ impl StormFigures {
             && s.futex_blocked_share >= t.storm_min_futex_blocked_share
             && s.futex_timeout_share <= t.storm_max_timeout_share
             && s.handoffs_per_cpu_second >= required;
-        s.quota_bound = queue && QuotaBound::of(f, t, &s).is_some();
-        s.lock_storm = queue && !s.quota_bound;
+        s.quota_bound = queue.then(|| QuotaBound::of(f, t, &s)).flatten();
+        s.lock_storm = queue && s.quota_bound.is_none();
         Some(s)
     }
 }
@@ -97,7 +97,7 @@ impl StormFigures {
 /// that hands off so often that its hand-offs eat the quota is lock-bound too. Not told apart:
 /// a convoy whose threads do much work outside the lock, in parallel (it wants more than one
 /// CPU, and is called a storm inside a quota that may still bind first).
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
 pub struct QuotaBound {
     pub quota: f64,
     pub cpus_wanted: f64,

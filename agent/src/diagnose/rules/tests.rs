@@ -582,7 +582,7 @@ fn a_convoy_its_spent_quota_binds_first_is_throttling_not_a_storm() {
     let s = StormFigures::of(&f, &t).unwrap();
     assert!((s.cpus_wanted.unwrap() - 1.03).abs() < 1e-9, "{s:?}");
     assert_eq!(s.handoffs_per_cpu_second_used, 1_200.0);
-    assert!(s.quota_bound && !s.lock_storm, "{s:?}");
+    assert!(s.quota_bound.is_some() && !s.lock_storm, "{s:?}");
     let found = check_all(&f, std::slice::from_ref(&f), &t);
     assert!(!kinds(&found).contains(&Kind::LockStorm), "{found:?}");
     let throttling = found
@@ -636,7 +636,7 @@ fn a_convoy_its_spent_quota_binds_first_is_throttling_not_a_storm() {
     // The serial bound is inclusive; past it, a storm.
     let mut edge = f.clone();
     edge.cpu.throttled_seconds = Some(7.5); // 0.5 + 0.75 = 1.25 CPUs
-    assert!(StormFigures::of(&edge, &t).unwrap().quota_bound);
+    assert!(StormFigures::of(&edge, &t).unwrap().quota_bound.is_some());
     edge.cpu.throttled_seconds = Some(7.6);
     assert!(StormFigures::of(&edge, &t).unwrap().lock_storm);
 
@@ -651,7 +651,12 @@ fn a_convoy_its_spent_quota_binds_first_is_throttling_not_a_storm() {
     half_window.cpu.throttled_seconds = Some(2.65);
     half_window.cpu.periods = Some(50);
     half_window.cpu.throttled_periods = Some(49);
-    assert!(StormFigures::of(&half_window, &t).unwrap().quota_bound);
+    assert!(
+        StormFigures::of(&half_window, &t)
+            .unwrap()
+            .quota_bound
+            .is_some()
+    );
 }
 
 /// The futex tier's trigger: the storm's scheduler side, in both regimes; not an idle
