@@ -4,16 +4,9 @@
 //! the agent's own figures.
 
 use stormwatch_tests::{
-    corpus::{self, Case, Expect, Outcome},
+    corpus::{self, Case, Expect, LOCK_BOUND_GAIN, NO_CLEAR_GAIN, Outcome, case},
     require_bpf,
 };
-
-fn case(name: &str) -> Case {
-    corpus::cases()
-        .into_iter()
-        .find(|c| c.name == name)
-        .unwrap_or_else(|| panic!("no corpus case {name}"))
-}
 
 /// Runs a case and checks its verdict; returns the outcome for premise checks.
 #[track_caller]
@@ -334,17 +327,8 @@ fn redis_under_load_is_not_a_lock_storm() {
 // ---- held out (but for the two lockbench tuning cases): each case's premise is whether it is
 // lock-bound, measured by its counterfactual run ----------------------------------------------
 
-/// Lock-bound: the counterfactual (the lock made uncontended, or the threads cut to the allowed
-/// CPUs) does clearly more work per second, at least this many times as much. Measured on the
-/// 2-vCPU guest (tests/CORPUS.md), the lock-bound cases gain 1.2–7× (the adaptive and the
-/// process-shared mutexes 1.22× and 1.24× in the held-out runs, 2.6× and 3.7× on a quieter
-/// machine) and the others 0.57–1.03×: the bars sit between the two groups. Beside a CPU-bound
-/// neighbour the short critical sections gain only ~1.1×; their tests then fail on the premise,
-/// not the verdict.
-const LOCK_BOUND_GAIN: f64 = 1.15;
-/// Not lock-bound: the counterfactual does no more than this many times the work per second.
-/// Between the two bars a case's premise is unsettled and its test fails.
-const NO_CLEAR_GAIN: f64 = 1.1;
+// The bars, and how a premise near one is measured again: `corpus::LOCK_BOUND_GAIN`,
+// `corpus::NO_CLEAR_GAIN`, `corpus::premise_gains`.
 
 #[track_caller]
 fn gain(case: &Case, o: &Outcome) -> f64 {
@@ -352,8 +336,8 @@ fn gain(case: &Case, o: &Outcome) -> f64 {
         .counterfactual_gain()
         .unwrap_or_else(|| panic!("{} measured no counterfactual", case.name));
     eprintln!(
-        "{}: counterfactual {:?} does {gain:.2}× the work per second",
-        case.name, case.counterfactual
+        "{}: counterfactual {:?} does {gain:.2}× the work per second (median of {:.2?})",
+        case.name, case.counterfactual, o.premise_gains
     );
     gain
 }

@@ -345,10 +345,7 @@ fn run_flags_a_convoy_and_a_storm_inside_a_quota_as_diagnose_does() {
         ("lock-pi-convoy", None),
         ("quota-mutex-storm", Some("cpu_throttling")),
     ] {
-        let case = corpus::cases()
-            .into_iter()
-            .find(|c| c.name == name)
-            .expect("a corpus case");
+        let case = corpus::case(name);
         let running = corpus::start(&case, false);
         let rel = running.cgroup.rel_path().to_owned();
         let stats = running
@@ -392,10 +389,7 @@ fn run_calls_a_convoy_its_quota_binds_first_throttling_as_diagnose_does() {
     const WINDOW_SECONDS: u64 = 6;
     let daemon =
         Daemon::start_configured(&format!("diagnosis_window_seconds = {WINDOW_SECONDS}\n"));
-    let case = corpus::cases()
-        .into_iter()
-        .find(|c| c.name == "quota-lockbench-long-cs")
-        .expect("the corpus's quota convoy");
+    let case = corpus::case("quota-lockbench-long-cs");
     let running = corpus::start(&case, false);
     let rel = running.cgroup.rel_path().to_owned();
     let finding = |kind: &str| {

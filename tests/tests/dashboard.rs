@@ -197,10 +197,7 @@ fn every_panel_has_data_from_a_live_agent_during_a_lock_storm() {
 
     // A lock storm inside a CFS quota: lock_storm and cpu_throttling, the futex and wake-up
     // probes attached on demand.
-    let case = corpus::cases()
-        .into_iter()
-        .find(|c| c.name == "quota-mutex-storm")
-        .expect("the corpus' quota storm");
+    let case = corpus::case("quota-mutex-storm");
     let storm = corpus::start(&case, false);
     let rel = storm.cgroup.rel_path().to_owned();
 

@@ -6,16 +6,7 @@
 //!
 //!   corpus [--repeat N] [--noise] [--case NAME]...
 
-use stormwatch_tests::corpus::{self, Expect, Split};
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.retain(|x| x.is_finite());
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
+use stormwatch_tests::corpus::{self, Expect, Split, median};
 
 /// The median of figures that not every case has ("–" when it has none).
 fn median_of(v: impl Iterator<Item = Option<f64>>) -> String {
