@@ -39,7 +39,7 @@ use std::{
 
 use serde_json::Value;
 
-use crate::{Agent, TestCgroup, cgroupfs, cpus, daemon::tool, join_before_exec, v2_root};
+use crate::{Agent, CpuStat, TestCgroup, cgroupfs, cpus, daemon::tool, join_before_exec, v2_root};
 
 /// What a case must be found to be.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -891,16 +891,7 @@ impl Quota {
 
     /// Enforcement periods and throttled periods so far (`nr_periods`, `nr_throttled`).
     fn periods(&self) -> (f64, f64) {
-        let stat = std::fs::read_to_string(&self.stat).unwrap_or_default();
-        let key = |name: &str| {
-            stat.lines()
-                .find_map(|l| {
-                    let (k, v) = l.split_once(' ')?;
-                    (k == name).then(|| v.trim().parse::<f64>().ok())?
-                })
-                .unwrap_or_else(|| panic!("no {name} in {}", self.stat.display()))
-        };
-        (key("nr_periods"), key("nr_throttled"))
+        CpuStat::read(&self.stat).periods()
     }
 }
 

@@ -138,12 +138,7 @@ impl TestCgroup {
     /// All CPU time charged to the cgroup so far (v2 `cpu.stat` `usage_usec`, present without
     /// the cpu controller), in seconds: every thread's, exit paths included.
     pub fn cpu_usage_seconds(&self) -> f64 {
-        let stat = std::fs::read_to_string(self.path.join("cpu.stat"))
-            .unwrap_or_else(|e| panic!("reading {}/cpu.stat: {e}", self.path.display()));
-        stat.lines()
-            .find_map(|l| l.strip_prefix("usage_usec ")?.trim().parse::<f64>().ok())
-            .map(|us| us / 1e6)
-            .unwrap_or_else(|| panic!("no usage_usec in {}/cpu.stat", self.path.display()))
+        CpuStat::read(&self.path.join("cpu.stat")).key("usage_usec") / 1e6
     }
 
     /// Pids currently in the cgroup.
@@ -437,6 +432,51 @@ pub fn assert_within(what: &str, got: f64, want: f64, tolerance: f64) {
         100.0 * diff / want.max(f64::MIN_POSITIVE),
         100.0 * tolerance
     );
+}
+
+/// One reading of a cgroup's `cpu.stat` (v2's, or the v1 `cpu` controller's): the kernel's own
+/// counters, for the tests to hold the agent's figures to.
+pub struct CpuStat {
+    path: PathBuf,
+    text: String,
+}
+
+impl CpuStat {
+    pub fn read(path: &Path) -> Self {
+        let text = std::fs::read_to_string(path)
+            .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+        Self {
+            path: path.to_owned(),
+            text,
+        }
+    }
+
+    /// The counter `name` (an exact key: `nr_throttled` is not `nr_throttled_x`).
+    pub fn key(&self, name: &str) -> f64 {
+        self.text
+            .lines()
+            .find_map(|l| {
+                let (k, v) = l.split_once(' ')?;
+                (k == name).then(|| v.trim().parse::<f64>().ok())?
+            })
+            .unwrap_or_else(|| panic!("no {name} in {}", self.path.display()))
+    }
+
+    /// Enforcement periods and the periods in which the quota ran out (`nr_periods`,
+    /// `nr_throttled`).
+    pub fn periods(&self) -> (f64, f64) {
+        (self.key("nr_periods"), self.key("nr_throttled"))
+    }
+
+    /// Time the quota held the cgroup's threads back, in seconds (v2 `throttled_usec`, v1
+    /// `throttled_time` in nanoseconds).
+    pub fn throttled_seconds(&self) -> f64 {
+        if self.text.contains("throttled_usec") {
+            self.key("throttled_usec") / 1e6
+        } else {
+            self.key("throttled_time") / 1e9
+        }
+    }
 }
 
 #[cfg(test)]

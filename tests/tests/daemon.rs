@@ -27,7 +27,7 @@ use std::{
 
 use serde_json::Value;
 use stormwatch_tests::{
-    Agent, TestCgroup, agent_bin, agent_output, corpus,
+    Agent, CpuStat, TestCgroup, agent_bin, agent_output, corpus,
     daemon::{
         Daemon, EXIT_DEADLINE, PACKET_PROBES, all_attached, assert_promtool_clean, http_get,
         probe_attached, sample, sample_with, sum_with, wait_for, write_file,
@@ -471,18 +471,8 @@ impl CpuStatRecord {
     }
 
     fn read(stat: &Path) -> (f64, f64) {
-        let text = std::fs::read_to_string(stat).expect("the quota's cpu.stat");
-        let key = |k: &str| {
-            text.lines()
-                .find_map(|l| l.strip_prefix(k)?.trim().parse::<f64>().ok())
-                .unwrap_or_else(|| panic!("no {k} in {}", stat.display()))
-        };
-        let seconds = if text.contains("throttled_usec") {
-            key("throttled_usec ") / 1e6
-        } else {
-            key("throttled_time ") / 1e9
-        };
-        (key("nr_throttled "), seconds)
+        let s = CpuStat::read(stat);
+        (s.key("nr_throttled"), s.throttled_seconds())
     }
 
     /// The last reading taken at or before `at`; `None` before the first one.
