@@ -325,6 +325,16 @@ pub fn sample_with(text: &str, metric: &str, labels: &[(&str, &str)]) -> Option<
     samples_with(text, metric, labels).next()
 }
 
+/// The `stormwatch_finding` sample of `kind` about the cgroup `rel` (its path under the v2
+/// root): `Some` while the daemon reports that finding.
+pub fn finding(text: &str, kind: &str, rel: &str) -> Option<f64> {
+    sample_with(
+        text,
+        "stormwatch_finding",
+        &[("kind", kind), ("cgroup", rel)],
+    )
+}
+
 /// The sum of the samples of `metric` whose labels include all of `labels` (a counter's series
 /// over the labels left out); `None` when there is none.
 pub fn sum_with(text: &str, metric: &str, labels: &[(&str, &str)]) -> Option<f64> {

@@ -29,7 +29,7 @@ use stormwatch_tests::{
     Agent, TestCgroup,
     bpftrace::Bpftrace,
     corpus::{Quota, built_programs},
-    daemon::{Daemon, sample_with, tool, wait_for},
+    daemon::{Daemon, finding, sample_with, tool, wait_for},
     join_before_exec, require_bpf,
 };
 
@@ -519,11 +519,7 @@ fn run_exports_a_go_programs_contended_mutex() {
         daemon.metrics()
     );
     assert_eq!(
-        sample_with(
-            &daemon.metrics(),
-            "stormwatch_finding",
-            &[("kind", "runtime_sizing"), ("cgroup", w.cgroup.rel_path())]
-        ),
+        finding(&daemon.metrics(), "runtime_sizing", w.cgroup.rel_path()),
         Some(1.0)
     );
 }

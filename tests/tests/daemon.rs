@@ -29,8 +29,8 @@ use serde_json::Value;
 use stormwatch_tests::{
     Agent, CpuStat, TestCgroup, agent_bin, agent_output, corpus,
     daemon::{
-        Daemon, EXIT_DEADLINE, PACKET_PROBES, all_attached, assert_promtool_clean, http_get,
-        probe_attached, sample, sample_with, sum_with, wait_for, write_file,
+        Daemon, EXIT_DEADLINE, PACKET_PROBES, all_attached, assert_promtool_clean, finding,
+        http_get, probe_attached, sample, sample_with, sum_with, wait_for, write_file,
     },
     deploy::kubernetes_validate,
     netns::{self, OuterDf, Overlay, PingDf, ping_node_b},
@@ -352,25 +352,19 @@ fn run_flags_a_convoy_and_a_storm_inside_a_quota_as_diagnose_does() {
             .quota
             .as_ref()
             .map(|q| CpuStatRecord::start(q.stat()));
-        let finding = |kind: &str| {
-            sample_with(
-                &daemon.metrics(),
-                "stormwatch_finding",
-                &[("kind", kind), ("cgroup", &rel)],
-            )
-        };
+        let reported = |kind: &str| finding(&daemon.metrics(), kind, &rel);
         let waited = Instant::now();
         wait_for(
             &format!("run's lock_storm finding for the {name} case"),
             Duration::from_secs(2 * WINDOW_SECONDS),
-            || finding("lock_storm"),
+            || reported("lock_storm"),
         );
         eprintln!("{name}: lock_storm exported after {:?}", waited.elapsed());
         if let Some(kind) = with {
             wait_for(
                 &format!("run's {kind} finding beside the {name} storm"),
                 Duration::from_secs(WINDOW_SECONDS),
-                || finding(kind),
+                || reported(kind),
             );
         }
         if let Some(stats) = stats {
@@ -392,28 +386,22 @@ fn run_calls_a_convoy_its_quota_binds_first_throttling_as_diagnose_does() {
     let case = corpus::case("quota-lockbench-long-cs");
     let running = corpus::start(&case, false);
     let rel = running.cgroup.rel_path().to_owned();
-    let finding = |kind: &str| {
-        sample_with(
-            &daemon.metrics(),
-            "stormwatch_finding",
-            &[("kind", kind), ("cgroup", &rel)],
-        )
-    };
+    let reported = |kind: &str| finding(&daemon.metrics(), kind, &rel);
     wait_for(
         "run's cpu_throttling finding for the quota convoy",
         Duration::from_secs(2 * WINDOW_SECONDS),
-        || finding("cpu_throttling"),
+        || reported("cpu_throttling"),
     );
     let until = Instant::now() + Duration::from_secs(2 * WINDOW_SECONDS);
     let mut scrapes = 0;
     while Instant::now() < until {
         assert_eq!(
-            finding("lock_storm"),
+            reported("lock_storm"),
             None,
             "a convoy its quota binds first is no lock_storm in run (scrape {scrapes})"
         );
         assert!(
-            finding("cpu_throttling").is_some(),
+            reported("cpu_throttling").is_some(),
             "its cpu_throttling finding stays while it runs (scrape {scrapes})"
         );
         scrapes += 1;
@@ -550,14 +538,7 @@ fn a_storm_after_calm_is_flagged_by_run_as_by_diagnose() {
         Daemon::start_configured(&format!("diagnosis_window_seconds = {WINDOW_SECONDS}\n"));
     let cgroup = TestCgroup::new("calm-storm");
     let rel = cgroup.rel_path().to_owned();
-    let lock_storm = |text: &str| {
-        sample_with(
-            text,
-            "stormwatch_finding",
-            &[("kind", "lock_storm"), ("cgroup", &rel)],
-        )
-        .is_some()
-    };
+    let lock_storm = |text: &str| finding(text, "lock_storm", &rel).is_some();
     // The long-lived container: one working thread (and its main thread), for the whole test.
     let calm_seconds = (CALM.as_secs() + STORM_SECONDS + 30).to_string();
     let mut calm = run_in_cgroup(

@@ -51,8 +51,8 @@ use serde_json::Value as Json;
 use stormwatch_tests::{
     ONCPU_TOLERANCE, TestCgroup, agent_bin,
     daemon::{
-        PACKET_PROBES, all_attached, free_port, http_get, probe_attached, sample, sample_with,
-        sum_with, tool, wait_for,
+        PACKET_PROBES, all_attached, finding, free_port, http_get, probe_attached, sample,
+        sample_with, sum_with, tool, wait_for,
     },
     deploy::{Pod, repo_file},
     netns::{self, Netns, ping_counts},
@@ -642,14 +642,7 @@ fn the_pod_attaches_the_wake_up_probes_when_it_finds_a_lock_storm() {
     );
     let started = Instant::now();
     let rel = cgroup.rel_path();
-    let found = |text: &str| {
-        sample_with(
-            text,
-            "stormwatch_finding",
-            &[("kind", "lock_storm"), ("cgroup", rel)],
-        )
-        .is_some()
-    };
+    let found = |text: &str| finding(text, "lock_storm", rel).is_some();
     // The ConfigMap's window is 30 s, collections every 5 s: found well within the storm.
     let deadline = Duration::from_secs(45);
     loop {
