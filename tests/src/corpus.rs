@@ -1413,8 +1413,8 @@ pub fn describe(case: &Case, o: &Outcome) -> String {
     format!(
         "{}: expected {:?}, found {} (findings {:?}); rule: handoffs/s per CPU {:.0} (needs {:.0}), \
          queued per CPU {:.1}, futex share of off-CPU {:.2}, timeouts {:.2}, runnable per CPU \
-         {:.2}, CPUs wanted {:.2}, hand-offs per CPU-second used {:.0}; kernel: {:.0} threads, {:.1} asleep in futex, {:.1} runnable, {:.1} asleep \
-         elsewhere, {:.2} CPUs used{}{}",
+         {:.2}, CPUs wanted {:.2}, hand-offs per CPU-second used {:.0}; kernel: {:.0} threads, \
+         {:.1} asleep in futex, {:.1} runnable, {:.1} asleep elsewhere, {:.2} CPUs used{}{}",
         case.name,
         case.expect,
         if o.lock_storm {
@@ -1445,10 +1445,9 @@ pub fn describe(case: &Case, o: &Outcome) -> String {
                     .alone_work_per_second
                     .zip(o.counterfactual_work_per_second)
                     .map(|(a, c)| {
-                        let again = match o.premise_gains.as_slice() {
-                            [_, _, ..] => format!(
-                                "; near a bar, median ×{:.2} of {} pairs {:.2?}",
-                                median(o.premise_gains.clone()),
+                        let again = match (o.premise_gains.len(), o.counterfactual_gain()) {
+                            (2.., Some(g)) => format!(
+                                "; near a bar, median ×{g:.2} of {} pairs {:.2?}",
                                 o.premise_gains.len(),
                                 o.premise_gains
                             ),
