@@ -402,7 +402,9 @@ impl<'a> Storm<'a> {
             e.insert("quota_used_share", used);
             summary.push_str(&if used >= defaults::QUOTA_SPENT_SHARE {
                 // Spent, yet not a convoy the quota binds first (`QuotaBound`): the lock wastes
-                // the quota, by contention while running or by the hand-offs' own cost.
+                // the quota, by contention while running or by the hand-offs' own cost — or,
+                // neither, the quota ran out in under half its periods (no `QuotaBound` then,
+                // however cheap the hand-offs), and the quota-first account stands.
                 match figures.cpus_wanted {
                     Some(w) if w > t.storm_serial_max_cpus_wanted => format!(
                         "; the lock limits its throughput first: it spends {:.0}% of the \
@@ -410,14 +412,20 @@ impl<'a> Storm<'a> {
                          contending for the lock rather than taking turns on it",
                         100.0 * used
                     ),
-                    Some(_) => format!(
-                        "; the lock limits its throughput first: it spends {:.0}% of the \
-                         quota one thread at a time, and its hand-offs ({:.0} per CPU-second, \
-                         a futex wake, a wait and two switches each) take much of it",
-                        100.0 * used,
-                        figures.handoffs_per_cpu_second_used
-                    ),
-                    None => format!(
+                    Some(_)
+                        if figures.handoffs_per_cpu_second_used
+                            > t.storm_quota_bound_max_handoffs_per_cpu_second_used =>
+                    {
+                        format!(
+                            "; the lock limits its throughput first: it spends {:.0}% of the \
+                             quota one thread at a time, and its hand-offs ({:.0} per \
+                             CPU-second, a futex wake, a wait and two switches each) take much \
+                             of it",
+                            100.0 * used,
+                            figures.handoffs_per_cpu_second_used
+                        )
+                    }
+                    _ => format!(
                         "; the quota limits its throughput first: it spends {:.0}% of it, and \
                          the lock then decides how much of that is useful work",
                         100.0 * used

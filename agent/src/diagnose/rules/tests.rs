@@ -646,6 +646,17 @@ fn a_convoy_its_spent_quota_binds_first_is_throttling_not_a_storm() {
     let mut unspent = f.clone();
     unspent.cpu.throttled_periods = Some(49);
     assert!(StormFigures::of(&unspent, &t).unwrap().lock_storm);
+    // Its whole quota used, one thread at a time, hand-offs cheap: the summary does not blame
+    // the hand-offs' cost (1,200 per CPU-second), it says the quota limits it first.
+    let storm = lock_storm(&unspent, &t).expect("a storm");
+    assert!(
+        storm
+            .summary
+            .contains("the quota limits its throughput first: it spends 100% of it")
+            && !storm.summary.contains("take much of it"),
+        "{}",
+        storm.summary
+    );
     let mut half_window = f.clone();
     half_window.sched.oncpu_ns = 5 * S / 2;
     half_window.cpu.throttled_seconds = Some(2.65);
