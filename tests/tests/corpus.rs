@@ -496,10 +496,9 @@ fn assert_quota_bound_convoy(name: &str) {
         assert_threads_queue_on_futexes(c, o);
         assert_throttled(c, o);
     });
-    let throttling = o
-        .findings
-        .iter()
-        .find(|f| f["kind"] == "cpu_throttling")
+    let throttling = *o
+        .findings_of("cpu_throttling")
+        .first()
         .unwrap_or_else(|| panic!("{}: what limits it is the quota: {:?}", c.name, o.kinds));
     let summary = throttling["summary"].as_str().unwrap_or_default();
     assert!(
