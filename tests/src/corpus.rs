@@ -26,6 +26,7 @@
 //! corpus`: each case N times, optionally beside a CPU hog, for verdict stability).
 
 use std::{
+    collections::HashMap,
     io::{BufRead as _, BufReader},
     net::TcpListener,
     path::{Path, PathBuf},
@@ -658,6 +659,14 @@ pub struct KernelView {
     /// throttled at a period's end. (The throttled *time* is summed over CPUs: a quota throttled
     /// in every period on 2 CPUs can show up to 2 s of it per second.)
     pub throttled_share: Option<f64>,
+    /// Times per second the cgroup's threads gave up their CPU of their own accord (the sum of
+    /// their `voluntary_ctxt_switches` in `/proc/<tid>/status` across the window): every sleep,
+    /// a futex wait among them. Unlike the sampled states it counts what happened between the
+    /// samples, so a throttled quota, which freezes its threads runnable, cannot hide the
+    /// sleeps taken while it ran.
+    pub voluntary_switches_per_second: f64,
+    /// The most threads one sample found asleep in futex waits at once.
+    pub futex_peak: f64,
     pub samples: u32,
 }
 
@@ -1132,11 +1141,30 @@ use std::os::unix::process::CommandExt as _;
 /// syscall table was unified; the libc crate does not name it yet).
 const FUTEX_WAIT_SYSCALLS: [libc::c_long; 3] = [libc::SYS_futex, libc::SYS_futex_waitv, 455];
 
+/// Each of the cgroup's threads' `voluntary_ctxt_switches`, by thread id.
+fn voluntary_switches(cgroup: &Path) -> HashMap<String, u64> {
+    let tids = std::fs::read_to_string(cgroup.join("cgroup.threads")).unwrap_or_default();
+    tids.split_whitespace()
+        .filter_map(|tid| {
+            let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
+            let n = status
+                .lines()
+                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))?
+                .trim()
+                .parse()
+                .ok()?;
+            Some((tid.to_owned(), n))
+        })
+        .collect()
+}
+
 /// Samples the cgroup's threads until `stop`.
 fn sample(cgroup: PathBuf, stop: Arc<AtomicBool>) -> KernelView {
     let mut v = KernelView::default();
+    let (started, before) = (Instant::now(), voluntary_switches(&cgroup));
     while !stop.load(Ordering::Relaxed) {
         let tids = std::fs::read_to_string(cgroup.join("cgroup.threads")).unwrap_or_default();
+        let futex_before = v.futex_sleeping;
         for tid in tids.split_whitespace() {
             let stat = std::fs::read_to_string(format!("/proc/{tid}/stat")).unwrap_or_default();
             // The state is the first field after the parenthesised name.
@@ -1166,9 +1194,17 @@ fn sample(cgroup: PathBuf, stop: Arc<AtomicBool>) -> KernelView {
                 }
             }
         }
+        v.futex_peak = v.futex_peak.max(v.futex_sleeping - futex_before);
         v.samples += 1;
         std::thread::sleep(SAMPLE_EVERY);
     }
+    // A thread that was not there at the start counts from its birth; one that left before the
+    // end is not counted (an undercount: the premises that read this ask for at least a rate).
+    let switches: u64 = voluntary_switches(&cgroup)
+        .into_iter()
+        .map(|(tid, n)| n.saturating_sub(before.get(&tid).copied().unwrap_or(0)))
+        .sum();
+    v.voluntary_switches_per_second = switches as f64 / started.elapsed().as_secs_f64();
     let n = f64::from(v.samples.max(1));
     v.threads /= n;
     v.futex_sleeping /= n;
@@ -1414,7 +1450,8 @@ pub fn describe(case: &Case, o: &Outcome) -> String {
         "{}: expected {:?}, found {} (findings {:?}); rule: handoffs/s per CPU {:.0} (needs {:.0}), \
          queued per CPU {:.1}, futex share of off-CPU {:.2}, timeouts {:.2}, runnable per CPU \
          {:.2}, CPUs wanted {:.2}, hand-offs per CPU-second used {:.0}; kernel: {:.0} threads, \
-         {:.1} asleep in futex, {:.1} runnable, {:.1} asleep elsewhere, {:.2} CPUs used{}{}",
+         {:.1} asleep in futex (at most {:.0} at once), {:.1} runnable, {:.1} asleep elsewhere, \
+         {:.0} sleeps/s, {:.2} CPUs used{}{}",
         case.name,
         case.expect,
         if o.lock_storm {
@@ -1433,8 +1470,10 @@ pub fn describe(case: &Case, o: &Outcome) -> String {
         o.figure("handoffs_per_cpu_second_used"),
         k.threads,
         k.futex_sleeping,
+        k.futex_peak,
         k.runnable,
         k.other_sleeping,
+        k.voluntary_switches_per_second,
         k.cpu_cores,
         k.throttled_share
             .map(|t| format!(", throttled {:.0}%", 100.0 * t))

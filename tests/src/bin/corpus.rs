@@ -43,9 +43,9 @@ fn main() {
     println!(
         "| workload | split | expected | right | hand-offs/s per CPU | needed | queued per CPU | \
          futex share of off-CPU | CPUs wanted | hand-offs per CPU-second used | kernel: threads \
-         asleep in futex | CPUs used | work/s | work/s before the agent | counterfactual work/s |"
+         asleep in futex | kernel: sleeps/s | CPUs used | work/s | work/s before the agent | counterfactual work/s |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     let mut all_stable = true;
     for case in &cases {
         let mut right = 0;
@@ -62,7 +62,7 @@ fn main() {
         all_stable &= right * 10 >= repeat * 9;
         println!(
             "| {} ({}) | {} | {} | {right}/{repeat} | {:.0} | {:.0} | {:.1} | {:.2} | {:.2} | {:.0} \
-             | {:.1} | {:.2} | {} | {} | {} |",
+             | {:.1} | {:.0} | {:.2} | {} | {} | {} |",
             case.name,
             case.what,
             match case.split {
@@ -80,6 +80,12 @@ fn main() {
             m("cpus_wanted"),
             m("handoffs_per_cpu_second_used"),
             median(outcomes.iter().map(|o| o.kernel.futex_sleeping).collect()),
+            median(
+                outcomes
+                    .iter()
+                    .map(|o| o.kernel.voluntary_switches_per_second)
+                    .collect()
+            ),
             median(outcomes.iter().map(|o| o.kernel.cpu_cores).collect()),
             median_of(outcomes.iter().map(|o| o.work_per_second)),
             median_of(outcomes.iter().map(|o| o.alone_work_per_second)),
