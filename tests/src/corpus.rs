@@ -40,7 +40,10 @@ use std::{
 
 use serde_json::Value;
 
-use crate::{Agent, CpuStat, TestCgroup, cgroupfs, cpus, daemon::tool, join_before_exec, v2_root};
+use crate::{
+    Agent, CpuStat, TestCgroup, cgroupfs, cpus, daemon::tool, join_before_exec, process_status,
+    v2_root,
+};
 
 /// What a case must be found to be.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -1146,13 +1149,7 @@ fn voluntary_switches(cgroup: &Path) -> HashMap<String, u64> {
     let tids = std::fs::read_to_string(cgroup.join("cgroup.threads")).unwrap_or_default();
     tids.split_whitespace()
         .filter_map(|tid| {
-            let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
-            let n = status
-                .lines()
-                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))?
-                .trim()
-                .parse()
-                .ok()?;
+            let n = process_status(tid.parse().ok()?)?.voluntary_ctxt_switches?;
             Some((tid.to_owned(), n))
         })
         .collect()
@@ -1164,7 +1161,7 @@ fn sample(cgroup: PathBuf, stop: Arc<AtomicBool>) -> KernelView {
     let (started, before) = (Instant::now(), voluntary_switches(&cgroup));
     while !stop.load(Ordering::Relaxed) {
         let tids = std::fs::read_to_string(cgroup.join("cgroup.threads")).unwrap_or_default();
-        let futex_before = v.futex_sleeping;
+        let mut in_futex_now = 0.0;
         for tid in tids.split_whitespace() {
             let stat = std::fs::read_to_string(format!("/proc/{tid}/stat")).unwrap_or_default();
             // The state is the first field after the parenthesised name.
@@ -1187,14 +1184,15 @@ fn sample(cgroup: PathBuf, stop: Arc<AtomicBool>) -> KernelView {
                         .and_then(|n| n.parse::<libc::c_long>().ok())
                         .is_some_and(|n| FUTEX_WAIT_SYSCALLS.contains(&n));
                     if in_futex {
-                        v.futex_sleeping += 1.0;
+                        in_futex_now += 1.0;
                     } else {
                         v.other_sleeping += 1.0;
                     }
                 }
             }
         }
-        v.futex_peak = v.futex_peak.max(v.futex_sleeping - futex_before);
+        v.futex_sleeping += in_futex_now;
+        v.futex_peak = v.futex_peak.max(in_futex_now);
         v.samples += 1;
         std::thread::sleep(SAMPLE_EVERY);
     }
