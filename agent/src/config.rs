@@ -436,8 +436,8 @@ impl Config {
 }
 
 fn read_file(path: &Path) -> anyhow::Result<String> {
-    std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read config file {}", path.display()))
+    crate::files::read_text(path, crate::files::Kind::Config)
+        .map_err(|e| anyhow::anyhow!("config file {}: {e}", path.display()))
 }
 
 /// 1-based line and column of a byte offset.

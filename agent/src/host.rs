@@ -49,7 +49,7 @@ impl Host {
 }
 
 fn read(path: impl AsRef<Path>) -> Option<String> {
-    std::fs::read_to_string(path).ok()
+    crate::files::kernel_text(path)
 }
 
 /// Online CPUs of the host, from `/sys/devices/system/cpu/online` (what glibc's

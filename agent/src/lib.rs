@@ -24,51 +24,55 @@
 //! - [`config`]: `stormwatch run`'s configuration: the TOML file, the environment and the flags,
 //!   merged (flags > environment > file > defaults), and the validators they share.
 //!   May import: `export` (the endpoint's limits), `diagnose` (the thresholds), `probes` (when
-//!   the on-demand tiers attach).
+//!   the on-demand tiers attach), `files`.
 //! - [`export`]: `/metrics`: the per-cgroup series and their state between collections, the
 //!   OpenMetrics exposition and the classic text, the HTTP server (TLS, basic auth, limits).
 //!   May import: `report`, `diagnose`, `collect`, `probes`, `identity`, `netinfo`, `host`,
-//!   `memory`.
+//!   `memory`, `files`.
 //! - [`report`]: `trace`'s documents: a window's figures per cgroup, as JSON and as the live
 //!   table; a figure whose probe is not attached is `null`, never zero.
 //!   May import: `diagnose`, `pipeline` (the context a report of its windows needs), `collect`,
-//!   `probes`, `identity`, `netinfo`, `host`, `symbolize`.
+//!   `probes`, `identity`, `netinfo`, `host`, `symbolize`, `files`.
 //! - [`diagnose`]: the diagnosis: one session (the sliding window of snapshots, the resource
 //!   and host context sampled over it, the facts) and the rules, pure functions of the facts →
 //!   findings.
 //!   May import: `collect`, `probes`, `identity`, `netinfo`, `host`, `symbolize` (the named
-//!   call sites of hand-offs).
+//!   call sites of hand-offs), `files`.
 //! - [`pipeline`]: one tick: probes → collect → identity → a window, with the cgroups,
 //!   processes and call sites in it named.
-//!   May import: `collect`, `probes`, `identity`, `netinfo`, `symbolize`.
+//!   May import: `collect`, `probes`, `identity`, `netinfo`, `symbolize`, `files`.
 //! - [`collect`]: snapshots (the probes' maps read into cumulative counters per cgroup),
 //!   windows (the difference of two, added through one `add` per struct) and which figures
 //!   exist (the availability every layer above reads); a window carries the named call sites of
 //!   its sampled hand-offs.
-//!   May import: `probes`, `counters`, `symbolize`.
+//!   May import: `probes`, `counters`, `symbolize`, `files`.
 //! - [`probes`]: loading, attaching and reading the eBPF programs, one module per family; the
 //!   one BTF reader; the tiers attached on demand.
-//!   May import: `counters`, `memory`.
+//!   May import: `counters`, `memory`, `files`.
 //! - [`counters`]: the counter types the probes produce and every layer above reads, each with
 //!   one add and one difference; what the agent itself had to drop.
 //!   May import: nothing.
 //! - [`host`]: the host: its CPUs, the hypervisor under it, its NUMA nodes and kernel, the CPU
 //!   time stolen.
-//!   May import: `identity` (the CPU list parser of `limits.rs`).
+//!   May import: `identity` (the CPU list parser of `limits.rs`), `files`.
 //! - [`identity`]: which cgroup a cgroup id names, and what runs in it (runtime, pod,
 //!   container, process runtimes); the cgroup's limits, threads and throttling.
-//!   May import: `netinfo` (the network namespaces, in `netns.rs`).
+//!   May import: `netinfo` (the network namespaces, in `netns.rs`), `files`.
 //! - [`netinfo`]: what the network looks like, read rather than probed: namespaces and their
 //!   owners, links, routes, encapsulations, the MTU inventory, the kernel's SNMP counters.
-//!   May import: nothing.
+//!   May import: `files`.
 //! - [`symbolize`]: call sites: a contended kernel lock's stack, symbolized against
 //!   `/proc/kallsyms`; the sampled user stacks of futex hand-offs, unwound with the binaries'
 //!   call-frame information, named (ELF, DWARF, a JVM's perf map) and counted per cgroup.
-//!   May import: nothing.
+//!   May import: `files`.
 //! - [`privileges`]: what the agent needs from the kernel's permission checks (capabilities,
 //!   seccomp), and naming what is missing.
-//!   May import: nothing.
+//!   May import: `files`.
 //! - [`memory`]: giving the allocator's free memory back to the system.
+//!   May import: nothing.
+//! - [`files`]: reading a file with a bound: regular files only, at most what its kind can
+//!   hold (a BTF, a config, a kernel file), so that no path or process can make the agent read
+//!   without end or wait on a FIFO. Every module below `cli` may import it.
 //!   May import: nothing.
 
 pub mod cli;
@@ -77,6 +81,7 @@ pub mod config;
 pub mod counters;
 pub mod diagnose;
 pub mod export;
+pub mod files;
 pub mod host;
 pub mod identity;
 pub mod memory;

@@ -176,7 +176,7 @@ impl Pipeline {
     fn name_processes(&mut self, window: &Window) {
         for key in window.hot_futexes.keys() {
             if let std::collections::hash_map::Entry::Vacant(e) = self.process_names.entry(key.tgid)
-                && let Ok(comm) = std::fs::read_to_string(format!("/proc/{}/comm", key.tgid))
+                && let Some(comm) = crate::files::kernel_text(format!("/proc/{}/comm", key.tgid))
             {
                 e.insert(comm.trim_end().to_owned());
             }

@@ -281,9 +281,8 @@ impl SeccompReport {
 
 /// The process's seccomp state and a harmless trial of each syscall the probes need.
 pub fn seccomp(caps: &CapsHashSet) -> SeccompReport {
-    let status = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| parse_seccomp_status(&s));
+    let status =
+        crate::files::kernel_text("/proc/self/status").and_then(|s| parse_seccomp_status(&s));
     let trials = Syscall::ALL
         .iter()
         .map(|&syscall| Trial {

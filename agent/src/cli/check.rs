@@ -146,9 +146,8 @@ struct HostChecks {
 /// The kernel, the privileges and seccomp, the BTF, cgroup v2, tracefs and the scheduler's
 /// tracepoints.
 fn check_host(lines: &mut Vec<Line>, args: &CheckArgs) -> HostChecks {
-    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease")
-        .map(|s| s.trim().to_owned())
-        .unwrap_or_else(|_| "unknown".to_owned());
+    let release = crate::files::kernel_text("/proc/sys/kernel/osrelease")
+        .map_or_else(|| "unknown".to_owned(), |s| s.trim().to_owned());
     add(lines, Level::Ok, "kernel", release);
 
     let caps = privileges::effective_caps();

@@ -444,5 +444,5 @@ fn update_network(
 
 /// Whether the host turned BPF statistics on for everyone (`kernel.bpf_stats_enabled`).
 fn sysctl_bpf_stats() -> bool {
-    std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled").is_ok_and(|v| v.trim() == "1")
+    crate::files::kernel_text("/proc/sys/kernel/bpf_stats_enabled").is_some_and(|v| v.trim() == "1")
 }

@@ -72,7 +72,7 @@ pub struct ProcessFigures {
 
 impl ProcessFigures {
     pub(super) fn read() -> Option<Self> {
-        let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+        let stat = crate::files::kernel_text("/proc/self/stat")?;
         Self::parse(
             &stat,
             rustix::param::clock_ticks_per_second(),

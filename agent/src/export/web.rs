@@ -42,6 +42,8 @@ use tokio_rustls::{
     },
 };
 
+use crate::files;
+
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct WebConfigFile {
@@ -241,8 +243,8 @@ impl WebConfig {
 /// the loaded settings.
 fn load(path: &Path) -> anyhow::Result<(Vec<PathBuf>, Active)> {
     let shown = path.display();
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read web config file {shown}"))?;
+    let text = files::read_text(path, files::Kind::WebConfig)
+        .map_err(|e| anyhow::anyhow!("web config file {shown}: {e}"))?;
     let file: WebConfigFile = if text.trim().is_empty() {
         WebConfigFile::default()
     } else {
@@ -297,16 +299,23 @@ fn relative_to(dir: &Path, p: &Path) -> PathBuf {
     }
 }
 
+/// A PEM file the web config names (`what` is its key), read with a bound.
+fn pem(path: &Path, what: &str) -> anyhow::Result<Vec<u8>> {
+    files::read(path, files::Kind::WebConfig)
+        .map_err(|e| anyhow::anyhow!("{what} {}: {e}", path.display()))
+}
+
 fn tls_acceptor(tls: &TlsServerConfig, dir: &Path) -> anyhow::Result<(TlsAcceptor, Vec<PathBuf>)> {
     let cert_file = relative_to(dir, &tls.cert_file);
     let key_file = relative_to(dir, &tls.key_file);
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&cert_file)
-        .and_then(|it| it.collect::<Result<_, _>>())
-        .map_err(|e| anyhow::anyhow!("cert_file {}: {e}", cert_file.display()))?;
+    let certs: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_slice_iter(&pem(&cert_file, "cert_file")?)
+            .collect::<Result<_, _>>()
+            .map_err(|e| anyhow::anyhow!("cert_file {}: {e}", cert_file.display()))?;
     if certs.is_empty() {
         bail!("cert_file {}: no certificate in it", cert_file.display());
     }
-    let key = PrivateKeyDer::from_pem_file(&key_file)
+    let key = PrivateKeyDer::from_pem_slice(&pem(&key_file, "key_file")?)
         .map_err(|e| anyhow::anyhow!("key_file {}: {e}", key_file.display()))?;
     let versions: Vec<&'static rustls::SupportedProtocolVersion> = [
         (TlsVersion::TLS12, &rustls::version::TLS12),
@@ -338,9 +347,7 @@ fn tls_acceptor(tls: &TlsServerConfig, dir: &Path) -> anyhow::Result<(TlsAccepto
         (auth, Some(ca)) => {
             let ca = relative_to(dir, ca);
             let mut roots = RootCertStore::empty();
-            for cert in CertificateDer::pem_file_iter(&ca)
-                .map_err(|e| anyhow::anyhow!("client_ca_file {}: {e}", ca.display()))?
-            {
+            for cert in CertificateDer::pem_slice_iter(&pem(&ca, "client_ca_file")?) {
                 let cert =
                     cert.map_err(|e| anyhow::anyhow!("client_ca_file {}: {e}", ca.display()))?;
                 roots

@@ -176,8 +176,7 @@ const V1_CONTROLLERS: &[&str] = &[
 impl CgroupLayout {
     /// Reads the layout from this process's mount table.
     pub fn discover() -> Result<Self, CgroupError> {
-        let mountinfo =
-            std::fs::read_to_string("/proc/self/mountinfo").map_err(CgroupError::MountInfo)?;
+        let mountinfo = crate::identity::mountinfo::read_text().map_err(CgroupError::MountInfo)?;
         Self::from_mountinfo(&mountinfo)
     }
 
@@ -368,7 +367,7 @@ fn safe_relative(rel_path: &str) -> Option<PathBuf> {
 /// Reading a PSI file with PSI disabled fails with EOPNOTSUPP; that, like a missing file, is
 /// just "no value".
 fn read_file(path: &Path) -> Option<String> {
-    std::fs::read_to_string(path).ok()
+    crate::files::kernel_text(path)
 }
 
 /// v2 `cpu.max`: `"<quota> <period>"` in µs, `quota` = `max` when unlimited → cores, or

@@ -51,8 +51,7 @@ pub fn v2_root_from_mountinfo(text: &str) -> Option<PathBuf> {
 }
 
 pub fn find_v2_root() -> Result<PathBuf, CgroupError> {
-    let mountinfo =
-        std::fs::read_to_string("/proc/self/mountinfo").map_err(CgroupError::MountInfo)?;
+    let mountinfo = crate::identity::mountinfo::read_text().map_err(CgroupError::MountInfo)?;
     v2_root_from_mountinfo(&mountinfo).ok_or(CgroupError::NoV2Hierarchy)
 }
 
@@ -125,7 +124,7 @@ impl CgroupResolver {
     ) -> HashSet<u64> {
         self.refreshes += 1;
         let tick = self.refreshes;
-        let hierarchy_stat = std::fs::read_to_string(self.root.join("cgroup.stat")).ok();
+        let hierarchy_stat = crate::files::kernel_text(self.root.join("cgroup.stat"));
         let hierarchy_changed = hierarchy_stat != self.hierarchy_stat;
         self.hierarchy_stat = hierarchy_stat;
         let mut gone = HashSet::new();

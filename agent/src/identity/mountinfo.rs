@@ -44,9 +44,17 @@ pub fn parse(text: &str) -> Vec<Mount> {
     text.lines().filter_map(parse_line).collect()
 }
 
+/// This process's mount table, as text.
+pub fn read_text() -> std::io::Result<String> {
+    Ok(crate::files::read_text(
+        std::path::Path::new("/proc/self/mountinfo"),
+        crate::files::Kind::Kernel,
+    )?)
+}
+
 /// This process's mounts.
 pub fn read_self() -> std::io::Result<Vec<Mount>> {
-    Ok(parse(&std::fs::read_to_string("/proc/self/mountinfo")?))
+    Ok(parse(&read_text()?))
 }
 
 fn parse_line(line: &str) -> Option<Mount> {

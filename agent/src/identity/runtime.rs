@@ -68,27 +68,23 @@ pub struct ProcessRuntime {
 /// Reads a process's runtime; `None` when the process is gone or cannot be read.
 pub fn read(tgid: u32) -> Option<ProcessRuntime> {
     let proc = Path::new("/proc").join(tgid.to_string());
-    let comm = std::fs::read_to_string(proc.join("comm"))
-        .ok()?
+    let comm = crate::files::kernel_text(proc.join("comm"))?
         .trim_end()
         .to_owned();
-    let maps = std::fs::read_to_string(proc.join("maps")).unwrap_or_default();
-    let environ = std::fs::read(proc.join("environ")).unwrap_or_default();
-    let cmdline = std::fs::read(proc.join("cmdline")).unwrap_or_default();
+    let maps = crate::files::kernel_text(proc.join("maps")).unwrap_or_default();
+    let environ = crate::files::kernel_bytes(proc.join("environ")).unwrap_or_default();
+    let cmdline = crate::files::kernel_bytes(proc.join("cmdline")).unwrap_or_default();
     let runtime = if maps_name(&maps, "libjvm.so") {
         Runtime::Jvm
     } else if maps_name(&maps, "libcoreclr.so") {
         Runtime::DotNet
     } else {
-        match std::fs::read(proc.join("exe"))
-            .ok()
-            .and_then(|b| go_version(&go_buildinfo(&b)?))
-        {
+        match go_buildinfo(&proc.join("exe")).and_then(|b| go_version(&b)) {
             Some(version) => Runtime::Go { version },
             None => Runtime::Native,
         }
     };
-    let status = std::fs::read_to_string(proc.join("status")).unwrap_or_default();
+    let status = crate::files::kernel_text(proc.join("status")).unwrap_or_default();
     let threads = status_field(&status, "Threads:").and_then(|v| v.parse().ok());
     let affinity = status_field(&status, "Cpus_allowed_list:").and_then(count_cpu_list);
     let env = nul_separated(&environ);
@@ -220,8 +216,7 @@ impl RuntimeCache {
         self.comms
             .entry(tid)
             .or_insert_with(|| {
-                std::fs::read_to_string(format!("/proc/{tgid}/task/{tid}/comm"))
-                    .ok()
+                crate::files::kernel_text(format!("/proc/{tgid}/task/{tid}/comm"))
                     .map(|c| c.trim_end().to_owned())
             })
             .as_deref()
@@ -272,7 +267,7 @@ fn count_threads_named(proc: &Path, prefix: &str) -> u32 {
     tasks
         .filter_map(Result::ok)
         .filter(|t| {
-            std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.starts_with(prefix))
+            crate::files::kernel_text(t.path().join("comm")).is_some_and(|c| c.starts_with(prefix))
         })
         .count() as u32
 }
@@ -282,9 +277,13 @@ const GO_BUILDINFO_MAGIC: &[u8] = b"\xff Go buildinf:";
 
 /// The `.go.buildinfo` section of an ELF executable (every Go program's since Go 1.13; kept by
 /// `strip`, which removes symbols, not section headers); `None` for any other file.
-fn go_buildinfo(exe: &[u8]) -> Option<Vec<u8>> {
+/// The `.go.buildinfo` section of the executable at `exe`, `None` for one that has none. Only
+/// the ELF headers and that section are read, not the whole binary (a static binary can be
+/// hundreds of MiB).
+fn go_buildinfo(exe: &std::path::Path) -> Option<Vec<u8>> {
     use object::{Object as _, ObjectSection as _};
-    let file = object::File::parse(exe).ok()?;
+    let cache = object::ReadCache::new(std::fs::File::open(exe).ok()?);
+    let file = object::File::parse(&cache).ok()?;
     let section = file.section_by_name(".go.buildinfo")?;
     section.data().ok().map(<[u8]>::to_vec)
 }
@@ -388,12 +387,12 @@ mod tests {
         };
         let goroot = String::from_utf8_lossy(&out.stdout).trim().to_owned();
         // The toolchain's own `go` binary is a Go program.
-        let exe = std::fs::read(format!("{goroot}/bin/go")).expect("the go binary");
+        let exe = std::path::PathBuf::from(format!("{goroot}/bin/go"));
         let v = go_version(&go_buildinfo(&exe).expect("a .go.buildinfo section"))
             .expect("Go build info")
             .expect("a version");
         assert!(v.starts_with("go1."), "{v}");
-        assert!(go_buildinfo(&std::fs::read("/proc/self/exe").unwrap()).is_none());
+        assert!(go_buildinfo(std::path::Path::new("/proc/self/exe")).is_none());
     }
 
     #[test]

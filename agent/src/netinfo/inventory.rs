@@ -29,16 +29,16 @@ use super::{
 
 /// The calling thread's namespace's counters.
 fn read_snmp_here() -> Option<Snmp> {
-    let snmp = std::fs::read_to_string("/proc/thread-self/net/snmp").ok()?;
-    let snmp6 = std::fs::read_to_string("/proc/thread-self/net/snmp6").ok();
+    let snmp = crate::files::kernel_text("/proc/thread-self/net/snmp")?;
+    let snmp6 = crate::files::kernel_text("/proc/thread-self/net/snmp6");
     Some(Snmp::from_texts(&snmp, snmp6.as_deref()))
 }
 
 /// A process's namespace's counters, read from outside it (`/proc/<pid>/net` shows the
 /// process's namespace; no capability needed).
 fn read_snmp_of(pid: u32) -> Option<Snmp> {
-    let snmp = std::fs::read_to_string(format!("/proc/{pid}/net/snmp")).ok()?;
-    let snmp6 = std::fs::read_to_string(format!("/proc/{pid}/net/snmp6")).ok();
+    let snmp = crate::files::kernel_text(format!("/proc/{pid}/net/snmp"))?;
+    let snmp6 = crate::files::kernel_text(format!("/proc/{pid}/net/snmp6"));
     Some(Snmp::from_texts(&snmp, snmp6.as_deref()))
 }
 

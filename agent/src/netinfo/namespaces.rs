@@ -100,8 +100,7 @@ pub fn discover(host: Option<u64>) -> Vec<NetnsRef> {
                 cgroups: BTreeSet::new(),
             });
             if !is_host
-                && let Some(cg) = std::fs::read_to_string(entry.path().join("cgroup"))
-                    .ok()
+                && let Some(cg) = crate::files::kernel_text(entry.path().join("cgroup"))
                     .as_deref()
                     .and_then(v2_cgroup_of)
             {

@@ -53,7 +53,7 @@ pub enum BtfError {
     Read {
         path: String,
         #[source]
-        source: std::io::Error,
+        source: crate::files::ReadError,
     },
     #[error("not a BTF blob: {0}")]
     Malformed(&'static str),
@@ -111,10 +111,11 @@ fn body_len(kind: u32, vlen: usize) -> Result<usize, BtfError> {
 impl Btf {
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self, BtfError> {
         let path = path.as_ref();
-        let data = std::fs::read(path).map_err(|source| BtfError::Read {
-            path: path.display().to_string(),
-            source,
-        })?;
+        let data =
+            crate::files::read(path, crate::files::Kind::Btf).map_err(|source| BtfError::Read {
+                path: path.display().to_string(),
+                source,
+            })?;
         Self::parse(data)
     }
 

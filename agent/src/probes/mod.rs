@@ -68,7 +68,11 @@ pub(crate) use self::{
 pub fn read_btf(path: &Path) -> Result<(Btf, aya::Btf), String> {
     let shown = path.display();
     let btf = Btf::from_file(path).map_err(|e| match e {
-        btf::BtfError::Read { source, .. } => format!("cannot read {shown}: {source}"),
+        btf::BtfError::Read {
+            source: source @ crate::files::ReadError::Io(_),
+            ..
+        } => format!("cannot read {shown}: {source}"),
+        btf::BtfError::Read { source, .. } => format!("{shown} {source}"),
         e => format!("{shown}: {e}"),
     })?;
     if !btf.has_struct("task_struct") {
@@ -149,7 +153,7 @@ pub(crate) fn check_attached_to(prog: &BtfTracePoint, event: &str) -> anyhow::Re
     let id = prog.info()?.id();
     let mut found = None;
     for entry in std::fs::read_dir("/proc/self/fdinfo")?.flatten() {
-        let Ok(text) = std::fs::read_to_string(entry.path()) else {
+        let Some(text) = crate::files::kernel_text(entry.path()) else {
             continue;
         };
         let field = |name: &str| {

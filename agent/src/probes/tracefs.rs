@@ -42,7 +42,7 @@ pub fn field_offset(category: &str, name: &str, field: &str) -> Option<u32> {
         .join(category)
         .join(name)
         .join("format");
-    parse_field_offset(&std::fs::read_to_string(&path).ok()?, field)
+    parse_field_offset(&crate::files::kernel_text(&path)?, field)
 }
 
 /// Finds `field:<type> <field>;\toffset:N;` in a tracepoint format file.

@@ -322,7 +322,7 @@ impl UserSymbolizer {
                 .processes
                 .get(&sample.tgid)
                 .map_or(sample.tgid, |p| p.ns_pid);
-            let comm = std::fs::read_to_string(format!("/proc/{}/comm", sample.tgid))
+            let comm = crate::files::kernel_text(format!("/proc/{}/comm", sample.tgid))
                 .map(|c| c.trim_end().to_owned())
                 .unwrap_or_default();
             format!(
@@ -465,10 +465,10 @@ impl ProcessView {
     fn read(tgid: u32, files: &mut HashMap<(u64, u64, i64), Arc<ElfFile>>) -> Option<Self> {
         use std::os::unix::fs::MetadataExt as _;
         let proc = PathBuf::from(format!("/proc/{tgid}"));
-        let maps = std::fs::read_to_string(proc.join("maps")).ok()?;
+        let maps = crate::files::kernel_text(proc.join("maps"))?;
         let root = proc.join("root");
-        let cmdline = std::fs::read(proc.join("cmdline")).unwrap_or_default();
-        let status = std::fs::read_to_string(proc.join("status")).unwrap_or_default();
+        let cmdline = crate::files::kernel_bytes(proc.join("cmdline")).unwrap_or_default();
+        let status = crate::files::kernel_text(proc.join("status")).unwrap_or_default();
         let ns_pid = status
             .lines()
             .find_map(|l| l.strip_prefix("NSpid:"))
@@ -573,7 +573,7 @@ impl ProcessView {
         if stamp == self.perf_map.stamp {
             return;
         }
-        let entries = std::fs::read_to_string(&path)
+        let entries = crate::files::read_text(&path, crate::files::Kind::PerfMap)
             .map(|t| parse_perf_map(&t))
             .unwrap_or_default();
         self.perf_map = PerfMap { entries, stamp };
