@@ -67,6 +67,10 @@ pub const ENV_LISTEN: &str = "STORMWATCH_LISTEN";
 pub const ENV_INTERVAL: &str = "STORMWATCH_INTERVAL";
 
 /// Bounds of the numeric settings.
+/// Each collection reads every probe map and names what is new: ~1 ms per 100 cgroups. Below
+/// a second the daemon would spend its CPU collecting what no scrape reads (Prometheus scrapes
+/// every 15 s or so); `trace` has its own, lower floor for a live table.
+pub const MIN_INTERVAL_SECONDS: f64 = 1.0;
 const MAX_INTERVAL_SECONDS: f64 = 3600.0;
 const MAX_GRACE_SECONDS: f64 = 86_400.0;
 const MAX_WINDOW_SECONDS: f64 = 86_400.0;
@@ -83,6 +87,18 @@ pub fn positive_seconds(s: &str) -> Result<f64, String> {
     }
     if v > 31_536_000.0 {
         return Err(format!("must be at most a year (got `{s}`)"));
+    }
+    Ok(v)
+}
+
+/// `run`'s collection interval, from the flag or the environment: seconds, at least
+/// [`MIN_INTERVAL_SECONDS`].
+pub fn run_interval(s: &str) -> Result<f64, String> {
+    let v = positive_seconds(s)?;
+    if v < MIN_INTERVAL_SECONDS {
+        return Err(format!(
+            "must be at least {MIN_INTERVAL_SECONDS} (got `{s}`)"
+        ));
     }
     Ok(v)
 }
@@ -235,7 +251,7 @@ impl Config {
         }
         if let Some(v) = env(ENV_INTERVAL) {
             config.interval_seconds =
-                positive_seconds(v.trim()).map_err(|e| anyhow::anyhow!("{ENV_INTERVAL}: {e}"))?;
+                run_interval(v.trim()).map_err(|e| anyhow::anyhow!("{ENV_INTERVAL}: {e}"))?;
         }
         if let Some(listen) = flags.listen {
             config.listen = listen;
@@ -352,9 +368,10 @@ impl Config {
     /// Checks the ranges of every setting.
     pub fn validate(&self) -> anyhow::Result<()> {
         let i = self.interval_seconds;
-        if !i.is_finite() || i <= 0.0 || i > MAX_INTERVAL_SECONDS {
+        if !i.is_finite() || !(MIN_INTERVAL_SECONDS..=MAX_INTERVAL_SECONDS).contains(&i) {
             bail!(
-                "interval_seconds must be greater than 0 and at most {MAX_INTERVAL_SECONDS} (got {i})"
+                "interval_seconds must be at least {MIN_INTERVAL_SECONDS} and at most \
+                 {MAX_INTERVAL_SECONDS} (got {i})"
             );
         }
         let g = self.removed_grace_seconds;
@@ -437,7 +454,7 @@ impl Config {
 
 fn read_file(path: &Path) -> anyhow::Result<String> {
     crate::files::read_text(path, crate::files::Kind::Config)
-        .map_err(|e| anyhow::anyhow!("config file {}: {e}", path.display()))
+        .map_err(|e| anyhow::anyhow!(e.about("config file", path)))
 }
 
 /// 1-based line and column of a byte offset.
@@ -448,8 +465,19 @@ fn line_column(text: &str, offset: usize) -> (usize, usize) {
     (line, column)
 }
 
+/// A parser's message on one line, in the words of the file rather than of Rust's types.
 fn one_line(s: &str) -> String {
-    s.split_whitespace().collect::<Vec<_>>().join(" ")
+    let s = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    [
+        ("expected f64", "expected a number"),
+        ("expected f32", "expected a number"),
+        ("expected u64", "expected a whole number, 0 or more"),
+        ("expected u32", "expected a whole number, 0 or more"),
+        ("expected usize", "expected a whole number, 0 or more"),
+        ("expected i64", "expected a whole number"),
+    ]
+    .into_iter()
+    .fold(s, |s, (rust, plain)| s.replace(rust, plain))
 }
 
 #[cfg(test)]
@@ -580,6 +608,8 @@ mod tests {
             "[thresholds]\nrunq_min_mean_seconds = -1",
             "[thresholds]\nrunq_min_mean_seconds = nan",
             "interval_seconds = inf",
+            "interval_seconds = 1e-9",
+            "interval_seconds = 0.5",
         ] {
             let e = from_text(text).expect_err(text);
             assert!(!format!("{e:#}").contains('\n'), "{text}: {e:#}");
@@ -613,13 +643,13 @@ mod tests {
         assert_eq!((c.listen.port(), c.interval_seconds), (2, 3.0));
         let flags = Flags {
             listen: Some("127.0.0.1:4".parse().unwrap()),
-            interval: Some(0.5),
+            interval: Some(1.5),
             ..flags
         };
         let c = Config::load(&flags, env).unwrap();
         assert_eq!(
             (c.listen.port(), c.interval_seconds, c.max_cgroups),
-            (4, 0.5, 3)
+            (4, 1.5, 3)
         );
         let bad_env = |k: &str| (k == ENV_LISTEN).then(|| "nope".to_owned());
         let e = format!(

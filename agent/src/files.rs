@@ -79,16 +79,16 @@ impl fmt::Display for ReadError {
             ReadError::Io(e) => e.fmt(f),
             ReadError::NotRegular { kind, file_type } => write!(
                 f,
-                "is {file_type}, not a regular file (expected {})",
+                "{file_type}, not a regular file (expected {})",
                 kind.what()
             ),
             ReadError::TooLarge { kind } => write!(
                 f,
-                "is larger than {} MiB, more than {} can be",
+                "larger than {} MiB, more than {} can be",
                 kind.cap() >> 20,
                 kind.what()
             ),
-            ReadError::NotText => f.write_str("is not UTF-8 text"),
+            ReadError::NotText => f.write_str("not UTF-8 text"),
         }
     }
 }
@@ -105,6 +105,14 @@ impl std::error::Error for ReadError {
 impl From<io::Error> for ReadError {
     fn from(e: io::Error) -> Self {
         ReadError::Io(e)
+    }
+}
+
+impl ReadError {
+    /// One line for `what` (`"config file"`) at `path`: "cannot read config file /x: a FIFO,
+    /// not a regular file (expected a config file)".
+    pub fn about(&self, what: &str, path: &Path) -> String {
+        format!("cannot read {what} {}: {self}", path.display())
     }
 }
 
@@ -192,7 +200,7 @@ mod tests {
         ));
         assert_eq!(
             err.to_string(),
-            "is a character device, not a regular file (expected a BTF file)"
+            "a character device, not a regular file (expected a BTF file)"
         );
     }
 
@@ -240,7 +248,7 @@ mod tests {
         assert!(matches!(err, ReadError::TooLarge { .. }));
         assert_eq!(
             err.to_string(),
-            "is larger than 1 MiB, more than a config file can be"
+            "larger than 1 MiB, more than a config file can be"
         );
     }
 

@@ -244,7 +244,7 @@ impl WebConfig {
 fn load(path: &Path) -> anyhow::Result<(Vec<PathBuf>, Active)> {
     let shown = path.display();
     let text = files::read_text(path, files::Kind::WebConfig)
-        .map_err(|e| anyhow::anyhow!("web config file {shown}: {e}"))?;
+        .map_err(|e| anyhow::anyhow!(e.about("web config file", path)))?;
     let file: WebConfigFile = if text.trim().is_empty() {
         WebConfigFile::default()
     } else {
@@ -301,8 +301,7 @@ fn relative_to(dir: &Path, p: &Path) -> PathBuf {
 
 /// A PEM file the web config names (`what` is its key), read with a bound.
 fn pem(path: &Path, what: &str) -> anyhow::Result<Vec<u8>> {
-    files::read(path, files::Kind::WebConfig)
-        .map_err(|e| anyhow::anyhow!("{what} {}: {e}", path.display()))
+    files::read(path, files::Kind::WebConfig).map_err(|e| anyhow::anyhow!(e.about(what, path)))
 }
 
 fn tls_acceptor(tls: &TlsServerConfig, dir: &Path) -> anyhow::Result<(TlsAcceptor, Vec<PathBuf>)> {

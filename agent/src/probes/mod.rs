@@ -13,6 +13,7 @@ pub mod gomutex;
 pub mod load;
 pub mod locks;
 pub mod map_io;
+pub mod neighbours;
 pub mod net;
 pub mod sched;
 pub mod sizing;
@@ -68,11 +69,7 @@ pub(crate) use self::{
 pub fn read_btf(path: &Path) -> Result<(Btf, aya::Btf), String> {
     let shown = path.display();
     let btf = Btf::from_file(path).map_err(|e| match e {
-        btf::BtfError::Read {
-            source: source @ crate::files::ReadError::Io(_),
-            ..
-        } => format!("cannot read {shown}: {source}"),
-        btf::BtfError::Read { source, .. } => format!("{shown} {source}"),
+        btf::BtfError::Read { source, .. } => source.about("BTF file", path),
         e => format!("{shown}: {e}"),
     })?;
     if !btf.has_struct("task_struct") {
