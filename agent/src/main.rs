@@ -15,11 +15,7 @@ fn main() -> ExitCode {
                 let _ = err.print();
                 return ExitCode::SUCCESS;
             }
-            // One clear line, not clap's usage block: the first line of its message.
-            let text = err.render().to_string();
-            let first = text.lines().next().unwrap_or("invalid arguments");
-            let first = first.strip_prefix("error: ").unwrap_or(first);
-            eprintln!("stormwatch: {first} (see --help)");
+            eprintln!("stormwatch: {} (see --help)", cli::usage_error(&err));
             return ExitCode::from(2);
         }
     };

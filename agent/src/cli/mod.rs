@@ -23,8 +23,17 @@ use crate::{
 #[derive(Debug, Parser)]
 #[command(name = "stormwatch", version, about, long_about = None)]
 pub struct Cli {
-    /// Log level for messages on stderr (error, warn, info, debug, trace).
-    #[arg(long, global = true, env = "STORMWATCH_LOG", default_value = "warn")]
+    /// Log level for messages on stderr (off, error, warn, info, debug, trace).
+    #[arg(
+        long,
+        global = true,
+        env = "STORMWATCH_LOG",
+        default_value = "warn",
+        value_parser = clap::builder::TypedValueParser::try_map(
+            clap::builder::PossibleValuesParser::new(LOG_LEVELS),
+            |s: String| log_level(&s),
+        ),
+    )]
     pub log_level: log::LevelFilter,
 
     #[command(subcommand)]
@@ -37,9 +46,10 @@ pub enum Command {
     Check(CheckArgs),
     /// Trace per-container scheduler figures: a live table, or one JSON document at the end.
     Trace(TraceArgs),
-    /// Watch the host, then report problems (lock storms, throttling, run-queue saturation,
-    /// thread oversubscription) with evidence and what to do. Exit status: 0 no problems,
-    /// 3 problems found, 1 error, 2 bad usage.
+    /// Watch the host, then report problems with evidence and what to do. Rules: lock_storm,
+    /// cpu_throttling, runqueue_saturation, thread_oversubscription, runtime_sizing,
+    /// mtu_mismatch. Exit status: 0 no problems, 3 problems found, 1 error, 2 bad usage,
+    /// 130 interrupted.
     Diagnose(DiagnoseArgs),
     /// Run as a daemon: keep the probes attached and serve Prometheus metrics on /metrics
     /// (with /healthz and /readyz). Configuration: flags > environment (STORMWATCH_LISTEN,
@@ -47,19 +57,117 @@ pub enum Command {
     Run(RunArgs),
 }
 
+/// A usage error as one line, not clap's usage block: what is wrong, the valid values where
+/// there is a list of them, and the environment variable when the value came from there.
+pub fn usage_error(err: &clap::Error) -> String {
+    use clap::{
+        CommandFactory as _,
+        error::{ContextKind, ContextValue, ErrorKind},
+    };
+    let subcommands = || {
+        Cli::command()
+            .get_subcommands()
+            .map(|s| s.get_name().to_owned())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match err.kind() {
+        ErrorKind::MissingSubcommand | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            return format!("a subcommand is missing: one of {}", subcommands());
+        }
+        ErrorKind::InvalidSubcommand => {
+            let given = match err.get(ContextKind::InvalidSubcommand) {
+                Some(ContextValue::String(s)) => s.as_str(),
+                _ => "?",
+            };
+            return format!("unknown subcommand `{given}`: one of {}", subcommands());
+        }
+        _ => {}
+    }
+    let text = err.render().to_string();
+    let first = text.lines().next().unwrap_or("invalid arguments");
+    let mut line = first.strip_prefix("error: ").unwrap_or(first).to_owned();
+    if let Some(ContextValue::Strings(valid)) = err.get(ContextKind::ValidValue)
+        && !line.contains("possible values")
+    {
+        line.push_str(&format!("; valid values: {}", valid.join(", ")));
+    }
+    if let Some(ContextValue::String(arg)) = err.get(ContextKind::InvalidArg)
+        && let Some(var) = env_of(arg)
+        && std::env::var_os(&var).is_some()
+        && !std::env::args().any(|a| arg.starts_with(a.split('=').next().unwrap_or(&a)))
+    {
+        line.push_str(&format!(" (from the environment variable {var})"));
+    }
+    line
+}
+
+/// The environment variable of a flag as clap names it in an error (`--log-level <LEVEL>`).
+fn env_of(arg: &str) -> Option<String> {
+    use clap::CommandFactory as _;
+    let long = arg.split_whitespace().next()?.strip_prefix("--")?;
+    let command = Cli::command();
+    std::iter::once(&command)
+        .chain(command.get_subcommands())
+        .flat_map(|c| c.get_arguments())
+        .find(|a| a.get_long() == Some(long))
+        .and_then(|a| a.get_env())
+        .and_then(|v| v.to_str())
+        .map(str::to_owned)
+}
+
+/// A cgroup path for `--cgroup`: not empty (an empty one would trace the whole host, which is
+/// what leaving the flag out does).
+fn cgroup_path(s: &str) -> Result<String, String> {
+    if s.trim().is_empty() {
+        return Err(
+            "an empty path: name a cgroup, or leave --cgroup out to trace every cgroup \
+                    of the host"
+                .to_owned(),
+        );
+    }
+    Ok(s.to_owned())
+}
+
+/// `--log-level`: one of the levels, named in the error when it is not.
+fn log_level(s: &str) -> Result<log::LevelFilter, String> {
+    s.parse().map_err(|_| format!("`{s}` is not a log level"))
+}
+
+/// `trace --interval`: seconds, at least a tenth of one (each interval reads every probe map).
+fn trace_interval(s: &str) -> Result<f64, String> {
+    let v = positive_seconds(s)?;
+    if v < 0.1 {
+        return Err(format!("must be at least 0.1 (got `{s}`)"));
+    }
+    Ok(v)
+}
+
+/// The log levels `--log-level` takes.
+const LOG_LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
+
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// Address to serve on, IP:PORT [default: 0.0.0.0:9847].
     #[arg(long, value_name = "ADDR", value_parser = crate::config::parse_listen)]
     pub listen: Option<std::net::SocketAddr>,
 
-    /// Configuration file (TOML): listen, interval_seconds, max_cgroups,
-    /// removed_grace_seconds, diagnosis_window_seconds, bpf_stats, histograms, `[thresholds]`.
+    /// Configuration file (TOML; agent/CLI.md and deploy/daemonset.yaml's ConfigMap say what
+    /// each key does): listen, interval_seconds, max_cgroups, removed_grace_seconds,
+    /// diagnosis_window_seconds, bpf_stats, histograms, wake_kinds, futex_probes, call_sites,
+    /// net_packet_probes, net_packet_survey_seconds, web_config_file,
+    /// http_header_timeout_seconds, http_request_timeout_seconds, http_idle_timeout_seconds,
+    /// http_max_connections, btf_file, `[thresholds]`. Unknown keys are refused.
     #[arg(long, value_name = "FILE")]
     pub config: Option<std::path::PathBuf>,
 
-    /// Collection interval in seconds [default: 5].
-    #[arg(long, value_name = "SECS", value_parser = positive_seconds)]
+    /// Collection interval in seconds, at least 1 [default: 5].
+    #[arg(
+        long,
+        value_name = "SECS",
+        value_parser = crate::config::run_interval,
+        allow_negative_numbers = true
+    )]
     pub interval: Option<f64>,
 
     /// TLS and basic authentication of the endpoint: a web config file in the format of the
@@ -80,7 +188,13 @@ pub struct RunArgs {
 #[derive(Debug, Args)]
 pub struct DiagnoseArgs {
     /// How long to watch, in seconds.
-    #[arg(long, value_name = "SECS", default_value = "10", value_parser = positive_seconds)]
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value = "10",
+        value_parser = positive_seconds,
+        allow_negative_numbers = true
+    )]
     pub duration: f64,
 
     /// Print one JSON document instead of the report.
@@ -111,16 +225,22 @@ pub struct CheckArgs {
 #[derive(Debug, Args)]
 pub struct TraceArgs {
     /// How long to trace, in seconds. Default: 10 with --json; until interrupted otherwise.
-    #[arg(long, value_name = "SECS", value_parser = positive_seconds)]
+    #[arg(long, value_name = "SECS", value_parser = positive_seconds, allow_negative_numbers = true)]
     pub duration: Option<f64>,
 
     /// Refresh interval of the table (and collection interval), in seconds.
-    #[arg(long, value_name = "SECS", default_value = "1", value_parser = positive_seconds)]
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value = "1",
+        value_parser = trace_interval,
+        allow_negative_numbers = true
+    )]
     pub interval: f64,
 
     /// Only this cgroup and its descendants: a path relative to the cgroup v2 root, or an
     /// absolute path inside it. May be given more than once.
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", value_parser = cgroup_path)]
     pub cgroup: Vec<String>,
 
     /// Print one JSON document after the duration instead of a live table.
@@ -206,6 +326,128 @@ mod tests {
     #[test]
     fn clap_definition_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    /// A document of the repository, read from the workspace root.
+    fn doc(path: &str) -> String {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        std::fs::read_to_string(root.join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
+    }
+
+    fn help_of(sub: &str, arg: Option<&str>) -> String {
+        let command = Cli::command();
+        let sub = command.find_subcommand(sub).expect("a subcommand");
+        match arg {
+            None => sub.get_about().expect("an about").to_string(),
+            Some(id) => sub
+                .get_arguments()
+                .find(|a| a.get_id() == id)
+                .and_then(|a| a.get_help())
+                .expect("a documented argument")
+                .to_string(),
+        }
+    }
+
+    #[test]
+    fn every_rule_is_in_diagnose_help_and_the_readme() {
+        let help = help_of("diagnose", None);
+        let readme = doc("README.md");
+        for rule in crate::diagnose::RULES {
+            let name = rule.as_str();
+            assert!(help.contains(name), "diagnose --help misses {name}: {help}");
+            assert!(
+                readme.contains(&format!("| `{name}` |")),
+                "README.md's rule table misses {name}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_config_key_is_in_run_help_and_deploy_readme() {
+        // Every key, the optional paths included.
+        let config = crate::config::Config {
+            web_config_file: Some("w".into()),
+            btf_file: Some("b".into()),
+            ..Default::default()
+        };
+        let keys = serde_json::to_value(config).unwrap();
+        let keys: Vec<&String> = keys.as_object().unwrap().keys().collect();
+        assert!(keys.len() > 15, "{keys:?}");
+        let help = help_of("run", Some("config"));
+        let deploy = doc("deploy/README.md");
+        for key in keys {
+            let key = if key == "thresholds" {
+                "[thresholds]"
+            } else {
+                key
+            };
+            assert!(help.contains(key), "run --help's --config misses {key}");
+            assert!(
+                deploy.contains(&format!("`{key}`")),
+                "deploy/README.md's configuration misses `{key}`"
+            );
+        }
+    }
+
+    #[test]
+    fn cli_md_shows_traces_default_probes() {
+        let command = Cli::command();
+        let probes = command
+            .find_subcommand("trace")
+            .unwrap()
+            .get_arguments()
+            .find(|a| a.get_id() == "probes")
+            .unwrap()
+            .get_default_values()
+            .iter()
+            .map(|v| v.to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join(",");
+        assert!(
+            doc("agent/CLI.md").contains(&format!("[--probes {probes}]")),
+            "agent/CLI.md's trace synopsis should show --probes {probes}"
+        );
+    }
+
+    fn usage_of(args: &[&str]) -> String {
+        usage_error(&Cli::try_parse_from(args).expect_err("a usage error"))
+    }
+
+    #[test]
+    fn usage_errors_are_one_clear_line() {
+        let line = usage_of(&["stormwatch"]);
+        assert_eq!(
+            line,
+            "a subcommand is missing: one of check, trace, diagnose, run"
+        );
+        let line = usage_of(&["stormwatch", "diagnose", "--duration", "-1"]);
+        assert!(line.contains("must be greater than zero"), "{line}");
+        let line = usage_of(&["stormwatch", "trace", "--cgroup", ""]);
+        assert!(line.contains("an empty path"), "{line}");
+        let line = usage_of(&["stormwatch", "trace", "--probes", "bogus"]);
+        assert!(
+            line.ends_with("valid values: sched, futex, locks, net"),
+            "{line}"
+        );
+        let line = usage_of(&["stormwatch", "--log-level", "loud", "check"]);
+        assert!(
+            line.contains("off, error, warn, info, debug, trace"),
+            "{line}"
+        );
+        let line = usage_of(&["stormwatch", "run", "--interval", "1e-9"]);
+        assert!(line.contains("at least 1"), "{line}");
+        let line = usage_of(&["stormwatch", "trace", "--interval", "0.01"]);
+        assert!(line.contains("at least 0.1"), "{line}");
+        for line in [
+            usage_of(&["stormwatch", "--log-level", "loud", "check"]),
+            usage_of(&["stormwatch", "bogus"]),
+        ] {
+            assert!(!line.contains('\n'), "{line}");
+            // No Rust type names.
+            for rust in ["LevelFilter", "f64", "AttachWhen", "PathBuf"] {
+                assert!(!line.contains(rust), "{line}");
+            }
+        }
     }
 
     #[test]

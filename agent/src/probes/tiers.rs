@@ -7,13 +7,27 @@ use super::*;
 /// ([`WakeKinds`]), the futex programs ([`FutexTier`]) or the per-packet network programs
 /// ([`NetPacketTier`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case", try_from = "String")]
 pub enum AttachWhen {
     /// With every other probe (`trace`, `diagnose`).
     #[default]
     Always,
     /// Loaded (verified) at start, attached only while the daemon asks for them.
     OnDemand,
+}
+
+/// From a config file's string, naming the valid values when it is none of them (a value of
+/// another type is refused as "expected a string").
+impl TryFrom<String> for AttachWhen {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, String> {
+        match s.as_str() {
+            "always" => Ok(Self::Always),
+            "on-demand" => Ok(Self::OnDemand),
+            _ => Err(format!("`{s}` is not one of \"on-demand\", \"always\"")),
+        }
+    }
 }
 
 /// When the programs that tell wake-ups local or remote (`sched_waking`, `sched_wakeup`,
