@@ -246,6 +246,15 @@ fn check_host(lines: &mut Vec<Line>, args: &CheckArgs) -> HostChecks {
         }
     }
 
+    // Before this process loads its own probes, which would count as one.
+    let others = crate::probes::neighbours::OtherAgents::find();
+    add(
+        lines,
+        if others.any() { Level::Warn } else { Level::Ok },
+        "other agents",
+        others.describe(),
+    );
+
     HostChecks {
         privileged,
         task_offsets,

@@ -21,6 +21,9 @@ use super::{DiagnoseArgs, probes_attached, session_options};
 
 /// Exit status when findings were reported (0: none; 1: error; 2: bad usage).
 pub const EXIT_FINDINGS: u8 = 3;
+/// Exit status when interrupted (Ctrl-C) before the duration was up: what was seen so far is
+/// printed, but a script must not take it for a clean pass (128 + SIGINT, as a shell says).
+pub const EXIT_INTERRUPTED: u8 = 130;
 
 #[derive(Debug, Serialize)]
 pub struct DiagnoseReport {
@@ -33,6 +36,9 @@ pub struct DiagnoseReport {
 #[derive(Debug, Serialize)]
 pub struct Checked {
     pub duration_seconds: f64,
+    /// Interrupted before `--duration` was up: the window is shorter than asked, and the exit
+    /// status is 130 whatever was found.
+    pub interrupted: bool,
     /// The window's edges (see `trace --json`'s `window`).
     pub window: WindowEdges,
     pub containers: usize,
@@ -83,7 +89,7 @@ pub async fn run(args: DiagnoseArgs) -> anyhow::Result<u8> {
     let mut next = tokio::time::Instant::from_std(started) + interval;
     let ctrl_c = tokio::signal::ctrl_c();
     tokio::pin!(ctrl_c);
-    loop {
+    let interrupted = loop {
         let interrupted = tokio::select! {
             _ = tokio::time::sleep_until(next.min(deadline)) => false,
             _ = &mut ctrl_c => true,
@@ -92,10 +98,10 @@ pub async fn run(args: DiagnoseArgs) -> anyhow::Result<u8> {
         let resolver = &pipeline.resolver;
         session.observe(&window, |id| resolver.path(id), std::time::Instant::now());
         if interrupted || tokio::time::Instant::now() >= deadline {
-            break;
+            break interrupted;
         }
         next += interval;
-    }
+    };
     let net = session.network(&pipeline.seen_interfaces());
     let findings = session.judge(pipeline.paths(), net.as_ref());
     let window = session.window();
@@ -126,6 +132,7 @@ pub async fn run(args: DiagnoseArgs) -> anyhow::Result<u8> {
             .collect(),
         checked: Checked {
             duration_seconds: window.duration.as_secs_f64(),
+            interrupted,
             window: WindowEdges::new(session.window_edges()),
             containers: facts.len(),
             host_cpus: host_cpus(),
@@ -142,7 +149,15 @@ pub async fn run(args: DiagnoseArgs) -> anyhow::Result<u8> {
     } else {
         print_human(&mut out, &report)?;
     }
-    Ok(if report.findings.is_empty() {
+    Ok(if interrupted {
+        eprintln!(
+            "stormwatch: interrupted after {:.0}s of {:.0}s: the report covers only that (exit \
+             status {EXIT_INTERRUPTED})",
+            report.checked.duration_seconds,
+            duration.as_secs_f64()
+        );
+        EXIT_INTERRUPTED
+    } else if report.findings.is_empty() {
         0
     } else {
         EXIT_FINDINGS
@@ -151,11 +166,21 @@ pub async fn run(args: DiagnoseArgs) -> anyhow::Result<u8> {
 
 fn print_human(out: &mut impl std::io::Write, r: &DiagnoseReport) -> std::io::Result<()> {
     let c = &r.checked;
+    if c.interrupted {
+        write!(out, "INTERRUPTED: ")?;
+    }
     if r.findings.is_empty() {
         writeln!(
             out,
-            "No problems found in {:.0}s on {} containers/cgroups ({} CPUs).",
-            c.duration_seconds, c.containers, c.host_cpus
+            "No problems found in {:.0}s on {} containers/cgroups ({} CPUs){}",
+            c.duration_seconds,
+            c.containers,
+            c.host_cpus,
+            if c.interrupted {
+                ", before the duration was up."
+            } else {
+                "."
+            }
         )?;
     } else {
         writeln!(

@@ -10,7 +10,8 @@
 //! (a taken port fails before the probes load), the HTTP server (`/readyz` answers 503 while
 //! the probes load), then the probes. SIGTERM or SIGINT: `/readyz` turns 503, the server stops
 //! accepting, the loop ends after the collection in progress, the pipeline is dropped (which
-//! detaches the probes), exit 0; a watchdog makes sure this takes less than 2 s.
+//! detaches the probes), exit 0; a watchdog makes sure this takes less than 2 s. SIGHUP is
+//! logged and ignored.
 
 use std::{
     collections::HashMap,
@@ -66,10 +67,20 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
         Some(path) => WebConfig::load(path)?,
         None => WebConfig::none(),
     });
+    // Every file the configuration names is read now: a BTF that does not load is one line
+    // and exit 1 here, not after the HTTP server has started.
+    if let Some(path) = &config.btf_file {
+        crate::probes::read_btf(path).map_err(|e| anyhow::anyhow!("btf_file: {e}"))?;
+    }
+    let map_memory = MapMemory::of(config.max_cgroups);
+    if let Some(warning) = map_memory.warning() {
+        log::warn!("{warning}");
+    }
     if args.check_config {
         println!(
             "# stormwatch run: effective configuration (flags > environment > file > defaults)"
         );
+        println!("# {}", map_memory.describe());
         print!("{}", config.to_toml());
         return Ok(0);
     }
@@ -87,6 +98,47 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
     result
 }
 
+/// What `max_cgroups` costs in kernel memory on this node: the probes' preallocated per-CPU
+/// maps grow with it past their fit in the budget, on every possible CPU.
+struct MapMemory {
+    max_cgroups: usize,
+    cpus: u32,
+    bytes: u64,
+    default_bytes: u64,
+}
+
+impl MapMemory {
+    fn of(max_cgroups: usize) -> Self {
+        let cpus = aya::util::nr_cpus().map_or(1, |n| n.get()) as u32;
+        Self {
+            max_cgroups,
+            cpus,
+            bytes: crate::probes::sizing::preallocated_bytes(cpus, max_cgroups),
+            default_bytes: crate::probes::sizing::preallocated_bytes(
+                cpus,
+                crate::config::DEFAULT_MAX_CGROUPS,
+            ),
+        }
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "max_cgroups = {} preallocates {:.1} MiB of kernel memory for the probes' per-CPU \
+             maps on this node's {} possible CPUs ({:.1} MiB at the default {})",
+            self.max_cgroups,
+            self.bytes as f64 / f64::from(1 << 20),
+            self.cpus,
+            self.default_bytes as f64 / f64::from(1 << 20),
+            crate::config::DEFAULT_MAX_CGROUPS,
+        )
+    }
+
+    /// Said when `max_cgroups` costs more than the default does.
+    fn warning(&self) -> Option<String> {
+        (self.bytes > self.default_bytes).then(|| self.describe())
+    }
+}
+
 async fn daemon(config: Config, web: Arc<WebConfig>) -> anyhow::Result<u8> {
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
@@ -94,6 +146,7 @@ async fn daemon(config: Config, web: Arc<WebConfig>) -> anyhow::Result<u8> {
     let addr = listener.local_addr().unwrap_or(config.listen);
     let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     let mut sigint = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    let mut sighup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
 
     let interval = Duration::from_secs_f64(config.interval_seconds);
     let mut exporter = Exporter::new(
@@ -122,9 +175,16 @@ async fn daemon(config: Config, web: Arc<WebConfig>) -> anyhow::Result<u8> {
     let (stopping_tx, mut stopping) = tokio::sync::watch::channel(false);
     let on_signal = Arc::clone(&shared);
     tokio::spawn(async move {
-        let name = tokio::select! {
-            _ = sigterm.recv() => "SIGTERM",
-            _ = sigint.recv() => "SIGINT",
+        // SIGHUP (a config reload elsewhere, or a closed terminal) does not stop the daemon.
+        let name = loop {
+            tokio::select! {
+                _ = sigterm.recv() => break "SIGTERM",
+                _ = sigint.recv() => break "SIGINT",
+                _ = sighup.recv() => log::warn!(
+                    "SIGHUP: ignored; the configuration is read at start (restart the agent to \
+                     apply a change), the web config file whenever it changes"
+                ),
+            }
         };
         log::info!("{name}: stopping");
         on_signal.set_ready(false);
@@ -137,6 +197,14 @@ async fn daemon(config: Config, web: Arc<WebConfig>) -> anyhow::Result<u8> {
         std::process::exit(0);
     });
 
+    // Before this process loads its own probes, which would count as one.
+    let others = crate::probes::neighbours::OtherAgents::find();
+    if others.any() {
+        log::warn!(
+            "another stormwatch agent is attached on this node: {}",
+            others.describe()
+        );
+    }
     // Loading and attaching blocks this thread for a moment; the worker keeps serving.
     let mut daemon = match Daemon::start(&config, Arc::clone(&exporter)) {
         Ok(d) => d,

@@ -24,8 +24,37 @@ pub const CGROUP_MAP_MIN_ENTRIES: u32 = 4096;
 /// refill), so they take the budget's fit but never fewer than `max_cgroups`: on a many-CPU
 /// host a large `max_cgroups` costs kernel memory (`CGROUP_SCHED`: 856 B per cgroup per CPU).
 pub fn per_cpu_map_sizes(cpus: u32, max_cgroups: usize) -> Vec<(&'static str, u32)> {
+    plan(cpus, max_cgroups)
+        .into_iter()
+        .map(|m| (m.name, m.entries))
+        .collect()
+}
+
+/// The kernel memory the preallocated per-CPU maps take on a host with `cpus` possible CPUs
+/// (their values, one per CPU per entry; keys and the kernel's own overhead left out): what
+/// `max_cgroups` costs the node before any cgroup exists.
+pub fn preallocated_bytes(cpus: u32, max_cgroups: usize) -> u64 {
+    plan(cpus, max_cgroups)
+        .iter()
+        .filter(|m| m.preallocated)
+        .map(|m| u64::from(m.entries) * m.per_cpu_bytes as u64 * u64::from(cpus.max(1)))
+        .sum()
+}
+
+/// One per-CPU hash map's size.
+struct MapPlan {
+    name: &'static str,
+    entries: u32,
+    /// Bytes per entry per CPU: the value (keys are stored once).
+    per_cpu_bytes: usize,
+    /// A per-CPU map allocated whole when it is made (every one but `CGROUP_FUTEX`;
+    /// `NET_IFINFO` is not per-CPU).
+    preallocated: bool,
+}
+
+fn plan(cpus: u32, max_cgroups: usize) -> Vec<MapPlan> {
     use std::mem::size_of;
-    use stormwatch_common::{LockStats, SchedStats, net};
+    use stormwatch_common::{FutexStats, LockStats, SchedStats, net};
     let cgroups = u32::try_from(max_cgroups)
         .unwrap_or(u32::MAX)
         .max(CGROUP_MAP_MIN_ENTRIES);
@@ -63,30 +92,47 @@ pub fn per_cpu_map_sizes(cpus: u32, max_cgroups: usize) -> Vec<(&'static str, u3
         fit.clamp(u64::from(PER_CPU_MAP_MIN_ENTRIES), u64::from(default)) as u32
     };
     let max_cgroups = u32::try_from(max_cgroups).unwrap_or(u32::MAX);
+    let map = |name, entries, per_cpu_bytes, preallocated| MapPlan {
+        name,
+        entries,
+        per_cpu_bytes,
+        preallocated,
+    };
+    let sched = size_of::<SchedStats>();
+    let locks = size_of::<LockStats>();
     [
-        (maps::CGROUP_FUTEX, cgroups),
-        (
+        map(maps::CGROUP_FUTEX, cgroups, size_of::<FutexStats>(), false),
+        map(
             maps::CGROUP_SCHED,
-            fit(4096, size_of::<SchedStats>()).max(max_cgroups),
+            fit(4096, sched).max(max_cgroups),
+            sched,
+            true,
         ),
-        (
+        map(
             maps::CGROUP_LOCKS,
-            fit(4096, size_of::<LockStats>()).max(max_cgroups),
+            fit(4096, locks).max(max_cgroups),
+            locks,
+            true,
         ),
     ]
     .into_iter()
     .chain(
         preallocated
-            .into_iter()
-            .map(|(name, default, per_cpu_bytes)| (name, fit(default, per_cpu_bytes))),
+            .iter()
+            .map(|&(name, default, bytes)| map(name, fit(default, bytes), bytes, true)),
     )
     // One entry per interface in NET_IFACES: the same bound.
     .chain(
         preallocated
             .iter()
             .find(|p| p.0 == net::maps::NET_IFACES)
-            .map(|&(_, default, per_cpu_bytes)| {
-                (net::maps::NET_IFINFO, fit(default, per_cpu_bytes))
+            .map(|&(_, default, bytes)| {
+                map(
+                    net::maps::NET_IFINFO,
+                    fit(default, bytes),
+                    size_of::<net::NetIfInfo>(),
+                    false,
+                )
             }),
     )
     .collect()
@@ -114,6 +160,21 @@ mod tests {
                 assert!(futex >= CGROUP_MAP_MIN_ENTRIES, "not preallocated: {futex}");
             }
         }
+    }
+
+    #[test]
+    fn the_memory_of_max_cgroups_is_its_per_cpu_values() {
+        use std::mem::size_of;
+        use stormwatch_common::{LockStats, SchedStats};
+        // Within the budget's fit, max_cgroups costs nothing more.
+        assert_eq!(preallocated_bytes(2, 10), preallocated_bytes(2, 2000));
+        // Past it, every cgroup preallocates a SchedStats and a LockStats per CPU.
+        let per_cgroup = (size_of::<SchedStats>() + size_of::<LockStats>()) as u64;
+        let grown = preallocated_bytes(2, 1_000_000) - preallocated_bytes(2, 100_000);
+        assert_eq!(grown, 900_000 * per_cgroup * 2);
+        // The figure: 1,000,000 cgroups on 2 CPUs came to 1.85 GB of kernel memory.
+        let gb = preallocated_bytes(2, 1_000_000) as f64 / 1e9;
+        assert!((1.5..2.2).contains(&gb), "{gb} GB");
     }
 
     #[test]
