@@ -253,7 +253,13 @@ impl Daemon {
     }
 
     /// Sends `signal`, waits for the exit, and returns the status and how long it took.
-    pub fn stop(mut self, signal: i32) -> (ExitStatus, Duration) {
+    pub fn stop(self, signal: i32) -> (ExitStatus, Duration) {
+        let (status, took, _) = self.stop_logged(signal);
+        (status, took)
+    }
+
+    /// [`Daemon::stop`], with every line the daemon wrote to stderr.
+    pub fn stop_logged(mut self, signal: i32) -> (ExitStatus, Duration, Vec<String>) {
         let pid = self.child.id() as i32;
         let sent = Instant::now();
         // SAFETY: kill(2) on our own child's pid.
@@ -274,10 +280,23 @@ impl Daemon {
             std::thread::sleep(Duration::from_millis(5));
         };
         let took = sent.elapsed();
-        if let Some(stderr) = self.stderr.take() {
-            let _ = stderr.join();
-        }
-        (status, took)
+        let lines = self
+            .stderr
+            .take()
+            .map(|stderr| stderr.join().unwrap_or_default())
+            .unwrap_or_default();
+        (status, took, lines)
+    }
+
+    /// Sends `signal` and leaves the daemon running (for a signal it must survive).
+    pub fn signal(&self, signal: i32) {
+        let pid = self.child.id() as i32;
+        // SAFETY: kill(2) on our own child's pid.
+        assert_eq!(
+            unsafe { libc::kill(pid, signal) },
+            0,
+            "kill({pid}, {signal})"
+        );
     }
 }
 
