@@ -334,17 +334,23 @@ mod tests {
         std::fs::read_to_string(root.join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
     }
 
+    /// Argument `id` of subcommand `sub`.
+    fn arg_of(sub: &str, id: &str) -> clap::Arg {
+        Cli::command()
+            .find_subcommand(sub)
+            .and_then(|s| s.get_arguments().find(|a| a.get_id() == id).cloned())
+            .unwrap_or_else(|| panic!("{sub} has no argument {id}"))
+    }
+
+    /// The help of subcommand `sub`, or of its argument `arg`.
     fn help_of(sub: &str, arg: Option<&str>) -> String {
-        let command = Cli::command();
-        let sub = command.find_subcommand(sub).expect("a subcommand");
         match arg {
-            None => sub.get_about().expect("an about").to_string(),
-            Some(id) => sub
-                .get_arguments()
-                .find(|a| a.get_id() == id)
-                .and_then(|a| a.get_help())
-                .expect("a documented argument")
+            None => Cli::command()
+                .find_subcommand(sub)
+                .and_then(|s| s.get_about())
+                .expect("an about")
                 .to_string(),
+            Some(id) => arg_of(sub, id).get_help().expect("a help").to_string(),
         }
     }
 
@@ -391,13 +397,7 @@ mod tests {
 
     #[test]
     fn cli_md_shows_traces_default_probes() {
-        let command = Cli::command();
-        let probes = command
-            .find_subcommand("trace")
-            .unwrap()
-            .get_arguments()
-            .find(|a| a.get_id() == "probes")
-            .unwrap()
+        let probes = arg_of("trace", "probes")
             .get_default_values()
             .iter()
             .map(|v| v.to_string_lossy().into_owned())
