@@ -473,3 +473,73 @@ fn diagnose_without_a_special_workload_says_what_it_checked() {
         findings.len()
     );
 }
+
+/// The lock-storm rule's figures for `cgroup` (`checked.lock_storm`).
+fn storm_figures<'a>(d: &'a Diagnosis, cgroup: &TestCgroup) -> &'a Value {
+    d.report["checked"]["lock_storm"]
+        .as_array()
+        .and_then(|l| l.iter().find(|c| c["cgroup"] == cgroup.rel_path()))
+        .unwrap_or_else(|| {
+            panic!(
+                "no lock-storm figures for {}: {}",
+                cgroup.rel_path(),
+                d.report["checked"]["lock_storm"]
+            )
+        })
+}
+
+/// A JVM small pool (2 workers fed by one producer) for `seconds` under `diagnose`.
+fn jvm_small_pool(name: &str, seconds: f64) -> (TestCgroup, Diagnosis) {
+    let classpath = stormwatch_tests::corpus::built_programs();
+    let cgroup = TestCgroup::new(name);
+    let diagnose = start_diagnose();
+    let child = run_in_cgroup(
+        Command::new("java").arg("-cp").arg(classpath).args([
+            "Corpus",
+            "smallpool",
+            "2",
+            &seconds.to_string(),
+        ]),
+        &cgroup,
+    );
+    workload_result(child);
+    (cgroup, finish_diagnose(diagnose))
+}
+
+/// A process that exits inside the window is judged by what it was while it ran. Its runtime
+/// and its threads' names are read when its hand-offs are first seen; read at the window's end
+/// instead, the JVM was gone, so none of its service threads was the runtime's and every one
+/// counted as a lock's queue (20 threads where the same pool living through the window has 4).
+/// The reference is that same pool, alive for the whole window.
+#[test]
+fn a_process_that_exits_inside_the_window_keeps_its_identity() {
+    require_bpf();
+    let (lived_cgroup, lived) = jvm_small_pool("diag-jvm-lived", WORKLOAD_SECONDS);
+    let (short_cgroup, short) = jvm_small_pool("diag-jvm-short", 4.0);
+    let (lived_f, short_f) = (
+        storm_figures(&lived, &lived_cgroup),
+        storm_figures(&short, &short_cgroup),
+    );
+    eprintln!("alive through the window: {lived_f}\nexited inside it: {short_f}");
+    for (d, cgroup) in [(&lived, &lived_cgroup), (&short, &short_cgroup)] {
+        assert!(
+            !d.kinds_about(cgroup).iter().any(|k| k == "lock_storm"),
+            "a small pool is no lock storm: {:?}",
+            d.about(cgroup)
+        );
+    }
+    let runtime = |f: &Value| num(f, "runtime_handoffs_per_cpu_second");
+    let queue = |f: &Value| num(f, "handoff_threads");
+    assert!(
+        runtime(lived_f) > 0.0 && runtime(short_f) > 0.0,
+        "the JVM's service threads are the runtime's, whether it exits or not: {} and {}",
+        runtime(lived_f),
+        runtime(short_f)
+    );
+    assert!(
+        queue(short_f) <= queue(lived_f) + 2.0,
+        "the lock's queue of a JVM that exited ({}) should be the one it has alive ({})",
+        queue(short_f),
+        queue(lived_f)
+    );
+}

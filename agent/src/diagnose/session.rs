@@ -312,6 +312,12 @@ impl Session {
             t.seconds += secs;
         }
         self.current.window.extend_figures(tick);
+        name_while_alive(
+            tick,
+            self.runtimes
+                .get_mut()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
         let step_done = self.current.window.duration >= self.step;
         // A window the session judges ends at a completed step, or, without a span, at any
         // tick: the cumulative counters are read there, so that the window's figures are
@@ -692,7 +698,7 @@ fn threads_due(ctx: &Context, activity: f64, tick: u64, now: Instant) -> bool {
 mod handoffs;
 mod resources;
 
-use self::handoffs::tell_handoffs_apart;
+use self::handoffs::{name_while_alive, tell_handoffs_apart};
 pub use self::resources::{ResourceReader, cgroupfs_reader};
 
 #[cfg(test)]

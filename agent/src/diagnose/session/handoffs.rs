@@ -9,12 +9,32 @@ use crate::{
     identity::runtime::{ProcessRuntime, RuntimeCache, is_service_thread, parks_in_its_scheduler},
 };
 
+/// Reads the runtime of each process in `tick`'s hand-offs, and its threads' names, the first
+/// time they are seen: while they live. Read at the end of the window instead, a process that
+/// exited inside it (a job, a short JVM) had no runtime and no thread names, so its runtime's
+/// own service threads counted as a lock's queue.
+pub(super) fn name_while_alive(tick: &Window, cache: &mut RuntimeCache) {
+    for (tid, t) in &tick.handoff_threads {
+        if t.woken_waits == 0 && t.wakes == 0 {
+            continue;
+        }
+        // A runtime that parks its threads itself (Go) is judged by the process alone.
+        let names_matter = cache
+            .process(t.tgid)
+            .is_some_and(|p| !parks_in_its_scheduler(&p.runtime));
+        if names_matter {
+            cache.thread_name(t.tgid, *tid);
+        }
+    }
+}
+
 /// Splits each cgroup's hand-offs in `window` by the part their threads played (see
 /// [`Handoffs`]): a thread of a runtime that parks its threads itself (Go), or one of a
 /// runtime's named service threads (HotSpot's), is the runtime's; a thread that both waited for
 /// hand-offs and made them is a lock's; one that only waited is a worker waiting for work.
-/// Returns, per cgroup, the split and the processes involved. Reads each new process's runtime
-/// and each new thread's name once (cached); forgets those no longer in the window.
+/// Returns, per cgroup, the split and the processes involved. Uses the runtimes and names read
+/// while the window was observed ([`name_while_alive`]), reads those of any not yet seen, and
+/// forgets those no longer in the window.
 pub(super) fn tell_handoffs_apart(
     window: &Window,
     cache: &mut RuntimeCache,
