@@ -3,8 +3,9 @@
 //!
 //! - a client that trickles its request head, and one that connects and says nothing, are cut
 //!   off after the header timeout while `/metrics` keeps answering others;
-//! - beyond `http_max_connections` a new connection is closed at once, and scrapes resume as
-//!   soon as the held connections time out;
+//! - beyond `http_max_connections` the connection idle the longest makes room for a new one; a
+//!   client that holds every connection it can, reopening each one cut, locks neither a
+//!   scraper nor the kubelet out, even on its own address, and what was closed is counted;
 //! - an oversized head gets 431, a request body 413;
 //! - with a web config (exporter-toolkit's format), a real Prometheus scrapes over TLS with
 //!   basic auth (`up` is 1, the agent's series are stored), a scrape with the wrong password
@@ -16,14 +17,18 @@
 
 use std::{
     io::{Read as _, Write as _},
-    net::{SocketAddr, TcpStream},
+    net::{Ipv4Addr, SocketAddr, TcpStream},
     path::{Path, PathBuf},
     process::Command,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
     time::{Duration, Instant},
 };
 
 use stormwatch_tests::{
-    daemon::{Daemon, http_get, tool, wait_for, write_file},
+    daemon::{Daemon, http_get, sample_with, tool, wait_for, write_file},
     prometheus::{Prometheus, value_of},
     require_bpf,
 };
@@ -120,47 +125,247 @@ fn slow_clients_are_cut_off_while_metrics_answers_others() {
     assert!(scrape_ok(addr), "/metrics still answers");
 }
 
-#[test]
-fn beyond_the_connection_cap_new_connections_close_at_once() {
-    require_bpf();
-    let daemon =
-        Daemon::start_configured("http_max_connections = 4\nhttp_header_timeout_seconds = 3\n");
-    let addr = daemon.addr;
-    // Let the readiness check's connection go.
-    wait_for(
-        "the readiness connection to end",
-        Duration::from_secs(5),
-        || scrape_ok(addr).then_some(()),
-    );
+/// A connection to `addr` from the loopback address `from` (any of 127.0.0.0/8 is this
+/// machine): what a client on another pod's address looks like to the agent.
+fn connect_from(from: Ipv4Addr, addr: SocketAddr) -> std::io::Result<TcpStream> {
+    use std::os::fd::{AsRawFd as _, FromRawFd as _};
+    let SocketAddr::V4(to) = addr else {
+        panic!("the daemon listens on IPv4")
+    };
+    let sockaddr = |ip: Ipv4Addr, port: u16| libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: port.to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(ip).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    // SAFETY: socket(2) has no preconditions; the descriptor is owned by `stream` at once.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a new socket that nothing else owns.
+    let stream = unsafe { TcpStream::from_raw_fd(fd) };
+    let (local, remote) = (sockaddr(from, 0), sockaddr(*to.ip(), to.port()));
+    // SAFETY: the addresses are valid sockaddr_in values of `len` bytes, alive for the calls.
+    let bound = unsafe {
+        libc::bind(
+            stream.as_raw_fd(),
+            (&raw const local).cast::<libc::sockaddr>(),
+            len,
+        )
+    };
+    if bound != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: as above.
+    let connected = unsafe {
+        libc::connect(
+            stream.as_raw_fd(),
+            (&raw const remote).cast::<libc::sockaddr>(),
+            len,
+        )
+    };
+    if connected != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(stream)
+}
 
-    let held_since = Instant::now();
-    let held: Vec<TcpStream> = (0..4).map(|_| TcpStream::connect(addr).unwrap()).collect();
+/// GET `path` from the address `from` on a new connection (closed after the answer), with an
+/// `Authorization` header when given: the status and the whole answer.
+fn get_from(
+    from: Ipv4Addr,
+    addr: SocketAddr,
+    path: &str,
+    authorization: Option<&str>,
+) -> std::io::Result<(u16, String)> {
+    let mut s = connect_from(from, addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    s.set_write_timeout(Some(Duration::from_secs(2)))?;
+    let auth = authorization
+        .map(|a| format!("Authorization: {a}\r\n"))
+        .unwrap_or_default();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{auth}\r\n"
+    )?;
+    let mut out = Vec::new();
+    s.read_to_end(&mut out)?;
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("no HTTP answer: {text:?}")))?;
+    Ok((status, text))
+}
+
+/// `stormwatch_http_connections_dropped_total{reason}` as a scrape from `from` reads it.
+fn dropped(from: Ipv4Addr, addr: SocketAddr, reason: &str) -> f64 {
+    let (status, text) = get_from(from, addr, "/metrics", None).expect("a scrape");
+    assert_eq!(status, 200, "{text}");
+    sample_with(
+        &text,
+        "stormwatch_http_connections_dropped_total",
+        &[("reason", reason)],
+    )
+    .unwrap_or_else(|| panic!("no stormwatch_http_connections_dropped_total{{reason={reason:?}}}"))
+}
+
+const PROMETHEUS: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
+const KUBELET: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 3);
+const HOG: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 1);
+
+#[test]
+fn beyond_the_connection_cap_the_longest_idle_connection_makes_room() {
+    require_bpf();
+    let daemon = Daemon::start_configured("http_max_connections = 4\n");
+    let addr = daemon.addr;
+    // Four silent connections from four addresses take every slot.
+    let mut held: Vec<TcpStream> = (4..8)
+        .map(|i| {
+            let s = connect_from(Ipv4Addr::new(127, 0, 0, i), addr).unwrap();
+            std::thread::sleep(Duration::from_millis(100));
+            s
+        })
+        .collect();
     std::thread::sleep(Duration::from_millis(300));
-    let mut fifth = TcpStream::connect(addr).expect("the kernel still accepts the connection");
-    let fifth_start = Instant::now();
-    let closed = closed_by_server(&mut fifth, fifth_start, Duration::from_secs(2))
-        .expect("a connection beyond the cap must be closed at once");
+    let (status, text) = get_from(PROMETHEUS, addr, "/metrics", None).expect("a scrape");
+    assert_eq!(status, 200, "a scrape beyond the cap is answered: {text}");
+    let since = Instant::now();
+    let oldest = closed_by_server(&mut held[0], since, Duration::from_secs(2));
     assert!(
-        held_since.elapsed() < Duration::from_secs(3),
-        "the fifth connection was closed ({closed:?}) before the held ones could time out"
+        oldest.is_some(),
+        "the connection idle the longest made room"
     );
-    let r = http_get(addr, "/metrics", None);
+    for (i, s) in held.iter_mut().enumerate().skip(1) {
+        assert_eq!(
+            closed_by_server(s, Instant::now(), Duration::from_millis(300)),
+            None,
+            "held connection {i} is still open: one made room, one was needed"
+        );
+    }
+    assert_eq!(dropped(PROMETHEUS, addr, "evicted"), 1.0);
+    assert_eq!(dropped(PROMETHEUS, addr, "refused"), 0.0);
+}
+
+/// Holds connections to the endpoint from one address: `n` threads each open a connection,
+/// send nothing, and reopen it as soon as the server closes it — the adversary of issue #40.
+struct Hog {
+    stop: Arc<AtomicBool>,
+    cut: Arc<AtomicU64>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Hog {
+    fn start(from: Ipv4Addr, addr: SocketAddr, n: usize) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let cut = Arc::new(AtomicU64::new(0));
+        let threads = (0..n)
+            .map(|_| {
+                let (stop, cut) = (Arc::clone(&stop), Arc::clone(&cut));
+                std::thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        let Ok(mut s) = connect_from(from, addr) else {
+                            std::thread::sleep(Duration::from_millis(1));
+                            continue;
+                        };
+                        let _ = s.set_read_timeout(Some(Duration::from_millis(100)));
+                        let mut b = [0_u8; 64];
+                        while !stop.load(Ordering::Relaxed) {
+                            match s.read(&mut b) {
+                                Err(e)
+                                    if matches!(
+                                        e.kind(),
+                                        std::io::ErrorKind::WouldBlock
+                                            | std::io::ErrorKind::TimedOut
+                                    ) => {}
+                                _ => {
+                                    cut.fetch_add(1, Ordering::Relaxed);
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        Self { stop, cut, threads }
+    }
+
+    /// Stops and returns how many of its connections the server closed.
+    fn stop(self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads {
+            t.join().unwrap();
+        }
+        self.cut.load(Ordering::Relaxed)
+    }
+}
+
+/// Issue #40, item 3: one client holds every connection it can and reopens each one cut. A
+/// scraper and the kubelet on other addresses are answered every time, within seconds; the
+/// kubelet on the client's own address (a hostNetwork pod) is answered too; the connections
+/// closed to make room are counted.
+#[test]
+fn a_client_holding_every_connection_locks_no_one_out() {
+    require_bpf();
+    let daemon = Daemon::start_configured("http_max_connections = 8\n");
+    let addr = daemon.addr;
+    let hog = Hog::start(HOG, addr, 24);
+    std::thread::sleep(Duration::from_secs(1));
+    let mut slowest = Duration::ZERO;
+    let mut failed: Vec<String> = Vec::new();
+    let (mut own_address, mut own_failed, mut own_failed_in_a_row) = (0, 0, 0);
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(12) {
+        for (from, path) in [(PROMETHEUS, "/metrics"), (KUBELET, "/healthz")] {
+            let t = Instant::now();
+            match get_from(from, addr, path, None) {
+                Ok((200, _)) => slowest = slowest.max(t.elapsed()),
+                Ok((status, text)) => failed.push(format!("{path}: {status}: {text}")),
+                Err(e) => failed.push(format!("{path} from {from}: {e}")),
+            }
+        }
+        // The kubelet on the hog's own address: it restarts the pod after three failures in
+        // a row (failureThreshold), so that is what must not happen.
+        own_address += 1;
+        match get_from(HOG, addr, "/healthz", None) {
+            Ok((200, _)) => own_failed_in_a_row = 0,
+            _ => {
+                own_failed += 1;
+                own_failed_in_a_row += 1;
+                assert!(
+                    own_failed_in_a_row < 3,
+                    "/healthz from the hog's own address failed three times in a row"
+                );
+            }
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let cut = hog.stop();
+    eprintln!(
+        "hog: {cut} connections cut; slowest answer {slowest:?}; from the hog's address \
+         {own_failed} of {own_address} /healthz failed"
+    );
     assert!(
-        r.is_err() || r.as_ref().is_ok_and(|r| r.status != 200),
-        "no scrape gets through while the cap is held: {:?}",
-        r.map(|r| r.status)
-    );
-    // The held connections time out; scrapes resume.
-    wait_for(
-        "scrapes to resume after the held connections time out",
-        Duration::from_secs(10),
-        || scrape_ok(addr).then_some(()),
+        failed.is_empty(),
+        "{} scrapes or probes from other addresses failed: {failed:#?}",
+        failed.len()
     );
     assert!(
-        held_since.elapsed() >= Duration::from_secs(2),
-        "scrapes resumed only once the held connections were cut"
+        slowest < Duration::from_secs(3),
+        "every answer within seconds; the slowest took {slowest:?}"
     );
-    drop(held);
+    assert!(cut > 0, "the hog's connections were closed to make room");
+    let evicted = dropped(PROMETHEUS, addr, "evicted");
+    assert!(
+        evicted > 0.0,
+        "the connections closed to make room are counted ({evicted})"
+    );
 }
 
 #[test]

@@ -154,6 +154,7 @@ async fn daemon(config: Config, web: Arc<WebConfig>) -> anyhow::Result<u8> {
         Duration::from_secs_f64(config.removed_grace_seconds),
     );
     exporter.histograms = config.histograms;
+    let shed = Arc::clone(&exporter.http_shed);
     let exporter = Arc::new(Mutex::new(exporter));
     let renderer = Renderer::new(Arc::clone(&exporter));
     let shared = Arc::new(Shared::new(interval, move || renderer.render()));
@@ -164,6 +165,7 @@ async fn daemon(config: Config, web: Arc<WebConfig>) -> anyhow::Result<u8> {
         Arc::clone(&shared),
         web,
         config.http_limits(),
+        shed,
         async {
             let _ = stop_rx.await;
         },

@@ -11,9 +11,11 @@
 //! idle keep-alive connection after that long), a request is answered within the request
 //! timeout, a connection that moves no byte either way for the idle timeout is closed (a
 //! client that does not read its response), request heads are capped at
-//! [`MAX_HEADER_BYTES`] and bodies refused, and at most `max_connections` are open at once:
-//! beyond that a new connection is closed at once, so a flood cannot queue behind the scrapes
-//! in the kernel's accept backlog for long. TLS and basic authentication come from a web
+//! [`MAX_HEADER_BYTES`] and bodies refused, and at most `max_connections` are open at once,
+//! plus two that serve only the health probes. A new connection beyond that is not refused:
+//! an idle one of the client holding the most slots makes room for it, so that a client
+//! holding connections it never uses only pushes out its own (see [`slots`] for who goes, and
+//! the count and log of it). TLS and basic authentication come from a web
 //! config file ([`super::web`]).
 
 use std::{
@@ -46,6 +48,11 @@ use super::{
     Format, Rendered,
     web::{Active, Auth, WebConfig},
 };
+
+mod slots;
+
+use slots::{Activity, Decision, InFlight, Lane, PROBE_DEADLINE, Table};
+pub use slots::{REASONS as DROP_REASONS, Shed};
 
 pub const OPENMETRICS_CONTENT_TYPE: &str =
     "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -310,38 +317,6 @@ pub struct Limits {
     pub max_connections: usize,
 }
 
-/// When a connection last moved a byte, in milliseconds from `start`.
-struct Activity {
-    start: Instant,
-    last_ms: AtomicU64,
-}
-
-impl Activity {
-    fn new() -> Self {
-        Self {
-            start: Instant::now(),
-            last_ms: AtomicU64::new(0),
-        }
-    }
-
-    fn touch(&self) {
-        let ms = self.start.elapsed().as_millis().min(u128::from(u64::MAX)) as u64;
-        self.last_ms.store(ms, Ordering::Relaxed);
-    }
-
-    /// Completes once nothing has moved for `idle`.
-    async fn idle_for(&self, idle: Duration) {
-        loop {
-            let last = self.start + Duration::from_millis(self.last_ms.load(Ordering::Relaxed));
-            let deadline = last + idle;
-            if Instant::now() >= deadline {
-                return;
-            }
-            tokio::time::sleep_until(deadline.into()).await;
-        }
-    }
-}
-
 /// A TCP stream that records when it last moved a byte.
 struct Tracked {
     inner: TcpStream,
@@ -357,7 +332,7 @@ impl AsyncRead for Tracked {
         let before = buf.filled().len();
         let r = Pin::new(&mut self.inner).poll_read(cx, buf);
         if buf.filled().len() > before {
-            self.activity.touch();
+            self.activity.read();
         }
         r
     }
@@ -371,7 +346,7 @@ impl AsyncWrite for Tracked {
     ) -> Poll<std::io::Result<usize>> {
         let r = Pin::new(&mut self.inner).poll_write(cx, data);
         if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
-            self.activity.touch();
+            self.activity.wrote();
         }
         r
     }
@@ -424,67 +399,154 @@ async fn admit(req: &Request<hyper::body::Incoming>, active: &Arc<Active>) -> Op
     Some(r)
 }
 
-/// One connection, TLS or not, until it ends, times out or the server closes.
+/// A response body that keeps its request counted in flight until it has been sent: until
+/// then the connection has something to lose.
+struct Sending {
+    body: axum::body::Body,
+    _in_flight: Option<InFlight>,
+}
+
+impl http_body::Body for Sending {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let r = Pin::new(&mut self.body).poll_frame(cx);
+        if matches!(r, Poll::Ready(None)) {
+            self._in_flight = None;
+        }
+        r
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// What a connection on a probe slot may ask for.
+fn is_probe(path: &str) -> bool {
+    matches!(path, "/healthz" | "/readyz")
+}
+
+/// One connection, TLS or not, until it ends, times out, is closed to make room, or the
+/// server closes; it leaves the table as it ends.
 async fn connection(
     stream: TcpStream,
-    router: Router,
-    web: Arc<WebConfig>,
-    limits: Limits,
+    lane: Lane,
+    ctx: Arc<Server>,
+    activity: Arc<Activity>,
     closing: watch::Receiver<bool>,
-    _slot: OwnedSemaphorePermit,
+    slot: Slot,
 ) {
-    let activity = Arc::new(Activity::new());
+    let _slot = slot;
     let io = Tracked {
         inner: stream,
         activity: Arc::clone(&activity),
     };
-    let active = web.current();
+    let active = ctx.web.current();
+    let handshake = match lane {
+        Lane::Main => ctx.limits.header_timeout,
+        Lane::Probe => ctx.limits.header_timeout.min(PROBE_DEADLINE),
+    };
     match active.tls.clone() {
-        None => http(io, router, active, limits, closing, activity).await,
-        Some(acceptor) => {
-            match tokio::time::timeout(limits.header_timeout, acceptor.accept(io)).await {
-                Ok(Ok(tls)) => http(tls, router, active, limits, closing, activity).await,
-                Ok(Err(err)) => log::debug!("TLS handshake: {err}"),
-                Err(_) => log::debug!("TLS handshake: timed out"),
-            }
-        }
+        None => http(io, lane, &ctx, active, closing, activity).await,
+        Some(acceptor) => match tokio::time::timeout(handshake, acceptor.accept(io)).await {
+            Ok(Ok(tls)) => http(tls, lane, &ctx, active, closing, activity).await,
+            Ok(Err(err)) => log::debug!("TLS handshake: {err}"),
+            Err(_) => log::debug!("TLS handshake: timed out"),
+        },
     }
+}
+
+/// Leaves the table when the connection's task ends (or is cancelled).
+struct Slot {
+    id: u64,
+    table: Arc<Mutex<Table>>,
+    _task: OwnedSemaphorePermit,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.table
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(self.id);
+    }
+}
+
+/// What every connection shares.
+struct Server {
+    router: Router,
+    web: Arc<WebConfig>,
+    limits: Limits,
+    shed: Arc<Shed>,
 }
 
 async fn http<I>(
     io: I,
-    router: Router,
+    lane: Lane,
+    ctx: &Arc<Server>,
     active: Arc<Active>,
-    limits: Limits,
     mut closing: watch::Receiver<bool>,
     activity: Arc<Activity>,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let limits = &ctx.limits;
     let request_timeout = limits.request_timeout;
+    let served = Arc::clone(ctx);
+    let busy = Arc::clone(&activity);
     let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-        let router = router.clone();
+        let in_flight = InFlight::start(&busy);
+        let ctx = Arc::clone(&served);
         let active = Arc::clone(&active);
         async move {
-            if let Some(refused) = admit(&req, &active).await {
-                return Ok::<_, std::convert::Infallible>(refused);
-            }
-            let answer = router.oneshot(req.map(axum::body::Body::new));
-            match tokio::time::timeout(request_timeout, answer).await {
-                Ok(r) => r,
-                Err(_) => Ok(plain(
+            let response = if lane == Lane::Probe && !is_probe(req.uri().path()) {
+                ctx.shed.count(&ctx.shed.probe_only);
+                plain(
                     StatusCode::SERVICE_UNAVAILABLE,
-                    "request timed out\n",
-                )),
-            }
+                    "every connection slot is busy: this one serves only /healthz and /readyz\n",
+                )
+            } else if let Some(refused) = admit(&req, &active).await {
+                refused
+            } else {
+                let answer = ctx.router.clone().oneshot(req.map(axum::body::Body::new));
+                match tokio::time::timeout(request_timeout, answer).await {
+                    Ok(Ok(r)) => r,
+                    Ok(Err(never)) => match never {},
+                    Err(_) => plain(StatusCode::SERVICE_UNAVAILABLE, "request timed out\n"),
+                }
+            };
+            Ok::<_, std::convert::Infallible>(response.map(|body| Sending {
+                body,
+                _in_flight: Some(in_flight),
+            }))
         }
     });
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_timeout)
-        .max_buf_size(MAX_HEADER_BYTES)
-        .keep_alive(true);
+        .max_buf_size(MAX_HEADER_BYTES);
+    match lane {
+        Lane::Main => builder
+            .header_read_timeout(limits.header_timeout)
+            .keep_alive(true),
+        // One request, whose head must come at once: nothing to hold.
+        Lane::Probe => builder
+            .header_read_timeout(limits.header_timeout.min(PROBE_DEADLINE))
+            .keep_alive(false),
+    };
+    let idle_timeout = match lane {
+        Lane::Main => limits.idle_timeout,
+        Lane::Probe => limits.idle_timeout.min(PROBE_DEADLINE),
+    };
     let mut conn = pin!(builder.serve_connection(TokioIo::new(io), service));
     let mut told_to_close = false;
     loop {
@@ -502,34 +564,51 @@ async fn http<I>(
                     conn.as_mut().graceful_shutdown();
                 }
             }
-            () = activity.idle_for(limits.idle_timeout) => {
-                log::debug!("HTTP connection idle for {:?}: closed", limits.idle_timeout);
+            () = activity.idle_for(idle_timeout) => {
+                log::debug!("HTTP connection idle for {idle_timeout:?}: closed");
                 return;
             }
         }
     }
 }
 
+/// The most connection tasks alive at once, counted to wait for them at shutdown: far more
+/// than the table ever holds (`max_connections` plus the probe slots, plus the few that were
+/// closed to make room and have not been dropped yet).
+const TASKS: u32 = 1 << 24;
+
 /// Serves until `stop` completes; then stops accepting, and returns once the connections have
-/// finished their requests in flight.
+/// finished their requests in flight. `shed` counts the connections closed to stay within
+/// `max_connections` ([`slots`]).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     shared: Arc<Shared>,
     web: Arc<WebConfig>,
     limits: Limits,
+    shed: Arc<Shed>,
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let router = router(shared);
-    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let ctx = Arc::new(Server {
+        router: router(shared),
+        web,
+        limits: limits.clone(),
+        shed: Arc::clone(&shed),
+    });
+    let table = Arc::new(Mutex::new(Table::new(limits.max_connections)));
+    let tasks = Arc::new(Semaphore::new(TASKS as usize));
     let (closing_tx, closing_rx) = watch::channel(false);
+    let logger = tokio::spawn(slots::log_shedding(
+        Arc::clone(&shed),
+        limits.max_connections,
+        closing_rx.clone(),
+        |line| log::warn!("{line}"),
+    ));
     let mut stop = pin!(stop);
-    let mut refused_since_log = 0_u64;
-    let mut last_log: Option<Instant> = None;
     loop {
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             () = &mut stop => break,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(accepted) => accepted,
                 Err(err) => {
                     // Out of descriptors, or the like: back off rather than spin.
                     log::warn!("HTTP server: accept: {err}");
@@ -538,37 +617,57 @@ pub async fn serve(
                 }
             },
         };
-        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
-            drop(stream);
-            refused_since_log += 1;
-            if last_log.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
-                log::warn!(
-                    "HTTP server: {} connection(s) refused: {} already open \
-                     (max_connections)",
-                    refused_since_log,
-                    limits.max_connections
-                );
-                refused_since_log = 0;
-                last_log = Some(Instant::now());
+        let client = peer.ip().to_canonical();
+        let activity = Arc::new(Activity::new());
+        let admitted = {
+            let mut t = table.lock().unwrap_or_else(PoisonError::into_inner);
+            match (
+                t.decide(client, Instant::now()),
+                Arc::clone(&tasks).try_acquire_owned(),
+            ) {
+                (Decision::Admit { lane, evict }, Ok(task)) => {
+                    if let Some(id) = evict {
+                        t.evict(id);
+                        shed.count(&shed.evicted);
+                    }
+                    let id = t.insert(client, lane, Arc::clone(&activity));
+                    Some((lane, id, task))
+                }
+                _ => None,
             }
+        };
+        let Some((lane, id, task)) = admitted else {
+            drop(stream);
+            shed.count(&shed.refused);
             continue;
         };
         let _ = stream.set_nodelay(true);
-        tokio::spawn(connection(
+        let slot = Slot {
+            id,
+            table: Arc::clone(&table),
+            _task: task,
+        };
+        let handle = tokio::spawn(connection(
             stream,
-            router.clone(),
-            Arc::clone(&web),
-            limits.clone(),
+            lane,
+            Arc::clone(&ctx),
+            activity,
             closing_rx.clone(),
             slot,
         ));
+        table
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .set_abort(id, handle.abort_handle());
+        // Let the new connection read its request before the next one is taken: under a
+        // flood of new connections it must not become the oldest idle one unread.
+        tokio::task::yield_now().await;
     }
     drop(listener);
     let _ = closing_tx.send(true);
-    // Every connection holds a slot until it ends.
-    let _all = slots
-        .acquire_many(u32::try_from(limits.max_connections).unwrap_or(u32::MAX))
-        .await;
+    // Every connection task holds a permit until it ends.
+    let _all = tasks.acquire_many(TASKS).await;
+    let _ = logger.await;
     Ok(())
 }
 

@@ -309,6 +309,9 @@ pub struct Exporter {
     /// CPU time the hypervisor stole from the host since boot (`/proc/stat`), at the last
     /// collection; `None` when it could not be read.
     pub host_steal_seconds: Option<f64>,
+    /// Connections the HTTP server closed to stay within `http_max_connections`: it counts,
+    /// the rendering reads.
+    pub http_shed: std::sync::Arc<super::server::Shed>,
 }
 
 impl Exporter {
@@ -330,6 +333,7 @@ impl Exporter {
             network: super::network::NetworkSeries::default(),
             host: None,
             host_steal_seconds: None,
+            http_shed: std::sync::Arc::default(),
         }
     }
 }

@@ -3,6 +3,7 @@
 use super::{Family, Kind, Read, Sample, Scope, always, secs};
 use crate::export::{
     encode::Value::{Float, Int},
+    server::DROP_REASONS,
     state::SEVERITIES,
 };
 
@@ -382,6 +383,28 @@ pub static FAMILIES: &[Family] = &[
         read: Read::Samples(|c, emit| match &c.process {
             Some(p) => emit(&[], Sample::Value(Int(p.open_fds))),
             None => Ok(()),
+        }),
+    },
+    Family {
+        name: "stormwatch_http_connections_dropped",
+        help: "Connections the metrics endpoint closed to stay within http_max_connections, by \
+               reason: evicted (an idle connection, with no request in flight and no response \
+               still moving, of the client address holding the most, closed to make room for a \
+               new one), refused (a new connection closed at once: every slot, the probe slots \
+               too, had a request in flight), probe_only (a connection on a slot reserved for \
+               /healthz and /readyz asked for another path: answered 503).",
+        kind: Kind::Counter,
+        unit: "",
+        labels: &["reason"],
+        scope: Scope::Agent,
+        present: always,
+        absent: "",
+        read: Read::Samples(|c, emit| {
+            let totals = c.e.http_shed.totals();
+            for (reason, n) in DROP_REASONS.iter().zip(totals) {
+                emit(&[reason], Sample::Value(Int(n)))?;
+            }
+            Ok(())
         }),
     },
     Family {
