@@ -20,6 +20,7 @@
 
 use std::{
     future::Future,
+    net::IpAddr,
     pin::{Pin, pin},
     sync::{
         Arc, Mutex, PoisonError, RwLock,
@@ -364,8 +365,13 @@ fn plain(status: StatusCode, text: &'static str) -> Response {
     (status, text).into_response()
 }
 
-/// What every request goes through before the routes: no body, credentials for `/metrics`.
-async fn admit(req: &Request<hyper::body::Incoming>, active: &Arc<Active>) -> Option<Response> {
+/// What every request goes through before the routes: no body, credentials for `/metrics`
+/// (checked as [`Active::check`] says: wrong ones are cheap to refuse).
+async fn admit(
+    req: &Request<hyper::body::Incoming>,
+    active: &Arc<Active>,
+    client: IpAddr,
+) -> Option<Response> {
     let headers = req.headers();
     let has_body = headers.contains_key(header::TRANSFER_ENCODING)
         || headers
@@ -382,21 +388,27 @@ async fn admit(req: &Request<hyper::body::Incoming>, active: &Arc<Active>) -> Op
     }
     let authorization = headers
         .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    // bcrypt is slow on purpose: off the worker that serves the scrapes.
-    let checking = Arc::clone(active);
-    let verdict =
-        tokio::task::spawn_blocking(move || checking.check(authorization.as_deref())).await;
-    if matches!(verdict, Ok(Auth::Allowed)) {
-        return None;
+        .and_then(|v| v.to_str().ok());
+    match active.check(authorization, client).await {
+        Auth::Allowed => None,
+        Auth::Denied => {
+            let mut r = plain(StatusCode::UNAUTHORIZED, "unauthorized\n");
+            r.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Basic realm=\"stormwatch\""),
+            );
+            Some(r)
+        }
+        Auth::Busy => {
+            let mut r = plain(
+                StatusCode::TOO_MANY_REQUESTS,
+                "too many password checks waiting: try again later\n",
+            );
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            Some(r)
+        }
     }
-    let mut r = plain(StatusCode::UNAUTHORIZED, "unauthorized\n");
-    r.headers_mut().insert(
-        header::WWW_AUTHENTICATE,
-        HeaderValue::from_static("Basic realm=\"stormwatch\""),
-    );
-    Some(r)
 }
 
 /// A response body that keeps its request counted in flight until it has been sent: until
@@ -439,6 +451,7 @@ fn is_probe(path: &str) -> bool {
 /// server closes; it leaves the table as it ends.
 async fn connection(
     stream: TcpStream,
+    client: IpAddr,
     lane: Lane,
     ctx: Arc<Server>,
     activity: Arc<Activity>,
@@ -456,9 +469,9 @@ async fn connection(
         Lane::Probe => ctx.limits.header_timeout.min(PROBE_DEADLINE),
     };
     match active.tls.clone() {
-        None => http(io, lane, &ctx, active, closing, activity).await,
+        None => http(io, client, lane, &ctx, active, closing, activity).await,
         Some(acceptor) => match tokio::time::timeout(handshake, acceptor.accept(io)).await {
-            Ok(Ok(tls)) => http(tls, lane, &ctx, active, closing, activity).await,
+            Ok(Ok(tls)) => http(tls, client, lane, &ctx, active, closing, activity).await,
             Ok(Err(err)) => log::debug!("TLS handshake: {err}"),
             Err(_) => log::debug!("TLS handshake: timed out"),
         },
@@ -491,6 +504,7 @@ struct Server {
 
 async fn http<I>(
     io: I,
+    client: IpAddr,
     lane: Lane,
     ctx: &Arc<Server>,
     active: Arc<Active>,
@@ -514,7 +528,7 @@ async fn http<I>(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "every connection slot is busy: this one serves only /healthz and /readyz\n",
                 )
-            } else if let Some(refused) = admit(&req, &active).await {
+            } else if let Some(refused) = admit(&req, &active, client).await {
                 refused
             } else {
                 let answer = ctx.router.clone().oneshot(req.map(axum::body::Body::new));
@@ -649,6 +663,7 @@ pub async fn serve(
         };
         let handle = tokio::spawn(connection(
             stream,
+            client,
             lane,
             Arc::clone(&ctx),
             activity,
