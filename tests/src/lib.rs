@@ -268,6 +268,22 @@ pub fn process_status(pid: u32) -> Option<procfs_core::process::Status> {
     procfs_core::process::Status::from_file(format!("/proc/{pid}/status")).ok()
 }
 
+/// CPU time a process has used, user and system (utime + stime of `/proc/<pid>/stat`), in
+/// seconds; 0 once it is gone.
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which is in parentheses and may contain spaces).
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = [11, 12]
+        .iter()
+        .filter_map(|i| fields.get(*i)?.parse::<f64>().ok())
+        .sum();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    ticks / hz
+}
+
 /// Waits for a workload started by [`run_in_cgroup`] and parses the JSON line it printed.
 pub fn workload_result(child: Child) -> Value {
     let out = child.wait_with_output().expect("waiting for the workload");

@@ -38,7 +38,7 @@ use std::{
 };
 
 use stormwatch_tests::{
-    TestCgroup, agent_bin, bpf_maps, cgroupfs,
+    TestCgroup, agent_bin, bpf_maps, cgroupfs, cpu_seconds,
     daemon::{http_get, http_get_bytes},
     join_before_exec, process_status, run_in_cgroup, v2_root,
 };
@@ -119,21 +119,6 @@ fn usage(why: &str) -> ! {
          [--sleep-ms MS] [--futex-sleepers] [--patience SECS] [--memory-cgroup] [--maps]"
     );
     std::process::exit(2)
-}
-
-/// utime + stime of a process, in seconds.
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command name (which is in parentheses and may contain spaces).
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: f64 = [11, 12]
-        .iter()
-        .filter_map(|i| fields.get(*i)?.parse::<f64>().ok())
-        .sum();
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    ticks / hz
 }
 
 /// Resident set size and its peak (VmRSS, VmHWM) of a process in MiB; 0 once it is gone.
