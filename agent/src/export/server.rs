@@ -528,13 +528,24 @@ async fn http<I>(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "every connection slot is busy: this one serves only /healthz and /readyz\n",
                 )
-            } else if let Some(refused) = admit(&req, &active, client).await {
-                refused
             } else {
-                let answer = ctx.router.clone().oneshot(req.map(axum::body::Body::new));
+                // The password check's wait in line counts against the timeout too.
+                let answer = async {
+                    if let Some(refused) = admit(&req, &active, client).await {
+                        return refused;
+                    }
+                    match ctx
+                        .router
+                        .clone()
+                        .oneshot(req.map(axum::body::Body::new))
+                        .await
+                    {
+                        Ok(r) => r,
+                        Err(never) => match never {},
+                    }
+                };
                 match tokio::time::timeout(request_timeout, answer).await {
-                    Ok(Ok(r)) => r,
-                    Ok(Err(never)) => match never {},
+                    Ok(r) => r,
                     Err(_) => plain(StatusCode::SERVICE_UNAVAILABLE, "request timed out\n"),
                 }
             };
