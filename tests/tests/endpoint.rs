@@ -316,6 +316,7 @@ fn a_client_holding_every_connection_locks_no_one_out() {
     require_bpf();
     let daemon = Daemon::start_configured("http_max_connections = 8\n");
     let addr = daemon.addr;
+    let cpu0 = cpu_seconds(daemon.child.id());
     let hog = Hog::start(HOG, addr, 24);
     std::thread::sleep(Duration::from_secs(1));
     let mut slowest = Duration::ZERO;
@@ -348,9 +349,11 @@ fn a_client_holding_every_connection_locks_no_one_out() {
         std::thread::sleep(Duration::from_millis(250));
     }
     let cut = hog.stop();
+    let held = started.elapsed().as_secs_f64() + 1.0;
+    let cpu = cpu_seconds(daemon.child.id()) - cpu0;
     eprintln!(
-        "hog: {cut} connections cut; slowest answer {slowest:?}; from the hog's address \
-         {own_failed} of {own_address} /healthz failed"
+        "hog: {cut} connections cut in {held:.1} s; slowest answer {slowest:?}; from the hog's \
+         address {own_failed} of {own_address} /healthz failed; the agent used {cpu:.2} CPU-s"
     );
     assert!(
         failed.is_empty(),
