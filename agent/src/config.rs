@@ -18,7 +18,7 @@
 //! http_header_timeout_seconds = 10 # a request's head must arrive within this (idle keep-alive connections close after it)
 //! http_request_timeout_seconds = 30   # a request must be answered within this
 //! http_idle_timeout_seconds = 30   # a connection that moves no byte for this long is closed
-//! http_max_connections = 64        # connections open at once; more are closed at once
+//! http_max_connections = 64        # connections open at once (+2 for health probes); when full, an idle one makes room
 //! btf_file = "/var/lib/stormwatch/vmlinux.btf"  # this kernel's BTF, where /sys/kernel/btf/vmlinux cannot be read
 //!
 //! [thresholds]                     # any of the diagnosis thresholds (see diagnose::Thresholds)
