@@ -3,8 +3,9 @@
 //! The pinned nightly has no `rust-std` for arm64 to download ("unavailable for download"), so
 //! the standard library is built from `rust-src` (`-Z build-std`, which the pinned toolchain
 //! has for the eBPF crate anyway). Linking, and the C in the dependencies (ring), use Debian's
-//! cross GCC. The eBPF object is the same bytecode for every architecture except for what
-//! `bpf_target_arch` selects (aya-build sets it from the target, as it sets it for the host).
+//! cross GCC and arm64 glibc's headers and start files. The eBPF object is the same bytecode
+//! for every architecture except for what `bpf_target_arch` selects (aya-build sets it from
+//! the target, as it sets it for the host).
 
 use std::path::PathBuf;
 
@@ -16,8 +17,9 @@ use crate::{cargo, root, run_cmd, say, setup};
 #[derive(Clone, Copy, Debug)]
 pub struct Target {
     pub triple: &'static str,
-    /// The Debian package of the cross compiler, and its command prefix.
-    pub gcc_package: &'static str,
+    /// The Debian packages that building for it needs: what each is for.
+    pub packages: &'static [(&'static str, &'static str)],
+    /// The cross compiler's command prefix.
     pub gcc_prefix: &'static str,
     /// The ELF `e_machine` of binaries for it.
     pub elf_machine: u16,
@@ -28,7 +30,17 @@ const EM_BPF: u16 = 247;
 
 pub const TARGETS: [Target; 1] = [Target {
     triple: "aarch64-unknown-linux-gnu",
-    gcc_package: "gcc-aarch64-linux-gnu",
+    packages: &[
+        (
+            "gcc-aarch64-linux-gnu",
+            "the cross linker, and the C compiler of the dependencies' C code (ring)",
+        ),
+        (
+            "libc6-dev-arm64-cross",
+            "arm64 glibc's headers, which ring's C includes (bits/libc-header-start.h), and its \
+             start files for the link; gcc-aarch64-linux-gnu only recommends it",
+        ),
+    ],
     gcc_prefix: "aarch64-linux-gnu",
     elf_machine: 183, // EM_AARCH64
 }];
@@ -47,10 +59,18 @@ fn elf_machine(path: &std::path::Path) -> Result<u16> {
     Ok(u16::from_le_bytes([m[0], m[1]]))
 }
 
+/// Installs what building for every target needs (`xtask setup`; [`build`] installs its own).
+pub fn packages() -> Result<()> {
+    for t in TARGETS {
+        setup::packages(t.packages)?;
+    }
+    Ok(())
+}
+
 /// Builds the release agent for `t`; checks that the binary is `t`'s and that the eBPF object
 /// built beside it is eBPF. Returns the binary's path.
 pub fn build(t: Target) -> Result<PathBuf> {
-    setup::packages(&[(t.gcc_package, "the cross linker and C compiler")])?;
+    setup::packages(t.packages)?;
     say(&format!(
         "building stormwatch (release) for {} (-Z build-std, linked by {}-gcc)",
         t.triple, t.gcc_prefix

@@ -37,7 +37,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Task {
     /// Install what is missing: the pinned toolchain, LLVM 22, bpf-linker, the test tools, the
-    /// kernels of the kernel matrix.
+    /// cross builds' compilers and C libraries, the kernels of the kernel matrix.
     Setup,
     /// Install what building needs, then build the release binary: for this host, or with
     /// `--target aarch64-unknown-linux-gnu` for arm64 (a cross linker from Debian, and the
@@ -184,7 +184,9 @@ enum Task {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.task {
-        Task::Setup => setup::tests().and_then(|()| kernels::fetch_all().map(drop)),
+        Task::Setup => setup::tests()
+            .and_then(|()| cross::packages())
+            .and_then(|()| kernels::fetch_all().map(drop)),
         Task::Build { target } => setup::build().and_then(|()| match target {
             None => build_release().map(|bin| println!("{}", bin.display())),
             Some(t) => cross::build(cross::target(&t).expect("clap allows only known targets"))

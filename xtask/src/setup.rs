@@ -8,7 +8,8 @@
 //! - tracefs at /sys/kernel/tracing.
 //!
 //! What the tests and benchmarks add ([`tests`]): the Debian, PyPI and Go tools they use as
-//! workloads and independent oracles.
+//! workloads and independent oracles. The cross builds' packages are their targets' own lists
+//! (`cross::TARGETS`), which `xtask build --target` and `xtask setup` install.
 
 use std::process::Command;
 
@@ -82,10 +83,6 @@ const TEST_PACKAGES: &[(&str, &str)] = &[
         "runs the kernel matrix's guests (Debian's 6.1 and 6.12 kernels, xtask/src/kernels.rs)",
     ),
     ("kmod", "virtme-ng loads the guest kernel's modules with it"),
-    (
-        "gcc-aarch64-linux-gnu",
-        "links the arm64 build (`xtask build --target aarch64-unknown-linux-gnu`)",
-    ),
     ("udev", "virtme-ng starts udevd in the guests"),
 ];
 
