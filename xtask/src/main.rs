@@ -7,6 +7,7 @@
 //! started with `+stable`.
 
 mod arm64;
+mod bare;
 mod bench;
 mod bench_common;
 mod bench_daemon;
@@ -55,9 +56,15 @@ enum Task {
         duration: u32,
     },
     /// Set up, then run every test: the import graph, formatting, clippy, the docs, unit tests,
-    /// the arm64 build, the integration tests, then the kernel matrix (Debian's 6.1 and 6.12
-    /// in guests) and the arm64 agent's `check` in arm64 guests.
+    /// the arm64 build, the install lists proven on a bare system (`bare-check`), the
+    /// integration tests, then the kernel matrix (Debian's 6.1 and 6.12 in guests) and the
+    /// arm64 agent's `check` in arm64 guests.
     Test,
+    /// Prove the install lists on a bare system: a pristine Debian root under `target/bare/`,
+    /// made afresh, with only what a fresh machine has, in which the README's commands run
+    /// (`diagnose --duration 2`, the arm64 build) and the tests' Debian packages install
+    /// (xtask/src/bare.rs). `xtask test` runs it too; ~13 min on 2 busy CPUs.
+    BareCheck,
     /// Print the agent's and xtask's module import graphs; fail on a circle (`xtask test`
     /// checks it too).
     Imports,
@@ -235,6 +242,7 @@ fn main() -> ExitCode {
             };
             big_node::run(series, options)
         }),
+        Task::BareCheck => bare::check(),
         Task::Manifests => manifests::run(),
         Task::Imports => imports::run(true),
         Task::Corpus {
@@ -437,6 +445,11 @@ fn test() -> Result<()> {
     for t in cross::TARGETS {
         cross_bins.push(cross::build(t)?);
     }
+    // The install lists on a bare system: what this host has from earlier runs hides a name
+    // missing from them, which only a fresh machine would find (issue #40). A build check, so
+    // beside the builds, after the host's own arm64 build (which fails sooner for the same
+    // causes) and before the integration tests, the longest steps.
+    bare::check()?;
     // The integration tests run the release binary, as users do; cargo does not build another
     // package's binary for a test crate, so build it first. They load BPF and time real
     // workloads on 2 CPUs: one at a time, so that one test's workload is not another's noisy

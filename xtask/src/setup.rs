@@ -31,8 +31,14 @@ const BUILD_PACKAGES: &[(&str, &str)] = &[
     ("libzstd-dev", "LLVM 22 is linked with zstd"),
 ];
 
+/// The bare root's maker (`xtask bare-check`, which installs only it).
+pub const MMDEBSTRAP: (&str, &str) = (
+    "mmdebstrap",
+    "makes the pristine Debian root in which `xtask test` proves these lists (xtask/src/bare.rs)",
+);
+
 /// Debian packages the tests and benchmarks add: what each is for.
-const TEST_PACKAGES: &[(&str, &str)] = &[
+pub const TEST_PACKAGES: &[(&str, &str)] = &[
     ("stress-ng", "workloads for the tests and the benchmark"),
     ("bpftrace", "an independent measurement for the tests"),
     (
@@ -84,12 +90,13 @@ const TEST_PACKAGES: &[(&str, &str)] = &[
     ),
     ("kmod", "virtme-ng loads the guest kernel's modules with it"),
     ("udev", "virtme-ng starts udevd in the guests"),
+    MMDEBSTRAP,
 ];
 
 /// Debian packages the arm64 guest adds (`xtask arm64-check`, xtask/src/arm64.rs): what each
 /// is for. The guest's glibc is the cross linker's (`libc6-arm64-cross`, with
 /// `gcc-aarch64-linux-gnu`, which the arm64 build installs).
-const ARM64_GUEST_PACKAGES: &[(&str, &str)] = &[
+pub const ARM64_GUEST_PACKAGES: &[(&str, &str)] = &[
     (
         "qemu-system-arm",
         "qemu-system-aarch64 runs the arm64 guest (`xtask arm64-check`)",
