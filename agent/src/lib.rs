@@ -37,10 +37,11 @@
 //!   and host context sampled over it, the facts) and the rules, pure functions of the facts →
 //!   findings.
 //!   May import: `collect`, `probes`, `identity`, `netinfo`, `host`, `symbolize` (the named
-//!   call sites of hand-offs), `files`.
+//!   call sites of hand-offs), `memory` (its caches' sizes), `files`.
 //! - [`pipeline`]: one tick: probes → collect → identity → a window, with the cgroups,
 //!   processes and call sites in it named.
-//!   May import: `collect`, `probes`, `identity`, `netinfo`, `symbolize`, `files`.
+//!   May import: `collect`, `probes`, `identity`, `netinfo`, `symbolize`, `memory` (the
+//!   caches' sizes), `files`.
 //! - [`collect`]: snapshots (the probes' maps read into cumulative counters per cgroup),
 //!   windows (the difference of two, added through one `add` per struct) and which figures
 //!   exist (the availability every layer above reads); a window carries the named call sites of
@@ -57,18 +58,20 @@
 //!   May import: `identity` (the CPU list parser of `limits.rs`), `files`.
 //! - [`identity`]: which cgroup a cgroup id names, and what runs in it (runtime, pod,
 //!   container, process runtimes); the cgroup's limits, threads and throttling.
-//!   May import: `netinfo` (the network namespaces, in `netns.rs`), `files`.
+//!   May import: `netinfo` (the network namespaces, in `netns.rs`), `memory` (its caches'
+//!   sizes), `files`.
 //! - [`netinfo`]: what the network looks like, read rather than probed: namespaces and their
 //!   owners, links, routes, encapsulations, the MTU inventory, the kernel's SNMP counters.
 //!   May import: `files`.
 //! - [`symbolize`]: call sites: a contended kernel lock's stack, symbolized against
 //!   `/proc/kallsyms`; the sampled user stacks of futex hand-offs, unwound with the binaries'
 //!   call-frame information, named (ELF, DWARF, a JVM's perf map) and counted per cgroup.
-//!   May import: `files`.
+//!   May import: `memory` (its caches' sizes), `files`.
 //! - [`privileges`]: what the agent needs from the kernel's permission checks (capabilities,
 //!   seccomp), and naming what is missing.
 //!   May import: `files`.
-//! - [`memory`]: giving the allocator's free memory back to the system.
+//! - [`memory`]: giving the allocator's free memory back to the system; the sizes of the
+//!   agent's caches.
 //!   May import: nothing.
 //! - [`files`]: reading a file with a bound: regular files only, at most what its kind can
 //!   hold (a BTF, a config, a kernel file), so that no path or process can make the agent read

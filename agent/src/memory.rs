@@ -1,4 +1,4 @@
-//! Giving the allocator's free memory back to the system.
+//! Giving the allocator's free memory back to the system, and the sizes of the agent's caches.
 //!
 //! glibc's malloc keeps the pages of freed blocks mapped for reuse, and only trims the top of the
 //! main heap on its own: the agent's resident memory would follow the largest allocation it ever
@@ -33,5 +33,45 @@ pub fn one_arena() {
     // SAFETY: mallopt has no preconditions; M_ARENA_MAX takes effect for arenas made later.
     unsafe {
         libc::mallopt(libc::M_ARENA_MAX, 1);
+    }
+}
+
+/// The size of one of the agent's caches, as `stormwatch_agent_cache_*` exports it: what it
+/// holds now and the bound it is kept within. Every cache of what the node runs (processes,
+/// files, threads, cgroups) forgets an entry when what it describes is gone, and keeps at most
+/// `max_entries` (and `max_bytes`, where its bytes are counted) whatever the churn; a cache
+/// without `max_entries` holds only what is alive (or still in the diagnosis window).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CacheSize {
+    /// The cache, as the `cache` label names it.
+    pub name: &'static str,
+    pub entries: u64,
+    pub max_entries: Option<u64>,
+    /// The bytes its entries hold, where counted (the large ones: sections, stacks, maps).
+    pub bytes: Option<u64>,
+    pub max_bytes: Option<u64>,
+}
+
+impl CacheSize {
+    /// A cache whose bytes are not counted.
+    pub const fn entries(name: &'static str, entries: usize, max_entries: usize) -> Self {
+        Self {
+            name,
+            entries: entries as u64,
+            max_entries: Some(max_entries as u64),
+            bytes: None,
+            max_bytes: None,
+        }
+    }
+
+    /// A cache of what is alive, bound by it alone.
+    pub const fn live(name: &'static str, entries: usize) -> Self {
+        Self {
+            name,
+            entries: entries as u64,
+            max_entries: None,
+            bytes: None,
+            max_bytes: None,
+        }
     }
 }

@@ -194,12 +194,12 @@ impl Pipeline {
             .iter()
             .map(HandoffSide::from)
             .collect();
-        if sides.is_empty() {
-            return;
+        if !sides.is_empty() {
+            for (id, sites) in self.handoffs.name(sides) {
+                window.handoff_sites.entry(id).or_default().add(&sites);
+            }
         }
-        for (id, sites) in self.handoffs.name(sides) {
-            window.handoff_sites.entry(id).or_default().add(&sites);
-        }
+        // At every collection, samples or not: what was read for a process goes when it exits.
         self.handoffs
             .retain_processes(|tgid| std::path::Path::new(&format!("/proc/{tgid}")).exists());
     }

@@ -21,6 +21,7 @@ use serde::Serialize;
 use stormwatch_common::{HandoffSample, handoff_side};
 
 use super::user::{StackSample, UserSite, UserSymbolizer};
+use crate::memory::CacheSize;
 
 /// One side of a sampled hand-off, as read from the ring buffer (the stack cut to what was read).
 #[derive(Clone, Debug)]
@@ -247,6 +248,10 @@ const UNREADABLE_STACK: &str = "its stack could not be read";
 /// How long one side waits for the other before it is dropped (the two are written at their
 /// own threads' exits, usually microseconds apart).
 const PAIR_WAIT: Duration = Duration::from_secs(5);
+/// The most sides kept waiting for their other side: about four times what the sampler's
+/// budget (100 wakes a second on the node) leaves waiting over `PAIR_WAIT`; past it, the oldest
+/// are dropped (counted as unpaired).
+pub const MAX_PENDING: usize = 2048;
 
 /// Pairs the sides of sampled hand-offs and names their sites.
 #[derive(Default)]
@@ -309,6 +314,17 @@ impl HandoffNamer {
         let before = self.pending.len();
         self.pending
             .retain(|_, (_, at)| now.duration_since(*at) < PAIR_WAIT);
+        if self.pending.len() > MAX_PENDING {
+            let mut by_age: Vec<(Instant, u64)> = self
+                .pending
+                .iter()
+                .map(|(id, (_, at))| (*at, *id))
+                .collect();
+            by_age.sort_unstable();
+            for (_, id) in &by_age[..self.pending.len() - MAX_PENDING] {
+                self.pending.remove(id);
+            }
+        }
         self.unpaired += (before - self.pending.len()) as u64;
         out
     }
@@ -362,6 +378,24 @@ impl HandoffNamer {
     /// Forgets what it read of processes that are gone.
     pub fn retain_processes(&mut self, live: impl Fn(u32) -> bool) {
         self.symbolizer.retain(live);
+    }
+
+    /// The sizes of its caches (the symbolizer's, and the sides waiting for a pair).
+    pub fn cache_sizes(&self) -> Vec<CacheSize> {
+        let mut sizes = self.symbolizer.cache_sizes().to_vec();
+        sizes.push(CacheSize {
+            name: "handoff_sides_pending",
+            entries: self.pending.len() as u64,
+            max_entries: Some(MAX_PENDING as u64),
+            bytes: Some(
+                self.pending
+                    .values()
+                    .map(|(s, _)| s.stack.len() as u64)
+                    .sum(),
+            ),
+            max_bytes: None,
+        });
+        sizes
     }
 }
 

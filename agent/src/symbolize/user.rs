@@ -12,7 +12,7 @@
 //! A stack that cannot be named says why, and what would make it nameable.
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     ops::{Deref, Range},
     path::{Path, PathBuf},
     sync::Arc,
@@ -30,6 +30,8 @@ use framehop::{
 use object::{Object as _, ObjectSection as _, ObjectSegment as _};
 use serde::Serialize;
 
+use crate::memory::CacheSize;
+
 /// Whether this build unwinds the user stacks of the machine it runs on (the kernel programs
 /// sample hand-offs only then).
 pub const UNWINDS_THIS_ARCH: bool = cfg!(target_arch = "x86_64");
@@ -38,6 +40,36 @@ pub const UNWINDS_THIS_ARCH: bool = cfg!(target_arch = "x86_64");
 const MAX_FRAMES: usize = 24;
 /// How long a process's view (mappings, modules) is trusted before it is read again.
 const VIEW_TTL: Duration = Duration::from_secs(30);
+
+// The bounds of what the symbolizer keeps (issue 45: a node that runs jobs for weeks must not
+// grow the agent). A process's view goes when the process exits (at the next collection) or,
+// past `MAX_PROCESSES`, when it is the least recently sampled; an ELF file's sections go when
+// no view maps the file any more (after `UNUSED_FILE_TTL`, or at once when room is needed);
+// a name or a line goes with its file. Measured under churn of JVMs, Go programs and native
+// lock storms beside a node's own builds: before, the call-frame sections of every binary
+// sampled in the last minute were held at once (43 MiB at the peak; rustc's alone is 7 MiB).
+
+/// The most processes whose view (mappings, unwinding modules, perf map) is kept.
+pub const MAX_PROCESSES: usize = 256;
+/// The most ELF files whose sections are kept, mapped by a view or not.
+pub const MAX_FILES: usize = 1024;
+/// The most bytes of ELF sections (call-frame information) kept over every file: a file that
+/// does not fit with the views that use it is not read (its frames are not unwound past).
+pub const MAX_ELF_BYTES: u64 = 16 << 20;
+/// An ELF file no view maps is kept this long after its last use: a job that runs the same
+/// binary again soon after reads it once.
+const UNUSED_FILE_TTL: Duration = Duration::from_secs(60);
+/// The most (file, address) names kept, and likewise `file:line`s (past it, they start over).
+pub const MAX_NAMES: usize = 100_000;
+/// The most files blazesym is asked about before it is dropped with what it parsed of them.
+pub const MAX_SYMBOLIZER_FILES: usize = 64;
+/// How long blazesym keeps what it parsed: a file with new addresses to name (a compiler's,
+/// say) is parsed once a minute at most, not at every collection.
+const SYMBOLIZER_TTL: Duration = Duration::from_secs(60);
+
+/// A file by device, inode and modification time: one key for every process and container that
+/// maps the same file, whatever the path it has there.
+type FileKey = (u64, u64, i64);
 
 /// Where a contended user-space lock is taken or handed on.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -94,9 +126,17 @@ pub struct Frame {
     pub location: Option<String>,
     /// The file name of the binary, or `JIT` (an anonymous executable mapping).
     pub module: Option<String>,
-    /// Where its line can be looked up: the file (through `/proc/<pid>/root`) and the address
-    /// in it.
-    pub lookup: Option<(PathBuf, u64)>,
+    /// Where its line can be looked up.
+    pub lookup: Option<Lookup>,
+}
+
+/// Where a frame's name and line are looked up: the file (by its key, and by a path through
+/// `/proc/<pid>/root`) and the address in it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lookup {
+    pub path: PathBuf,
+    file: FileKey,
+    pub addr: u64,
 }
 
 /// A process's runtime, as far as naming its stacks goes.
@@ -111,15 +151,10 @@ enum Runtime {
     Go,
 }
 
-/// A byte buffer shared between processes that map the same file.
-#[derive(Clone, Debug)]
-struct Bytes(Arc<[u8]>);
-
-impl Default for Bytes {
-    fn default() -> Self {
-        Self(Arc::from(&[][..]))
-    }
-}
+/// A byte buffer shared between processes that map the same file (a `Vec`, read into once:
+/// `Arc<[u8]>` would copy it).
+#[derive(Clone, Debug, Default)]
+struct Bytes(Arc<Vec<u8>>);
 
 impl Deref for Bytes {
     type Target = [u8];
@@ -141,15 +176,151 @@ struct ElfFile {
     is_go: bool,
 }
 
-fn read_elf(path: &Path) -> Option<ElfFile> {
+impl ElfFile {
+    /// The bytes of the sections it holds.
+    fn bytes(&self) -> u64 {
+        [&self.eh_frame, &self.eh_frame_hdr]
+            .into_iter()
+            .flatten()
+            .map(|(_, b)| b.len() as u64)
+            .sum()
+    }
+}
+
+/// An ELF file read, with when it was last mapped by a view being read.
+struct CachedFile {
+    file: Arc<ElfFile>,
+    bytes: u64,
+    used: Instant,
+}
+
+/// The ELF files read, by key, within [`MAX_FILES`] and [`MAX_ELF_BYTES`].
+#[derive(Default)]
+struct FileCache {
+    files: HashMap<FileKey, CachedFile>,
+    bytes: u64,
+}
+
+impl FileCache {
+    /// Whether a file is mapped by a view (its sections are shared with the view's modules).
+    fn mapped(f: &CachedFile) -> bool {
+        Arc::strong_count(&f.file) > 1
+    }
+
+    /// Drops files no view maps: those unused for [`UNUSED_FILE_TTL`], and the least recently
+    /// used others until `need` more bytes and one more file fit.
+    fn evict(&mut self, need: u64, now: Instant) {
+        let mut unmapped: Vec<(Instant, FileKey)> = self
+            .files
+            .iter()
+            .filter(|(_, f)| !Self::mapped(f))
+            .map(|(k, f)| (f.used, *k))
+            .collect();
+        unmapped.sort_unstable();
+        for (used, key) in unmapped {
+            let stale = now.saturating_duration_since(used) >= UNUSED_FILE_TTL;
+            let full = self.bytes + need > MAX_ELF_BYTES || self.files.len() >= MAX_FILES;
+            if !(stale || full) {
+                continue;
+            }
+            if let Some(f) = self.files.remove(&key) {
+                self.bytes -= f.bytes;
+            }
+        }
+    }
+
+    fn fits(&self, bytes: u64) -> bool {
+        self.bytes + bytes <= MAX_ELF_BYTES && self.files.len() < MAX_FILES
+    }
+
+    /// The file at `path` (in a process's root) with this key: from the cache (marked used), or
+    /// read and kept when room can be made for its sections (`make_room`), or read without
+    /// them and not kept.
+    fn get(
+        &mut self,
+        key: FileKey,
+        path: &Path,
+        now: Instant,
+        make_room: impl FnOnce(&mut Self, u64) -> bool,
+    ) -> Option<Arc<ElfFile>> {
+        if let Some(f) = self.files.get_mut(&key) {
+            f.used = now;
+            return Some(f.file.clone());
+        }
+        let mut kept = false;
+        let file = Arc::new(read_elf(path, |size| {
+            kept = size <= MAX_ELF_BYTES && make_room(self, size);
+            kept
+        })?);
+        if kept {
+            let bytes = file.bytes();
+            self.bytes += bytes;
+            self.files.insert(
+                key,
+                CachedFile {
+                    file: file.clone(),
+                    bytes,
+                    used: now,
+                },
+            );
+        } else {
+            log::debug!(
+                "{}: its call-frame information is not kept (the symbolizer's {} MiB are \
+                 taken); unwound by frame pointers",
+                path.display(),
+                MAX_ELF_BYTES >> 20
+            );
+        }
+        Some(file)
+    }
+}
+
+/// Makes room for `bytes` of sections in `files`: drops the files no view maps, then the least
+/// recently used views (and the files only they mapped) until it fits. Whether it fits.
+fn make_room(
+    processes: &mut HashMap<u32, ProcessView>,
+    files: &mut FileCache,
+    bytes: u64,
+    now: Instant,
+) -> bool {
+    files.evict(bytes, now);
+    if files.fits(bytes) {
+        return true;
+    }
+    let mut views: Vec<(Instant, u32)> = processes.iter().map(|(t, p)| (p.used, *t)).collect();
+    views.sort_unstable();
+    for (_, tgid) in views {
+        processes.remove(&tgid);
+        files.evict(bytes, now);
+        if files.fits(bytes) {
+            return true;
+        }
+    }
+    false
+}
+
+/// Reads what unwinding and naming need of an ELF file; its call-frame sections only when
+/// `room` says their size fits (else it is unwound through by frame pointers alone).
+fn read_elf(path: &Path, room: impl FnOnce(u64) -> bool) -> Option<ElfFile> {
+    use std::os::unix::fs::FileExt as _;
     // Only the headers and the sections asked for are read, not the whole file (a JVM's
-    // libjvm is 20 MB, a static binary with debug information can be a gigabyte).
-    let cache = object::ReadCache::new(std::fs::File::open(path).ok()?);
+    // libjvm is 20 MB, a static binary with debug information can be a gigabyte); the
+    // sections straight into their buffers (the reader's cache would hold a second copy).
+    let file = std::fs::File::open(path).ok()?;
+    let cache = object::ReadCache::new(&file);
     let obj = object::File::parse(&cache).ok()?;
+    let size: u64 = [".eh_frame", ".eh_frame_hdr"]
+        .into_iter()
+        .filter_map(|n| obj.section_by_name(n))
+        .map(|s| s.size())
+        .sum();
+    let fits = room(size);
     let section = |name: &str| -> Option<(Range<u64>, Bytes)> {
-        let s = obj.section_by_name(name)?;
-        let bytes = s.data().ok()?;
-        Some((s.address()..s.address() + s.size(), Bytes(Arc::from(bytes))))
+        let s = obj.section_by_name(name).filter(|_| fits)?;
+        let (offset, size) = s.file_range()?;
+        let mut bytes = vec![0; usize::try_from(size).ok()?];
+        file.read_exact_at(&mut bytes, offset).ok()?;
+        Some((s.address()..s.address() + s.size(), Bytes(Arc::new(bytes))))
     };
     let range = |name: &str| {
         obj.section_by_name(name)
@@ -177,6 +348,8 @@ struct Mapping {
     range: Range<u64>,
     /// The file, as the process names it (`None`: anonymous, e.g. JIT code).
     path: Option<String>,
+    /// The file's key, when it could be read.
+    file: Option<FileKey>,
     /// Where the file's virtual addresses are in the process: avma = svma + bias.
     bias: u64,
 }
@@ -190,6 +363,14 @@ struct PerfMap {
 }
 
 impl PerfMap {
+    /// The bytes its entries hold (about).
+    fn bytes(&self) -> u64 {
+        self.entries
+            .iter()
+            .map(|(_, _, n)| (std::mem::size_of::<(u64, u64, String)>() + n.len()) as u64)
+            .sum()
+    }
+
     fn lookup(&self, addr: u64) -> Option<&str> {
         let i = self.entries.partition_point(|(start, _, _)| *start <= addr);
         let (start, size, name) = self.entries.get(i.checked_sub(1)?)?;
@@ -224,24 +405,28 @@ struct ProcessView {
     ns_pid: u32,
     perf_map: PerfMap,
     read_at: Instant,
+    /// When a stack of it was last named.
+    used: Instant,
 }
 
-/// Unwinds and names user stacks, caching what it read of each process and file.
+/// Unwinds and names user stacks, caching what it read of each process and file, within the
+/// bounds above.
 #[derive(Default)]
 pub struct UserSymbolizer {
     /// Look up each site's `file:line` in its binary's DWARF (the one-off commands; the daemon
     /// names functions only: a binary's DWARF can be far larger than the daemon).
     lines: bool,
     /// Each (file, address)'s `file:line`, as answered once.
-    line_cache: HashMap<(PathBuf, u64), Option<String>>,
-    /// A process was forgotten since the caches were last cleared, and when that was.
-    forgot: bool,
-    cleared_at: Option<Instant>,
-    symbolizer: Option<Symbolizer>,
+    line_cache: HashMap<(FileKey, u64), Option<String>>,
+    /// blazesym, and when it was made: it keeps what it parsed of each file, by path, so it is
+    /// dropped [`SYMBOLIZER_TTL`] after (or past [`MAX_SYMBOLIZER_FILES`] paths).
+    symbolizer: Option<(Symbolizer, Instant)>,
+    /// The paths blazesym was asked about since it was made (it keeps each parsed, by path).
+    symbolizer_paths: HashSet<PathBuf>,
     processes: HashMap<u32, ProcessView>,
-    files: HashMap<(u64, u64, i64), Arc<ElfFile>>,
+    files: FileCache,
     /// Each (file, address)'s name and `file:line`, as answered once.
-    names: HashMap<(PathBuf, u64), Option<Named>>,
+    names: HashMap<(FileKey, u64), Option<Named>>,
 }
 
 /// A symbol's name and, where DWARF has it, its `file:line`.
@@ -267,29 +452,78 @@ impl UserSymbolizer {
     }
 
     /// Forgets processes that are gone (not in `live`), and with them what was read for them
-    /// alone: files no live process maps, names, and blazesym's parsed files (kept per path,
-    /// and a path is per process: `/proc/<pid>/root/…`), so that a daemon's memory follows the
-    /// processes it names, not every process it ever named.
+    /// alone: files no live process maps (after [`UNUSED_FILE_TTL`]), their names and lines;
+    /// and blazesym with what it parsed, once it is [`SYMBOLIZER_TTL`] old (it keeps files per
+    /// path, and a path is per process: `/proc/<pid>/root/…`; names are kept by file, so a
+    /// process that runs a known binary asks it nothing), so that a daemon's memory follows
+    /// the processes it names, not every process it ever named. Called at every collection.
     pub fn retain(&mut self, live: impl Fn(u32) -> bool) {
-        let before = self.processes.len();
         self.processes.retain(|tgid, _| live(*tgid));
-        self.forgot |= self.processes.len() < before;
-        // At most once a minute: a workload that forks short-lived processes would otherwise
-        // have everything parsed again at every collection.
-        let due = self
-            .cleared_at
-            .is_none_or(|t| t.elapsed() >= Duration::from_secs(60));
-        if !(self.forgot && due) && self.names.len() <= 100_000 {
-            return;
+        self.files.evict(0, Instant::now());
+        self.forget_unread_files();
+        if self
+            .symbolizer
+            .as_ref()
+            .is_some_and(|(_, made)| made.elapsed() >= SYMBOLIZER_TTL)
+        {
+            self.symbolizer = None;
+            self.symbolizer_paths.clear();
         }
-        self.forgot = false;
-        self.cleared_at = Some(Instant::now());
-        // Live views keep their modules' sections (shared bytes) themselves; the file cache
-        // only spares reading a file again for the next process that maps it.
-        self.names.clear();
-        self.line_cache.clear();
-        self.files.clear();
-        self.symbolizer = None;
+    }
+
+    /// Drops the names and lines of files no longer kept, and all of them past [`MAX_NAMES`].
+    fn forget_unread_files(&mut self) {
+        let files = &self.files.files;
+        self.names.retain(|(f, _), _| files.contains_key(f));
+        self.line_cache.retain(|(f, _), _| files.contains_key(f));
+        if self.names.len() > MAX_NAMES {
+            self.names.clear();
+        }
+        if self.line_cache.len() > MAX_NAMES {
+            self.line_cache.clear();
+        }
+    }
+
+    /// The sizes of its caches, for the agent's own metrics.
+    pub fn cache_sizes(&self) -> [CacheSize; 5] {
+        let perf_maps: u64 = self.processes.values().map(|p| p.perf_map.bytes()).sum();
+        [
+            CacheSize {
+                name: "user_processes",
+                entries: self.processes.len() as u64,
+                max_entries: Some(MAX_PROCESSES as u64),
+                bytes: Some(perf_maps),
+                max_bytes: None,
+            },
+            CacheSize {
+                name: "elf_files",
+                entries: self.files.files.len() as u64,
+                max_entries: Some(MAX_FILES as u64),
+                bytes: Some(self.files.bytes),
+                max_bytes: Some(MAX_ELF_BYTES),
+            },
+            CacheSize {
+                name: "symbol_names",
+                entries: self.names.len() as u64,
+                max_entries: Some(MAX_NAMES as u64),
+                bytes: None,
+                max_bytes: None,
+            },
+            CacheSize {
+                name: "source_lines",
+                entries: self.line_cache.len() as u64,
+                max_entries: Some(MAX_NAMES as u64),
+                bytes: None,
+                max_bytes: None,
+            },
+            CacheSize {
+                name: "symbolizer_files",
+                entries: self.symbolizer_paths.len() as u64,
+                max_entries: Some(MAX_SYMBOLIZER_FILES as u64),
+                bytes: None,
+                max_bytes: None,
+            },
+        ]
     }
 
     /// The call site of a sampled stack, and a hint for what would name more of it.
@@ -403,9 +637,17 @@ impl UserSymbolizer {
             .and_then(|p| p.rsplit('/').next())
             .map(str::to_owned);
         let svma = addr.wrapping_sub(m.bias);
-        let key = (path.clone(), svma);
+        let Some(file) = m.file else {
+            return Frame {
+                name: None,
+                location: None,
+                module,
+                lookup: None,
+            };
+        };
+        let key = (file, svma);
         if !self.names.contains_key(&key) {
-            let symbolizer = self.symbolizer.get_or_insert_with(Symbolizer::new);
+            let symbolizer = self.symbolizer_for(&path);
             // ELF symbols only: DWARF (a debug link can lead to a file of hundreds of MB) is
             // read for the site's frame alone, and only where lines are wanted (`line_of`).
             let mut elf = Elf::new(&path);
@@ -415,26 +657,32 @@ impl UserSymbolizer {
                     Ok(Symbolized::Sym(sym)) => Some((sym.name.to_string(), None)),
                     _ => None,
                 };
-            self.names.insert(key.clone(), named);
+            self.names.insert(key, named);
         }
         let named = self.names[&key].clone();
         Frame {
             name: named.as_ref().map(|(n, _)| n.clone()),
             location: named.and_then(|(_, l)| l),
             module,
-            lookup: Some(key),
+            lookup: Some(Lookup {
+                path,
+                file,
+                addr: svma,
+            }),
         }
     }
 
     /// A frame's `file:line` from its binary's DWARF (or the debug file it links to).
     fn line_of(&mut self, frame: &Frame) -> Option<String> {
-        let key = frame.lookup.clone()?;
+        let lookup = frame.lookup.as_ref()?;
+        let key = (lookup.file, lookup.addr);
         if let Some(line) = self.line_cache.get(&key) {
             return line.clone();
         }
-        let symbolizer = self.symbolizer.get_or_insert_with(Symbolizer::new);
+        let (path, addr) = (lookup.path.clone(), lookup.addr);
+        let symbolizer = self.symbolizer_for(&path);
         let line = match symbolizer
-            .symbolize_single(&Source::Elf(Elf::new(&key.0)), Input::VirtOffset(key.1))
+            .symbolize_single(&Source::Elf(Elf::new(&path)), Input::VirtOffset(addr))
         {
             Ok(Symbolized::Sym(sym)) => sym.code_info.as_ref().and_then(|ci| {
                 let file = Path::new(&ci.file).file_name()?.to_string_lossy();
@@ -446,24 +694,67 @@ impl UserSymbolizer {
         line
     }
 
-    /// Reads the process's view again when it is new, old, or does not map `ip`.
-    fn refresh(&mut self, tgid: u32, ip: u64) -> Option<()> {
-        let fresh = self
-            .processes
-            .get(&tgid)
-            .is_some_and(|p| p.read_at.elapsed() < VIEW_TTL && p.mapping(ip).is_some());
-        if fresh {
-            return Some(());
+    /// blazesym, to be asked about `path`: made anew when it was asked about
+    /// [`MAX_SYMBOLIZER_FILES`] others since it was made (it keeps each file it parsed, by
+    /// path).
+    fn symbolizer_for(&mut self, path: &Path) -> &mut Symbolizer {
+        if !self.symbolizer_paths.contains(path) {
+            if self.symbolizer_paths.len() >= MAX_SYMBOLIZER_FILES {
+                self.symbolizer = None;
+                self.symbolizer_paths.clear();
+            }
+            self.symbolizer_paths.insert(path.to_owned());
         }
-        let view = ProcessView::read(tgid, &mut self.files)?;
+        &mut self
+            .symbolizer
+            .get_or_insert_with(|| (Symbolizer::new(), Instant::now()))
+            .0
+    }
+
+    /// Reads the process's view again when it is new, old, or does not map `ip`; marks it
+    /// used. Past [`MAX_PROCESSES`], the least recently used view is dropped first.
+    fn refresh(&mut self, tgid: u32, ip: u64) -> Option<()> {
+        let now = Instant::now();
+        if let Some(p) = self.processes.get_mut(&tgid) {
+            p.used = now;
+            if p.read_at.elapsed() < VIEW_TTL && p.mapping(ip).is_some() {
+                return Some(());
+            }
+        }
+        // The old view's files stay mapped while the new one is read (most are the same).
+        let old = self.processes.remove(&tgid);
+        while self.processes.len() >= MAX_PROCESSES {
+            let Some(lru) = self
+                .processes
+                .iter()
+                .min_by_key(|(_, p)| p.used)
+                .map(|(t, _)| *t)
+            else {
+                break;
+            };
+            self.processes.remove(&lru);
+        }
+        let processes = &mut self.processes;
+        let view = ProcessView::read(tgid, &mut self.files, |files, bytes| {
+            make_room(processes, files, bytes, now)
+        });
+        drop(old);
+        let mut view = view?;
+        view.used = now;
         self.processes.insert(tgid, view);
         Some(())
     }
 }
 
 impl ProcessView {
-    fn read(tgid: u32, files: &mut HashMap<(u64, u64, i64), Arc<ElfFile>>) -> Option<Self> {
+    /// Reads a process's view, its files through `files` (`make_room` frees room for one).
+    fn read(
+        tgid: u32,
+        files: &mut FileCache,
+        mut make_room: impl FnMut(&mut FileCache, u64) -> bool,
+    ) -> Option<Self> {
         use std::os::unix::fs::MetadataExt as _;
+        let now = Instant::now();
         let proc = PathBuf::from(format!("/proc/{tgid}"));
         let maps = crate::files::kernel_text(proc.join("maps"))?;
         let root = proc.join("root");
@@ -489,6 +780,7 @@ impl ProcessView {
                 mappings.push(Mapping {
                     range: m.range,
                     path: None,
+                    file: None,
                     bias: 0,
                 });
                 continue;
@@ -497,17 +789,13 @@ impl ProcessView {
             let in_root = root.join(path.trim_start_matches('/'));
             let file = std::fs::metadata(&in_root).ok().and_then(|md| {
                 let key = (md.dev(), md.ino(), md.mtime());
-                if let Some(f) = files.get(&key) {
-                    return Some(f.clone());
-                }
-                let f = Arc::new(read_elf(&in_root)?);
-                files.insert(key, f.clone());
-                Some(f)
+                Some((key, files.get(key, &in_root, now, &mut make_room)?))
             });
-            let Some(file) = file else {
+            let Some((key, file)) = file else {
                 mappings.push(Mapping {
                     range: m.range,
                     path: Some(path.to_owned()),
+                    file: None,
                     bias: 0,
                 });
                 continue;
@@ -534,6 +822,7 @@ impl ProcessView {
             mappings.push(Mapping {
                 range: m.range,
                 path: Some(path.to_owned()),
+                file: Some(key),
                 bias,
             });
         }
@@ -556,7 +845,8 @@ impl ProcessView {
             runtime,
             ns_pid,
             perf_map: PerfMap::default(),
-            read_at: Instant::now(),
+            read_at: now,
+            used: now,
         })
     }
 

@@ -266,3 +266,102 @@ fn lock_function_names_lose_cpp_parameters_but_keep_go_receivers() {
         "ReentrantLock.lock"
     );
 }
+
+/// An ELF file whose call-frame sections are `mib` MiB.
+fn elf_of(mib: u64) -> Arc<ElfFile> {
+    let bytes = Bytes(Arc::new(vec![0; (mib << 20) as usize]));
+    Arc::new(ElfFile {
+        segments: Vec::new(),
+        text: None,
+        eh_frame: Some((0..mib << 20, bytes)),
+        eh_frame_hdr: None,
+        got: None,
+        is_go: false,
+    })
+}
+
+fn cached(cache: &mut FileCache, key: u64, file: &Arc<ElfFile>, used: Instant) {
+    cache.bytes += file.bytes();
+    cache.files.insert(
+        (1, key, 0),
+        CachedFile {
+            file: file.clone(),
+            bytes: file.bytes(),
+            used,
+        },
+    );
+}
+
+#[test]
+fn files_no_view_maps_go_after_a_while_or_least_recently_used_first_when_room_is_needed() {
+    let t0 = Instant::now();
+    let mut cache = FileCache::default();
+    let (a, b, c) = (elf_of(5), elf_of(5), elf_of(5));
+    cached(&mut cache, 1, &a, t0);
+    cached(&mut cache, 2, &b, t0 + Duration::from_secs(1));
+    cached(&mut cache, 3, &c, t0 + Duration::from_secs(2));
+    // A view maps the oldest: it is never dropped while it does.
+    let mapped = a.clone();
+    drop((a, b, c));
+    // Room for 5 more MiB (20 > 16): the least recently used file no view maps goes.
+    cache.evict(5 << 20, t0 + Duration::from_secs(3));
+    let keys = |c: &FileCache| {
+        let mut k: Vec<u64> = c.files.keys().map(|k| k.1).collect();
+        k.sort_unstable();
+        k
+    };
+    assert_eq!(keys(&cache), [1, 3]);
+    assert_eq!(cache.bytes, 10 << 20);
+    assert!(cache.fits(5 << 20));
+    // Unused for UNUSED_FILE_TTL: gone, unless mapped.
+    cache.evict(0, t0 + Duration::from_secs(2) + UNUSED_FILE_TTL);
+    assert_eq!(keys(&cache), [1]);
+    drop(mapped);
+    cache.evict(0, t0 + Duration::from_secs(2) + UNUSED_FILE_TTL);
+    assert!(cache.files.is_empty());
+    assert_eq!(cache.bytes, 0);
+    // Larger than the whole budget: never fits.
+    assert!(!cache.fits(MAX_ELF_BYTES + 1));
+}
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn what_was_read_for_a_process_goes_when_it_is_gone() {
+    let mut stack = vec![0u8; 4096];
+    let (ip, sp, bp) = a_caller_with_a_name(&mut stack);
+    let mut s = UserSymbolizer::new(false);
+    let sample = StackSample {
+        tgid: std::process::id(),
+        ip,
+        sp,
+        bp,
+        stack: &stack,
+    };
+    s.frames(&sample).expect("our own process can be read");
+    let size = |s: &UserSymbolizer, name: &str| {
+        s.cache_sizes()
+            .into_iter()
+            .find(|c| c.name == name)
+            .expect("a cache of that name")
+    };
+    assert_eq!(size(&s, "user_processes").entries, 1);
+    assert!(size(&s, "elf_files").entries > 0);
+    assert!(size(&s, "elf_files").bytes.unwrap() > 0);
+    assert!(size(&s, "symbol_names").entries > 0);
+    // A second process of the same binary would read nothing again: names are by file.
+    let names = size(&s, "symbol_names").entries;
+    s.processes.clear();
+    s.frames(&sample).expect("read again");
+    assert_eq!(size(&s, "symbol_names").entries, names);
+    // The process exits: its view goes at once, its files once unused for a while, and their
+    // names with them.
+    s.retain(|_| false);
+    assert_eq!(size(&s, "user_processes").entries, 0);
+    s.files
+        .evict(0, Instant::now() + UNUSED_FILE_TTL + Duration::from_secs(1));
+    s.retain(|_| false);
+    for cache in ["elf_files", "symbol_names"] {
+        assert_eq!(size(&s, cache).entries, 0, "{cache}");
+    }
+    assert_eq!(size(&s, "elf_files").bytes, Some(0));
+}
