@@ -266,6 +266,7 @@ impl Pipeline {
                 self.call_sites.insert(id, site);
             }
         }
+        self.symbolizer.release();
     }
 
     /// Drops remembered names that no window in use still needs.

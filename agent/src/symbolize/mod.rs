@@ -87,9 +87,17 @@ pub fn call_site(frames: &[Option<(String, u64)>]) -> Option<CallSite> {
 
 /// Symbolizes kernel addresses, caching each address's answer.
 pub struct KernelSymbolizer {
-    symbolizer: Symbolizer,
+    /// blazesym, with `/proc/kallsyms` parsed (6 MiB on a distribution kernel), and when it
+    /// was made: dropped by [`KernelSymbolizer::release`] a minute after, as new addresses are
+    /// rare once the node's contended kernel paths are named (and kallsyms is parsed at most
+    /// once a minute while they are not).
+    symbolizer: Option<(Symbolizer, std::time::Instant)>,
+    /// Each address's symbol, as answered once (at most [`MAX_KERNEL_ADDRESSES`]).
     cache: HashMap<u64, Option<(String, u64)>>,
 }
+
+/// The most kernel addresses whose symbol is kept (past it, they start over).
+pub const MAX_KERNEL_ADDRESSES: usize = 65_536;
 
 impl Default for KernelSymbolizer {
     fn default() -> Self {
@@ -100,9 +108,26 @@ impl Default for KernelSymbolizer {
 impl KernelSymbolizer {
     pub fn new() -> Self {
         Self {
-            symbolizer: Symbolizer::new(),
+            symbolizer: None,
             cache: HashMap::new(),
         }
+    }
+
+    /// Drops blazesym and what it parsed (`/proc/kallsyms`) once it is a minute old: the names
+    /// answered are kept.
+    pub fn release(&mut self) {
+        if self
+            .symbolizer
+            .as_ref()
+            .is_some_and(|(_, made)| made.elapsed() >= std::time::Duration::from_secs(60))
+        {
+            self.symbolizer = None;
+        }
+    }
+
+    /// The addresses named so far.
+    pub fn cache_size(&self) -> crate::memory::CacheSize {
+        crate::memory::CacheSize::entries("kernel_symbols", self.cache.len(), MAX_KERNEL_ADDRESSES)
     }
 
     /// `(symbol, offset)` for each address, `None` where it is not known.
@@ -123,8 +148,13 @@ impl KernelSymbolizer {
             let src = Source::Kernel(kernel);
             let results = self
                 .symbolizer
+                .get_or_insert_with(|| (Symbolizer::new(), std::time::Instant::now()))
+                .0
                 .symbolize(&src, Input::AbsAddr(&missing))
                 .unwrap_or_default();
+            if self.cache.len() + missing.len() > MAX_KERNEL_ADDRESSES {
+                self.cache.clear();
+            }
             for (i, addr) in missing.iter().enumerate() {
                 let answer = match results.get(i) {
                     Some(Symbolized::Sym(sym)) => Some((sym.name.to_string(), sym.offset as u64)),
