@@ -455,6 +455,16 @@ impl Session {
             .any(|s| s.contains(id))
     }
 
+    /// The sizes of its caches: the runtimes of the processes in the window's hand-offs, and
+    /// their threads' names.
+    pub fn cache_sizes(&self) -> Vec<crate::memory::CacheSize> {
+        self.runtimes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .cache_sizes()
+            .to_vec()
+    }
+
     /// Forgets the context of cgroups that are gone (`alive` false) and no longer in the window.
     pub fn forget(&mut self, alive: impl Fn(u64) -> bool) {
         let gone: HashSet<u64> = self

@@ -194,6 +194,10 @@ pub fn parks_in_its_scheduler(runtime: &Runtime) -> bool {
     matches!(runtime, Runtime::Go { .. })
 }
 
+/// The most processes, and threads, [`RuntimeCache`] keeps: it keeps those of the diagnosis
+/// window's hand-offs, this many at most.
+pub const MAX_ENTRIES: usize = 65_536;
+
 /// A cache of process runtimes by tgid (a tgid's runtime cannot change without an exec, which
 /// keeps the tgid; the comm tells an exec apart and re-reads).
 #[derive(Default)]
@@ -222,7 +226,8 @@ impl RuntimeCache {
             .as_deref()
     }
 
-    /// Forgets processes and threads not in `alive` (tgid, tid) pairs.
+    /// Forgets processes and threads not in `alive` (tgid, tid) pairs, and all of them past
+    /// [`MAX_ENTRIES`] (read again when next seen).
     pub fn retain(
         &mut self,
         tgids: &std::collections::HashSet<u32>,
@@ -230,6 +235,21 @@ impl RuntimeCache {
     ) {
         self.by_tgid.retain(|t, _| tgids.contains(t));
         self.comms.retain(|t, _| tids.contains(t));
+        if self.by_tgid.len() > MAX_ENTRIES {
+            self.by_tgid.clear();
+        }
+        if self.comms.len() > MAX_ENTRIES {
+            self.comms.clear();
+        }
+    }
+
+    /// The processes and thread names it keeps.
+    pub fn cache_sizes(&self) -> [crate::memory::CacheSize; 2] {
+        use crate::memory::CacheSize;
+        [
+            CacheSize::entries("process_runtimes", self.by_tgid.len(), MAX_ENTRIES),
+            CacheSize::entries("thread_names", self.comms.len(), MAX_ENTRIES),
+        ]
     }
 }
 

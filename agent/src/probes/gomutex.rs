@@ -65,18 +65,26 @@ struct GoBinary {
     unlock: u64,
 }
 
-/// The Go binaries found, and what was learned of each process and binary.
+/// The Go binaries found, and what was learned of each process and binary. Each entry goes
+/// when its process exits, or the last process that runs its binary does (the futex probes'
+/// tier detached, everything goes); past the bounds, the processes and binaries passed over
+/// start over (they are looked at again).
 #[derive(Debug, Default)]
 pub struct GoMutexProbes {
     /// Both programs loaded (verified): uprobes can be attached.
     loaded: bool,
     binaries: HashMap<FileId, GoBinary>,
-    /// Binaries that are not Go's with the slow paths (or could not be attached to).
-    passed: HashSet<FileId>,
+    /// Binaries that are not Go's with the slow paths (or could not be attached to), with the
+    /// processes seen running them.
+    passed: HashMap<FileId, HashSet<u32>>,
     /// Processes already looked at.
     seen: HashSet<u32>,
     last_burst: Option<Instant>,
 }
+
+/// The most processes remembered as looked at, and binaries as passed over.
+pub const MAX_PROCESSES: usize = 65_536;
+pub const MAX_BINARIES: usize = 4096;
 
 /// The file offsets of a Go binary's mutex slow paths, `None` for any other binary.
 pub fn slow_path_offsets(path: &Path) -> Option<(u64, u64)> {
@@ -151,6 +159,11 @@ impl GoMutexProbes {
         if !self.loaded {
             return;
         }
+        if self.seen.len() >= MAX_PROCESSES || self.passed.len() >= MAX_BINARIES {
+            // Only live processes are kept: a node with this many is looked at again.
+            self.seen.clear();
+            self.passed.clear();
+        }
         for tgid in tgids {
             if !self.seen.insert(tgid) {
                 continue;
@@ -164,10 +177,12 @@ impl GoMutexProbes {
                 b.tgids.insert(tgid);
                 continue;
             }
-            if self.passed.contains(&id) {
+            if let Some(tgids) = self.passed.get_mut(&id) {
+                tgids.insert(tgid);
                 continue;
             }
             match slow_path_offsets(Path::new(&exe)) {
+                Some(_) if self.binaries.len() >= MAX_BINARIES => {}
                 Some((lock, unlock)) => {
                     log::info!(
                         "Go sync.Mutex slow paths found in {} (pid {tgid})",
@@ -185,7 +200,7 @@ impl GoMutexProbes {
                     );
                 }
                 None => {
-                    self.passed.insert(id);
+                    self.passed.insert(id, HashSet::from([tgid]));
                 }
             }
         }
@@ -218,6 +233,20 @@ impl GoMutexProbes {
             b.tgids.retain(|t| live(*t));
         }
         self.binaries.retain(|_, b| !b.tgids.is_empty());
+        for tgids in self.passed.values_mut() {
+            tgids.retain(|t| live(*t));
+        }
+        self.passed.retain(|_, tgids| !tgids.is_empty());
+    }
+
+    /// The sizes of what it remembers.
+    pub fn cache_sizes(&self) -> [crate::memory::CacheSize; 3] {
+        use crate::memory::CacheSize;
+        [
+            CacheSize::entries("go_processes_seen", self.seen.len(), MAX_PROCESSES),
+            CacheSize::entries("go_binaries", self.binaries.len(), MAX_BINARIES),
+            CacheSize::entries("go_binaries_passed", self.passed.len(), MAX_BINARIES),
+        ]
     }
 
     /// Whether a burst is due at `now`.
@@ -248,8 +277,9 @@ impl GoMutexProbes {
             }
         }
         for id in failed {
-            self.binaries.remove(&id);
-            self.passed.insert(id);
+            if let Some(b) = self.binaries.remove(&id) {
+                self.passed.insert(id, b.tgids);
+            }
         }
         if links.is_empty() {
             return None;

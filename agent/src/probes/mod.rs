@@ -257,6 +257,11 @@ impl Probes {
         (true, span)
     }
 
+    /// The sizes of what the Go mutex uprobes' finder remembers of processes and binaries.
+    pub fn go_mutex_cache_sizes(&self) -> [crate::memory::CacheSize; 3] {
+        self.go_mutexes.cache_sizes()
+    }
+
     /// Each cgroup's entries of Go's mutex slow paths so far (nothing when not loaded).
     pub fn read_go_mutex_calls(&self) -> HashMap<u64, stormwatch_common::GoMutexCalls> {
         if !self.go_mutexes.loaded() {
