@@ -13,6 +13,7 @@ use stormwatch_common::net::{NetIfInfo, NetIfKey};
 use crate::{
     collect::{Availability, Snapshot, Window},
     identity::{CgroupResolver, netns::NetnsOwners, workload::Identities},
+    memory::CacheSize,
     netinfo::inventory::SeenInterface,
     probes::{LoadOptions, Probes, locks},
     symbolize::{
@@ -20,6 +21,12 @@ use crate::{
         handoffs::{HandoffNamer, HandoffSide},
     },
 };
+
+/// Kernel stacks the lock probe keeps (`MAX_STACKS` of `ebpf-probes/kernel/src/locks.rs`): the
+/// call sites named by stack id are at most these.
+const MAX_KERNEL_STACKS: usize = 4096;
+/// The most process names kept for the windows (past it, they start over).
+const MAX_PROCESS_NAMES: usize = 65_536;
 
 pub struct Pipeline {
     pub probes: Probes,
@@ -174,6 +181,9 @@ impl Pipeline {
     }
 
     fn name_processes(&mut self, window: &Window) {
+        if self.process_names.len() > MAX_PROCESS_NAMES {
+            self.process_names.clear();
+        }
         for key in window.hot_futexes.keys() {
             if let std::collections::hash_map::Entry::Vacant(e) = self.process_names.entry(key.tgid)
                 && let Some(comm) = crate::files::kernel_text(format!("/proc/{}/comm", key.tgid))
@@ -267,6 +277,24 @@ impl Pipeline {
             }
         }
         self.symbolizer.release();
+    }
+
+    /// The sizes of the pipeline's caches: the symbolizers', the Go mutex finder's, and the
+    /// names it keeps for windows.
+    pub fn cache_sizes(&self) -> Vec<CacheSize> {
+        let mut sizes = self.handoffs.cache_sizes();
+        sizes.extend(self.probes.go_mutex_cache_sizes());
+        sizes.push(self.symbolizer.cache_size());
+        sizes.extend([
+            CacheSize::entries(
+                "kernel_call_sites",
+                self.call_sites.len(),
+                MAX_KERNEL_STACKS,
+            ),
+            CacheSize::entries("process_names", self.process_names.len(), MAX_PROCESS_NAMES),
+            CacheSize::live("cgroup_paths", self.paths.len()),
+        ]);
+        sizes
     }
 
     /// Drops remembered names that no window in use still needs.

@@ -429,6 +429,9 @@ impl Daemon {
                 let session = &self.session;
                 self.pipeline
                     .forget_names(|id| session.contains(id), |_| false);
+                // What the caches hold now, past this collection's forgetting.
+                e.caches = self.pipeline.cache_sizes();
+                e.caches.extend(self.session.cache_sizes());
                 own.set(&mut e, started);
             }
             Err(err) => {

@@ -118,6 +118,17 @@ mod tests {
             },
         ];
         e.lost_events = vec![("map_full", 3)];
+        e.caches = vec![
+            crate::memory::CacheSize {
+                name: "elf_files",
+                entries: 3,
+                max_entries: Some(1024),
+                bytes: Some(2_000_000),
+                max_bytes: Some(16 << 20),
+            },
+            crate::memory::CacheSize::entries("thread_names", 12, 65_536),
+            crate::memory::CacheSize::live("cgroup_paths", 2),
+        ];
         e.programs = vec![ProgramStats {
             program: "sched_switch".into(),
             runs: 10,

@@ -312,6 +312,8 @@ pub struct Exporter {
     /// Connections the HTTP server closed to stay within `http_max_connections`: it counts,
     /// the rendering reads.
     pub http_shed: std::sync::Arc<super::server::Shed>,
+    /// The sizes of the agent's caches at the last collection.
+    pub caches: Vec<crate::memory::CacheSize>,
 }
 
 impl Exporter {
@@ -334,6 +336,7 @@ impl Exporter {
             host: None,
             host_steal_seconds: None,
             http_shed: std::sync::Arc::default(),
+            caches: Vec::new(),
         }
     }
 }

@@ -385,6 +385,83 @@ pub static FAMILIES: &[Family] = &[
             None => Ok(()),
         }),
     },
+    // ---- the agent's caches (issue 45): one block, kept together ----
+    Family {
+        name: "stormwatch_agent_cache_entries",
+        help: "Entries in each of the agent's caches of what the node runs (processes, \
+               binaries, threads, call sites, cgroups): each forgets what is gone, and keeps at \
+               most stormwatch_agent_cache_max_entries.",
+        kind: Kind::Gauge,
+        unit: "",
+        labels: &["cache"],
+        scope: Scope::Agent,
+        present: always,
+        absent: "",
+        read: Read::Samples(|c, emit| {
+            for s in &c.e.caches {
+                emit(&[s.name], Sample::Value(Int(s.entries)))?;
+            }
+            Ok(())
+        }),
+    },
+    Family {
+        name: "stormwatch_agent_cache_max_entries",
+        help: "The most entries each of the agent's caches keeps.",
+        kind: Kind::Gauge,
+        unit: "",
+        labels: &["cache"],
+        scope: Scope::Agent,
+        present: always,
+        absent: "a cache of what is alive, bound by it alone (cgroup_paths: the cgroups that \
+                 exist or are in the diagnosis window)",
+        read: Read::Samples(|c, emit| {
+            for s in &c.e.caches {
+                if let Some(max) = s.max_entries {
+                    emit(&[s.name], Sample::Value(Int(max)))?;
+                }
+            }
+            Ok(())
+        }),
+    },
+    Family {
+        name: "stormwatch_agent_cache_bytes",
+        help: "Bytes held by the entries of the agent's caches whose entries are large: ELF \
+               call-frame sections (elf_files), JVM perf maps (user_processes), sampled stacks \
+               waiting for their pair (handoff_sides_pending).",
+        kind: Kind::Gauge,
+        unit: "bytes",
+        labels: &["cache"],
+        scope: Scope::Agent,
+        present: always,
+        absent: "a cache whose bytes are not counted",
+        read: Read::Samples(|c, emit| {
+            for s in &c.e.caches {
+                if let Some(bytes) = s.bytes {
+                    emit(&[s.name], Sample::Value(Int(bytes)))?;
+                }
+            }
+            Ok(())
+        }),
+    },
+    Family {
+        name: "stormwatch_agent_cache_max_bytes",
+        help: "The most bytes a cache keeps, where its bound is in bytes.",
+        kind: Kind::Gauge,
+        unit: "bytes",
+        labels: &["cache"],
+        scope: Scope::Agent,
+        present: always,
+        absent: "a cache bound by its entries alone",
+        read: Read::Samples(|c, emit| {
+            for s in &c.e.caches {
+                if let Some(max) = s.max_bytes {
+                    emit(&[s.name], Sample::Value(Int(max)))?;
+                }
+            }
+            Ok(())
+        }),
+    },
+    // ---- end of the agent's caches ----
     Family {
         name: "stormwatch_http_connections_dropped",
         help: "Connections the metrics endpoint closed to stay within http_max_connections, by \
