@@ -64,8 +64,10 @@ pub const MAX_NAMES: usize = 100_000;
 /// The most files blazesym is asked about before it is dropped with what it parsed of them.
 pub const MAX_SYMBOLIZER_FILES: usize = 64;
 /// How long blazesym keeps what it parsed: a file with new addresses to name (a compiler's,
-/// say) is parsed once a minute at most, not at every collection.
-const SYMBOLIZER_TTL: Duration = Duration::from_secs(60);
+/// say) is parsed at most once in this time, not at every collection; and what it parsed (the
+/// symbol tables of every file asked about: 20 MiB and more under churn beside compilers, when
+/// it was kept a minute) is not held much longer than the collection that needed it.
+const SYMBOLIZER_TTL: Duration = Duration::from_secs(10);
 
 /// A file by device, inode and modification time: one key for every process and container that
 /// maps the same file, whatever the path it has there.
