@@ -285,6 +285,7 @@ impl Pipeline {
         let mut sizes = self.handoffs.cache_sizes();
         sizes.extend(self.probes.go_mutex_cache_sizes());
         sizes.push(self.symbolizer.cache_size());
+        sizes.extend(self.resolver.cache_sizes());
         sizes.extend([
             CacheSize::entries(
                 "kernel_call_sites",

@@ -168,7 +168,7 @@ impl CgroupResolver {
                     gone.insert(id);
                 }
             }
-            if self.unresolvable.len() > UNRESOLVABLE_MAX {
+            if self.unresolvable.len() + missing.len() > UNRESOLVABLE_MAX {
                 self.unresolvable.clear();
             }
             for id in missing {
@@ -190,6 +190,20 @@ impl CgroupResolver {
         };
         let full = self.root.join(rel.trim_start_matches('/'));
         std::fs::metadata(full).map(|m| m.ino()).ok() == Some(id)
+    }
+
+    /// The sizes of its caches: the live cgroups' paths (and their last activity), and the ids
+    /// no walk found.
+    pub fn cache_sizes(&self) -> [crate::memory::CacheSize; 2] {
+        use crate::memory::CacheSize;
+        [
+            CacheSize::live("cgroup_ids", self.paths.len()),
+            CacheSize::entries(
+                "cgroup_ids_unresolvable",
+                self.unresolvable.len(),
+                UNRESOLVABLE_MAX,
+            ),
+        ]
     }
 
     /// When the hierarchy was last walked.
