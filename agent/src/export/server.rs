@@ -14,7 +14,7 @@
 //! [`MAX_HEADER_BYTES`] and bodies refused, and at most `max_connections` are open at once,
 //! plus two that serve only the health probes. A new connection beyond that is not refused:
 //! an idle one of the client holding the most slots makes room for it, so that a client
-//! holding connections it never uses only pushes out its own (see [`slots`] for who goes, and
+//! holding connections it never uses only pushes out its own (see `slots` for who goes, and
 //! the count and log of it). TLS and basic authentication come from a web
 //! config file ([`super::web`]).
 
@@ -604,7 +604,7 @@ const TASKS: u32 = 1 << 24;
 
 /// Serves until `stop` completes; then stops accepting, and returns once the connections have
 /// finished their requests in flight. `shed` counts the connections closed to stay within
-/// `max_connections` ([`slots`]).
+/// `max_connections` (`slots`).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     shared: Arc<Shared>,

@@ -364,8 +364,8 @@ impl Active {
     /// bcrypt checks: values seen before are answered from the caches (verified; or failed,
     /// 401 without hashing); one check runs at a time, on the blocking pool (off the worker
     /// that serves the scrapes and probes), and after one that failed the next waits
-    /// [`COOLDOWN`] times as long; a client has one place in the line, which holds
-    /// [`WAITING`] clients (others get [`Auth::Busy`]), those that did not fail recently first.
+    /// `COOLDOWN` times as long; a client has one place in the line, which holds
+    /// `WAITING` clients (others get [`Auth::Busy`]), those that did not fail recently first.
     pub async fn check(self: &Arc<Self>, authorization: Option<&str>, client: IpAddr) -> Auth {
         if self.users.is_empty() {
             return Auth::Allowed;

@@ -454,8 +454,8 @@ impl UserSymbolizer {
     }
 
     /// Forgets processes that are gone (not in `live`), and with them what was read for them
-    /// alone: files no live process maps (after [`UNUSED_FILE_TTL`]), their names and lines;
-    /// and blazesym with what it parsed, once it is [`SYMBOLIZER_TTL`] old (it keeps files per
+    /// alone: files no live process maps (after `UNUSED_FILE_TTL`), their names and lines;
+    /// and blazesym with what it parsed, once it is `SYMBOLIZER_TTL` old (it keeps files per
     /// path, and a path is per process: `/proc/<pid>/root/…`; names are kept by file, so a
     /// process that runs a known binary asks it nothing), so that a daemon's memory follows
     /// the processes it names, not every process it ever named. Called at every collection.
