@@ -2,7 +2,7 @@
 // lock of a chosen kind around a critical section of busy work, then work outside it. What
 // runs is glibc's own locking; this program only chooses the lock, the threads and the work.
 //
-//   lockbench --lock mutex|adaptive|rwlock|shared [--threads N] [--procs P] [--seconds S]
+//   lockbench --lock mutex|adaptive|rwlock|shared|pool [--threads N] [--procs P] [--seconds S]
 //             [--cs ITER] [--out ITER] [--uncontended] [--sleep-in-cs US]
 //             [--sleep-out US]
 //
@@ -11,6 +11,13 @@
 //        rwlock     a pthread rwlock, every thread taking it as a writer
 //        shared     a PTHREAD_PROCESS_SHARED mutex in MAP_SHARED memory, taken by the threads
 //                   of --procs forked processes
+//        pool       no lock around the work: a pool of --threads workers waiting for work on a
+//                   condition variable, fed by one producer thread (an event loop, as libuv's
+//                   pool is fed) that spends --out iterations making each task and posts it
+//                   under the queue's mutex, signalling an idle worker; a worker takes a task
+//                   under the mutex and runs it (--cs iterations) outside. At most 2 tasks per
+//                   worker wait in the queue (the producer then waits for room, woken by the
+//                   workers that take). An operation is a task done.
 // --threads N       threads (per process in shared mode), default 32
 // --procs P         processes, each running --threads threads (shared mode only), default 1
 // --seconds S       how long to run, default 10
@@ -44,7 +51,7 @@
 #include <time.h>
 #include <unistd.h>
 
-enum kind { MUTEX, ADAPTIVE, RWLOCK, SHARED };
+enum kind { MUTEX, ADAPTIVE, RWLOCK, SHARED, POOL };
 
 // A lock and the data it guards, alone on its cache lines.
 struct slot {
@@ -69,6 +76,15 @@ struct shared {
     struct slot *slots;
     struct counter *counters;
 };
+
+// The pool's queue (--lock pool): tasks waiting, idle workers, and the producer's wait for room.
+static struct {
+    pthread_mutex_t mutex;
+    pthread_cond_t work, room;
+    int queued, idle, capacity;
+} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0};
+// Where the pool's threads leave their results, so that the work is not optimized away.
+static volatile uint64_t pool_sink;
 
 static struct shared *sh;
 
@@ -136,13 +152,67 @@ static void *worker(void *arg) {
     return NULL;
 }
 
+// A worker of the pool: waits for a task, takes it, runs it.
+static void *pool_worker(void *arg) {
+    int id = (int)(intptr_t)arg;
+    uint64_t x = (uint64_t)id + 1, ops = 0;
+    for (;;) {
+        pthread_mutex_lock(&pool.mutex);
+        while (!pool.queued && !atomic_load_explicit(&sh->stop, memory_order_relaxed)) {
+            pool.idle++;
+            pthread_cond_wait(&pool.work, &pool.mutex);
+            pool.idle--;
+        }
+        if (!pool.queued) {
+            pthread_mutex_unlock(&pool.mutex);
+            pool_sink = x;
+            return NULL;
+        }
+        if (pool.queued-- == pool.capacity)
+            pthread_cond_signal(&pool.room);
+        pthread_mutex_unlock(&pool.mutex);
+        x = burn(sh->cs, x);
+        atomic_store_explicit(&sh->counters[id].ops, ++ops, memory_order_relaxed);
+    }
+}
+
+// The pool's producer: makes each task (--out iterations) and posts it.
+static void *pool_producer(void *arg) {
+    (void)arg;
+    uint64_t x = 7;
+    while (!atomic_load_explicit(&sh->stop, memory_order_relaxed)) {
+        x = burn(sh->out, x);
+        pthread_mutex_lock(&pool.mutex);
+        while (pool.queued == pool.capacity && !atomic_load_explicit(&sh->stop, memory_order_relaxed))
+            pthread_cond_wait(&pool.room, &pool.mutex);
+        pool.queued++;
+        if (pool.idle)
+            pthread_cond_signal(&pool.work);
+        pthread_mutex_unlock(&pool.mutex);
+    }
+    // Wake every worker to see the stop flag (and the producer's last tasks run first).
+    pthread_mutex_lock(&pool.mutex);
+    pthread_cond_broadcast(&pool.work);
+    pthread_mutex_unlock(&pool.mutex);
+    pool_sink = x;
+    return NULL;
+}
+
 // Starts the threads of process number `proc`.
 static pthread_t *start_threads(int proc) {
-    pthread_t *tids = calloc(sh->threads, sizeof *tids);
+    // The pool's producer is one thread more, last.
+    int extra = sh->kind == POOL;
+    pthread_t *tids = calloc(sh->threads + extra, sizeof *tids);
     if (!tids)
         die("calloc", ENOMEM);
     for (int t = 0; t < sh->threads; t++) {
-        int err = pthread_create(&tids[t], NULL, worker, (void *)(intptr_t)(proc * sh->threads + t));
+        int err = pthread_create(&tids[t], NULL, sh->kind == POOL ? pool_worker : worker,
+                                 (void *)(intptr_t)(proc * sh->threads + t));
+        if (err)
+            die("pthread_create", err);
+    }
+    if (extra) {
+        int err = pthread_create(&tids[sh->threads], NULL, pool_producer, NULL);
         if (err)
             die("pthread_create", err);
     }
@@ -150,7 +220,7 @@ static pthread_t *start_threads(int proc) {
 }
 
 static void join_threads(pthread_t *tids) {
-    for (int t = 0; t < sh->threads; t++)
+    for (int t = 0; t < sh->threads + (sh->kind == POOL); t++)
         pthread_join(tids[t], NULL);
     free(tids);
 }
@@ -168,7 +238,7 @@ static void report(uint64_t ops, double seconds) {
 }
 
 static _Noreturn void usage(void) {
-    fprintf(stderr, "usage: lockbench --lock mutex|adaptive|rwlock|shared [--threads N] "
+    fprintf(stderr, "usage: lockbench --lock mutex|adaptive|rwlock|shared|pool [--threads N] "
                     "[--procs P] [--seconds S] [--cs ITER] [--out ITER] [--uncontended] "
                     "[--sleep-in-cs US] [--sleep-out US]\n");
     exit(2);
@@ -210,8 +280,16 @@ int main(int argc, char **argv) {
         kind = RWLOCK;
     else if (!strcmp(lock, "shared"))
         kind = SHARED;
+    else if (!strcmp(lock, "pool"))
+        kind = POOL;
     else
         usage();
+    if (kind == POOL && uncontended) {
+        fprintf(stderr, "lockbench: --uncontended has no meaning for a pool (it takes no lock "
+                        "around its work): its counterfactual is fewer --threads\n");
+        exit(2);
+    }
+    pool.capacity = 2 * threads;
     if (procs > 1 && kind != SHARED) {
         fprintf(stderr, "lockbench: --procs needs --lock shared (a private lock is per process)\n");
         exit(2);

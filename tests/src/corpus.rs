@@ -72,6 +72,9 @@ pub enum Lock {
     RwLock,
     /// A `PTHREAD_PROCESS_SHARED` mutex in shared memory, taken by several processes.
     Shared,
+    /// No lock around the work: a pool of workers waiting for work on a condition variable,
+    /// fed by one producer thread (`cs`: a task's work, `out`: the producer's per task).
+    Pool,
 }
 
 impl Lock {
@@ -81,6 +84,7 @@ impl Lock {
             Lock::Adaptive => "adaptive",
             Lock::RwLock => "rwlock",
             Lock::Shared => "shared",
+            Lock::Pool => "pool",
         }
     }
 }
@@ -120,6 +124,9 @@ pub enum Program {
     /// GOMAXPROCS, loaded from outside the cgroup by `clients` keep-alive clients of
     /// tests/corpus/httpload; its work is the requests answered.
     GoHttpUnderLoad { gomaxprocs: u32, clients: u32 },
+    /// Node.js (tests/corpus/nodepool.js): a libuv pool of `threads` (`UV_THREADPOOL_SIZE`)
+    /// fed pbkdf2 tasks of `iterations` rounds by the event loop; its work is the tasks done.
+    NodePool { threads: u32, iterations: u32 },
 }
 
 /// The Corpus.java modes that print progress lines (their work so far).
@@ -153,7 +160,7 @@ impl Program {
     /// otherwise).
     fn prints_progress(&self) -> bool {
         match self {
-            Program::LockBench { .. } | Program::Sysbench { .. } => true,
+            Program::LockBench { .. } | Program::Sysbench { .. } | Program::NodePool { .. } => true,
             Program::Java { mode, .. } => JAVA_MODES_WITH_PROGRESS.contains(mode),
             _ => false,
         }
@@ -623,6 +630,53 @@ pub fn cases() -> Vec<Case> {
             split: HeldOut,
             counterfactual: Some(rwlock.uncontended()),
         },
+        // Pools waiting for work on a condition variable, fed by one thread that limits their
+        // work (issue #41): the queue's mutex is hot (the woken worker reacquires it inside
+        // its condition wait), yet 2 workers do about what 64 do. The C pool and Node's
+        // 100 µs tasks are tuning (the condition-wait share was chosen on them); Node's
+        // 400 µs tasks are held out.
+        Case {
+            name: "condvar-pool-64",
+            what: "lockbench: a pool of 64 workers waiting on a pthread condition variable for \
+                   tasks of 20000 iterations, fed by one producer spending 12000 per task",
+            expect: NotLockStorm,
+            program: Program::lockbench(Lock::Pool, 64, 20_000, 12_000),
+            quota: None,
+            split: Tuning,
+            counterfactual: Some(Program::lockbench(Lock::Pool, 2, 20_000, 12_000)),
+        },
+        Case {
+            name: "node-libuv-pool-100us",
+            what: "Node.js: a libuv pool of 64 threads running ~100 µs pbkdf2 tasks the event \
+                   loop keeps in flight",
+            expect: NotLockStorm,
+            program: NodePool {
+                threads: 64,
+                iterations: 100,
+            },
+            quota: None,
+            split: Tuning,
+            counterfactual: Some(NodePool {
+                threads: 2,
+                iterations: 100,
+            }),
+        },
+        Case {
+            name: "node-libuv-pool-400us",
+            what: "Node.js: a libuv pool of 64 threads running ~400 µs pbkdf2 tasks the event \
+                   loop keeps in flight",
+            expect: NotLockStorm,
+            program: NodePool {
+                threads: 64,
+                iterations: 400,
+            },
+            quota: None,
+            split: HeldOut,
+            counterfactual: Some(NodePool {
+                threads: 2,
+                iterations: 400,
+            }),
+        },
         Case {
             name: "jvm-small-pool",
             what: "JVM ThreadPoolExecutor of 2 workers fed small tasks by one producer as fast \
@@ -1000,6 +1054,16 @@ fn command(program: &Program, listen: &str) -> Command {
             if *uncontended {
                 c.arg("--uncontended");
             }
+            c
+        }
+        Program::NodePool {
+            threads,
+            iterations,
+        } => {
+            let mut c = Command::new(tool("node", "apt-get install nodejs"));
+            c.env("UV_THREADPOOL_SIZE", threads.to_string())
+                .arg(corpus_source().join("nodepool.js"))
+                .args([&iterations.to_string(), "60"]);
             c
         }
         Program::GoHttpUnderLoad { gomaxprocs, .. } => {

@@ -58,6 +58,10 @@ pub const TEST_PACKAGES: &[(&str, &str)] = &[
         "an I/O-bound server for the lock-storm corpus",
     ),
     ("redis-tools", "redis-benchmark, the corpus server's load"),
+    (
+        "nodejs",
+        "a Node.js service's libuv pool for the lock-storm corpus",
+    ),
     ("iproute2", "network namespaces for the tests"),
     (
         "openssl",
