@@ -98,12 +98,16 @@ impl Counters for ThreadHandoff {
             woken_waits,
             woken_wait_ns,
             wakes,
+            relay_waits,
+            relay_wait_ns,
             tgid,
             _pad,
         } = *o;
         self.woken_waits += woken_waits;
         self.woken_wait_ns += woken_wait_ns;
         self.wakes += wakes;
+        self.relay_waits += relay_waits;
+        self.relay_wait_ns += relay_wait_ns;
         if cgroup_id != 0 {
             self.cgroup_id = cgroup_id;
             self.tgid = tgid;
@@ -114,18 +118,17 @@ impl Counters for ThreadHandoff {
             woken_waits: self.woken_waits.checked_sub(t.woken_waits)?,
             woken_wait_ns: self.woken_wait_ns.checked_sub(t.woken_wait_ns)?,
             wakes: self.wakes.checked_sub(t.wakes)?,
+            relay_waits: self.relay_waits.checked_sub(t.relay_waits)?,
+            relay_wait_ns: self.relay_wait_ns.checked_sub(t.relay_wait_ns)?,
             ..*self
         })
     }
 }
 
+/// `tid` and `shared` are properties of the word, not counters: added (across CPUs), a word
+/// is shared when either side is, or when different threads made the two sides' entries.
 impl Counters for HotFutexValue {
-    const ZERO: Self = HotFutexValue {
-        waits: 0,
-        wait_ns: 0,
-        max_wait_ns: 0,
-        comm: [0; 16],
-    };
+    const ZERO: Self = HotFutexValue::ZERO;
     fn add(&mut self, o: &Self) {
         self.waits += o.waits;
         self.wait_ns += o.wait_ns;
@@ -133,13 +136,19 @@ impl Counters for HotFutexValue {
         if self.comm[0] == 0 {
             self.comm = o.comm;
         }
+        if self.tid != 0 && o.tid != 0 && self.tid != o.tid {
+            self.shared = 1;
+        }
+        self.shared |= o.shared;
+        if self.tid == 0 {
+            self.tid = o.tid;
+        }
     }
     fn since(&self, t: &Self) -> Option<Self> {
         Some(HotFutexValue {
             waits: self.waits.checked_sub(t.waits)?,
             wait_ns: self.wait_ns.checked_sub(t.wait_ns)?,
-            max_wait_ns: self.max_wait_ns,
-            comm: self.comm,
+            ..*self
         })
     }
 }
@@ -278,5 +287,50 @@ mod tests {
         b.add(&a);
         assert_eq!((b.count, b.wait_ns, b.max_wait_ns), (4, 20, 8));
         assert_eq!(b.since(&a).map(|d| (d.count, d.max_wait_ns)), Some((2, 8)));
+    }
+
+    #[test]
+    fn a_word_is_shared_when_two_threads_waited_on_it_on_any_cpus() {
+        let on = |tid, shared| HotFutexValue {
+            waits: 1,
+            wait_ns: 5,
+            tid,
+            shared,
+            ..HotFutexValue::ZERO
+        };
+        // Per CPU: the same thread on two CPUs (and a CPU without the word) is one waiter.
+        let mut one = HotFutexValue::ZERO;
+        for v in [on(7, 0), HotFutexValue::ZERO, on(7, 0)] {
+            one.add(&v);
+        }
+        assert_eq!((one.waits, one.tid, one.shared), (2, 7, 0));
+        // Two threads, each alone on its CPU; or a CPU that saw two.
+        let mut two = on(7, 0);
+        two.add(&on(8, 0));
+        assert_eq!(two.shared, 1);
+        let mut seen = on(7, 0);
+        seen.add(&on(7, 1));
+        assert_eq!(seen.shared, 1);
+        // A window's change keeps what the word is.
+        assert_eq!(
+            two.since(&on(7, 0)).map(|d| (d.waits, d.shared)),
+            Some((1, 1))
+        );
+    }
+
+    #[test]
+    fn a_threads_handed_on_waits_are_counters() {
+        let a = ThreadHandoff {
+            woken_waits: 3,
+            relay_waits: 2,
+            relay_wait_ns: 40,
+            ..ThreadHandoff::ZERO
+        };
+        let mut b = a;
+        b.add(&a);
+        assert_eq!((b.relay_waits, b.relay_wait_ns), (4, 80));
+        assert_eq!(b.since(&a).map(|d| d.relay_wait_ns), Some(40));
+        b.relay_waits = 1;
+        assert_eq!(b.since(&a), None);
     }
 }

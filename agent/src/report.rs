@@ -176,6 +176,9 @@ pub struct HotFutex {
     pub wait_seconds: f64,
     /// The longest single wait since the probes attached.
     pub max_wait_seconds: f64,
+    /// Whether two or more threads have waited on the word (a lock's or a condition's), or
+    /// only one (a runtime parking that thread on a word of its own).
+    pub shared: bool,
 }
 
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -290,6 +293,7 @@ fn hot_futexes(window: &Window, cgroup_id: u64, ctx: &ReportContext) -> Vec<HotF
             waits: v.waits,
             wait_seconds: secs(v.wait_ns),
             max_wait_seconds: secs(v.max_wait_ns),
+            shared: v.shared != 0,
         })
         .collect()
 }
@@ -447,6 +451,7 @@ mod tests {
                     wait_ns,
                     max_wait_ns: wait_ns,
                     comm: *b"worker\0\0\0\0\0\0\0\0\0\0",
+                    ..HotFutexValue::ZERO
                 },
             );
         }
@@ -641,6 +646,7 @@ mod tests {
                     wait_ns: 1,
                     max_wait_ns: 1,
                     comm: [0; 16],
+                    ..HotFutexValue::ZERO
                 },
             );
         }

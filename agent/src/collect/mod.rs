@@ -291,6 +291,33 @@ pub struct Window {
     pub counter_regressions: u64,
     /// Per cgroup: the call sites of its sampled futex hand-offs (named by the pipeline).
     pub handoff_sites: HashMap<u64, HandoffSites>,
+    /// Per (cgroup, process): its futex waits, and those on words only one of its threads
+    /// waited on, from `hot_futexes` — kept by [`Window::extend_figures`], which drops the
+    /// words themselves.
+    pub process_words: HashMap<(u64, u32), WordWaits>,
+}
+
+/// A process's futex waits over a window, and the part on words of one thread
+/// ([`HotFutexValue::shared`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WordWaits {
+    pub waits: u64,
+    pub own_word_waits: u64,
+}
+
+/// Sums the waits of each process in `hot`.
+pub(crate) fn process_words(
+    hot: &HashMap<HotFutexKey, HotFutexValue>,
+) -> HashMap<(u64, u32), WordWaits> {
+    let mut by: HashMap<(u64, u32), WordWaits> = HashMap::new();
+    for (k, v) in hot {
+        let e = by.entry((k.cgroup_id, k.tgid)).or_default();
+        e.waits += v.waits;
+        if v.shared == 0 {
+            e.own_word_waits += v.waits;
+        }
+    }
+    by
 }
 
 /// The non-zero changes of each key from `before` to `after`.
@@ -341,6 +368,7 @@ impl Window {
             net_drops: HashMap::new(),
             counter_regressions: 0,
             handoff_sites: HashMap::new(),
+            process_words: HashMap::new(),
         }
     }
 
@@ -368,6 +396,7 @@ impl Window {
         let hot_futexes = deltas(&before.hot_futexes, &after.hot_futexes, &mut regressions)
             .filter(|(_, v)| v.waits > 0)
             .collect();
+        let process_words = process_words(&hot_futexes);
         let lock_sites = deltas(&before.lock_sites, &after.lock_sites, &mut regressions)
             .filter(|(_, v)| v.count > 0)
             .collect();
@@ -397,6 +426,7 @@ impl Window {
             net_drops,
             counter_regressions: regressions,
             handoff_sites: HashMap::new(),
+            process_words,
         }
     }
 
@@ -424,6 +454,11 @@ impl Window {
             self.add_cgroup(*id, w);
         }
         add_all(&mut self.handoff_threads, &later.handoff_threads);
+        for (k, w) in &later.process_words {
+            let e = self.process_words.entry(*k).or_default();
+            e.waits += w.waits;
+            e.own_word_waits += w.own_word_waits;
+        }
         add_all(&mut self.net_ifaces, &later.net_ifaces);
         add_all(&mut self.net_drops, &later.net_drops);
         for (id, sites) in &later.handoff_sites {

@@ -180,6 +180,7 @@ fn hot(waits: u64, wait_ns: u64, max: u64) -> HotFutexValue {
         wait_ns,
         max_wait_ns: max,
         comm: *b"java\0\0\0\0\0\0\0\0\0\0\0\0",
+        ..HotFutexValue::ZERO
     }
 }
 

@@ -66,10 +66,12 @@ pub struct Facts {
 
 /// A container's futex waits that ended in a wake (hand-offs through the kernel), split by the
 /// part their threads played in the window. A lock is handed on by threads that each wait for
-/// it and wake the next waiter when they let go; a pool waiting for work has workers that only
-/// wait and a producer that only wakes; a runtime parks its idle threads itself and wakes them
-/// for work (Go's Ms, HotSpot's compiler, GC and service threads). Only the first make a lock's
-/// queue.
+/// it and wake the next waiter when they let go — on the lock's word itself, where the threads
+/// queue on one (glibc's mutexes, rwlocks and PI futexes): each hands on the word it waited on;
+/// a pool waiting for work has workers woken on a condition's word by a producer that never
+/// waited there (the workers may also take the queue's mutex: only those waits are a lock's);
+/// a runtime parks its idle threads itself and wakes them for work (Go's Ms, HotSpot's
+/// compiler, GC and service threads). Only the lock's waits make its queue.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Handoffs {
     /// Woken waits, and their time, of the threads that both waited for hand-offs and made
@@ -82,9 +84,15 @@ pub struct Handoffs {
     /// threads): hand-offs of work by the runtime's scheduler.
     pub runtime_waits: u64,
     pub runtime_wait_ns: u64,
-    /// Woken waits of threads that only waited (they woke no one): workers waiting for work.
-    pub waiter_only_waits: u64,
-    pub waiter_only_wait_ns: u64,
+    /// The other woken waits: of threads that only waited (they woke no one), and on shared
+    /// words, those the thread did not hand on (a condition's, signalled by a producer):
+    /// workers waiting for work.
+    pub work_waits: u64,
+    pub work_wait_ns: u64,
+    /// Threads (not the runtime's) of processes that park their threads on words of their own
+    /// (`session::handoffs::parks_on_own_words`): judged by whether they both waited and woke,
+    /// as whether they handed on their own word says nothing there.
+    pub own_word_threads: u32,
 }
 
 /// What the rules know of the host over a window.

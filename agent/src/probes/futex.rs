@@ -203,13 +203,9 @@ pub fn read(ebpf: &Ebpf) -> anyhow::Result<HashMap<u64, FutexStats>> {
 }
 
 pub fn read_hot(ebpf: &Ebpf) -> anyhow::Result<HashMap<HotFutexKey, HotFutexValue>> {
-    let zero = HotFutexValue {
-        waits: 0,
-        wait_ns: 0,
-        max_wait_ns: 0,
-        comm: [0; 16],
-    };
-    read_per_cpu_hash(ebpf, maps::HOT_FUTEXES, zero, |t, v| t.add(v))
+    read_per_cpu_hash(ebpf, maps::HOT_FUTEXES, HotFutexValue::ZERO, |t, v| {
+        t.add(v)
+    })
 }
 
 /// Each thread's part in hand-offs, by thread id (cumulative since its entry was made).

@@ -20,7 +20,7 @@ use std::{
 use serde::Serialize;
 use stormwatch_common::{HandoffSample, handoff_side};
 
-use super::user::{StackSample, UserSite, UserSymbolizer};
+use super::user::{StackSample, UserSite, UserSymbolizer, WaitKind, wait_kind};
 use crate::memory::CacheSize;
 
 /// One side of a sampled hand-off, as read from the ring buffer (the stack cut to what was read).
@@ -227,6 +227,21 @@ impl HandoffSites {
         all.sort_by(|a, b| b.1.handoffs.cmp(&a.1.handoffs).then_with(|| a.0.cmp(b.0)));
         all.truncate(n);
         all
+    }
+
+    /// The sampled hand-offs whose waiter waited for a lock, and those whose waiter waited for
+    /// a condition (work, a signal), by the machinery it waited in ([`wait_kind`]); hand-offs
+    /// whose waiter's machinery says neither are in neither.
+    pub fn by_wait_kind(&self) -> (u64, u64) {
+        let (mut lock, mut condition) = (0, 0);
+        for ((waiter, _), v) in &self.pairs {
+            match waiter.lock_function.as_deref().and_then(wait_kind) {
+                Some(WaitKind::Lock) => lock += v.handoffs,
+                Some(WaitKind::Condition) => condition += v.handoffs,
+                None => {}
+            }
+        }
+        (lock, condition)
     }
 
     /// The waiter sites with the most sampled hand-offs, over every waker site.

@@ -995,7 +995,12 @@ fn pick_site_at(frames: &[Frame], runtime: Runtime) -> (UserSite, Option<String>
                 (Some("JIT"), _) => "code in an anonymous mapping (JIT) without a perf map",
                 _ => "a stripped binary without symbols",
             };
-            return (UserSite::unnamed(why), hint_for(frame, runtime), None);
+            // The machinery it waited in still says what it waited for (`wait_kind`).
+            let site = UserSite {
+                lock_function: inner,
+                ..UserSite::unnamed(why)
+            };
+            return (site, hint_for(frame, runtime), None);
         };
         return (
             UserSite {
@@ -1045,6 +1050,69 @@ fn hint_for(frame: &Frame, runtime: Runtime) -> Option<String> {
             "keep the binary's symbols (no `strip`), or build it with frame pointers and symbols"
                 .to_owned(),
         ),
+    }
+}
+
+/// What a waiter waited for, from the lock machinery it waited in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WaitKind {
+    /// A lock: a mutex, an rwlock, a JVM monitor's entry, a `java.util.concurrent` lock.
+    Lock,
+    /// A condition — work to arrive, a signal: a condition variable (its mutex's reacquire
+    /// included, which happens inside the wait), `Object.wait`, a blocking queue's `take`.
+    Condition,
+}
+
+/// What the waiter of a site waited for, from its `lock_function` (the outermost machinery
+/// frame that has a name, so the API the application called: a glibc condition wait that
+/// reacquires its mutex is `pthread_cond_wait`, a JVM monitor's entry parks through
+/// `pthread_cond_wait` inside `ObjectMonitor::enter`, whose callers name it). `None` when the
+/// name says neither (a bare `Parker::park`, a raw futex call).
+pub fn wait_kind(lock_function: &str) -> Option<WaitKind> {
+    const CONDITION: &[&str] = &[
+        "cond_wait",
+        "cond_timedwait",
+        "cond_clockwait",
+        "cnd_wait",
+        "cnd_timedwait",
+        "condition_variable",
+        "Condvar::wait",
+        "ObjectMonitor::wait",
+        "ObjectSynchronizer::wait",
+        "MonitorWait",
+        "Object.wait",
+        ".await",
+        "Queue.take",
+        "Queue.poll",
+        "ThreadPoolExecutor.getTask",
+    ];
+    const LOCK: &[&str] = &[
+        "mutex_lock",
+        "mutex_timedlock",
+        "mutex_clocklock",
+        "rwlock",
+        "lll_lock",
+        "ObjectMonitor::enter",
+        "ObjectMonitor::EnterI",
+        "ObjectSynchronizer::enter",
+        "monitorenter",
+        "monitor_locking",
+        "ReentrantLock",
+        "ReentrantReadWriteLock",
+        "AbstractQueuedSynchronizer.acquire",
+        "Mutex::lock",
+        "RwLock::",
+        "lock_contended",
+        "RawMutex::lock",
+        "RawRwLock::",
+    ];
+    if CONDITION.iter().any(|p| lock_function.contains(p)) {
+        Some(WaitKind::Condition)
+    } else if LOCK.iter().any(|p| lock_function.contains(p)) {
+        Some(WaitKind::Lock)
+    } else {
+        None
     }
 }
 

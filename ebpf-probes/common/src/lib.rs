@@ -591,6 +591,13 @@ pub struct FutexInflight {
     pub held_run_delay: u64,
     pub held_nvcsw: u64,
     pub held_nivcsw: u64,
+    /// The thread's woken waits not yet handed on ([`ThreadHandoff::relay_waits`]): the word
+    /// of its latest woken wait, and the woken waits (and their time) it has made on that word
+    /// in a row since it last woke it. A woken wait on another word starts them over; a wake
+    /// on this word credits them and clears them.
+    pub relay_uaddr: u64,
+    pub relay_waits: u64,
+    pub relay_wait_ns: u64,
 }
 
 /// A futex word of one process in one cgroup.
@@ -611,6 +618,23 @@ pub struct HotFutexValue {
     pub max_wait_ns: u64,
     /// The waiting thread's name when the entry was created.
     pub comm: [u8; 16],
+    /// The thread that made the entry (on this CPU).
+    pub tid: u32,
+    /// 1 once another thread has waited on the word (on this CPU): a word several threads
+    /// queue on (a lock's, a condition's), not one a runtime parks a single thread on (a JVM's
+    /// per-thread park events, a Go M's note). Across CPUs the agent also compares `tid`.
+    pub shared: u32,
+}
+
+impl HotFutexValue {
+    pub const ZERO: Self = Self {
+        waits: 0,
+        wait_ns: 0,
+        max_wait_ns: 0,
+        comm: [0; 16],
+        tid: 0,
+        shared: 0,
+    };
 }
 
 /// One thread's part in futex hand-offs since its entry was made: the waits of its that ended
@@ -618,6 +642,12 @@ pub struct HotFutexValue {
 /// are made by threads that do both — each waits for the lock, then wakes the next waiter when
 /// it lets go — where a pool waiting for work has threads that only wait and a producer that
 /// only wakes.
+///
+/// The waits the thread *handed on* are told apart (`relay_*`): woken waits on a word that the
+/// thread then woke itself, before any woken wait on another word — it waited for the word,
+/// was given it, and gave it up on the same word: a lock's queue. A worker woken from a
+/// condition variable by a producer waits on the condition's word and wakes, if anyone, on the
+/// queue's mutex: its waits for work are not handed on.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ThreadHandoff {
@@ -626,6 +656,9 @@ pub struct ThreadHandoff {
     pub woken_waits: u64,
     pub woken_wait_ns: u64,
     pub wakes: u64,
+    /// Woken waits the thread handed on (see above), and their time.
+    pub relay_waits: u64,
+    pub relay_wait_ns: u64,
     pub tgid: u32,
     pub _pad: u32,
 }
@@ -636,6 +669,8 @@ impl ThreadHandoff {
         woken_waits: 0,
         woken_wait_ns: 0,
         wakes: 0,
+        relay_waits: 0,
+        relay_wait_ns: 0,
         tgid: 0,
         _pad: 0,
     };
@@ -1373,10 +1408,10 @@ mod tests {
         assert_eq!(size_of::<OnCpu>(), 8 * 2 + 4 * 2);
         assert_eq!(size_of::<SchedCache>(), 8 * 2 + size_of::<SchedStats>());
         assert_eq!(size_of::<FutexStats>(), 8 * 6 + size_of::<Log2Histogram>());
-        assert_eq!(size_of::<FutexInflight>(), 8 * 2 + 4 * 2 + 8 * 5);
+        assert_eq!(size_of::<FutexInflight>(), 8 * 2 + 4 * 2 + 8 * 8);
         assert_eq!(size_of::<HotFutexKey>(), 8 * 2 + 4 * 2);
-        assert_eq!(size_of::<HotFutexValue>(), 8 * 3 + 16);
-        assert_eq!(size_of::<ThreadHandoff>(), 8 * 4 + 4 * 2);
+        assert_eq!(size_of::<HotFutexValue>(), 8 * 3 + 16 + 4 * 2);
+        assert_eq!(size_of::<ThreadHandoff>(), 8 * 6 + 4 * 2);
         assert_eq!(size_of::<LockStats>(), 8 * 2 * lock_kind::COUNT);
         assert_eq!(size_of::<LockInflight>(), 8 * 2 + 4 * 2);
         assert_eq!(size_of::<LockSiteKey>(), 8 + 4 * 2);

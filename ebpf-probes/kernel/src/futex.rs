@@ -252,7 +252,17 @@ fn exit(ret: i64) {
             if ret == 0 {
                 stats.woken_waits += 1;
                 stats.woken_wait_ns += waited;
-                record_handoff(cgroup_id, Some(waited));
+                record_handoff(cgroup_id, Some(waited), None);
+                // Waits on one word in a row add up until the thread wakes that word (a mutex
+                // waiter that loses the word to another thread waits again on it).
+                if call.uaddr != 0 && slot.relay_uaddr == call.uaddr {
+                    slot.relay_waits += 1;
+                    slot.relay_wait_ns += waited;
+                } else {
+                    slot.relay_uaddr = call.uaddr;
+                    slot.relay_waits = 1;
+                    slot.relay_wait_ns = waited;
+                }
                 handoff::woken_wait_exit(slot, cgroup_id, now, waited);
             } else if ret == -ETIMEDOUT {
                 stats.timeouts += 1;
@@ -265,9 +275,12 @@ fn exit(ret: i64) {
         }
         futex_class::WAKE => {
             stats.wakes += 1;
+            let relayed = take_relay(slot, call.uaddr, ret >= 0);
             if ret > 0 {
                 stats.woken += ret as u64;
-                record_handoff(cgroup_id, None);
+            }
+            if ret > 0 || relayed.is_some() {
+                record_handoff(cgroup_id, None, relayed);
             }
             handoff::wake_exit(slot, cgroup_id, ret > 0);
         }
@@ -275,17 +288,35 @@ fn exit(ret: i64) {
             // Requeues (their count of waiters woken or moved) and FUTEX_UNLOCK_PI (0 on
             // success; glibc calls it only when the lock has waiters): the lock handed on.
             stats.wakes += 1;
+            let relayed = take_relay(slot, call.uaddr, ret >= 0);
             if ret >= 0 {
-                record_handoff(cgroup_id, None);
+                record_handoff(cgroup_id, None, relayed);
             }
         }
     }
 }
 
-/// Credits the current thread's part in a hand-off: a wait that ended in a wake (`Some` of its
-/// length), or a wake that woke a waiter (`None`).
+/// At a wake on `uaddr` that succeeded (`ok`): the thread's woken waits on that word not yet
+/// handed on, as `(waits, their time)`, cleared. A wake that did not wake anyone counts too: a
+/// glibc mutex taken after a wait is always released with a wake, and its wait was the lock's
+/// whether or not another thread queued meanwhile.
 #[inline(always)]
-fn record_handoff(cgroup_id: u64, woken_wait_ns: Option<u64>) {
+fn take_relay(slot: &mut FutexInflight, uaddr: u64, ok: bool) -> Option<(u64, u64)> {
+    if !ok || uaddr == 0 || slot.relay_uaddr != uaddr || slot.relay_waits == 0 {
+        return None;
+    }
+    let relayed = (slot.relay_waits, slot.relay_wait_ns);
+    slot.relay_uaddr = 0;
+    slot.relay_waits = 0;
+    slot.relay_wait_ns = 0;
+    Some(relayed)
+}
+
+/// Credits the current thread's part in a hand-off: a wait that ended in a wake (`Some` of its
+/// length), or a wake (`None`) — one that woke a waiter, or one that handed on the thread's own
+/// waits on its word (`relayed`: see [`take_relay`]).
+#[inline(always)]
+fn record_handoff(cgroup_id: u64, woken_wait_ns: Option<u64>, relayed: Option<(u64, u64)>) {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tid = pid_tgid as u32;
     let v = match HANDOFF_THREADS.get_ptr_mut(&tid) {
@@ -313,26 +344,31 @@ fn record_handoff(cgroup_id: u64, woken_wait_ns: Option<u64>) {
         }
         None => v.wakes += 1,
     }
+    if let Some((waits, ns)) = relayed {
+        v.relay_waits += waits;
+        v.relay_wait_ns += ns;
+    }
 }
 
 /// Credits a wait to its futex word. The process's name is read only for a word not yet in the
 /// map.
 #[inline(always)]
 fn record_hot(cgroup_id: u64, uaddr: u64, waited: u64) {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tid = pid_tgid as u32;
     let key = HotFutexKey {
         cgroup_id,
         uaddr,
-        tgid: (bpf_get_current_pid_tgid() >> 32) as u32,
+        tgid: (pid_tgid >> 32) as u32,
         _pad: 0,
     };
     let v = match HOT_FUTEXES.get_ptr_mut(&key) {
         Some(v) => v,
         None => {
             let zero = HotFutexValue {
-                waits: 0,
-                wait_ns: 0,
-                max_wait_ns: 0,
                 comm: bpf_get_current_comm().unwrap_or([0; 16]),
+                tid,
+                ..HotFutexValue::ZERO
             };
             let Some(v) = per_cpu_slot(&HOT_FUTEXES, &key, &zero, ProbeError::HotFutexFull) else {
                 return;
@@ -344,6 +380,12 @@ fn record_hot(cgroup_id: u64, uaddr: u64, waited: u64) {
     let v = unsafe { &mut *v };
     v.waits += 1;
     v.wait_ns += waited;
+    // Another CPU's slot of an entry made elsewhere starts zeroed: its first waiter is its own.
+    if v.tid == 0 {
+        v.tid = tid;
+    } else if v.tid != tid {
+        v.shared = 1;
+    }
     if waited > v.max_wait_ns {
         v.max_wait_ns = waited;
     }

@@ -79,6 +79,18 @@ pub mod defaults {
     /// At most half of the waits may end in a timeout: threads parked with a timeout (idle
     /// pools polling for work) time out; threads queued on a lock are woken by its release.
     pub const STORM_MAX_TIMEOUT_SHARE: f64 = 0.5;
+    /// At least half of the sampled hand-offs whose waiter's code says what it waited for
+    /// waited for a condition (`pthread_cond_wait`, `uv_cond_wait`, `Object.wait`, a blocking
+    /// queue's `take`), not a lock: the threads queue for work, and the mutex a condition wait
+    /// reacquires is taken inside it. A pool fed by a producer (an event loop, an acceptor) does
+    /// as much work with 2 threads as with 64, however hot its queue's mutex (tests/CORPUS.md:
+    /// a libuv pool, 87% of its sampled hand-offs in `uv_cond_wait`, 0.94× with 2 threads);
+    /// lock storms wait in `pthread_mutex_lock`, monitor entry or `ReentrantLock.lock`.
+    pub const STORM_MAX_CONDITION_WAIT_SHARE: f64 = 0.5;
+    /// Sampled hand-offs whose waiter's code says what it waited for, before that share is
+    /// judged: at the sampler's default budget (100 a second on the node) a storm has hundreds
+    /// in a window; 20 keep one unlucky sample from deciding.
+    pub const STORM_MIN_KINDED_SAMPLES: u64 = 20;
     /// Eight threads queued per CPU: the service mostly queues on its lock.
     pub const STORM_CRITICAL_QUEUED_THREADS_PER_CPU: f64 = 8.0;
     /// Migrations per second per allowed CPU above which pinning is worth recommending: each

@@ -20,8 +20,12 @@ pub struct StormFigures {
     /// Hand-offs of a runtime's own parked threads (Go's Ms, a JVM's service threads), per
     /// second per allowed CPU: not a lock's, so not counted above.
     pub runtime_handoffs_per_cpu_second: f64,
-    /// Hand-offs to threads that woke no one (workers waiting for work), likewise.
-    pub waiter_only_handoffs_per_cpu_second: f64,
+    /// Hand-offs of work, likewise: to threads that woke no one, and on shared words, to waits
+    /// the thread did not hand on (a condition signalled by a producer).
+    pub work_handoffs_per_cpu_second: f64,
+    /// Threads judged by their part (waited and woke) because their process parks them on
+    /// words of their own ([`crate::diagnose::Handoffs::own_word_threads`]).
+    pub own_word_threads: u32,
     pub futex_blocked_share: f64,
     pub futex_timeout_share: f64,
     pub runnable_per_cpu: f64,
@@ -33,7 +37,20 @@ pub struct StormFigures {
     pub handoffs_per_cpu_second_used: f64,
     /// A convoy its spent quota binds before its lock does ([`QuotaBound`]): not a storm.
     pub quota_bound: Option<QuotaBound>,
+    /// Of the sampled hand-offs whose waiter's code says what it waited for, the share that
+    /// waited for a condition (work), not a lock ([`condition_wait_share`]); `None` with fewer
+    /// than `STORM_MIN_KINDED_SAMPLES` of them.
+    pub condition_wait_share: Option<f64>,
     pub lock_storm: bool,
+}
+
+/// Of the sampled hand-offs whose waiter waited in code that says what for (a lock or a
+/// condition: [`crate::symbolize::user::wait_kind`]), the share that waited for a condition;
+/// `None` without hand-off samples or with too few such ones to judge.
+pub fn condition_wait_share(sites: Option<&HandoffSites>) -> Option<f64> {
+    let (lock, condition) = sites?.by_wait_kind();
+    let known = lock + condition;
+    (known >= defaults::STORM_MIN_KINDED_SAMPLES).then(|| condition as f64 / known as f64)
 }
 
 impl StormFigures {
@@ -52,9 +69,9 @@ impl StormFigures {
             handoffs_per_cpu_second: f.handoffs_per_second() / allowed,
             handoff_threads: f.handoffs.lock_threads,
             runtime_handoffs_per_cpu_second: f.runtime_handoffs_per_second() / allowed,
-            waiter_only_handoffs_per_cpu_second: f
-                .futex_per_second(f.handoffs.waiter_only_waits as f64)
+            work_handoffs_per_cpu_second: f.futex_per_second(f.handoffs.work_waits as f64)
                 / allowed,
+            own_word_threads: f.handoffs.own_word_threads,
             futex_blocked_share: f.futex_blocked_share().unwrap_or(0.0),
             futex_timeout_share: f.futex.timeouts as f64 / f.futex.wait.count as f64,
             runnable_per_cpu,
@@ -62,13 +79,16 @@ impl StormFigures {
             cpus_wanted: f.cpus_wanted(),
             handoffs_per_cpu_second_used: f.handoffs_per_second() / f.oncpu_cores().max(1e-9),
             quota_bound: None,
+            condition_wait_share: condition_wait_share(f.sites.as_ref()),
             lock_storm: false,
         };
         let queue = s.threads_per_cpu >= t.storm_min_threads_per_cpu
             && s.queued_threads_per_cpu >= t.storm_min_queued_threads_per_cpu
             && s.futex_blocked_share >= t.storm_min_futex_blocked_share
             && s.futex_timeout_share <= t.storm_max_timeout_share
-            && s.handoffs_per_cpu_second >= required;
+            && s.handoffs_per_cpu_second >= required
+            && s.condition_wait_share
+                .is_none_or(|c| c < defaults::STORM_MAX_CONDITION_WAIT_SHARE);
         s.quota_bound = queue.then(|| QuotaBound::of(f, t, &s)).flatten();
         s.lock_storm = queue && s.quota_bound.is_none();
         Some(s)
@@ -168,10 +188,12 @@ pub fn lock_storm_candidate(f: &Facts, t: &Thresholds) -> bool {
 /// - many of them queued for a hand-off at any moment: the time in futex waits that *ended in
 ///   a wake*, per second and per allowed CPU (`storm_min_queued_threads_per_cpu`). Waits that
 ///   time out (idle pools on timers) or return EAGAIN at once do not count;
-/// - only a lock's hand-offs count, here and in the rate below: the waits of threads that both
-///   waited for hand-offs and made them (each waits for the lock, then wakes the next waiter as
-///   it lets go). Not the waits of threads that only wait (workers of a pool waiting for work,
-///   woken by a producer), nor those of threads a runtime parks itself and wakes for work: a
+/// - only a lock's hand-offs count, here and in the rate below: where the process's threads
+///   queue on shared words, the waits a thread handed on (it woke the word it had waited on,
+///   as each contender of a glibc mutex or rwlock does when it lets go); where they park on
+///   words of their own (a JVM), the waits of threads that both waited for hand-offs and made
+///   them. Not the waits of workers of a pool waiting for work, woken on a condition's word
+///   by a producer, nor those of threads a runtime parks itself and wakes for work: a
 ///   Go program's threads (its Ms: a goroutine blocked on a `sync.Mutex` is parked by the Go
 ///   scheduler and never reaches the kernel, so every futex hand-off of a Go program is its
 ///   scheduler's), and a JVM's named service threads (compiler, GC, reference handler, …) —
@@ -185,14 +207,18 @@ pub fn lock_storm_candidate(f: &Facts, t: &Thresholds) -> bool {
 ///   `storm_min_convoy_handoffs_per_cpu_second` near idle
 ///   ([`required_handoffs_per_cpu_second`]) — a convoy, where every release wakes a parked
 ///   waiter, against a pool waiting for work at the rate work arrives;
+/// - the sampled hand-offs' waiters, where their code says what they waited for, mostly waited
+///   for a lock, not in a condition wait (`STORM_MAX_CONDITION_WAIT_SHARE`,
+///   [`condition_wait_share`]): a pool's workers reacquire its queue's mutex inside their
+///   condition wait and hand it on, so that mutex is hot in any busy pool, but the producer
+///   feeding the pool limits its work, not the mutex;
 /// - not a convoy that its spent quota binds before its lock does ([`QuotaBound`]): one thread
 ///   running at a time, cheap hand-offs, a quota below the CPU the convoy would use. That is
 ///   `cpu_throttling`'s, which names the convoy.
 ///
 /// Not judged: the CPU busy share (a convoy leaves the CPUs idle, a storm in a quota is
 /// throttled) and the futex wait share of wall time (throttling and run-queue waits dilute it).
-/// Nor which futex words the waits are on: the Go runtime parks each M on a word of its own, so
-/// a Go mutex storm reaches the kernel spread over as many words as Ms. The thresholds were
+/// The thresholds were
 /// chosen from a corpus of real workloads on both sides (tests/tests/corpus.rs, tests/CORPUS.md).
 pub fn lock_storm(f: &Facts, t: &Thresholds) -> Option<Finding> {
     let figures = StormFigures::of(f, t)?;

@@ -2,6 +2,7 @@ use super::*;
 use crate::diagnose::Handoffs;
 use crate::diagnose::{HostFacts, diagnose};
 use crate::identity::limits::CpuCounters;
+use crate::symbolize::handoffs::HandoffSites;
 use stormwatch_common::{FutexStats, LockStats, Log2Histogram, SchedStats, lock_kind};
 
 const S: u64 = 1_000_000_000;
@@ -395,12 +396,12 @@ fn hand_offs_of_work_are_not_a_lock() {
     right.runtimes[0].cpus.as_mut().unwrap().value = 2;
     assert!(runtime_sizing(&right, &t).is_none(), "sized to the CPUs");
     let mut pool = storm();
-    pool.handoffs.waiter_only_waits = pool.handoffs.lock_waits;
-    pool.handoffs.waiter_only_wait_ns = pool.handoffs.lock_wait_ns;
+    pool.handoffs.work_waits = pool.handoffs.lock_waits;
+    pool.handoffs.work_wait_ns = pool.handoffs.lock_wait_ns;
     pool.handoffs.lock_waits = 0;
     pool.handoffs.lock_wait_ns = 0;
     let s = StormFigures::of(&pool, &t).unwrap();
-    assert!(!s.lock_storm && s.waiter_only_handoffs_per_cpu_second > 14_000.0);
+    assert!(!s.lock_storm && s.work_handoffs_per_cpu_second > 14_000.0);
 }
 
 #[test]
@@ -964,4 +965,84 @@ fn the_required_hand_off_rate_rises_smoothly_as_the_cpus_go_idle() {
         assert!(r <= last, "never more for busier CPUs");
         last = r;
     }
+}
+
+/// Sampled hand-offs whose waiters waited in `waiter_lock` `n` times, and in an unnamed site
+/// (no machinery named) `unknown` times.
+fn sites_waiting_in(waiter_lock: &str, n: u64, unknown: u64) -> HandoffSites {
+    use crate::symbolize::{handoffs::PairStats, user::UserSite};
+    let site = |f: &str, l: Option<&str>| UserSite {
+        function: Some(f.into()),
+        lock_function: l.map(Into::into),
+        location: None,
+        module: Some("svc".into()),
+        unnamed: None,
+    };
+    let mut s = HandoffSites::default();
+    let mut add = |waiter: UserSite, n: u64| {
+        s.pairs.insert(
+            (waiter, site("post", Some("pthread_cond_signal"))),
+            PairStats {
+                handoffs: n,
+                ..PairStats::default()
+            },
+        );
+    };
+    add(site("worker", Some(waiter_lock)), n);
+    add(site("raw_wait", None), unknown);
+    s
+}
+
+#[test]
+fn waiters_in_condition_waits_are_a_pool_not_a_lock_storm() {
+    let t = Thresholds::default();
+    let judged = |sites: Option<HandoffSites>| {
+        let mut f = storm();
+        f.sites = sites;
+        StormFigures::of(&f, &t).unwrap()
+    };
+    // Without samples, and with too few whose code says what they waited for: the kernel's
+    // figures alone decide (a storm).
+    let none = judged(None);
+    assert!(none.lock_storm && none.condition_wait_share.is_none());
+    let few = judged(Some(sites_waiting_in("pthread_cond_wait", 19, 500)));
+    assert!(few.lock_storm && few.condition_wait_share.is_none());
+    // A pool's workers woken in their condition wait (the mutex's reacquire included).
+    for cond in [
+        "pthread_cond_wait",
+        "pthread_cond_timedwait",
+        "std::sys::sync::condvar::futex::Condvar::wait",
+        "ObjectMonitor::wait(long, bool, JavaThread*)",
+        "LinkedBlockingQueue.take",
+        "AbstractQueuedSynchronizer$ConditionObject.await",
+    ] {
+        let pool = judged(Some(sites_waiting_in(cond, 20, 0)));
+        assert_eq!(pool.condition_wait_share, Some(1.0), "{cond}");
+        assert!(!pool.lock_storm, "{cond}");
+    }
+    // Waiters in a lock's code: a storm, whatever waits beside them unnamed.
+    for lock in [
+        "pthread_mutex_lock",
+        "pthread_rwlock_wrlock",
+        "ObjectMonitor::enter(JavaThread*)",
+        "SharedRuntime::complete_monitor_locking_C",
+        "ReentrantLock.lock",
+        "std::sys::sync::mutex::futex::Mutex::lock_contended",
+    ] {
+        let s = judged(Some(sites_waiting_in(lock, 20, 1000)));
+        assert_eq!(s.condition_wait_share, Some(0.0), "{lock}");
+        assert!(s.lock_storm, "{lock}");
+    }
+    // The line: half of the kinded samples in condition waits is a pool's.
+    let mut mixed = sites_waiting_in("pthread_mutex_lock", 20, 0);
+    mixed.add(&sites_waiting_in(
+        "uv_cond_wait via pthread_cond_wait",
+        20,
+        0,
+    ));
+    let mut f = storm();
+    f.sites = Some(mixed);
+    let s = StormFigures::of(&f, &t).unwrap();
+    assert_eq!(s.condition_wait_share, Some(0.5));
+    assert!(!s.lock_storm);
 }

@@ -1,5 +1,5 @@
 //! Telling a lock's hand-offs from a runtime's and from workers waiting for work, per cgroup,
-//! from each thread's part in the window's hand-offs.
+//! from each thread's part in the window's hand-offs and the words its process waits on.
 
 use std::collections::{HashMap, HashSet};
 
@@ -28,19 +28,41 @@ pub(super) fn name_while_alive(tick: &Window, cache: &mut RuntimeCache) {
     }
 }
 
+/// The processes (by cgroup and process id) that park their threads on words of their own:
+/// at least half of their futex waits, in the window, are on words only one thread waited on
+/// (a JVM's per-thread park events, a Go M's note, `parking_lot`'s thread parkers). Their locks
+/// hand off by one thread waking another's word, so whether a thread handed on the word it
+/// waited on says nothing there. Counted in waits, not their time: a JVM's idle GC and
+/// compiler threads wait long on shared monitors, while its lock's queue parks thousands of
+/// times a second on per-thread words. Judged from the hot-futex words
+/// ([`Window::process_words`]); a process with none on record is not in the set.
+pub(super) fn parks_on_own_words(window: &Window) -> HashSet<(u64, u32)> {
+    window
+        .process_words
+        .iter()
+        .filter(|(_, w)| w.waits > 0 && 2 * w.own_word_waits >= w.waits)
+        .map(|(k, _)| *k)
+        .collect()
+}
+
 /// Splits each cgroup's hand-offs in `window` by the part their threads played (see
 /// [`Handoffs`]): a thread of a runtime that parks its threads itself (Go), or one of a
-/// runtime's named service threads (HotSpot's), is the runtime's; a thread that both waited for
-/// hand-offs and made them is a lock's; one that only waited is a worker waiting for work.
-/// Returns, per cgroup, the split and the processes involved. Uses the runtimes and names read
-/// while the window was observed ([`name_while_alive`]), reads those of any not yet seen, and
-/// forgets those no longer in the window.
+/// runtime's named service threads (HotSpot's), is the runtime's. Otherwise, where the
+/// process's threads queue on shared words, a thread's woken waits that it handed on (it woke
+/// the word it had waited on: `relay_waits`) are a lock's, the rest are waits for work (a
+/// condition variable's, signalled by a producer); where they park on words of their own
+/// ([`parks_on_own_words`]), a thread that both waited for hand-offs and made them is a lock's,
+/// and one that only waited is a worker waiting for work. Returns, per cgroup, the split and
+/// the processes involved. Uses the runtimes and names read while the window was observed
+/// ([`name_while_alive`]), reads those of any not yet seen, and forgets those no longer in the
+/// window.
 pub(super) fn tell_handoffs_apart(
     window: &Window,
     cache: &mut RuntimeCache,
 ) -> HashMap<u64, (Handoffs, Vec<ProcessRuntime>)> {
     let mut out: HashMap<u64, (Handoffs, Vec<ProcessRuntime>)> = HashMap::new();
     let mut seen: HashMap<u64, HashSet<u32>> = HashMap::new();
+    let own_words = parks_on_own_words(window);
     for (tid, t) in &window.handoff_threads {
         if t.woken_waits == 0 {
             continue;
@@ -61,14 +83,30 @@ pub(super) fn tell_handoffs_apart(
         if runtime_thread {
             h.runtime_waits += t.woken_waits;
             h.runtime_wait_ns += t.woken_wait_ns;
-        } else if t.wakes > 0 {
-            h.lock_waits += t.woken_waits;
-            h.lock_wait_ns += t.woken_wait_ns;
-            h.lock_threads += 1;
-        } else {
-            h.waiter_only_waits += t.woken_waits;
-            h.waiter_only_wait_ns += t.woken_wait_ns;
+            continue;
         }
+        let (lock_waits, lock_ns) = if own_words.contains(&(t.cgroup_id, t.tgid)) {
+            h.own_word_threads += 1;
+            if t.wakes > 0 {
+                (t.woken_waits, t.woken_wait_ns)
+            } else {
+                (0, 0)
+            }
+        } else {
+            // A wait is credited as handed on at the wake that follows it, which may fall in
+            // the next window: at most the window's woken waits.
+            (
+                t.relay_waits.min(t.woken_waits),
+                t.relay_wait_ns.min(t.woken_wait_ns),
+            )
+        };
+        if lock_waits > 0 {
+            h.lock_waits += lock_waits;
+            h.lock_wait_ns += lock_ns;
+            h.lock_threads += 1;
+        }
+        h.work_waits += t.woken_waits - lock_waits;
+        h.work_wait_ns += t.woken_wait_ns - lock_ns;
     }
     let tgids: HashSet<u32> = window.handoff_threads.values().map(|t| t.tgid).collect();
     let tids: HashSet<u32> = window.handoff_threads.keys().copied().collect();
@@ -77,4 +115,99 @@ pub(super) fn tell_handoffs_apart(
         procs.sort_by_key(|p| p.tgid);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use stormwatch_common::{HotFutexKey, HotFutexValue, ThreadHandoff};
+
+    use super::*;
+
+    /// A process id no process has (pid_max is at most 2^22), so that no runtime is read.
+    const TGID: u32 = 4_000_001;
+
+    fn word(w: &mut Window, uaddr: u64, waits: u64, shared: bool) {
+        w.hot_futexes.insert(
+            HotFutexKey {
+                cgroup_id: 7,
+                uaddr,
+                tgid: TGID,
+                _pad: 0,
+            },
+            HotFutexValue {
+                waits,
+                wait_ns: waits * 1_000,
+                shared: u32::from(shared),
+                ..HotFutexValue::ZERO
+            },
+        );
+        w.process_words = crate::collect::process_words(&w.hot_futexes);
+    }
+
+    fn thread(w: &mut Window, tid: u32, waits: u64, wakes: u64, relayed: u64) {
+        w.handoff_threads.insert(
+            tid,
+            ThreadHandoff {
+                cgroup_id: 7,
+                tgid: TGID,
+                woken_waits: waits,
+                woken_wait_ns: waits * 1_000,
+                wakes,
+                relay_waits: relayed,
+                relay_wait_ns: relayed * 1_000,
+                ..ThreadHandoff::ZERO
+            },
+        );
+    }
+
+    /// A pool on shared words: a producer that only wakes; workers woken on the condition's
+    /// word, 1 in 10 of whose waits was on the queue's mutex and handed on.
+    fn pool(shared: bool) -> Window {
+        let mut w = Window::empty();
+        word(&mut w, 0x10, 9_000, shared);
+        word(&mut w, 0x20, 1_000, shared);
+        thread(&mut w, 1, 0, 500, 0);
+        for tid in 2..6 {
+            thread(&mut w, tid, 100, 20, 10);
+        }
+        w
+    }
+
+    #[test]
+    fn on_shared_words_only_the_waits_a_thread_handed_on_are_a_locks() {
+        let out = tell_handoffs_apart(&pool(true), &mut RuntimeCache::default());
+        let (h, _) = &out[&7];
+        assert_eq!(
+            (h.lock_waits, h.lock_wait_ns, h.lock_threads),
+            (40, 40_000, 4)
+        );
+        assert_eq!((h.work_waits, h.work_wait_ns), (360, 360_000));
+        assert_eq!(h.own_word_threads, 0);
+        // Credited at the next wake, a relay may outrun the window's woken waits: at most
+        // those.
+        let mut w = pool(true);
+        thread(&mut w, 9, 2, 5, 3);
+        let out = tell_handoffs_apart(&w, &mut RuntimeCache::default());
+        assert_eq!(out[&7].0.lock_waits, 42);
+        assert_eq!(out[&7].0.work_waits, 360);
+    }
+
+    #[test]
+    fn on_words_of_their_own_threads_that_wait_and_wake_are_a_locks() {
+        // Most wait time on words one thread waited on (a JVM's park events): whether a
+        // thread woke its own word says nothing, so its part decides.
+        let w = pool(false);
+        assert_eq!(parks_on_own_words(&w), HashSet::from([(7, TGID)]));
+        let out = tell_handoffs_apart(&w, &mut RuntimeCache::default());
+        let (h, _) = &out[&7];
+        assert_eq!((h.lock_waits, h.lock_threads, h.work_waits), (400, 4, 0));
+        assert_eq!(h.own_word_threads, 4);
+        // Half the waits on shared words is enough to judge by the words.
+        let mut half = Window::empty();
+        word(&mut half, 0x10, 500, true);
+        word(&mut half, 0x20, 499, false);
+        assert!(parks_on_own_words(&half).is_empty());
+        word(&mut half, 0x30, 2, false);
+        assert_eq!(parks_on_own_words(&half).len(), 1);
+    }
 }

@@ -365,3 +365,30 @@ fn what_was_read_for_a_process_goes_when_it_is_gone() {
     }
     assert_eq!(size(&s, "elf_files").bytes, Some(0));
 }
+
+#[test]
+fn what_a_waiter_waited_for_is_read_from_its_machinery() {
+    use super::{WaitKind::*, wait_kind};
+    for (name, kind) in [
+        ("pthread_cond_wait", Some(Condition)),
+        ("pthread_cond_clockwait", Some(Condition)),
+        ("cnd_timedwait", Some(Condition)),
+        ("std::condition_variable::wait", Some(Condition)),
+        ("JVM_MonitorWait", Some(Condition)),
+        ("ArrayBlockingQueue.take", Some(Condition)),
+        ("ThreadPoolExecutor.getTask", Some(Condition)),
+        ("pthread_mutex_lock", Some(Lock)),
+        ("pthread_rwlock_rdlock", Some(Lock)),
+        (
+            "InterpreterRuntime::monitorenter(JavaThread*, BasicObjectLock*)",
+            Some(Lock),
+        ),
+        ("ReentrantReadWriteLock$WriteLock.lock", Some(Lock)),
+        ("parking_lot::raw_mutex::RawMutex::lock_slow", Some(Lock)),
+        ("Parker::park(bool, long)", None),
+        ("sem_wait", None),
+        ("futex", None),
+    ] {
+        assert_eq!(wait_kind(name), kind, "{name}");
+    }
+}
