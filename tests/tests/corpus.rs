@@ -144,9 +144,9 @@ fn assert_quota_storm(case: &Case, o: &Outcome) {
 /// storm with a monitor per thread) were storms by construction before the corpus had
 /// counterfactuals; their runs must not contradict that: the counterfactual does more than
 /// [`NO_CLEAR_GAIN`]× the work. Measured (tests/CORPUS.md): sysbench 1.8–7× by hand on busy
-/// CPUs and 6.3–7.3× inside the 0.5-CPU quota, the JVM 1.4× and 1.22–1.36× through the harness
-/// — the JVM's not always clear of the held-out cases' [`LOCK_BOUND_GAIN`] bar, so that bar is
-/// not asked here.
+/// CPUs and 6.3–7.3× inside the 0.5-CPU quota, the JVM 1.4× on busy CPUs and, inside the quota
+/// with its threads cut to one, 1.25× (median of five pairs, 1.11–1.91) — the JVM's not always
+/// clear of the held-out cases' [`LOCK_BOUND_GAIN`] bar, so that bar is not asked here.
 ///
 /// Under emulation (the kernel matrix's guests) the comparison means nothing
 /// (`corpus::timings_are_real`), and is left out there, saying so.
