@@ -516,16 +516,63 @@ fn rwlock_writers_inside_a_quota_are_a_lock_storm_and_throttling() {
     assert_quota_storm(&c, &o);
 }
 
+/// The share of a program's work the agent's own probes took while it was judged (its work
+/// per second alone, before the agent attached, against its work while judged) at which the
+/// premise measured alone no longer describes what was judged.
+const OBSERVER_COST: f64 = 0.15;
+
 /// A convoy inside a quota that binds first: the premise (not lock-bound, the threads asleep
 /// on the lock, the quota running out), no `lock_storm`, and `cpu_throttling` saying the
 /// threads take turns on a lock and the quota binds before it does.
+///
+/// Unless the agent's probes changed the program it judged: every hand-off runs the futex and
+/// scheduler probes inside the quota, and where they cost the program `OBSERVER_COST` of its
+/// work or more (quota-medium-cs on an AMD EPYC guest, where BPF calls are dearer: 30–36%,
+/// against 5% on Intel), the lock's hand-offs, made dearer by them, bind before the quota
+/// does. Then the counterfactual (a lock per thread: no futex calls, so no probes' cost to
+/// speak of) measured alone against the program as judged decides: at `LOCK_BOUND_GAIN` or
+/// more, the program as observed is lock-bound and `lock_storm` is the truth about it — the
+/// agent's own cost is the defect, issue #43, and the test says so. Never under emulation
+/// (the timings are not the program's).
 #[track_caller]
 fn assert_quota_bound_convoy(name: &str) {
-    let (c, o) = judged_given(name, |c, o| {
-        assert_not_lock_bound(c, o);
-        assert_threads_queue_on_futexes(c, o);
-        assert_throttled(c, o);
-    });
+    require_bpf();
+    let c = case(name);
+    let o = corpus::run(&c, false);
+    let line = corpus::describe(&c, &o);
+    eprintln!("{line}");
+    assert_not_lock_bound(&c, &o);
+    assert_threads_queue_on_futexes(&c, &o);
+    assert_throttled(&c, &o);
+    if corpus::timings_are_real()
+        && let (Some(judged), Some(alone), Some(counterfactual)) = (
+            o.work_per_second,
+            o.alone_work_per_second,
+            o.counterfactual_work_per_second,
+        )
+        && judged <= (1.0 - OBSERVER_COST) * alone
+        && counterfactual >= LOCK_BOUND_GAIN * judged
+    {
+        eprintln!(
+            "{}: the agent's probes took {:.0}% of its work while judged ({judged:.0}/s \
+             against {alone:.0}/s alone); a lock per thread does {:.2}× the work as judged, \
+             so the program as observed is lock-bound (issue #43: the probes' per-event cost)",
+            c.name,
+            100.0 * (1.0 - judged / alone),
+            counterfactual / judged
+        );
+        assert!(
+            o.lock_storm,
+            "{}: lock-bound as observed, yet no lock_storm: {line}",
+            c.name
+        );
+        return;
+    }
+    assert!(
+        !o.lock_storm,
+        "wrong verdict: {line}; finding: {:?}",
+        o.storm_finding
+    );
     let throttling = *o
         .findings_of("cpu_throttling")
         .first()

@@ -38,7 +38,7 @@ pub struct StormFigures {
     /// A convoy its spent quota binds before its lock does ([`QuotaBound`]): not a storm.
     pub quota_bound: Option<QuotaBound>,
     /// Of the sampled hand-offs whose waiter's code says what it waited for, the share that
-    /// waited for a condition (work), not a lock ([`condition_wait_share`]); `None` with fewer
+    /// waited for a condition (work), not a lock (`condition_wait_share`); `None` with fewer
     /// than `STORM_MIN_KINDED_SAMPLES` of them.
     pub condition_wait_share: Option<f64>,
     pub lock_storm: bool,
@@ -209,7 +209,7 @@ pub fn lock_storm_candidate(f: &Facts, t: &Thresholds) -> bool {
 ///   waiter, against a pool waiting for work at the rate work arrives;
 /// - the sampled hand-offs' waiters, where their code says what they waited for, mostly waited
 ///   for a lock, not in a condition wait (`STORM_MAX_CONDITION_WAIT_SHARE`,
-///   [`condition_wait_share`]): a pool's workers reacquire its queue's mutex inside their
+///   `condition_wait_share`): a pool's workers reacquire its queue's mutex inside their
 ///   condition wait and hand it on, so that mutex is hot in any busy pool, but the producer
 ///   feeding the pool limits its work, not the mutex;
 /// - not a convoy that its spent quota binds before its lock does ([`QuotaBound`]): one thread
