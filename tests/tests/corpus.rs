@@ -541,9 +541,10 @@ fn assert_quota_bound_convoy(name: &str) {
     let o = corpus::run(&c, false);
     let line = corpus::describe(&c, &o);
     eprintln!("{line}");
-    assert_not_lock_bound(&c, &o);
     assert_threads_queue_on_futexes(&c, &o);
     assert_throttled(&c, &o);
+    // Whether it is lock-bound alone is asked only where the agent judged the program much as
+    // it runs alone: a program its probes changed is judged by the premise below, as observed.
     if corpus::timings_are_real()
         && let (Some(judged), Some(alone), Some(counterfactual)) = (
             o.work_per_second,
@@ -568,6 +569,7 @@ fn assert_quota_bound_convoy(name: &str) {
         );
         return;
     }
+    assert_not_lock_bound(&c, &o);
     assert!(
         !o.lock_storm,
         "wrong verdict: {line}; finding: {:?}",
