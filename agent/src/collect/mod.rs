@@ -305,17 +305,25 @@ pub struct WordWaits {
     pub own_word_waits: u64,
 }
 
+impl WordWaits {
+    fn add(&mut self, o: &Self) {
+        self.waits += o.waits;
+        self.own_word_waits += o.own_word_waits;
+    }
+}
+
 /// Sums the waits of each process in `hot`.
 pub(crate) fn process_words(
     hot: &HashMap<HotFutexKey, HotFutexValue>,
 ) -> HashMap<(u64, u32), WordWaits> {
     let mut by: HashMap<(u64, u32), WordWaits> = HashMap::new();
     for (k, v) in hot {
-        let e = by.entry((k.cgroup_id, k.tgid)).or_default();
-        e.waits += v.waits;
-        if v.shared == 0 {
-            e.own_word_waits += v.waits;
-        }
+        by.entry((k.cgroup_id, k.tgid))
+            .or_default()
+            .add(&WordWaits {
+                waits: v.waits,
+                own_word_waits: if v.shared == 0 { v.waits } else { 0 },
+            });
     }
     by
 }
@@ -455,9 +463,7 @@ impl Window {
         }
         add_all(&mut self.handoff_threads, &later.handoff_threads);
         for (k, w) in &later.process_words {
-            let e = self.process_words.entry(*k).or_default();
-            e.waits += w.waits;
-            e.own_word_waits += w.own_word_waits;
+            self.process_words.entry(*k).or_default().add(w);
         }
         add_all(&mut self.net_ifaces, &later.net_ifaces);
         add_all(&mut self.net_drops, &later.net_drops);
