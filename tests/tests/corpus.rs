@@ -609,27 +609,37 @@ fn process_shared_mutex_is_a_lock_storm() {
 /// A Go server with no lock in its handler, its runtime sized for a bigger node: GOMAXPROCS=16
 /// on 2 CPUs. The Ms the runtime parks and wakes sleep in futex waits, but there is no lock to
 /// make uncontended; what the kernel's view must not be mistaken for is a storm, and what it
-/// costs is the runtime's sizing: with GOMAXPROCS=2 the same server under the same load
-/// answers more requests per second (1.18–1.66× measured: it straddles the lock-bound bar, but
-/// the expectation rests on there being no lock to relieve, so only the sizing's cost is
-/// asserted).
+/// costs is the runtime's sizing. That cost is asserted as the CPU time the server spends per
+/// request, against GOMAXPROCS=2 under the same load (1.36–1.45× measured): its requests per
+/// second are not the measure, since the load generator shares the 2 CPUs and how the
+/// scheduler splits them between the two drew 0.88–1.66× (a CI run failed at 0.88×).
 #[test]
 fn go_http_server_with_gomaxprocs_above_the_cpus_is_runtime_sizing_not_a_lock_storm() {
-    let (_, o) = judged_given("go-http-gomaxprocs-16", |c, o| {
-        let gain = gain(c, o);
-        assert!(
-            gain >= 1.1,
-            "premise of {}: GOMAXPROCS=2 should answer ≥ 1.1× the requests per second, it \
-             answered {gain:.2}× ({:.0}/s against {:.0}/s)",
-            c.name,
-            o.counterfactual_work_per_second.unwrap_or(f64::NAN),
-            o.alone_work_per_second.unwrap_or(f64::NAN),
-        );
+    let (c, o) = judged_given("go-http-gomaxprocs-16", |c, o| {
+        // Printed, not asserted: requests per second are not the measure here (above).
+        if !counterfactual_left_out(c) {
+            gain(c, o);
+        }
     });
     assert!(
         o.kinds.iter().any(|k| k == "runtime_sizing"),
         "a runtime sized above the CPUs is a runtime_sizing finding naming GOMAXPROCS: {:?}",
         o.kinds
+    );
+    if counterfactual_left_out(&c) {
+        return;
+    }
+    let ratios = corpus::cpu_per_work_ratios(&c, 3);
+    let ratio = corpus::median(ratios.clone());
+    eprintln!(
+        "{}: CPU per request at GOMAXPROCS=16 over GOMAXPROCS=2: ×{ratio:.2} (median of {ratios:.2?})",
+        c.name
+    );
+    assert!(
+        ratio >= 1.1,
+        "premise of {}: GOMAXPROCS=16 should spend ≥ 1.1× the CPU per request GOMAXPROCS=2 \
+         does, it spent {ratio:.2}× (median of {ratios:.2?})",
+        c.name
     );
 }
 
