@@ -734,7 +734,10 @@ pub struct KernelView {
 /// One judged run of a case.
 #[derive(Debug)]
 pub struct Outcome {
+    /// A lock_storm finding that says a storm (not one near a line: `possible`).
     pub lock_storm: bool,
+    /// A lock_storm finding that says `possible`: a figure near its gate's line.
+    pub possible_storm: bool,
     /// Every finding's kind about the case's cgroup.
     pub kinds: Vec<String>,
     /// The lock_storm finding, when there is one.
@@ -1536,8 +1539,12 @@ pub fn run(case: &Case, noise: bool) -> Outcome {
         noise,
         alone_work_per_second.zip(counterfactual_work_per_second),
     );
+    let possible_storm = storm_finding
+        .as_ref()
+        .is_some_and(|f| f["context"]["verdict"] == "possible");
     Outcome {
-        lock_storm: storm_finding.is_some(),
+        lock_storm: storm_finding.is_some() && !possible_storm,
+        possible_storm,
         kinds,
         storm_finding,
         findings: about.iter().map(|f| (*f).clone()).collect(),
@@ -1564,6 +1571,8 @@ pub fn describe(case: &Case, o: &Outcome) -> String {
         case.expect,
         if o.lock_storm {
             "lock_storm"
+        } else if o.possible_storm {
+            "a possible lock_storm (near a line)"
         } else {
             "no lock_storm"
         },

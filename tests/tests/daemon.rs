@@ -288,7 +288,8 @@ fn a_lock_storm_is_a_finding_while_it_lasts() {
         "diagnosis_window_seconds = 3\n[thresholds]\nstorm_min_threads_per_cpu = 1\n\
          storm_min_queued_threads_per_cpu = 0.01\nstorm_min_futex_blocked_share = 0.01\n\
          storm_min_handoffs_per_cpu_second = 1\nstorm_min_convoy_handoffs_per_cpu_second = 1\n\
-         storm_max_timeout_share = 1\nstorm_critical_queued_threads_per_cpu = 0.01\n",
+         storm_max_timeout_share = 1\nstorm_critical_lock_wait_share = 0.0001\n\
+         storm_near_line_factor = 1\n",
     );
     let daemon = Daemon::start(&["--config", config.to_str().unwrap()]);
     let cgroup = TestCgroup::new("finding");

@@ -41,7 +41,71 @@ pub struct StormFigures {
     /// waited for a condition (work), not a lock (`condition_wait_share`); `None` with fewer
     /// than `STORM_MIN_KINDED_SAMPLES` of them.
     pub condition_wait_share: Option<f64>,
+    /// What the lock costs the threads: of their time, the share spent waiting for it (the
+    /// lock's queued threads over all the threads, at most 1). The severity follows it.
+    pub lock_wait_share: f64,
+    /// The gate whose figure lies nearest its line, when one lies within
+    /// `storm_near_line_factor` of it either side: the verdict rests on it.
+    pub near_line: Option<NearLine>,
+    /// A storm: every gate passed, none near its line, not bound by its quota first.
     pub lock_storm: bool,
+    /// Near a line: every gate passed or failed within `storm_near_line_factor` of its line,
+    /// at least one within it, and not bound by its quota first. Runs of the same program fall
+    /// on either side of such a line, so the finding says `possible` and what would decide it.
+    pub possible: bool,
+}
+
+/// A storm gate's figure near its line ([`StormFigures::near_line`]).
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct NearLine {
+    /// What the figure is, in words.
+    pub gate: &'static str,
+    pub value: f64,
+    pub line: f64,
+    /// Whether the figure passed the gate.
+    pub passed: bool,
+}
+
+/// One numeric gate of the lock's queue: its figure, its line and which side passes.
+struct Gate {
+    what: &'static str,
+    value: f64,
+    line: f64,
+    at_least: bool,
+    passed: bool,
+}
+
+impl Gate {
+    fn at_least(what: &'static str, value: f64, line: f64) -> Self {
+        Self {
+            what,
+            value,
+            line,
+            at_least: true,
+            passed: value >= line,
+        }
+    }
+
+    fn below(what: &'static str, value: f64, line: f64, passed: bool) -> Self {
+        Self {
+            what,
+            value,
+            line,
+            at_least: false,
+            passed,
+        }
+    }
+
+    /// How many times over its line the figure is on the passing side (> 1 passes, < 1
+    /// fails); infinite where the line or the figure is zero on the passing side.
+    fn margin(&self) -> f64 {
+        let (num, den) = if self.at_least {
+            (self.value, self.line)
+        } else {
+            (self.line, self.value)
+        };
+        if den <= 0.0 { f64::INFINITY } else { num / den }
+    }
 }
 
 /// Of the sampled hand-offs whose waiter waited in code that says what for (a lock or a
@@ -80,18 +144,108 @@ impl StormFigures {
             handoffs_per_cpu_second_used: f.handoffs_per_second() / f.oncpu_cores().max(1e-9),
             quota_bound: None,
             condition_wait_share: condition_wait_share(f.sites.as_ref()),
+            lock_wait_share: (f.queued_threads() / threads).clamp(0.0, 1.0),
+            near_line: None,
             lock_storm: false,
+            possible: false,
         };
-        let queue = s.threads_per_cpu >= t.storm_min_threads_per_cpu
-            && s.queued_threads_per_cpu >= t.storm_min_queued_threads_per_cpu
-            && s.futex_blocked_share >= t.storm_min_futex_blocked_share
-            && s.futex_timeout_share <= t.storm_max_timeout_share
-            && s.handoffs_per_cpu_second >= required
-            && s.condition_wait_share
-                .is_none_or(|c| c < defaults::STORM_MAX_CONDITION_WAIT_SHARE);
-        s.quota_bound = queue.then(|| QuotaBound::of(f, t, &s)).flatten();
-        s.lock_storm = queue && s.quota_bound.is_none();
+        // The thread count is the program's configuration, not a measured rate: a gate, but
+        // never "near" its line.
+        let threads_ok = s.threads_per_cpu >= t.storm_min_threads_per_cpu;
+        let gates = s.gates(t);
+        let queue = threads_ok && gates.iter().all(|g| g.passed);
+        let factor = t.storm_near_line_factor.max(1.0);
+        let near = gates
+            .iter()
+            .filter(|g| {
+                let m = g.margin();
+                m >= 1.0 / factor && m < factor
+            })
+            .min_by(|a, b| a.margin().ln().abs().total_cmp(&b.margin().ln().abs()));
+        let within = gates.iter().all(|g| g.passed || g.margin() >= 1.0 / factor);
+        s.near_line = near.map(|g| NearLine {
+            gate: g.what,
+            value: g.value,
+            line: g.line,
+            passed: g.passed,
+        });
+        let candidate = threads_ok && within;
+        s.quota_bound = candidate.then(|| QuotaBound::of(f, t, &s)).flatten();
+        s.lock_storm = queue && s.near_line.is_none() && s.quota_bound.is_none();
+        s.possible = candidate && s.near_line.is_some() && s.quota_bound.is_none();
         Some(s)
+    }
+
+    /// The lock's queue's numeric gates, each against its line.
+    fn gates(&self, t: &Thresholds) -> Vec<Gate> {
+        let mut gates = vec![
+            Gate::at_least(
+                "threads queued for the lock per CPU",
+                self.queued_threads_per_cpu,
+                t.storm_min_queued_threads_per_cpu,
+            ),
+            Gate::at_least(
+                "futex share of the threads' sleep",
+                self.futex_blocked_share,
+                t.storm_min_futex_blocked_share,
+            ),
+            Gate::below(
+                "share of futex waits timed out",
+                self.futex_timeout_share,
+                t.storm_max_timeout_share,
+                self.futex_timeout_share <= t.storm_max_timeout_share,
+            ),
+            Gate::at_least(
+                "lock hand-offs per second per CPU",
+                self.handoffs_per_cpu_second,
+                self.required_handoffs_per_cpu_second,
+            ),
+        ];
+        if let Some(c) = self.condition_wait_share {
+            gates.push(Gate::below(
+                "share of sampled hand-offs waiting in a condition wait",
+                c,
+                defaults::STORM_MAX_CONDITION_WAIT_SHARE,
+                c < defaults::STORM_MAX_CONDITION_WAIT_SHARE,
+            ));
+        }
+        gates
+    }
+}
+
+impl NearLine {
+    /// The figure against its line, in words: "lock hand-offs per second per CPU 1108 against
+    /// a line of 1000".
+    pub fn words(&self) -> String {
+        format!(
+            "near a line: {} {} against a line of {}",
+            self.gate,
+            figure(self.value),
+            figure(self.line)
+        )
+    }
+
+    /// What would settle a verdict that rests on this line.
+    pub fn what_decides(&self) -> String {
+        format!(
+            "Not yet decided: the verdict rests on one figure near its line ({} {} against {}), \
+             and runs of the same program fall on either side of such a line. What decides it: \
+             the same load with fewer threads (as many as the usable CPUs) or the lock made \
+             uncontended — if that does clearly more work per second (≥ 1.15×), the lock limits \
+             the program; a longer window (`diagnose --duration`) also steadies the figure.",
+            self.gate,
+            figure(self.value),
+            figure(self.line)
+        )
+    }
+}
+
+/// A figure to as many digits as it needs: shares to two decimals, rates to whole numbers.
+fn figure(v: f64) -> String {
+    if v.abs() < 10.0 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.0}")
     }
 }
 
@@ -222,13 +376,14 @@ pub fn lock_storm_candidate(f: &Facts, t: &Thresholds) -> bool {
 /// chosen from a corpus of real workloads on both sides (tests/tests/corpus.rs, tests/CORPUS.md).
 pub fn lock_storm(f: &Facts, t: &Thresholds) -> Option<Finding> {
     let figures = StormFigures::of(f, t)?;
-    if !figures.lock_storm {
+    if !figures.lock_storm && !figures.possible {
         return None;
     }
     let storm = Storm::of(f, t, figures)?;
     let spin = f.spin_wait_per_second();
-    let severity = if storm.figures.queued_threads_per_cpu
-        >= t.storm_critical_queued_threads_per_cpu
+    let severity = if storm.figures.possible {
+        Severity::Info
+    } else if storm.figures.lock_wait_share >= t.storm_critical_lock_wait_share
         || spin >= t.storm_significant_spin_wait
     {
         Severity::Critical
@@ -237,8 +392,20 @@ pub fn lock_storm(f: &Facts, t: &Thresholds) -> Option<Finding> {
     };
     let mut e = storm.evidence(f);
     let summary = storm.summary(f, t, &mut e);
-    let recs = storm.recommendations(f, t);
+    let mut recs = storm.recommendations(f, t);
+    if let Some(near) = storm.figures.near_line.filter(|_| storm.figures.possible) {
+        recs.insert(0, near.what_decides());
+    }
     let mut found = Finding::new(Kind::LockStorm, severity, f.owner(), summary, e, recs);
+    found.context.insert(
+        "verdict",
+        if storm.figures.possible {
+            "possible"
+        } else {
+            "storm"
+        }
+        .to_owned(),
+    );
     if let Some(sites) = &f.sites {
         sites_context(sites, &mut found.context);
     }
@@ -287,6 +454,11 @@ impl<'a> Storm<'a> {
             figures.required_handoffs_per_cpu_second,
         );
         e.insert("futex_blocked_share", figures.futex_blocked_share);
+        e.insert("lock_wait_share", figures.lock_wait_share);
+        if let Some(near) = figures.near_line {
+            e.insert("near_line_value", near.value);
+            e.insert("near_line", near.line);
+        }
         e.insert("runnable_per_cpu", figures.runnable_per_cpu);
         if let Some(w) = figures.cpus_wanted {
             e.insert("cpus_wanted", w);
@@ -401,12 +573,18 @@ impl<'a> Storm<'a> {
     /// The one-paragraph account; adds the quota's figures to `e`.
     fn summary(&self, f: &Facts, t: &Thresholds, e: &mut BTreeMap<&'static str, f64>) -> String {
         let (threads, allowed, figures) = (self.threads, self.allowed, &self.figures);
+        let head = match figures.near_line.filter(|_| figures.possible) {
+            Some(near) => format!("possible lock storm ({})", near.words()),
+            None => "lock storm".to_owned(),
+        };
         let mut summary = format!(
-            "lock storm: {threads:.0} threads on {allowed:.1} usable CPU(s) hand a lock to one \
+            "{head}: {threads:.0} threads on {allowed:.1} usable CPU(s) hand a lock to one \
              another through the kernel {:.0} times/s per CPU, with {:.1} threads per CPU \
-             queued for it on average; {:.0}% of their time off the CPU is futex waits",
+             queued for it on average: about {:.0}% of the threads' time is spent waiting for \
+             this lock; {:.0}% of their time off the CPU is futex waits",
             figures.handoffs_per_cpu_second,
             figures.queued_threads_per_cpu,
+            100.0 * figures.lock_wait_share,
             100.0 * figures.futex_blocked_share,
         );
         if figures.runnable_per_cpu < t.storm_saturated_runnable_per_cpu {

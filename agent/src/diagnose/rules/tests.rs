@@ -109,6 +109,76 @@ fn a_mutex_storm_is_a_lock_storm_with_pinning_advice() {
     assert!(f.summary.contains("32 threads"));
 }
 
+/// Issue #41: the severity follows the share of the threads' time the lock costs, which the
+/// summary states; a figure near its gate's line makes the verdict `possible`, on either side.
+#[test]
+fn severity_follows_the_locks_cost_and_near_a_line_the_storm_is_possible() {
+    let t = Thresholds::default();
+    let mut f = storm();
+    f.locks.wait_ns[lock_kind::SPIN] = 0; // no kernel spinning: the cost alone decides
+    let found = lock_storm(&f, &t).expect("storm");
+    // 230 s of lock waits in 10 s: 23 of 32 threads' time.
+    assert_eq!(found.severity, Severity::Critical);
+    assert!((found.evidence["lock_wait_share"] - 23.0 / 32.0).abs() < 1e-9);
+    assert!(
+        found
+            .summary
+            .contains("about 72% of the threads' time is spent waiting for this lock"),
+        "{}",
+        found.summary
+    );
+    assert_eq!(found.context["verdict"], "storm");
+    let mut cheaper = f.clone();
+    cheaper.handoffs.lock_wait_ns = 100 * S; // 10 of 32: 5 queued per CPU, still a queue
+    let found = lock_storm(&cheaper, &t).expect("storm");
+    assert_eq!(found.severity, Severity::Warning);
+    assert!(found.summary.contains("about 31% of the threads' time"));
+
+    // 110 and 90 hand-offs/s per CPU against 100: within ×1.25 of the line either side.
+    for (waits, passed) in [(2_200, true), (1_800, false)] {
+        let mut near = f.clone();
+        near.handoffs.lock_waits = waits;
+        let figures = StormFigures::of(&near, &t).unwrap();
+        assert!(figures.possible && !figures.lock_storm, "{figures:?}");
+        let line = figures.near_line.unwrap();
+        assert_eq!(line.gate, "lock hand-offs per second per CPU");
+        assert_eq!(line.passed, passed);
+        let found = lock_storm(&near, &t).expect("a possible storm is said");
+        assert_eq!(found.severity, Severity::Info);
+        assert_eq!(found.context["verdict"], "possible");
+        assert!(
+            found.summary.starts_with(&format!(
+                "possible lock storm (near a line: lock hand-offs per second per CPU {} \
+                 against a line of 100)",
+                waits / 20
+            )),
+            "{}",
+            found.summary
+        );
+        assert!(found.recommendations[0].starts_with("Not yet decided"));
+    }
+    // 75/s: clearly below, nothing said.
+    let mut below = f.clone();
+    below.handoffs.lock_waits = 1_500;
+    assert!(lock_storm(&below, &t).is_none());
+    // Clearly failing one gate and near another: not possible.
+    let mut io_bound = f.clone();
+    io_bound.handoffs.lock_waits = 2_200;
+    io_bound.sched.offcpu_ns = 1000 * S;
+    assert!(lock_storm(&io_bound, &t).is_none());
+    // The band is a threshold: at 1 there is none, and the verdict is the gates'.
+    let sharp = Thresholds {
+        storm_near_line_factor: 1.0,
+        ..Thresholds::default()
+    };
+    let mut near = f.clone();
+    near.handoffs.lock_waits = 2_200;
+    assert_eq!(
+        lock_storm(&near, &sharp).map(|f| f.severity),
+        Some(Severity::Critical)
+    );
+}
+
 /// The storm of the issue: a Java service with 2,000 threads (pools sized from the node)
 /// in a container with a 4-core quota, on a 56-vCPU node; `host` says what is under it.
 fn node_sized_storm(host: Option<HostFacts>, host_cpus: u32) -> Facts {
@@ -276,7 +346,12 @@ fn without_the_figures_the_explanation_is_left_out() {
     for absent in ["remote_wakeup_share", "cpus_used", "steal_share"] {
         assert!(!g.evidence.contains_key(absent), "{absent}");
     }
-    assert!(g.context.is_empty());
+    assert_eq!(
+        g.context.keys().copied().collect::<Vec<_>>(),
+        ["verdict"],
+        "only what is known: {:?}",
+        g.context
+    );
     // Threads per node CPU and the node sizing need only the thread count and the CPUs.
     assert!(g.summary.contains("pools look sized from the node"));
     // An unknown hypervisor still pays a VM exit per interrupt.
