@@ -391,6 +391,9 @@ fn assert_lock_bound(case: &Case, o: &Outcome) {
         return;
     }
     let gain = gain(case, o);
+    if gain < LOCK_BOUND_GAIN && lock_bound_as_observed(case, o) {
+        return;
+    }
     assert!(
         gain >= LOCK_BOUND_GAIN,
         "premise of {}: lock-bound, so its counterfactual ({:?}) should do ≥ {LOCK_BOUND_GAIN}× \
@@ -521,6 +524,36 @@ fn rwlock_writers_inside_a_quota_are_a_lock_storm_and_throttling() {
 /// premise measured alone no longer describes what was judged.
 const OBSERVER_COST: f64 = 0.15;
 
+/// Whether the agent's probes took `OBSERVER_COST` or more of the program's work while judged
+/// (its work per second as judged against alone, before the agent attached) and its
+/// counterfactual, measured alone, does `LOCK_BOUND_GAIN` or more of the work as judged: then
+/// the program as observed is lock-bound, whatever it is alone, and `lock_storm` is the truth
+/// about what was judged (the agent's own cost is issue #43's defect); says so when it is.
+/// Never under emulation (the timings are not the program's).
+fn lock_bound_as_observed(c: &Case, o: &Outcome) -> bool {
+    let (Some(judged), Some(alone), Some(counterfactual)) = (
+        o.work_per_second,
+        o.alone_work_per_second,
+        o.counterfactual_work_per_second,
+    ) else {
+        return false;
+    };
+    let observed = corpus::timings_are_real()
+        && judged <= (1.0 - OBSERVER_COST) * alone
+        && counterfactual >= LOCK_BOUND_GAIN * judged;
+    if observed {
+        eprintln!(
+            "{}: the agent's probes took {:.0}% of its work while judged ({judged:.0}/s \
+             against {alone:.0}/s alone); its counterfactual does {:.2}× the work as judged, \
+             so the program as observed is lock-bound (issue #43: the probes' per-event cost)",
+            c.name,
+            100.0 * (1.0 - judged / alone),
+            counterfactual / judged
+        );
+    }
+    observed
+}
+
 /// A convoy inside a quota that binds first: the premise (not lock-bound, the threads asleep
 /// on the lock, the quota running out), no `lock_storm`, and `cpu_throttling` saying the
 /// threads take turns on a lock and the quota binds before it does.
@@ -545,23 +578,7 @@ fn assert_quota_bound_convoy(name: &str) {
     assert_throttled(&c, &o);
     // Whether it is lock-bound alone is asked only where the agent judged the program much as
     // it runs alone: a program its probes changed is judged by the premise below, as observed.
-    if corpus::timings_are_real()
-        && let (Some(judged), Some(alone), Some(counterfactual)) = (
-            o.work_per_second,
-            o.alone_work_per_second,
-            o.counterfactual_work_per_second,
-        )
-        && judged <= (1.0 - OBSERVER_COST) * alone
-        && counterfactual >= LOCK_BOUND_GAIN * judged
-    {
-        eprintln!(
-            "{}: the agent's probes took {:.0}% of its work while judged ({judged:.0}/s \
-             against {alone:.0}/s alone); a lock per thread does {:.2}× the work as judged, \
-             so the program as observed is lock-bound (issue #43: the probes' per-event cost)",
-            c.name,
-            100.0 * (1.0 - judged / alone),
-            counterfactual / judged
-        );
+    if lock_bound_as_observed(&c, &o) {
         assert!(
             o.lock_storm,
             "{}: lock-bound as observed, yet no lock_storm: {line}",

@@ -47,10 +47,13 @@ pub struct StormFigures {
     /// The gate whose figure lies nearest its line, when one lies within
     /// `storm_near_line_factor` of it either side: the verdict rests on it.
     pub near_line: Option<NearLine>,
-    /// A storm: every gate passed, none near its line, not bound by its quota first.
+    /// A storm: every gate passed, none near its line, not bound by its quota first; or, with
+    /// a figure near its line, the lock costs the threads at least
+    /// `storm_critical_lock_wait_share` of their time.
     pub lock_storm: bool,
     /// Near a line: every gate passed or failed within `storm_near_line_factor` of its line,
-    /// at least one within it, and not bound by its quota first. Runs of the same program fall
+    /// at least one within it, not bound by its quota first, and the lock costs the threads
+    /// less than `storm_critical_lock_wait_share` of their time. Runs of the same program fall
     /// on either side of such a line, so the finding says `possible` and what would decide it.
     pub possible: bool,
 }
@@ -64,7 +67,13 @@ pub struct NearLine {
     pub line: f64,
     /// Whether the figure passed the gate.
     pub passed: bool,
+    /// Whether the lock's cost may settle a verdict near this line: not near the
+    /// condition-wait share's, which says whether the waits are for a lock at all.
+    pub cost_decides: bool,
 }
+
+/// The condition-wait share's gate, in words.
+const CONDITION_GATE: &str = "share of sampled hand-offs waiting in a condition wait";
 
 /// One numeric gate of the lock's queue: its figure, its line and which side passes.
 struct Gate {
@@ -168,11 +177,23 @@ impl StormFigures {
             value: g.value,
             line: g.line,
             passed: g.passed,
+            cost_decides: g.what != CONDITION_GATE,
         });
         let candidate = threads_ok && within;
         s.quota_bound = candidate.then(|| QuotaBound::of(f, t, &s)).flatten();
-        s.lock_storm = queue && s.near_line.is_none() && s.quota_bound.is_none();
-        s.possible = candidate && s.near_line.is_some() && s.quota_bound.is_none();
+        // Near a line the cost decides: threads that spend most of their time waiting for the
+        // lock are in a storm whichever side of a line one figure fell (a JVM monitor's storm
+        // hands off 120–190 times a second per CPU against 100, its threads queued nearly all
+        // the time); below that the verdict is only possible.
+        let decisive = s.lock_wait_share >= t.storm_critical_lock_wait_share
+            && s.near_line.is_none_or(|n| n.cost_decides);
+        let judged = candidate && s.quota_bound.is_none();
+        s.lock_storm = judged
+            && match s.near_line {
+                None => queue,
+                Some(_) => decisive,
+            };
+        s.possible = judged && s.near_line.is_some() && !decisive;
         Some(s)
     }
 
@@ -203,7 +224,7 @@ impl StormFigures {
         ];
         if let Some(c) = self.condition_wait_share {
             gates.push(Gate::below(
-                "share of sampled hand-offs waiting in a condition wait",
+                CONDITION_GATE,
                 c,
                 defaults::STORM_MAX_CONDITION_WAIT_SHARE,
                 c < defaults::STORM_MAX_CONDITION_WAIT_SHARE,
@@ -587,6 +608,12 @@ impl<'a> Storm<'a> {
             100.0 * figures.lock_wait_share,
             100.0 * figures.futex_blocked_share,
         );
+        if let Some(near) = figures.near_line.filter(|_| !figures.possible) {
+            summary.push_str(&format!(
+                " ({}, but a lock that costs the threads that much of their time decides it)",
+                near.words()
+            ));
+        }
         if figures.runnable_per_cpu < t.storm_saturated_runnable_per_cpu {
             summary.push_str(&format!(
                 " — a convoy: the CPUs are {:.0}% busy while the lock is passed from one parked \
