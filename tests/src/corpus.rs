@@ -1300,15 +1300,21 @@ impl Running {
         self.progress.as_ref()?.last()
     }
 
-    /// The program's work per second over the next `span` (it waits that long), from its
-    /// first progress line on: a program still starting (a JVM in a small quota) is given up
-    /// to [`FIRST_REPORT`] to print one, so that its start-up is not counted as its work.
-    fn work_per_second_over(&self, span: Duration, what: &str) -> f64 {
+    /// The program's work as of its first progress line, waiting up to [`FIRST_REPORT`] for
+    /// one; `None` if it printed none by then.
+    fn first_report(&self) -> Option<Work> {
         let asked = Instant::now();
         while self.work().is_none() && asked.elapsed() < FIRST_REPORT {
             std::thread::sleep(Duration::from_millis(100));
         }
-        let from = self.work();
+        self.work()
+    }
+
+    /// The program's work per second over the next `span` (it waits that long), from its
+    /// first progress line on: a program still starting (a JVM in a small quota) is given up
+    /// to [`FIRST_REPORT`] to print one, so that its start-up is not counted as its work.
+    fn work_per_second_over(&self, span: Duration, what: &str) -> f64 {
+        let from = self.first_report();
         std::thread::sleep(span);
         self.work()
             .and_then(|to| to.rate_since(from))
@@ -1319,11 +1325,7 @@ impl Running {
     /// waits that long), from its first progress line on: what a unit of work costs it, whatever
     /// share of the CPUs a load generator outside the cgroup leaves it.
     fn cpu_seconds_per_work_over(&self, span: Duration, what: &str) -> f64 {
-        let asked = Instant::now();
-        while self.work().is_none() && asked.elapsed() < FIRST_REPORT {
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let (from, cpu_from) = (self.work(), self.cgroup.cpu_usage_seconds());
+        let (from, cpu_from) = (self.first_report(), self.cgroup.cpu_usage_seconds());
         std::thread::sleep(span);
         let (to, cpu_to) = (self.work(), self.cgroup.cpu_usage_seconds());
         let done = to
