@@ -24,7 +24,8 @@
 // smallpool  a ThreadPoolExecutor of `threads` workers fed small tasks by one producer as fast
 //          as its bounded queue (1024) takes them: when it is full the producer blocks in
 //          put(). A small pool inside a large runtime: the JVM's own threads are many, the
-//          ones that hand work to one another few.
+//          ones that hand work to one another few. `rate` is the task's iterations here
+//          (default 200): with many workers and long tasks, a busy pool of CPU-bound workers.
 //
 // Prints one JSON line at the end: {"mode":…,"threads":…,"ops":…,"cpu_seconds":…}; smallpool,
 // storm, stormfree, convoy and convoyfree also print {"ops":…,"seconds":…} every second while
@@ -204,13 +205,15 @@ public class Corpus {
                             }
                         });
                 pool.prestartAllCoreThreads();
+                // The task's iterations: 200 unless given (where `rate` is for other modes).
+                final int task = rate > 0 ? rate : 200;
                 LongAdder done = new LongAdder();
                 printProgress(done, System.nanoTime(), deadline);
                 long x = 1;
                 while (System.nanoTime() < deadline) {
                     final long seed = x++;
                     pool.execute(() -> {
-                        sink += burn(200, seed);
+                        sink += burn(task, seed);
                         done.increment();
                     });
                 }

@@ -681,6 +681,61 @@ pub fn cases() -> Vec<Case> {
                 iterations: 400,
             }),
         },
+        // Issue #41's JVM executors, 2026-11-28. Held out (no threshold was chosen on them).
+        // The busy pool of 64 and the fixed-rate pool of 200 are today's misses, named in
+        // tests/CORPUS.md and not among the CI tests until the rule tells them; the pool of 200
+        // fed as fast as its queue takes is lock-bound by its counterfactual (1.32–1.39×).
+        Case {
+            name: "jvm-busy-pool-64",
+            what: "JVM ThreadPoolExecutor of 64 workers fed CPU-bound tasks (20000 iterations) \
+                   by one producer as fast as its bounded queue takes them",
+            expect: NotLockStorm,
+            program: Java {
+                mode: "smallpool",
+                threads: 64,
+                rate: Some(20_000),
+            },
+            quota: None,
+            split: HeldOut,
+            counterfactual: Some(Java {
+                mode: "smallpool",
+                threads: 2,
+                rate: Some(20_000),
+            }),
+        },
+        Case {
+            name: "jvm-busy-pool-200",
+            what: "JVM ThreadPoolExecutor of 200 workers (a servlet container's default) fed \
+                   tasks of 5000 iterations by one producer as fast as its bounded queue takes \
+                   them",
+            expect: LockStorm,
+            program: Java {
+                mode: "smallpool",
+                threads: 200,
+                rate: Some(5_000),
+            },
+            quota: None,
+            split: HeldOut,
+            counterfactual: Some(Java {
+                mode: "smallpool",
+                threads: 2,
+                rate: Some(5_000),
+            }),
+        },
+        Case {
+            name: "jvm-queue-200-workers",
+            what: "JVM ThreadPoolExecutor of 200 workers on a LinkedBlockingQueue fed 20000 \
+                   tasks/s by one producer: the producer's rate is the work",
+            expect: NotLockStorm,
+            program: Java {
+                mode: "queue",
+                threads: 200,
+                rate: Some(20_000),
+            },
+            quota: None,
+            split: HeldOut,
+            counterfactual: None,
+        },
         Case {
             name: "jvm-small-pool",
             what: "JVM ThreadPoolExecutor of 2 workers fed small tasks by one producer as fast \

@@ -675,6 +675,17 @@ fn jvm_small_pool_is_not_a_lock_storm() {
     );
 }
 
+/// A JVM executor of 200 workers (a servlet container's default pool) fed short tasks by one
+/// producer as fast as its bounded queue takes them (held out): 200 workers hand the queue's
+/// lock to one another through the kernel, and 2 workers do 1.32–1.39× their work (measured
+/// 2026-11-28, tests/CORPUS.md), so it is lock-bound and a storm. Its neighbours of the same
+/// shape that are not — 64 CPU-bound workers, 200 workers at a fixed rate — are today's misses,
+/// named in tests/CORPUS.md.
+#[test]
+fn jvm_pool_of_200_fed_as_fast_as_its_queue_takes_is_a_lock_storm() {
+    judged_given("jvm-busy-pool-200", assert_lock_bound);
+}
+
 /// A pool of workers waiting on a condition variable for what one producer makes: its queue's
 /// mutex is hot (each woken worker reacquires it inside its condition wait, and many hand it
 /// on), but the producer limits the work: 2 workers do about what 64 do.

@@ -10,8 +10,10 @@
 // every millisecond. Every Lock goes through lockCounting, which counts the calls that find
 // the mutex held (a TryLock that fails): each such Lock enters the mutex's slow path.
 //
-// Prints one JSON line at the end: {"ops":…,"gomaxprocs":…,"cpu_seconds":…} (and, with
-// -hold-ms, "contended":…, "seconds":…).
+// Prints {"ops":…,"seconds":…} every second while it runs, then one JSON line at the end:
+// {"ops":…,"gomaxprocs":…,"cpu_seconds":…} (with -hold-ms, only the last line, with
+// "contended":…, "seconds":…). With -own, each goroutine takes a mutex of its own: the storm's
+// counterfactual, the same work with the lock made uncontended.
 package main
 
 import (
@@ -50,9 +52,16 @@ func worker(mu *sync.Mutex, stop *atomic.Bool, x uint64, inside, outside int) ui
 		mu.Unlock() // the storm's Unlock
 		x = burn(outside, x)
 		local++
+		if local%1024 == 0 {
+			progress.Add(1024)
+		}
 	}
 	return local
 }
+
+// progress counts the operations done so far, in steps of 1024 per goroutine (the progress
+// lines; the last line's "ops" is exact).
+var progress atomic.Uint64
 
 // contended counts the Lock calls that found the mutex held (-hold-ms).
 var contended atomic.Uint64
@@ -122,6 +131,7 @@ func main() {
 	inside := flag.Int("inside", 200, "work iterations while holding the mutex")
 	outside := flag.Int("outside", 200, "work iterations between acquisitions")
 	holdMs := flag.Int("hold-ms", 0, "run the slow holder pattern: hold the mutex this long, then leave it free as long")
+	own := flag.Bool("own", false, "each goroutine takes a mutex of its own: the storm's counterfactual, the lock made uncontended")
 	flag.Parse()
 
 	if *holdMs > 0 {
@@ -135,12 +145,22 @@ func main() {
 	var wg sync.WaitGroup
 	for g := 0; g < *goroutines; g++ {
 		wg.Add(1)
+		lock := &mu
+		if *own {
+			lock = new(sync.Mutex)
+		}
 		go func(x uint64) {
 			defer wg.Done()
-			ops.Add(worker(&mu, &stop, x, *inside, *outside))
+			ops.Add(worker(lock, &stop, x, *inside, *outside))
 		}(uint64(g + 1))
 	}
-	time.Sleep(time.Duration(*seconds * float64(time.Second)))
+	// Progress, every second: the operations so far (each goroutine's, added as it goes).
+	start := time.Now()
+	deadline := start.Add(time.Duration(*seconds * float64(time.Second)))
+	for now := time.Now(); now.Before(deadline); now = time.Now() {
+		time.Sleep(min(time.Second, deadline.Sub(now)))
+		fmt.Printf("{\"ops\":%d,\"seconds\":%.3f}\n", progress.Load(), time.Since(start).Seconds())
+	}
 	stop.Store(true)
 	wg.Wait()
 	var ru syscall.Rusage
