@@ -103,34 +103,12 @@ pub fn run_interval(s: &str) -> Result<f64, String> {
     Ok(v)
 }
 
-/// What a config file may say. Every key is optional.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FileConfig {
-    pub listen: Option<String>,
-    pub interval_seconds: Option<f64>,
-    pub max_cgroups: Option<u64>,
-    pub removed_grace_seconds: Option<f64>,
-    pub diagnosis_window_seconds: Option<f64>,
-    pub bpf_stats: Option<bool>,
-    pub histograms: Option<bool>,
-    pub wake_kinds: Option<WakeKinds>,
-    pub futex_probes: Option<FutexTier>,
-    pub call_sites: Option<bool>,
-    pub net_packet_probes: Option<NetPacketTier>,
-    pub net_packet_survey_seconds: Option<f64>,
-    pub web_config_file: Option<PathBuf>,
-    pub http_header_timeout_seconds: Option<f64>,
-    pub http_request_timeout_seconds: Option<f64>,
-    pub http_idle_timeout_seconds: Option<f64>,
-    pub http_max_connections: Option<u64>,
-    pub btf_file: Option<PathBuf>,
-    pub thresholds: Option<Thresholds>,
-}
-
-/// The effective configuration.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+/// The effective configuration, and what a config file may say: every key optional (the
+/// default where absent), an unknown key refused.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct Config {
+    #[serde(deserialize_with = "listen_address")]
     pub listen: SocketAddr,
     pub interval_seconds: f64,
     pub max_cgroups: usize,
@@ -237,14 +215,20 @@ pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
     })
 }
 
+/// `listen` as [`parse_listen`] reads it, with its message.
+fn listen_address<'de, D: serde::Deserializer<'de>>(d: D) -> Result<SocketAddr, D::Error> {
+    let s = String::deserialize(d)?;
+    parse_listen(&s).map_err(serde::de::Error::custom)
+}
+
 impl Config {
     /// Merges defaults, the file (when `flags.config` names one), the environment (`env` looks
     /// a variable up; empty counts as unset) and the flags, then validates the result.
     pub fn load(flags: &Flags, env: impl Fn(&str) -> Option<String>) -> anyhow::Result<Self> {
-        let mut config = Self::default();
-        if let Some(path) = &flags.config {
-            config.apply_file(path, &read_file(path)?)?;
-        }
+        let mut config = match &flags.config {
+            Some(path) => Self::from_file(path, &read_file(path)?)?,
+            None => Self::default(),
+        };
         let env = |name: &str| env(name).filter(|v| !v.trim().is_empty());
         if let Some(v) = env(ENV_LISTEN) {
             config.listen = parse_listen(&v).map_err(|e| anyhow::anyhow!("{ENV_LISTEN}: {e}"))?;
@@ -269,10 +253,12 @@ impl Config {
         Ok(config)
     }
 
-    /// Applies a config file's text; `path` only names it in errors.
-    pub fn apply_file(&mut self, path: &Path, text: &str) -> anyhow::Result<()> {
+    /// A config file's text over the defaults; `path` only names it in errors, and is where
+    /// its relative paths (`web_config_file`, `btf_file`) start, as exporter-toolkit resolves
+    /// the web config's own paths.
+    pub fn from_file(path: &Path, text: &str) -> anyhow::Result<Self> {
         let where_ = path.display();
-        let file: FileConfig = toml::from_str(text).map_err(|e| {
+        let mut config: Self = toml::from_str(text).map_err(|e| {
             let at = e
                 .span()
                 .map(|span| {
@@ -282,87 +268,20 @@ impl Config {
                 .unwrap_or_default();
             anyhow::anyhow!("config file {where_}{at}: {}", one_line(e.message()))
         })?;
-        if let Some(listen) = file.listen {
-            self.listen = parse_listen(&listen)
-                .map_err(|e| anyhow::anyhow!("config file {where_}: listen: {e}"))?;
-        }
-        if let Some(v) = file.interval_seconds {
-            self.interval_seconds = v;
-        }
-        if let Some(v) = file.max_cgroups {
-            if v == 0 || v > MAX_CGROUPS_LIMIT {
-                bail!(
-                    "config file {where_}: max_cgroups must be between 1 and {MAX_CGROUPS_LIMIT} \
-                     (got {v})"
-                );
+        for file in [&mut config.web_config_file, &mut config.btf_file]
+            .into_iter()
+            .flatten()
+        {
+            if let Some(dir) = path.parent()
+                && file.is_relative()
+            {
+                *file = dir.join(&*file);
             }
-            self.max_cgroups = v as usize;
         }
-        if let Some(v) = file.removed_grace_seconds {
-            self.removed_grace_seconds = v;
-        }
-        if let Some(v) = file.diagnosis_window_seconds {
-            self.diagnosis_window_seconds = v;
-        }
-        if let Some(v) = file.bpf_stats {
-            self.bpf_stats = v;
-        }
-        if let Some(v) = file.histograms {
-            self.histograms = v;
-        }
-        if let Some(v) = file.wake_kinds {
-            self.wake_kinds = v;
-        }
-        if let Some(v) = file.futex_probes {
-            self.futex_probes = v;
-        }
-        if let Some(v) = file.call_sites {
-            self.call_sites = v;
-        }
-        if let Some(v) = file.net_packet_probes {
-            self.net_packet_probes = v;
-        }
-        if let Some(v) = file.net_packet_survey_seconds {
-            self.net_packet_survey_seconds = v;
-        }
-        if let Some(v) = file.web_config_file {
-            // Relative to the config file, as exporter-toolkit resolves the web config's own
-            // paths.
-            self.web_config_file = Some(match path.parent() {
-                Some(dir) if v.is_relative() => dir.join(v),
-                _ => v,
-            });
-        }
-        if let Some(v) = file.http_header_timeout_seconds {
-            self.http_header_timeout_seconds = v;
-        }
-        if let Some(v) = file.http_request_timeout_seconds {
-            self.http_request_timeout_seconds = v;
-        }
-        if let Some(v) = file.http_idle_timeout_seconds {
-            self.http_idle_timeout_seconds = v;
-        }
-        if let Some(v) = file.http_max_connections {
-            if v == 0 || v > MAX_HTTP_CONNECTIONS {
-                bail!(
-                    "config file {where_}: http_max_connections must be between 1 and \
-                     {MAX_HTTP_CONNECTIONS} (got {v})"
-                );
-            }
-            self.http_max_connections = v as usize;
-        }
-        if let Some(v) = file.btf_file {
-            // Relative to the config file, as web_config_file.
-            self.btf_file = Some(match path.parent() {
-                Some(dir) if v.is_relative() => dir.join(v),
-                _ => v,
-            });
-        }
-        if let Some(t) = file.thresholds {
-            self.thresholds = t;
-        }
-        self.validate()
-            .with_context(|| format!("config file {where_}"))
+        config
+            .validate()
+            .with_context(|| format!("config file {where_}"))?;
+        Ok(config)
     }
 
     /// Checks the ranges of every setting.
@@ -499,9 +418,7 @@ mod tests {
     }
 
     fn from_text(text: &str) -> anyhow::Result<Config> {
-        let mut c = Config::default();
-        c.apply_file(Path::new("/etc/sw.toml"), text)?;
-        Ok(c)
+        Config::from_file(Path::new("/etc/sw.toml"), text)
     }
 
     #[test]
