@@ -502,6 +502,7 @@ mod tests {
             10,
             Limits {
                 cpu_quota_cores: Some(1.5),
+                ancestor_quota: None,
                 cpuset_cpus: Some(vec![0, 1]),
                 threads: Some(32),
                 counters: crate::identity::limits::CpuCounters {

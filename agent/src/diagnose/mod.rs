@@ -36,6 +36,8 @@ pub struct Facts {
     pub cpuset_cpus: Option<u32>,
     /// CFS quota in cores, when limited.
     pub quota_cores: Option<f64>,
+    /// The tightest quota above the container, where one is set (a parent's `cpu.max`).
+    pub ancestor_quota: Option<crate::identity::limits::AncestorQuota>,
     /// Threads in the cgroup at the end of the window, when known.
     pub threads: Option<u64>,
     /// The CPU controller's counters over the window (differences between its edges):
@@ -115,17 +117,36 @@ impl HostFacts {
 }
 
 impl Facts {
-    /// The CPUs the container can really use: the smallest of its cpuset, its quota and the
-    /// host.
+    /// The CPUs the container can really use: the smallest of its cpuset, its quota, the
+    /// quotas above it and the host.
     pub fn allowed_cpus(&self) -> f64 {
         let mut cpus = f64::from(self.host_cpus.max(1));
         if let Some(set) = self.cpuset_cpus {
             cpus = cpus.min(f64::from(set.max(1)));
         }
-        if let Some(q) = self.quota_cores {
+        for q in [
+            self.quota_cores,
+            self.binding_ancestor_quota().map(|a| a.cores),
+        ]
+        .into_iter()
+        .flatten()
+        {
             cpus = cpus.min(q.max(0.01));
         }
         cpus
+    }
+
+    /// A quota above the container that binds it: tighter than its own quota (or it has none),
+    /// its cpuset and the host's CPUs.
+    pub fn binding_ancestor_quota(&self) -> Option<&crate::identity::limits::AncestorQuota> {
+        let mut others = f64::from(self.host_cpus.max(1));
+        if let Some(set) = self.cpuset_cpus {
+            others = others.min(f64::from(set.max(1)));
+        }
+        if let Some(q) = self.quota_cores {
+            others = others.min(q);
+        }
+        self.ancestor_quota.as_ref().filter(|a| a.cores < others)
     }
 
     fn per_second(&self, v: f64) -> f64 {
@@ -431,6 +452,7 @@ pub fn facts(
                     .and_then(|l| l.cpuset_cpus.as_ref())
                     .map(|c| c.len() as u32),
                 quota_cores: l.and_then(|l| l.cpu_quota_cores),
+                ancestor_quota: l.and_then(|l| l.ancestor_quota.clone()),
                 threads: l.and_then(|l| l.threads),
                 cpu: l.map(|l| l.counters).unwrap_or_default(),
                 sched: w.sched,

@@ -164,6 +164,7 @@ mod tests {
             1,
             Limits {
                 cpu_quota_cores: Some(1.5),
+                ancestor_quota: None,
                 cpuset_cpus: Some(vec![0, 1]),
                 threads: Some(12),
                 counters: crate::identity::limits::CpuCounters {

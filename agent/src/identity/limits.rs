@@ -31,6 +31,12 @@ use super::{CgroupError, mountinfo};
 pub struct Limits {
     /// CFS bandwidth quota in cores (quota / period); `None` when unlimited or unknown.
     pub cpu_quota_cores: Option<f64>,
+    /// The tightest CFS quota of the cgroups above this one (its parent's, the pod's, a
+    /// slice's), where one has any: the kernel enforces every quota up the tree, so a parent's
+    /// tighter `cpu.max` binds the container though its own says more — and a runtime that
+    /// sizes itself from its own cgroup's quota misses it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ancestor_quota: Option<AncestorQuota>,
     /// The CPUs the cgroup may run on (effective cpuset), ascending.
     pub cpuset_cpus: Option<Vec<u32>>,
     /// Threads (tasks) in the cgroup: the whole subtree when the pids controller reports it
@@ -41,6 +47,15 @@ pub struct Limits {
     /// window's figures are their differences between its edges: see [`CpuCounters::since`]).
     #[serde(flatten)]
     pub counters: CpuCounters,
+}
+
+/// A CFS quota set on a cgroup above a container's.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AncestorQuota {
+    /// Quota / period, in cores.
+    pub cores: f64,
+    /// The cgroup that sets it (relative to the hierarchy's root, with a leading `/`).
+    pub cgroup: String,
 }
 
 /// The cumulative counters of a cgroup's CPU bandwidth control and CPU pressure, since the
@@ -245,14 +260,19 @@ fn read(layout: &CgroupLayout, rel_path: &str, previous: Option<&Limits>) -> Lim
             .and_then(|dir| read_file(&dir.join(name)))
     };
 
-    let cpu_quota_cores = v2_file("cpu.max")
-        .and_then(|t| parse_cpu_max(&t))
-        .or_else(|| {
-            parse_cfs_quota(
-                &v1_file("cpu", "cpu.cfs_quota_us")?,
-                &v1_file("cpu", "cpu.cfs_period_us")?,
-            )
-        });
+    let cpu_quota_cores = quota_of(layout, &rel);
+    // Every cgroup above, up to (not including) the root, which has no quota.
+    let ancestor_quota = rel
+        .ancestors()
+        .skip(1)
+        .filter(|a| !a.as_os_str().is_empty())
+        .filter_map(|a| {
+            Some(AncestorQuota {
+                cores: quota_of(layout, a)?,
+                cgroup: format!("/{}", a.display()),
+            })
+        })
+        .min_by(|a, b| a.cores.total_cmp(&b.cores));
 
     let cpuset_cpus = v2_file("cpuset.cpus.effective")
         .and_then(|t| parse_cpu_list(&t))
@@ -273,10 +293,25 @@ fn read(layout: &CgroupLayout, rel_path: &str, previous: Option<&Limits>) -> Lim
 
     Limits {
         cpu_quota_cores,
+        ancestor_quota,
         cpuset_cpus,
         threads,
         counters,
     }
+}
+
+/// The CFS quota of the cgroup at `rel`, in cores: v2 `cpu.max`, else v1 `cpu.cfs_quota_us`
+/// over `cpu.cfs_period_us`; `None` when unlimited or unknown.
+fn quota_of(layout: &CgroupLayout, rel: &Path) -> Option<f64> {
+    read_file(&layout.v2_root.join(rel).join("cpu.max"))
+        .and_then(|t| parse_cpu_max(&t))
+        .or_else(|| {
+            let dir = layout.v1_dir("cpu", rel)?;
+            parse_cfs_quota(
+                &read_file(&dir.join("cpu.cfs_quota_us"))?,
+                &read_file(&dir.join("cpu.cfs_period_us"))?,
+            )
+        })
 }
 
 /// Reads a cgroup's cumulative CPU counters at a window's edge: the throttling counters from

@@ -175,6 +175,9 @@ fn limits_evidence(f: &Facts, e: &mut BTreeMap<&'static str, f64>) {
     if let Some(q) = f.quota_cores {
         e.insert("cpu_quota_cores", q);
     }
+    if let Some(a) = f.binding_ancestor_quota() {
+        e.insert("ancestor_cpu_quota_cores", a.cores);
+    }
     if let Some(n) = f.threads {
         e.insert("threads", n as f64);
     }

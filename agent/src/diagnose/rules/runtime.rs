@@ -77,6 +77,17 @@ pub fn runtime_sizing(f: &Facts, t: &Thresholds) -> Option<Finding> {
     if saturated {
         summary.push_str("; the container keeps its CPUs saturated");
     }
+    if let Some(a) = f.binding_ancestor_quota() {
+        let own = f
+            .quota_cores
+            .map(|q| format!("its own quota of {q:.1} CPUs"))
+            .unwrap_or_else(|| "no quota of its own".to_owned());
+        summary.push_str(&format!(
+            "; the limit that binds is the quota of {} above the container ({:.1} CPUs), not \
+             {own}: a runtime that reads only its own cgroup sizes itself for more",
+            a.cgroup, a.cores
+        ));
+    }
     let go_mutex = go_mutex_named(f);
     if let Some(g) = &go_mutex {
         summary.push_str("; ");

@@ -16,6 +16,7 @@ fn base(cgroup: &str) -> Facts {
         host_cpus: 2,
         cpuset_cpus: None,
         quota_cores: None,
+        ancestor_quota: None,
         threads: Some(4),
         cpu: CpuCounters::default(),
         sched: SchedStats::ZERO,
@@ -490,6 +491,35 @@ fn hand_offs_of_work_are_not_a_lock() {
     let mut right = go.clone();
     right.runtimes[0].cpus.as_mut().unwrap().value = 2;
     assert!(runtime_sizing(&right, &t).is_none(), "sized to the CPUs");
+
+    // Sized to its own quota of 2, under a pod whose quota is 1: the parent's binds, and the
+    // finding says which limit and why the runtime missed it.
+    let mut nested = right.clone();
+    nested.quota_cores = Some(2.0);
+    nested.ancestor_quota = Some(crate::identity::limits::AncestorQuota {
+        cores: 1.0,
+        cgroup: "/kubepods.slice/pod1.slice".into(),
+    });
+    assert_eq!(nested.allowed_cpus(), 1.0);
+    let found = runtime_sizing(&nested, &t).expect("sized for 2 CPUs on 1");
+    assert!(
+        found.summary.contains(
+            "the limit that binds is the quota of /kubepods.slice/pod1.slice above the \
+             container (1.0 CPUs), not its own quota of 2.0 CPUs"
+        ),
+        "{}",
+        found.summary
+    );
+    assert_eq!(found.evidence["ancestor_cpu_quota_cores"], 1.0);
+    assert!(found.recommendations[0].contains("Set GOMAXPROCS=1"));
+    // A looser quota above does not bind, and is not said.
+    nested.ancestor_quota.as_mut().unwrap().cores = 4.0;
+    assert_eq!(nested.allowed_cpus(), 2.0);
+    assert!(nested.binding_ancestor_quota().is_none());
+    assert!(
+        runtime_sizing(&nested, &t).is_none(),
+        "sized to its own quota"
+    );
     let mut pool = storm();
     pool.handoffs.work_waits = pool.handoffs.lock_waits;
     pool.handoffs.work_wait_ns = pool.handoffs.lock_wait_ns;

@@ -239,6 +239,7 @@ fn a_windows_counters_are_read_at_its_edges() {
     let fake = Arc::new(Fake::default());
     let at = |t: u64| Limits {
         cpu_quota_cores: Some(0.5),
+        ancestor_quota: None,
         cpuset_cpus: None,
         threads: Some(32),
         counters: CpuCounters {

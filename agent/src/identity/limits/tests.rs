@@ -206,6 +206,7 @@ fn reads_a_v2_tree() {
     );
     let want = Limits {
         cpu_quota_cores: Some(1.5),
+        ancestor_quota: None,
         cpuset_cpus: Some(vec![0, 1, 2, 3, 8, 10, 11]),
         threads: Some(42),
         counters: CpuCounters {
@@ -246,6 +247,81 @@ fn reads_a_v2_tree() {
     // A missing cgroup, and a path that tries to leave the hierarchy.
     assert_eq!(read_limits(&layout, "/gone.scope"), Limits::default());
     assert_eq!(read_limits(&layout, "/../../etc"), Limits::default());
+}
+
+/// The quotas above a container, on v2 and on v1's `cpu` controller: the tightest one is
+/// kept with the cgroup that sets it; the root and the container's own are not among them.
+#[test]
+fn reads_the_tightest_quota_above_the_container() {
+    let tmp = tempfile::tempdir().expect("a temp dir");
+    let layout = CgroupLayout {
+        v2_root: tmp.path().to_path_buf(),
+        v1_roots: HashMap::new(),
+    };
+    let rel = REL.trim_start_matches('/');
+    write_files(tmp.path(), &[("cpu.max", "100000 100000\n")]);
+    write_files(
+        &tmp.path().join("kubepods.slice"),
+        &[("cpu.max", "300000 100000\n")],
+    );
+    write_files(
+        &tmp.path().join("kubepods.slice/kubepods-burstable.slice"),
+        &[("cpu.max", "max 100000\n")],
+    );
+    write_files(&tmp.path().join(rel), &[("cpu.max", "400000 100000\n")]);
+    let got = read_limits(&layout, REL);
+    assert_eq!(got.cpu_quota_cores, Some(4.0));
+    assert_eq!(
+        got.ancestor_quota,
+        Some(AncestorQuota {
+            cores: 3.0,
+            cgroup: "/kubepods.slice".into()
+        }),
+        "the root's file is not a quota; the unlimited slice is skipped"
+    );
+    write_files(
+        &tmp.path().join("kubepods.slice/kubepods-burstable.slice"),
+        &[("cpu.max", "150000 100000\n")],
+    );
+    assert_eq!(
+        refresh_limits(&layout, REL, &got).ancestor_quota,
+        Some(AncestorQuota {
+            cores: 1.5,
+            cgroup: "/kubepods.slice/kubepods-burstable.slice".into()
+        })
+    );
+
+    // v1's cpu controller (a hybrid host): the same walk over cfs_quota_us / cfs_period_us.
+    let v1 = tempfile::tempdir().expect("a temp dir");
+    let layout = CgroupLayout {
+        v2_root: v1.path().join("unified"),
+        v1_roots: HashMap::from([("cpu".to_owned(), v1.path().join("cpu"))]),
+    };
+    write_files(&layout.v2_root.join(rel), &[("cgroup.procs", "1\n")]);
+    write_files(
+        &v1.path().join("cpu/kubepods.slice"),
+        &[
+            ("cpu.cfs_quota_us", "50000\n"),
+            ("cpu.cfs_period_us", "100000\n"),
+        ],
+    );
+    write_files(
+        &v1.path().join("cpu").join(rel),
+        &[
+            ("cpu.cfs_quota_us", "-1\n"),
+            ("cpu.cfs_period_us", "100000\n"),
+        ],
+    );
+    let got = read_limits(&layout, REL);
+    assert_eq!(got.cpu_quota_cores, None);
+    assert_eq!(
+        got.ancestor_quota,
+        Some(AncestorQuota {
+            cores: 0.5,
+            cgroup: "/kubepods.slice".into()
+        })
+    );
+    assert_eq!(read_limits(&layout, "/top.scope").ancestor_quota, None);
 }
 
 #[test]
@@ -292,6 +368,7 @@ fn reads_a_hybrid_tree() {
         read_limits(&layout, REL),
         Limits {
             cpu_quota_cores: Some(0.5),
+            ancestor_quota: None,
             cpuset_cpus: Some(vec![0, 1]),
             threads: Some(3),
             counters: CpuCounters {
