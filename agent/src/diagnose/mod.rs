@@ -38,6 +38,9 @@ pub struct Facts {
     pub quota_cores: Option<f64>,
     /// The tightest quota above the container, where one is set (a parent's `cpu.max`).
     pub ancestor_quota: Option<crate::identity::limits::AncestorQuota>,
+    /// Whether the container is pinned by the kubelet's static CPU manager, and the node's
+    /// policy (the session reads the kubelet's checkpoint).
+    pub cpu_pinning: crate::identity::cpumanager::CpuPinning,
     /// Threads in the cgroup at the end of the window, when known.
     pub threads: Option<u64>,
     /// The CPU controller's counters over the window (differences between its edges):
@@ -147,6 +150,15 @@ impl Facts {
             others = others.min(q);
         }
         self.ancestor_quota.as_ref().filter(|a| a.cores < others)
+    }
+
+    /// Whether the container is already held to fewer CPUs than the host's: the kubelet gave
+    /// it CPUs of its own, or its cpuset is narrower than the host. The pinned CPUs' count.
+    pub fn pinned_cpus(&self) -> Option<u32> {
+        if let Some(c) = &self.cpu_pinning.exclusive_cpus {
+            return Some(c.len() as u32);
+        }
+        self.cpuset_cpus.filter(|n| *n < self.host_cpus)
     }
 
     fn per_second(&self, v: f64) -> f64 {
@@ -453,6 +465,7 @@ pub fn facts(
                     .map(|c| c.len() as u32),
                 quota_cores: l.and_then(|l| l.cpu_quota_cores),
                 ancestor_quota: l.and_then(|l| l.ancestor_quota.clone()),
+                cpu_pinning: Default::default(),
                 threads: l.and_then(|l| l.threads),
                 cpu: l.map(|l| l.counters).unwrap_or_default(),
                 sched: w.sched,

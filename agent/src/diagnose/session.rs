@@ -32,6 +32,8 @@ use crate::{
     collect::{CgroupWindow, NetAvailability, Window},
     host::{CpuTicks, Host, Steal, read_cpu_ticks, ticks_per_second},
     identity::{
+        container::parse_cgroup_path,
+        cpumanager::{CpuManagerState, CpuPinning},
         limits::{CpuCounters, Limits},
         runtime::RuntimeCache,
     },
@@ -77,6 +79,9 @@ pub struct SessionOptions {
     /// With the network family: which packet figures exist, and the v2 root (to name a
     /// namespace's cgroup). `None`: no network rules.
     pub network: Option<NetworkOptions>,
+    /// The kubelet's CPU manager checkpoint, read with each window's facts (whether the node
+    /// pins containers, and which it pinned): [`crate::identity::cpumanager::DEFAULT_STATE_FILE`].
+    pub cpu_manager_state: PathBuf,
 }
 
 #[derive(Clone, Debug)]
@@ -571,7 +576,16 @@ impl Session {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut handoffs = tell_handoffs_apart(window, &mut runtimes);
+        let cpu_manager = CpuManagerState::read(&self.options.cpu_manager_state);
         for f in &mut all {
+            f.cpu_pinning = CpuPinning {
+                node_policy: cpu_manager.as_ref().map(|s| s.policy.clone()),
+                exclusive_cpus: cpu_manager.as_ref().and_then(|s| {
+                    let pod = parse_cgroup_path(&f.cgroup).pod_uid?;
+                    let cpuset = limits.get(&f.cgroup_id)?.cpuset_cpus.as_ref()?;
+                    s.exclusive_cpus(&pod, cpuset).map(<[u32]>::to_vec)
+                }),
+            };
             f.host = Some(host.clone());
             f.futex_seconds = futex_seconds;
             f.sites = window.handoff_sites.get(&f.cgroup_id).cloned();

@@ -18,6 +18,7 @@
 //! cgroup freed by then).
 
 pub mod container;
+pub mod cpumanager;
 pub mod kubelet;
 pub mod limits;
 pub mod mountinfo;

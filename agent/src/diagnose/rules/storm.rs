@@ -526,15 +526,14 @@ impl<'a> Storm<'a> {
         let n = allowed.ceil().max(1.0) as u64;
         let mut recs = Vec::new();
         if let Some(pin) = self.cost.pinning(n) {
-            recs.push(pin);
+            recs.push(pin_on_this_node(f, n, pin, PIN_STEPS));
         } else if f.migrations_per_second() / allowed >= t.storm_high_migrations_per_second {
-            recs.push(format!(
+            let pin = format!(
                 "Pin the container to fewer, dedicated CPUs: threads move between CPUs {:.0} \
-                 times per second, and every lock hand-off then crosses caches. On Kubernetes \
-                 use the kubelet's static CPU manager policy (Guaranteed pod, integer CPU \
-                 request); elsewhere a cpuset.",
+                 times per second, and every lock hand-off then crosses caches.",
                 f.migrations_per_second()
-            ));
+            );
+            recs.push(pin_on_this_node(f, n, pin, PIN_FEWER_STEPS));
         }
         if let (Some(share), Some(q)) = (self.throttled, f.quota_cores) {
             recs.push(format!(
@@ -834,11 +833,76 @@ impl<'a> HandOffCost<'a> {
         Some(format!(
             "Pin the container to {n} dedicated CPU(s): {remote:.0}% of its wake-ups cross CPUs \
              and its threads ran on {used} CPUs, so each lock hand-off pays an inter-processor \
-             interrupt{exit}; pinned, the hand-offs stay within {n} CPU(s) that share caches. On \
-             Kubernetes: the kubelet's static CPU manager policy with a Guaranteed pod (CPU \
-             request = limit = {n}, an integer); elsewhere taskset -c or a cpuset."
+             interrupt{exit}; pinned, the hand-offs stay within {n} CPU(s) that share caches."
         ))
     }
+}
+
+/// How to pin where the node's CPU manager policy is not known (`{n}`: the CPUs).
+const PIN_STEPS: &str = "On Kubernetes: the kubelet's static CPU manager policy with a \
+                         Guaranteed pod (CPU request = limit = {n}, an integer); elsewhere \
+                         taskset -c or a cpuset.";
+/// As [`PIN_STEPS`], when the count is not the point.
+const PIN_FEWER_STEPS: &str = "On Kubernetes use the kubelet's static CPU manager policy \
+                               (Guaranteed pod, integer CPU request); elsewhere a cpuset.";
+
+/// Pinning advice that reads the node (issue #44): a container already held to fewer CPUs than
+/// the host's — by the kubelet's static CPU manager, or by its cpuset — is not told to pin
+/// again, but what remains; otherwise `pin` (why to pin) gets the steps the node's CPU manager
+/// policy needs, or `steps` where the policy is not known (no kubelet checkpoint read).
+fn pin_on_this_node(f: &Facts, n: u64, pin: String, steps: &str) -> String {
+    if let Some(pinned) = f.pinned_cpus() {
+        let by = match &f.cpu_pinning.exclusive_cpus {
+            Some(cpus) => format!(
+                "the kubelet's static CPU manager gave it CPUs {} for itself",
+                cpu_list(cpus)
+            ),
+            None => format!(
+                "its cpuset holds {pinned} of the host's {} CPUs",
+                f.host_cpus
+            ),
+        };
+        return format!(
+            "The container is already pinned ({by}): pinning is not what is left to do. What \
+             remains is in its threads: size its runtimes and pools to those {pinned} CPU(s), \
+             and change the code that takes the lock (below)."
+        );
+    }
+    let node = match f.cpu_pinning.node_policy.as_deref() {
+        Some("static") => format!(
+            "This node's kubelet runs the static CPU manager policy: make the pod Guaranteed \
+             with an integer CPU request = limit = {n}, and its container gets {n} CPU(s) of \
+             its own."
+        ),
+        Some(policy) => format!(
+            "This node's kubelet runs the CPU manager policy `{policy}`, which pins nothing: \
+             set `--cpu-manager-policy=static` with CPUs reserved for the system \
+             (`--reserved-cpus`), drain the node, remove /var/lib/kubelet/cpu_manager_state \
+             and restart the kubelet; then a Guaranteed pod with an integer CPU request = \
+             limit = {n}."
+        ),
+        None => steps.replace("{n}", &n.to_string()),
+    };
+    format!("{pin} {node}")
+}
+
+/// `1-4,7` for [1, 2, 3, 4, 7].
+fn cpu_list(cpus: &[u32]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < cpus.len() {
+        let start = cpus[i];
+        while i + 1 < cpus.len() && cpus[i + 1] == cpus[i] + 1 {
+            i += 1;
+        }
+        out.push(if cpus[i] == start {
+            start.to_string()
+        } else {
+            format!("{start}-{}", cpus[i])
+        });
+        i += 1;
+    }
+    out.join(",")
 }
 
 /// Sizing advice when the pools were sized from the node: the runtime flags that set the CPU

@@ -1,6 +1,7 @@
 use super::*;
 use crate::diagnose::Handoffs;
 use crate::diagnose::{HostFacts, diagnose};
+use crate::identity::cpumanager::CpuPinning;
 use crate::identity::limits::CpuCounters;
 use crate::symbolize::handoffs::HandoffSites;
 use stormwatch_common::{FutexStats, LockStats, Log2Histogram, SchedStats, lock_kind};
@@ -17,6 +18,7 @@ fn base(cgroup: &str) -> Facts {
         cpuset_cpus: None,
         quota_cores: None,
         ancestor_quota: None,
+        cpu_pinning: Default::default(),
         threads: Some(4),
         cpu: CpuCounters::default(),
         sched: SchedStats::ZERO,
@@ -257,6 +259,57 @@ fn the_vm_storm_of_the_issue_is_explained() {
             && pin.contains("static CPU manager policy")
             && pin.contains("Guaranteed"),
         "{pin}"
+    );
+    // The advice reads the node (fabricated kubelet checkpoints: `cpu_pinning` as the
+    // session fills it from one): the steps of its policy, or none where it is pinned.
+    let advice = |pinning: CpuPinning, cpuset: Option<u32>| {
+        let mut s = node_sized_storm(kvm(0.02), 56);
+        s.cpu_pinning = pinning;
+        s.cpuset_cpus = cpuset;
+        lock_storm(&s, &Thresholds::default())
+            .unwrap()
+            .recommendations[0]
+            .clone()
+    };
+    let policy = |p: &str| CpuPinning {
+        node_policy: Some(p.into()),
+        exclusive_cpus: None,
+    };
+    let on_static = advice(policy("static"), None);
+    assert!(
+        on_static.starts_with("Pin the container to 4 dedicated CPU(s)")
+            && on_static.contains(
+                "This node's kubelet runs the static CPU manager policy: make the pod \
+                 Guaranteed with an integer CPU request = limit = 4"
+            ),
+        "{on_static}"
+    );
+    let on_none = advice(policy("none"), None);
+    assert!(
+        on_none.contains("runs the CPU manager policy `none`, which pins nothing")
+            && on_none.contains("--cpu-manager-policy=static")
+            && on_none.contains("remove /var/lib/kubelet/cpu_manager_state"),
+        "{on_none}"
+    );
+    let exclusive = advice(
+        CpuPinning {
+            node_policy: Some("static".into()),
+            exclusive_cpus: Some(vec![4, 5, 6, 7]),
+        },
+        Some(4),
+    );
+    assert!(
+        exclusive.starts_with(
+            "The container is already pinned (the kubelet's static CPU manager gave it CPUs \
+             4-7 for itself): pinning is not what is left to do"
+        ) && exclusive.contains("to those 4 CPU(s)")
+            && !exclusive.contains("Pin the container"),
+        "{exclusive}"
+    );
+    let by_cpuset = advice(CpuPinning::default(), Some(4));
+    assert!(
+        by_cpuset.contains("already pinned (its cpuset holds 4 of the host's 56 CPUs)"),
+        "{by_cpuset}"
     );
     let sizing = f
         .recommendations

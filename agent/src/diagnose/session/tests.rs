@@ -77,6 +77,7 @@ fn options(span: Option<u64>, interval: u64) -> SessionOptions {
         host_cpus: 2,
         window_pressure: span.is_none(),
         network: None,
+        cpu_manager_state: "/nonexistent/cpu_manager_state".into(),
     }
 }
 
@@ -112,6 +113,71 @@ fn the_facts_carry_the_host_over_the_window() {
     let facts = s.facts(&s.window(), &paths);
     let host = facts[0].host.as_ref().expect("the host context");
     assert_eq!(host.hypervisor, s.host().hypervisor);
+}
+
+/// The kubelet's CPU manager checkpoint is read with the facts: the node's policy for every
+/// container, and the CPUs of its own for a container of a pod it pinned (by the pod UID in its
+/// cgroup path, and its cpuset being that pod's assignment).
+#[test]
+fn the_facts_say_which_containers_the_kubelet_pinned() {
+    const POD: &str = "8d2c1e5a-1111-2222-3333-444455556666";
+    let pinned = format!(
+        "kubepods.slice/kubepods-pod{}.slice/cri-containerd-{}.scope",
+        POD.replace('-', "_"),
+        "a".repeat(64)
+    );
+    let shared = format!(
+        "kubepods.slice/kubepods-pod{}.slice/cri-containerd-{}.scope",
+        POD.replace('-', "_"),
+        "b".repeat(64)
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("cpu_manager_state");
+    std::fs::write(
+        &state,
+        format!(
+            r#"{{"policyName":"static","defaultCpuSet":"0,5-7","entries":{{"{POD}":{{"app":"1-4"}}}},"checksum":1}}"#
+        ),
+    )
+    .unwrap();
+    let fake = Arc::new(Fake::default());
+    let cpuset = |cpus: Vec<u32>| Limits {
+        cpuset_cpus: Some(cpus),
+        ..threads(2)
+    };
+    fake.set(&pinned, cpuset(vec![1, 2, 3, 4]));
+    fake.set(&shared, cpuset(vec![0, 5, 6, 7]));
+    let mut opts = options(None, 1);
+    opts.host_cpus = 8;
+    opts.cpu_manager_state = state;
+    let mut s = Session::new(opts, Some(Box::new(fake)), []);
+    let paths = HashMap::from([(1, pinned), (2, shared)]);
+    s.observe(
+        &tick(1, &[(1, 10), (2, 10)]),
+        |id| paths.get(&id).map(String::as_str),
+        Instant::now(),
+    );
+    let facts = s.facts(&s.window(), &paths);
+    let of = |id: u64| {
+        &facts
+            .iter()
+            .find(|f| f.cgroup_id == id)
+            .unwrap()
+            .cpu_pinning
+    };
+    assert_eq!(of(1).node_policy.as_deref(), Some("static"));
+    assert_eq!(of(1).exclusive_cpus, Some(vec![1, 2, 3, 4]));
+    assert_eq!(of(2).node_policy.as_deref(), Some("static"));
+    assert_eq!(of(2).exclusive_cpus, None, "the shared pool is not its own");
+
+    // No checkpoint: no policy known, nothing pinned by the kubelet.
+    let facts = {
+        let fake = Arc::new(Fake::default());
+        let mut s = Session::new(options(None, 1), Some(Box::new(fake)), []);
+        s.observe(&tick(1, &[(1, 10)]), path, Instant::now());
+        s.facts(&s.window(), &HashMap::from([(1, "a".to_owned())]))
+    };
+    assert_eq!(facts[0].cpu_pinning, CpuPinning::default());
 }
 
 #[test]
