@@ -290,7 +290,12 @@ pub fn session_options(
         interval,
         thresholds,
         host_cpus: host_cpus(),
-        cpu_manager_state: crate::identity::cpumanager::DEFAULT_STATE_FILE.into(),
+        cpu_manager_state: [
+            crate::identity::cpumanager::DEFAULT_STATE_FILE,
+            crate::identity::cpumanager::HOST_STATE_FILE,
+        ]
+        .map(std::path::PathBuf::from)
+        .to_vec(),
         // Pressure over the window is a figure of trace's document; the daemon exports none,
         // so it does not read `cpu.pressure` at every step of every active cgroup.
         window_pressure: span.is_none(),

@@ -79,9 +79,9 @@ pub struct SessionOptions {
     /// With the network family: which packet figures exist, and the v2 root (to name a
     /// namespace's cgroup). `None`: no network rules.
     pub network: Option<NetworkOptions>,
-    /// The kubelet's CPU manager checkpoint, read with each window's facts (whether the node
-    /// pins containers, and which it pinned): [`crate::identity::cpumanager::DEFAULT_STATE_FILE`].
-    pub cpu_manager_state: PathBuf,
+    /// Where to read the kubelet's CPU manager checkpoint, the first readable one, with each
+    /// window's facts (whether the node pins containers, and which it pinned).
+    pub cpu_manager_state: Vec<PathBuf>,
 }
 
 #[derive(Clone, Debug)]
@@ -576,7 +576,7 @@ impl Session {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut handoffs = tell_handoffs_apart(window, &mut runtimes);
-        let cpu_manager = CpuManagerState::read(&self.options.cpu_manager_state);
+        let cpu_manager = CpuManagerState::read_first(&self.options.cpu_manager_state);
         for f in &mut all {
             f.cpu_pinning = CpuPinning {
                 node_policy: cpu_manager.as_ref().map(|s| s.policy.clone()),

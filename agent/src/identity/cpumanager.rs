@@ -19,6 +19,11 @@ use super::limits::parse_cpu_list;
 
 /// Where the kubelet keeps its CPU manager checkpoint by default (`--root-dir`).
 pub const DEFAULT_STATE_FILE: &str = "/var/lib/kubelet/cpu_manager_state";
+/// The same file through the host's init process: where the agent runs in a pod with the
+/// host's pids (`hostPID` and `SYS_PTRACE`, as for naming call sites: deploy/README.md), the
+/// host's file without mounting the kubelet's directory (which holds the pods' secrets). On the
+/// host it is the same file.
+pub const HOST_STATE_FILE: &str = "/proc/1/root/var/lib/kubelet/cpu_manager_state";
 
 /// The node's CPU manager, as its checkpoint says.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -62,6 +67,11 @@ impl CpuManagerState {
     /// Reads and parses the checkpoint at `path`; `None` where it is missing or unreadable.
     pub fn read(path: &Path) -> Option<Self> {
         Self::parse(&crate::files::read_text(path, crate::files::Kind::Config).ok()?)
+    }
+
+    /// The first of `paths` that reads as a checkpoint.
+    pub fn read_first(paths: &[std::path::PathBuf]) -> Option<Self> {
+        paths.iter().find_map(|p| Self::read(p))
     }
 
     /// The CPUs the kubelet gave a container of pod `pod_uid` for itself, when its cgroup's
@@ -127,5 +137,9 @@ mod tests {
         std::fs::write(&file, STATIC).unwrap();
         assert_eq!(CpuManagerState::read(&file), Some(s));
         assert_eq!(CpuManagerState::read(&dir.path().join("missing")), None);
+        assert_eq!(
+            CpuManagerState::read_first(&[dir.path().join("missing"), file]),
+            CpuManagerState::parse(STATIC)
+        );
     }
 }

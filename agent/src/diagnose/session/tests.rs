@@ -77,7 +77,7 @@ fn options(span: Option<u64>, interval: u64) -> SessionOptions {
         host_cpus: 2,
         window_pressure: span.is_none(),
         network: None,
-        cpu_manager_state: "/nonexistent/cpu_manager_state".into(),
+        cpu_manager_state: vec!["/nonexistent/cpu_manager_state".into()],
     }
 }
 
@@ -149,7 +149,7 @@ fn the_facts_say_which_containers_the_kubelet_pinned() {
     fake.set(&shared, cpuset(vec![0, 5, 6, 7]));
     let mut opts = options(None, 1);
     opts.host_cpus = 8;
-    opts.cpu_manager_state = state;
+    opts.cpu_manager_state = vec![dir.path().join("missing"), state];
     let mut s = Session::new(opts, Some(Box::new(fake)), []);
     let paths = HashMap::from([(1, pinned), (2, shared)]);
     s.observe(
