@@ -19,6 +19,7 @@
 
 pub mod container;
 pub mod cpumanager;
+pub mod goclock;
 pub mod kubelet;
 pub mod limits;
 pub mod mountinfo;

@@ -300,7 +300,7 @@ const GO_BUILDINFO_MAGIC: &[u8] = b"\xff Go buildinf:";
 /// The `.go.buildinfo` section of the executable at `exe`, `None` for one that has none. Only
 /// the ELF headers and that section are read, not the whole binary (a static binary can be
 /// hundreds of MiB).
-fn go_buildinfo(exe: &std::path::Path) -> Option<Vec<u8>> {
+pub(crate) fn go_buildinfo(exe: &std::path::Path) -> Option<Vec<u8>> {
     use object::{Object as _, ObjectSection as _};
     let cache = object::ReadCache::new(std::fs::File::open(exe).ok()?);
     let file = object::File::parse(&cache).ok()?;

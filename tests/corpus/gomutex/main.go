@@ -10,7 +10,7 @@
 // every millisecond. Every Lock goes through lockCounting, which counts the calls that find
 // the mutex held (a TryLock that fails): each such Lock enters the mutex's slow path.
 //
-// Prints {"ops":…,"seconds":…} every second while it runs, then one JSON line at the end:
+// Prints {"ops":…,"seconds":…,"mutex_wait_seconds":…} every second while it runs, then one JSON line at the end:
 // {"ops":…,"gomaxprocs":…,"cpu_seconds":…} (with -hold-ms, only the last line, with
 // "contended":…, "seconds":…). With -own, each goroutine takes a mutex of its own: the storm's
 // counterfactual, the same work with the lock made uncontended.
@@ -20,6 +20,7 @@ import (
 	"flag"
 	"fmt"
 	"runtime"
+	"runtime/metrics"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -125,6 +126,18 @@ func holderPattern(takers, holdMs int, seconds float64) {
 	fmt.Printf("{\"ops\":%d,\"gomaxprocs\":%d,\"contended\":%d,\"seconds\":%.3f}\n", ops.Load(), runtime.GOMAXPROCS(0), contended.Load(), elapsed)
 }
 
+// mutexWaitSeconds is the runtime's own count of the time goroutines waited for sync.Mutex and
+// RWMutex (and, since Go 1.22, for the runtime's internal locks), as runtime/metrics exports
+// it: the ground truth of stormwatch's reading of the same clock from outside.
+func mutexWaitSeconds() float64 {
+	s := []metrics.Sample{{Name: "/sync/mutex/wait/total:seconds"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindFloat64 {
+		return -1
+	}
+	return s[0].Value.Float64()
+}
+
 func main() {
 	goroutines := flag.Int("goroutines", 64, "goroutines contending on the mutex")
 	seconds := flag.Float64("seconds", 10, "how long to run")
@@ -159,7 +172,7 @@ func main() {
 	deadline := start.Add(time.Duration(*seconds * float64(time.Second)))
 	for now := time.Now(); now.Before(deadline); now = time.Now() {
 		time.Sleep(min(time.Second, deadline.Sub(now)))
-		fmt.Printf("{\"ops\":%d,\"seconds\":%.3f}\n", progress.Load(), time.Since(start).Seconds())
+		fmt.Printf("{\"ops\":%d,\"seconds\":%.3f,\"mutex_wait_seconds\":%.6f}\n", progress.Load(), time.Since(start).Seconds(), mutexWaitSeconds())
 	}
 	stop.Store(true)
 	wg.Wait()

@@ -1,0 +1,108 @@
+//! The agent's reading of Go's own mutex-wait clock (`stormwatch::identity::goclock`), from
+//! outside a live Go program, against the same program's `runtime/metrics` reading of it
+//! (`/sync/mutex/wait/total:seconds`, printed every second by tests/corpus/gomutex): the clock
+//! the Go storm verdict rests on.
+
+use std::{
+    io::{BufRead as _, BufReader},
+    process::{Command, Stdio},
+};
+
+use serde_json::Value;
+use stormwatch::identity::goclock;
+use stormwatch_tests::corpus::built_programs;
+
+/// Runs gomutex with `args`, and after each of its progress lines reads the clock from
+/// outside: returns (the program's own figure at line k, the agent's read after it, the
+/// program's at line k+1) for each k, and the agent's cgroup-level edges.
+fn readings(args: &[&str]) -> Vec<(f64, f64, f64)> {
+    let bin = built_programs().join("gomutex");
+    let layout = goclock::layout_of(&std::fs::read(&bin).expect("reading gomutex"))
+        .expect("gomutex (Go ≥ 1.20, not stripped) has the clock's layout");
+    let mut child = Command::new(&bin)
+        .args(args)
+        .env("GOMAXPROCS", "16")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("starting gomutex");
+    let pid = child.id();
+    let exe = goclock::exe_id(pid).expect("the process's executable");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut out = Vec::new();
+    let mut previous: Option<(f64, f64)> = None;
+    for line in lines.by_ref() {
+        let v: Value = serde_json::from_str(&line.unwrap()).unwrap();
+        let Some(own) = v.get("mutex_wait_seconds").and_then(Value::as_f64) else {
+            break; // the last line
+        };
+        if let Some((before, agent)) = previous {
+            out.push((before, agent, own));
+        }
+        let read = goclock::read_process(pid, &layout, exe).expect("reading the live process");
+        previous = Some((own, read.mutex_wait_ns as f64 / 1e9));
+    }
+    assert!(child.wait().unwrap().success());
+    out
+}
+
+#[test]
+fn the_agent_reads_the_clock_the_runtime_keeps() {
+    // 64 goroutines on one mutex with a one-iteration critical section: the storm of issue
+    // #41 (one goroutine does 4.5× the work), with tens of goroutines waiting at any time.
+    let r = readings(&[
+        "-goroutines",
+        "64",
+        "-inside",
+        "1",
+        "-outside",
+        "0",
+        "-seconds",
+        "5",
+    ]);
+    assert!(r.len() >= 3, "progress lines: {r:?}");
+    for (before, agent, after) in &r {
+        // The runtime's metric adds its internal locks' waits to the same clock (Go ≥ 1.22),
+        // so the agent's read, made between the two lines, is at most the later line's and
+        // about the earlier's.
+        assert!(
+            *agent <= after + 1e-9,
+            "agent {agent} s above the program's later {after} s: {r:?}"
+        );
+        assert!(
+            *agent >= 0.8 * before,
+            "agent {agent} s below the program's earlier {before} s: {r:?}"
+        );
+    }
+    let (first, last) = (r[0].1, r[r.len() - 1].1);
+    let mean_waiting = (last - first) / (r.len() - 1) as f64;
+    assert!(
+        mean_waiting > 5.0,
+        "goroutines waiting on average, by the agent's reads a second apart: {mean_waiting:.1} ({r:?})"
+    );
+}
+
+#[test]
+fn a_mutex_per_goroutine_waits_for_none() {
+    let r = readings(&[
+        "-goroutines",
+        "64",
+        "-inside",
+        "1",
+        "-outside",
+        "0",
+        "-seconds",
+        "4",
+        "-own",
+    ]);
+    assert!(r.len() >= 2, "progress lines: {r:?}");
+    for (before, agent, after) in &r {
+        assert!(
+            *agent <= after + 1e-9 && *agent >= 0.8 * before - 1e-3,
+            "{r:?}"
+        );
+        assert!(
+            *agent < 0.05,
+            "uncontended mutexes: {agent} s of waits ({r:?})"
+        );
+    }
+}
