@@ -2,11 +2,11 @@
 //! wrote them, against what the step must show ([`Expect`]; `check`'s report read line by line),
 //! and the facts every step relies on; the reports as a table ([`summary`]).
 
-use std::{fmt::Write as _, path::Path, time::Duration};
+use std::{fmt::Write as _, path::Path, process::ExitStatus, time::Duration};
 
 use anyhow::{Context as _, Result, bail};
 
-use super::Kernel;
+use super::{Kernel, Phase, Step, guest::STEP_TIMEOUT_SECONDS};
 
 /// What a step must show.
 #[derive(Clone, Copy, Debug)]
@@ -212,6 +212,53 @@ pub fn guest_setup_errors(
         ));
     }
     errors
+}
+
+/// What one guest did, read from `out` once it is gone: what every step relies on (see
+/// [`guest_setup_errors`]; the kernel's BTF hidden if a step wanted it so), and each step's
+/// output, exit status and times (`<i>.out`, `.rc`, `.start`, `.end`), judged.
+pub(super) fn report(
+    kernel: &Kernel,
+    steps: &[Step],
+    out: &Path,
+    status: &ExitStatus,
+    console: &Path,
+    boot_to_end: Duration,
+) -> GuestReport {
+    let read = |name: &str| std::fs::read_to_string(out.join(name)).unwrap_or_default();
+    let mut setup_errors = guest_setup_errors(out, status, console);
+    if steps.iter().any(|s| s.phase == Phase::BtfHidden) && read("btf-hidden").trim() != "hidden" {
+        setup_errors.push("the kernel's BTF could not be hidden in the guest".to_owned());
+    }
+    let outcomes = steps
+        .iter()
+        .enumerate()
+        .map(|(i, step)| {
+            let text = read(&format!("{i}.out"));
+            let rc = read(&format!("{i}.rc")).trim().parse::<i32>().ok();
+            let time = |n: &str| read(&format!("{i}.{n}")).trim().parse::<f64>().ok();
+            let seconds = time("end").zip(time("start")).map(|(e, s)| e - s);
+            let verdict = match rc {
+                None => Err("did not run".to_owned()),
+                Some(124 | 137) => Err(format!("killed after {STEP_TIMEOUT_SECONDS} s")),
+                Some(rc) => judge(step.expect, rc, &text).map_err(|e| format!("{e:#}")),
+            };
+            let tail: Vec<&str> = text.lines().rev().take(25).collect();
+            Outcome {
+                step: step.name.clone(),
+                seconds,
+                verdict,
+                output_tail: tail.into_iter().rev().collect::<Vec<_>>().join("\n"),
+            }
+        })
+        .collect();
+    GuestReport {
+        kernel: kernel.clone(),
+        uname: read("uname").trim().to_owned(),
+        boot_to_end,
+        outcomes,
+        setup_errors,
+    }
 }
 
 /// The reports as a table, and the failures with their output's tail.

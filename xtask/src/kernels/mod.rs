@@ -40,10 +40,10 @@ mod judge;
 mod matrix;
 
 pub use fetch::{Kernel, SERIES, download_deb, fetch, fetch_all, fetch_arch, kernels_dir};
+use guest::script;
 pub use guest::{Guest, sh_quote};
-use guest::{STEP_TIMEOUT_SECONDS, script};
 pub(crate) use judge::judge;
-pub use judge::{Expect, GuestReport, Outcome, guest_setup_errors, summary};
+pub use judge::{Expect, GuestReport, guest_setup_errors, summary};
 use matrix::agent;
 pub use matrix::{Phase, Run, Step, matrix_steps, test};
 
@@ -118,40 +118,14 @@ pub fn run_guest(
         &script_path,
         &format!("{} step(s)", steps.len()),
     )?;
-    let read = |name: &str| std::fs::read_to_string(out.join(name)).unwrap_or_default();
-    let mut setup_errors = guest_setup_errors(&out, &status, &work.join("console.log"));
-    if steps.iter().any(|s| s.phase == Phase::BtfHidden) && read("btf-hidden").trim() != "hidden" {
-        setup_errors.push("the kernel's BTF could not be hidden in the guest".to_owned());
-    }
-    let outcomes = steps
-        .iter()
-        .enumerate()
-        .map(|(i, step)| {
-            let text = read(&format!("{i}.out"));
-            let rc = read(&format!("{i}.rc")).trim().parse::<i32>().ok();
-            let time = |n: &str| read(&format!("{i}.{n}")).trim().parse::<f64>().ok();
-            let seconds = time("end").zip(time("start")).map(|(e, s)| e - s);
-            let verdict = match rc {
-                None => Err("did not run".to_owned()),
-                Some(124 | 137) => Err(format!("killed after {STEP_TIMEOUT_SECONDS} s")),
-                Some(rc) => judge(step.expect, rc, &text).map_err(|e| format!("{e:#}")),
-            };
-            let tail: Vec<&str> = text.lines().rev().take(25).collect();
-            Outcome {
-                step: step.name.clone(),
-                seconds,
-                verdict,
-                output_tail: tail.into_iter().rev().collect::<Vec<_>>().join("\n"),
-            }
-        })
-        .collect();
-    Ok(GuestReport {
-        kernel: kernel.clone(),
-        uname: read("uname").trim().to_owned(),
+    Ok(judge::report(
+        kernel,
+        steps,
+        &out,
+        &status,
+        &work.join("console.log"),
         boot_to_end,
-        outcomes,
-        setup_errors,
-    })
+    ))
 }
 
 /// The matrix: every kernel, every step; fails when any step fails on any kernel.
