@@ -44,7 +44,7 @@ pub(super) fn script(
     writeln!(s, "#!/bin/sh")?;
     writeln!(
         s,
-        "# Written by `cargo xtask` (xtask/src/kernels.rs): one guest's steps."
+        "# Written by `cargo xtask` (xtask/src/kernels/guest.rs): one guest's steps."
     )?;
     writeln!(s, "OUT={out_q}")?;
     writeln!(
