@@ -840,13 +840,9 @@ impl Outcome {
 }
 
 /// The median of the finite figures in `v` (the upper one of an even count), NaN when none.
-pub fn median(mut v: Vec<f64>) -> f64 {
-    v.retain(|x| x.is_finite());
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+pub fn median(v: Vec<f64>) -> f64 {
+    crate::stats::median(v.into_iter().filter(|x| x.is_finite()), f64::total_cmp)
+        .unwrap_or(f64::NAN)
 }
 
 /// A case's premise, from its counterfactual's gain: lock-bound when the counterfactual (the

@@ -27,7 +27,9 @@ use stormwatch_tests::{
     TestCgroup,
     corpus::built_programs,
     daemon::{Daemon, sample, tool},
-    join_before_exec, num, require_bpf, run_in_cgroup, workload_result,
+    join_before_exec, num, require_bpf, run_in_cgroup,
+    stats::median,
+    workload_result,
 };
 
 const SOAK: Duration = Duration::from_secs(240);
@@ -106,11 +108,6 @@ fn caches_within_bounds(text: &str, scrape: usize) -> HashMap<String, f64> {
         }
     }
     entries
-}
-
-fn median(mut v: Vec<u64>) -> u64 {
-    v.sort_unstable();
-    v.get(v.len() / 2).copied().unwrap_or(0)
 }
 
 /// Every counter sample of an exposition (counters, histogram sums, counts and buckets), by
@@ -334,8 +331,8 @@ fn run_stays_right_under_thread_and_cgroup_churn() {
         .iter()
         .partition(|(at, _)| *at < WARMUP + third);
     let (middle, last) = (
-        median(middle.iter().map(|(_, r)| *r).collect()),
-        median(last.iter().map(|(_, r)| *r).collect()),
+        median(middle.iter().map(|(_, r)| *r), u64::cmp).unwrap_or(0),
+        median(last.iter().map(|(_, r)| *r), u64::cmp).unwrap_or(0),
     );
     eprintln!(
         "soak: RSS less the caches' counted bytes after the warm-up (s, KiB): {:?}",

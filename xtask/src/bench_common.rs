@@ -181,7 +181,9 @@ tracepoint:net:net_dev_start_xmit { }
 tracepoint:net:netif_receive_skb { }
 "#;
 
-/// The median (the mean of the middle two for an even count; NaN of nothing).
+/// The median (the mean of the middle two for an even count; NaN of nothing). The tests'
+/// (`tests/src/stats.rs`) is the upper of the middle two instead, and xtask does not depend on
+/// that crate: the benchmarks keep this one.
 pub(crate) fn median(v: &[f64]) -> f64 {
     let mut v = v.to_vec();
     v.sort_by(f64::total_cmp);

@@ -90,7 +90,7 @@ pub const TEST_PACKAGES: &[(&str, &str)] = &[
     ),
     (
         "qemu-system-x86",
-        "runs the kernel matrix's guests (Debian's 6.1 and 6.12 kernels, xtask/src/kernels.rs)",
+        "runs the kernel matrix's guests (Debian's 6.1 and 6.12 kernels, xtask/src/kernels/)",
     ),
     ("kmod", "virtme-ng loads the guest kernel's modules with it"),
     ("udev", "virtme-ng starts udevd in the guests"),
@@ -118,7 +118,7 @@ const PIP_PACKAGES: &[(&str, &str, &str)] = &[
     (
         "virtme-ng",
         "vng",
-        "boots the kernel matrix's guests with the host's filesystem (xtask/src/kernels.rs)",
+        "boots the kernel matrix's guests with the host's filesystem (xtask/src/kernels/)",
     ),
 ];
 

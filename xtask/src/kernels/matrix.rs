@@ -1,0 +1,150 @@
+//! The steps a guest runs, in order: the agent's `check` and integration tests, first with
+//! the kernel's BTF, then with it hidden ([`Phase`]); the matrix's are the same on every kernel
+//! ([`matrix_steps`]). Each step says what its output must show ([`Expect`]).
+
+use super::{
+    Expect,
+    guest::{BTF_COPY, BTF_EMPTY},
+};
+
+/// When a step runs: with the kernel's BTF, or with it hidden.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    Btf,
+    BtfHidden,
+}
+
+/// What a step runs in the guest.
+#[derive(Clone, Debug)]
+pub enum Run {
+    /// `stormwatch <args>`; `{foreign}` in an argument is another kernel's BTF (the host's).
+    Agent(Vec<String>),
+    /// One test of an integration test binary (`tests/tests/<binary>.rs`), by exact name.
+    Test { binary: String, test: String },
+}
+
+/// One step of a guest and how its output is judged.
+#[derive(Clone, Debug)]
+pub struct Step {
+    pub name: String,
+    pub phase: Phase,
+    pub run: Run,
+    pub expect: Expect,
+}
+
+/// A step of the agent: `stormwatch <args>`, run in `phase` and judged by `expect`.
+pub(super) fn agent(name: &str, phase: Phase, args: &[&str], expect: Expect) -> Step {
+    Step {
+        name: name.to_owned(),
+        phase,
+        run: Run::Agent(args.iter().map(|s| s.to_string()).collect()),
+        expect,
+    }
+}
+
+/// A test step: `binary::test`, run in `phase`.
+pub fn test(phase: Phase, binary: &str, test: &str) -> Step {
+    Step {
+        name: format!("{binary}::{test}"),
+        phase,
+        run: Run::Test {
+            binary: binary.to_owned(),
+            test: test.to_owned(),
+        },
+        expect: Expect::TestPasses,
+    }
+}
+
+/// The matrix's steps, the same on every kernel.
+pub fn matrix_steps() -> Vec<Step> {
+    use Phase::*;
+    vec![
+        agent("check", Btf, &["check"], Expect::CheckAllTpBtf),
+        // Context switches against the workload's rusage.
+        test(
+            Btf,
+            "sched_accuracy",
+            "mutex_storm_switches_match_rusage_tp_btf",
+        ),
+        // Futex waits, wakes, timeouts and EAGAINs against the calls the workload made.
+        test(
+            Btf,
+            "futex_locks",
+            "futex_wakes_timeouts_and_eagain_match_the_calls_made",
+        ),
+        // The storm verdict with the rule's own thresholds, inside a 0.5-CPU quota: on cpu.max
+        // (the guests have only cgroup v2), with its cpu_throttling finding. Threads that
+        // contend while they run (a short section): under emulation sysbench's storm hands
+        // off 1/200 as often as on the host, a convoy the quota binds first (tests/CORPUS.md).
+        test(
+            Btf,
+            "corpus",
+            "lockbench_short_critical_section_inside_a_quota_is_a_lock_storm_and_throttling",
+        ),
+        // A convoy the quota binds first: throttling, not a storm — the CPUs it wanted read
+        // from cpu.max's throttled_usec.
+        test(
+            Btf,
+            "corpus",
+            "lockbench_long_critical_section_inside_a_quota_is_quota_bound",
+        ),
+        // The quiet verdict: CPU-bound work in a quota is throttling, not a lock storm.
+        test(
+            Btf,
+            "corpus",
+            "cpu_bound_work_inside_a_quota_is_throttling_not_a_lock_storm",
+        ),
+        // Throttled periods and time over a window against cpu.stat read at its edges: on
+        // cpu.max, which this hybrid host's v1-bound `cpu` controller cannot offer.
+        test(
+            Btf,
+            "throttling",
+            "throttling_over_a_window_is_cpu_stat_between_its_edges",
+        ),
+        // `run`: a storm's finding on /metrics while it lasts, gone after.
+        test(Btf, "daemon", "a_lock_storm_is_a_finding_while_it_lasts"),
+        // The kernel's BTF hidden from here on.
+        agent(
+            "check (BTF hidden)",
+            BtfHidden,
+            &["check"],
+            Expect::CheckClassicWithoutBtf,
+        ),
+        agent(
+            "check --btf <copy of the kernel's BTF>",
+            BtfHidden,
+            &["check", "--btf", BTF_COPY],
+            Expect::CheckAllTpBtf,
+        ),
+        agent(
+            "check --btf <empty file>",
+            BtfHidden,
+            &["check", "--btf", BTF_EMPTY],
+            Expect::CheckRefusesBtf("not a BTF blob"),
+        ),
+        agent(
+            "check --btf <another kernel's BTF>",
+            BtfHidden,
+            &["check", "--btf", "{foreign}"],
+            Expect::CheckRefusesBtf("is not the running kernel's BTF"),
+        ),
+        agent(
+            "check --force-tracepoints --btf <another kernel's BTF>",
+            BtfHidden,
+            &["check", "--force-tracepoints", "--btf", "{foreign}"],
+            Expect::CheckRefusesBtf("is not the running kernel's BTF"),
+        ),
+        test(
+            BtfHidden,
+            "sched_accuracy",
+            "mutex_storm_switches_match_rusage_with_the_kernels_btf_hidden",
+        ),
+        // And without the scheduler's tracepoints too: the storm diagnosis cannot run, and
+        // `check` fails saying what is lost.
+        test(
+            BtfHidden,
+            "cli_errors",
+            "check_fails_and_says_what_is_lost_without_the_scheduler_probes",
+        ),
+    ]
+}
