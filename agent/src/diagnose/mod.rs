@@ -67,6 +67,41 @@ pub struct Facts {
     /// The call sites of the window's sampled hand-offs, where they are sampled and there were
     /// any.
     pub sites: Option<HandoffSites>,
+    /// The container's Go runtimes' own clock of their goroutines' `sync.Mutex` waits over
+    /// the window, where it has Go processes whose clock could be read (the session reads it
+    /// at the window's edges: [`crate::identity::goclock`]).
+    pub go_mutex: Option<GoMutexWait>,
+}
+
+/// What a container's Go runtimes say their goroutines waited for `sync.Mutex` and `RWMutex`
+/// over a window ([`crate::identity::goclock`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct GoMutexWait {
+    /// Seconds of goroutines' waits for a mutex in the window: what each process waited from
+    /// its first read on (a process that started inside the window counts from there), so a
+    /// lower bound of the window's.
+    pub wait_seconds: f64,
+    /// Goroutines the runtimes hold at the window's end: the live ones and the exited ones
+    /// kept for reuse, so an upper bound of the live ones.
+    pub goroutines: u64,
+    /// The largest `GOMAXPROCS` among the processes, when read.
+    pub gomaxprocs: Option<u32>,
+    /// Go processes read at the window's end.
+    pub processes: u32,
+    /// The seconds between the two edge reads the wait is the difference of.
+    pub seconds: f64,
+}
+
+impl GoMutexWait {
+    /// Goroutines waiting for a mutex on average between the edges (Little's law): a lower
+    /// bound.
+    pub fn waiting(&self) -> f64 {
+        if self.seconds > 0.0 {
+            self.wait_seconds / self.seconds
+        } else {
+            0.0
+        }
+    }
 }
 
 /// A container's futex waits that ended in a wake (hand-offs through the kernel), split by the
@@ -481,6 +516,7 @@ pub fn facts(
                 handoffs: Handoffs::default(),
                 runtimes: Vec::new(),
                 sites: None,
+                go_mutex: None,
             })
         })
         .collect()

@@ -34,6 +34,7 @@ use crate::{
     identity::{
         container::parse_cgroup_path,
         cpumanager::{CpuManagerState, CpuPinning},
+        goclock::{GoClocks, GoEdge},
         limits::{CpuCounters, Limits},
         runtime::RuntimeCache,
     },
@@ -45,7 +46,7 @@ use crate::{
 };
 
 use super::{
-    Facts, Finding, HostFacts, Thresholds, diagnose,
+    Facts, Finding, GoMutexWait, HostFacts, Thresholds, diagnose,
     network::{diagnose_network, net_facts, packets_did_not_fit},
     sort_findings,
 };
@@ -134,6 +135,8 @@ struct Step {
     /// Each cgroup's cumulative CPU counters when the step began (the edge read that ended
     /// the step before; a cgroup absent here was created since, or never read).
     counters_at_start: HashMap<u64, CpuCounters>,
+    /// Each cgroup's Go runtimes' clocks when the step began (the same edge read).
+    go_at_start: HashMap<u64, GoEdge>,
     /// When that edge read was made (wall clock, for documents that state the window's edges).
     started_at: SystemTime,
     /// The network namespaces' kernel counters when the step began (network rules only).
@@ -145,6 +148,7 @@ struct Step {
 impl Step {
     fn new(
         counters: &HashMap<u64, CpuCounters>,
+        go: &HashMap<u64, GoEdge>,
         started_at: SystemTime,
         network: Option<&NetworkOptions>,
     ) -> Self {
@@ -153,6 +157,7 @@ impl Step {
             cgroups: Vec::new(),
             threads: HashMap::new(),
             counters_at_start: counters.clone(),
+            go_at_start: go.clone(),
             started_at,
             net: network.map(|o| NetWatch::start(o.host_netns)),
             cpu_ticks: read_cpu_ticks(),
@@ -193,6 +198,10 @@ pub struct Session {
     /// Latest cumulative CPU counters of every cgroup, as of the last edge read: read at start
     /// for those that existed then (a cgroup created since counts from zero).
     counters: HashMap<u64, CpuCounters>,
+    /// Each cgroup's Go runtimes' clocks as of the last edge read (cgroups with Go processes
+    /// only), and what the clocks' reader keeps between reads.
+    go: HashMap<u64, GoEdge>,
+    go_clocks: GoClocks,
     /// The counters when the session started, for the counters "since the agent started".
     baseline: HashMap<u64, CpuCounters>,
     /// The cgroups active since the last edge read: the ones whose counters can have moved.
@@ -243,10 +252,17 @@ impl Session {
         // took long enough in a slow (emulated) guest that the last cgroups' cpu.stat was read
         // a few hundred ms after the stamped start, and a workload that stopped inside the
         // window lost those periods.
+        let mut go_clocks = GoClocks::default();
+        let mut go = HashMap::new();
         let baseline: HashMap<u64, CpuCounters> = match &reader {
             Some(r) => existing
                 .into_iter()
-                .map(|(id, path)| (id, r.counters(path, &CpuCounters::default(), true, true)))
+                .map(|(id, path)| {
+                    if let Some(edge) = go_clocks.read_cgroup(id, &r.processes(path)) {
+                        go.insert(id, edge);
+                    }
+                    (id, r.counters(path, &CpuCounters::default(), true, true))
+                })
                 .collect(),
             None => HashMap::new(),
         };
@@ -258,9 +274,11 @@ impl Session {
             reader,
             step,
             steps: VecDeque::new(),
-            current: Step::new(&baseline, started_at, options.network.as_ref()),
+            current: Step::new(&baseline, &go, started_at, options.network.as_ref()),
             contexts: HashMap::new(),
             counters: baseline.clone(),
+            go,
+            go_clocks,
             baseline,
             since_edge: HashSet::new(),
             last_edge: started_at,
@@ -335,6 +353,7 @@ impl Session {
         }
         let mut next = Step::new(
             &self.counters,
+            &self.go,
             self.last_edge,
             self.options.network.as_ref(),
         );
@@ -443,6 +462,11 @@ impl Session {
                 self.thread_reads += 1;
             }
             self.counters.insert(id, ctx.limits.counters);
+            // Go's clock at every edge of an active cgroup: a process's first read is its
+            // baseline, so the figure of a window needs both edges.
+            if let Some(edge) = self.go_clocks.read_cgroup(id, &reader.processes(p)) {
+                self.go.insert(id, edge);
+            }
         }
     }
 
@@ -463,11 +487,14 @@ impl Session {
     /// The sizes of its caches: the runtimes of the processes in the window's hand-offs, and
     /// their threads' names.
     pub fn cache_sizes(&self) -> Vec<crate::memory::CacheSize> {
-        self.runtimes
+        let mut sizes = self
+            .runtimes
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .cache_sizes()
-            .to_vec()
+            .to_vec();
+        sizes.push(self.go_clocks.cache_size());
+        sizes
     }
 
     /// Forgets the context of cgroups that are gone (`alive` false) and no longer in the window.
@@ -483,6 +510,8 @@ impl Session {
             if !self.contains(id) {
                 self.contexts.remove(&id);
                 self.counters.remove(&id);
+                self.go.remove(&id);
+                self.go_clocks.forget_cgroup(id);
                 self.baseline.remove(&id);
             }
         }
@@ -589,12 +618,35 @@ impl Session {
             f.host = Some(host.clone());
             f.futex_seconds = futex_seconds;
             f.sites = window.handoff_sites.get(&f.cgroup_id).cloned();
+            f.go_mutex = self.go_mutex_wait(f.cgroup_id);
             if let Some((h, procs)) = handoffs.remove(&f.cgroup_id) {
                 f.handoffs = h;
                 f.runtimes = procs;
             }
         }
         all
+    }
+
+    /// A cgroup's Go runtimes' mutex waits over the window: the clock at the last edge less
+    /// at the window's first (from zero for a cgroup whose Go processes were first read
+    /// inside it).
+    fn go_mutex_wait(&self, id: u64) -> Option<GoMutexWait> {
+        let end = self.go.get(&id)?;
+        let first = self.steps.front().unwrap_or(&self.current);
+        let start = first
+            .go_at_start
+            .get(&id)
+            .map_or(0.0, |s| s.mutex_wait_seconds);
+        Some(GoMutexWait {
+            wait_seconds: (end.mutex_wait_seconds - start).max(0.0),
+            goroutines: end.goroutines,
+            gomaxprocs: end.gomaxprocs,
+            processes: end.processes,
+            seconds: self
+                .last_edge
+                .duration_since(first.started_at)
+                .map_or(0.0, |d| d.as_secs_f64()),
+        })
     }
 
     /// The host, as read when the session started.

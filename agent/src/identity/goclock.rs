@@ -30,6 +30,11 @@ use std::{
 use gimli::{EndianSlice, RunTimeEndian};
 use object::{Object as _, ObjectSection as _, ObjectSegment as _, ObjectSymbol as _};
 
+/// The most processes (Go's, and those passed over) and binaries remembered; past it, the
+/// processes passed over are forgotten (looked at again) and no new Go process is tracked
+/// until others exit.
+pub const MAX_ENTRIES: usize = 65_536;
+
 /// A binary by device and inode.
 pub type FileId = (u64, u64);
 
@@ -319,6 +324,12 @@ impl GoClocks {
             if self.passed.get(&tgid) == Some(&exe) {
                 continue;
             }
+            if self.len() >= MAX_ENTRIES {
+                self.passed.clear();
+                if self.len() >= MAX_ENTRIES && !self.processes.contains_key(&tgid) {
+                    continue;
+                }
+            }
             let known = self.processes.get(&tgid).filter(|t| t.exe == exe);
             let layout = match known {
                 Some(t) => t.layout.clone(),
@@ -401,6 +412,11 @@ impl GoClocks {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Its size for the agent's own metrics (`stormwatch_agent_cache_*`).
+    pub fn cache_size(&self) -> crate::memory::CacheSize {
+        crate::memory::CacheSize::entries("go_clocks", self.len(), MAX_ENTRIES)
     }
 
     fn layout(&mut self, tgid: u32, exe: FileId) -> Option<Arc<GoLayout>> {

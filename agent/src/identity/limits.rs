@@ -382,6 +382,19 @@ pub fn read_threads(layout: &CgroupLayout, rel_path: &str) -> Option<u64> {
         .or_else(|| count_ids(&v1("cpu", "tasks")?))
 }
 
+/// The processes (thread-group ids) in the cgroup at `rel_path`: its v2 `cgroup.procs`, or the
+/// v1 `cpu` hierarchy's (the same path, as kubelet places a pod). Empty when neither can be
+/// read.
+pub fn read_processes(layout: &CgroupLayout, rel_path: &str) -> Vec<u32> {
+    let Some(rel) = safe_relative(rel_path) else {
+        return Vec::new();
+    };
+    read_file(&layout.v2_root.join(&rel).join("cgroup.procs"))
+        .or_else(|| read_file(&layout.v1_dir("cpu", &rel)?.join("cgroup.procs")))
+        .map(|t| t.lines().filter_map(|l| l.trim().parse().ok()).collect())
+        .unwrap_or_default()
+}
+
 /// Reads the cgroup's full CPU pressure record (all averages and the stall totals, which a
 /// caller can difference over its own window). v2 only: v1 has no PSI.
 pub fn read_cpu_pressure(layout: &CgroupLayout, rel_path: &str) -> Pressure {

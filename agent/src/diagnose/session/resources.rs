@@ -2,7 +2,8 @@
 //! in the tests.
 
 use crate::identity::limits::{
-    CgroupLayout, CpuCounters, Limits, read_cpu_counters, read_limits, read_threads, refresh_limits,
+    CgroupLayout, CpuCounters, Limits, read_cpu_counters, read_limits, read_processes,
+    read_threads, refresh_limits,
 };
 
 /// Where the session reads a cgroup's resource context. The only I/O of the engine, behind a
@@ -27,6 +28,10 @@ pub trait ResourceReader {
         throttling: bool,
         pressure: bool,
     ) -> CpuCounters;
+    /// The processes in the cgroup (their Go runtimes' clocks are read at the edges).
+    fn processes(&self, _path: &str) -> Vec<u32> {
+        Vec::new()
+    }
 }
 
 impl ResourceReader for CgroupLayout {
@@ -47,6 +52,9 @@ impl ResourceReader for CgroupLayout {
         pressure: bool,
     ) -> CpuCounters {
         read_cpu_counters(self, path, previous, throttling, pressure)
+    }
+    fn processes(&self, path: &str) -> Vec<u32> {
+        read_processes(self, path)
     }
 }
 
