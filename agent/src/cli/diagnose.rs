@@ -7,7 +7,9 @@ use serde::Serialize;
 
 use crate::{
     diagnose::{
-        FindingReport, RULES, Thresholds, host_cpus, rules::StormFigures, session::Session,
+        FindingReport, RULES, Thresholds, host_cpus,
+        rules::{GoStormFigures, StormFigures},
+        session::Session,
     },
     host::HostReport,
     identity::CgroupResolver,
@@ -50,6 +52,10 @@ pub struct Checked {
     /// The lock-storm rule's figures for the containers with the most futex hand-offs (at most
     /// `STORM_FIGURES_SHOWN`), storm or not: why a container was, or was not, flagged.
     pub lock_storm: Vec<StormCheck>,
+    /// The Go lock-storm figures (the Go runtime's own mutex-wait clock) of the containers
+    /// with Go processes whose clock was read, most goroutines waiting first (at most
+    /// `STORM_FIGURES_SHOWN`).
+    pub go_lock_storm: Vec<GoStormCheck>,
 }
 
 /// How many containers' lock-storm figures `checked.lock_storm` lists.
@@ -60,6 +66,13 @@ pub struct StormCheck {
     pub cgroup: String,
     #[serde(flatten)]
     pub figures: StormFigures,
+}
+
+#[derive(Debug, Serialize)]
+pub struct GoStormCheck {
+    pub cgroup: String,
+    #[serde(flatten)]
+    pub figures: GoStormFigures,
 }
 
 pub async fn run(args: DiagnoseArgs) -> anyhow::Result<u8> {
@@ -124,6 +137,21 @@ pub async fn run(args: DiagnoseArgs) -> anyhow::Result<u8> {
             .total_cmp(&a.figures.handoffs_per_cpu_second)
     });
     storm_checks.truncate(STORM_FIGURES_SHOWN);
+    let mut go_checks: Vec<GoStormCheck> = facts
+        .iter()
+        .filter_map(|f| {
+            GoStormFigures::of(f, thresholds).map(|figures| GoStormCheck {
+                cgroup: f.cgroup.clone(),
+                figures,
+            })
+        })
+        .collect();
+    go_checks.sort_by(|a, b| {
+        b.figures
+            .waiting_goroutines
+            .total_cmp(&a.figures.waiting_goroutines)
+    });
+    go_checks.truncate(STORM_FIGURES_SHOWN);
     let report = DiagnoseReport {
         host: HostReport::new(session.host(), session.steal()),
         findings: findings
@@ -140,6 +168,7 @@ pub async fn run(args: DiagnoseArgs) -> anyhow::Result<u8> {
             probes_attached: attached,
             probes_total: total,
             lock_storm: storm_checks,
+            go_lock_storm: go_checks,
         },
     };
     let mut out = std::io::stdout().lock();

@@ -4,7 +4,7 @@
 // futexes in the runtime until a released goroutine needs one. Run it with GOMAXPROCS above
 // the CPUs the container may use, as a service sized from the node does.
 //
-// With -hold-ms N it runs a slow, regular contention instead, whose count it keeps itself (the
+// With -pool it runs a pool waiting for work instead (condPool). With -hold-ms N it runs a slow, regular contention instead, whose count it keeps itself (the
 // ground truth of stormwatch's Go mutex figures, tests/tests/callsites.rs): one goroutine holds
 // the mutex N ms and leaves it free N ms, in turn; `-goroutines` others take it and let it go
 // every millisecond. Every Lock goes through lockCounting, which counts the calls that find
@@ -138,6 +138,68 @@ func mutexWaitSeconds() float64 {
 	return s[0].Value.Float64()
 }
 
+// condPool runs `workers` goroutines that wait on a sync.Cond for tasks of `inside` iterations,
+// queued under one mutex by a producer that spends `outside` iterations on each task: a pool
+// waiting for work, its producer the limit (the Go shape of a condition-variable pool). Prints
+// progress lines like the storm's, its work the tasks done.
+func condPool(workers, inside, outside int, seconds float64) {
+	var mu sync.Mutex
+	cond := sync.NewCond(&mu)
+	queue := 0
+	var stop atomic.Bool
+	var done atomic.Uint64
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func(x uint64) {
+			defer wg.Done()
+			for {
+				mu.Lock()
+				for queue == 0 && !stop.Load() {
+					cond.Wait()
+				}
+				if stop.Load() {
+					mu.Unlock()
+					return
+				}
+				queue--
+				mu.Unlock()
+				x = burn(inside, x)
+				sink += x
+				done.Add(1)
+			}
+		}(uint64(w + 1))
+	}
+	go func() {
+		x := uint64(7)
+		for !stop.Load() {
+			x = burn(outside, x)
+			mu.Lock()
+			// A bounded queue: the producer waits while the workers are behind.
+			for queue >= 2*workers && !stop.Load() {
+				mu.Unlock()
+				runtime.Gosched()
+				mu.Lock()
+			}
+			queue++
+			mu.Unlock()
+			cond.Signal()
+		}
+	}()
+	start := time.Now()
+	deadline := start.Add(time.Duration(seconds * float64(time.Second)))
+	for now := time.Now(); now.Before(deadline); now = time.Now() {
+		time.Sleep(min(time.Second, deadline.Sub(now)))
+		fmt.Printf("{\"ops\":%d,\"seconds\":%.3f,\"mutex_wait_seconds\":%.6f}\n", done.Load(), time.Since(start).Seconds(), mutexWaitSeconds())
+	}
+	stop.Store(true)
+	mu.Lock()
+	cond.Broadcast()
+	mu.Unlock()
+	wg.Wait()
+	fmt.Printf("{\"ops\":%d,\"gomaxprocs\":%d}\n", done.Load(), runtime.GOMAXPROCS(0))
+}
+
 func main() {
 	goroutines := flag.Int("goroutines", 64, "goroutines contending on the mutex")
 	seconds := flag.Float64("seconds", 10, "how long to run")
@@ -145,8 +207,13 @@ func main() {
 	outside := flag.Int("outside", 200, "work iterations between acquisitions")
 	holdMs := flag.Int("hold-ms", 0, "run the slow holder pattern: hold the mutex this long, then leave it free as long")
 	own := flag.Bool("own", false, "each goroutine takes a mutex of its own: the storm's counterfactual, the lock made uncontended")
+	pool := flag.Bool("pool", false, "run a pool of -goroutines workers waiting on a sync.Cond for tasks of -inside iterations, fed by one producer spending -outside per task")
 	flag.Parse()
 
+	if *pool {
+		condPool(*goroutines, *inside, *outside, *seconds)
+		return
+	}
 	if *holdMs > 0 {
 		holderPattern(*goroutines, *holdMs, *seconds)
 		return

@@ -3,10 +3,12 @@
 
 use std::collections::BTreeMap;
 
+mod gostorm;
 mod runtime;
 mod storm;
 
 pub use self::{
+    gostorm::GoStormFigures,
     runtime::runtime_sizing,
     storm::{
         QuotaBound, StormFigures, lock_storm, lock_storm_candidate,

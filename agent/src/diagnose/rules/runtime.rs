@@ -120,20 +120,20 @@ pub fn runtime_sizing(f: &Facts, t: &Thresholds) -> Option<Finding> {
 }
 
 /// A container's Go `sync.Mutex` contention, in words.
-struct GoMutexWords {
-    clause: String,
-    recommendation: String,
-    per_second: f64,
+pub(super) struct GoMutexWords {
+    pub(super) clause: String,
+    pub(super) recommendation: String,
+    pub(super) per_second: f64,
     /// The top `Lock` site's share of the sampled entries.
-    top_share: f64,
-    lock_site: String,
-    unlock_site: String,
+    pub(super) top_share: f64,
+    pub(super) lock_site: String,
+    pub(super) unlock_site: String,
 }
 
 /// Go's `sync.Mutex` contention from its uprobes (counted per second of the time they were
 /// attached, in bursts), and the code that takes and hands on the mutex most, where a sample
 /// named it.
-fn go_mutex_named(f: &Facts) -> Option<GoMutexWords> {
+pub(super) fn go_mutex_named(f: &Facts) -> Option<GoMutexWords> {
     use crate::symbolize::handoffs::GoMutexSites;
     let g = &f.sites.as_ref()?.go_mutex;
     if g.contended_locks == 0 {

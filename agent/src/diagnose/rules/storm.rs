@@ -262,7 +262,7 @@ impl NearLine {
 }
 
 /// A figure to as many digits as it needs: shares to two decimals, rates to whole numbers.
-fn figure(v: f64) -> String {
+pub(super) fn figure(v: f64) -> String {
     if v.abs() < 10.0 {
         format!("{v:.2}")
     } else {
@@ -395,11 +395,17 @@ pub fn lock_storm_candidate(f: &Facts, t: &Thresholds) -> bool {
 /// throttled) and the futex wait share of wall time (throttling and run-queue waits dilute it).
 /// The thresholds were
 /// chosen from a corpus of real workloads on both sides (tests/tests/corpus.rs, tests/CORPUS.md).
+///
+/// A Go program's goroutines wait for its mutexes in the Go scheduler, out of the kernel's
+/// sight: they are judged by the runtime's own clock ([`super::gostorm`]). A storm said by
+/// either is the finding, the kernel's first; a `possible` one only where neither says storm.
 pub fn lock_storm(f: &Facts, t: &Thresholds) -> Option<Finding> {
-    let figures = StormFigures::of(f, t)?;
-    if !figures.lock_storm && !figures.possible {
-        return None;
-    }
+    let kernel = StormFigures::of(f, t).filter(|s| s.lock_storm || s.possible);
+    let go_storm = super::gostorm::GoStormFigures::of(f, t).is_some_and(|g| g.lock_storm);
+    let figures = match kernel {
+        Some(k) if k.lock_storm || !go_storm => k,
+        _ => return super::gostorm::go_lock_storm(f, t),
+    };
     let storm = Storm::of(f, t, figures)?;
     let spin = f.spin_wait_per_second();
     let severity = if storm.figures.possible {
@@ -843,14 +849,14 @@ const PIN_STEPS: &str = "On Kubernetes: the kubelet's static CPU manager policy 
                          Guaranteed pod (CPU request = limit = {n}, an integer); elsewhere \
                          taskset -c or a cpuset.";
 /// As [`PIN_STEPS`], when the count is not the point.
-const PIN_FEWER_STEPS: &str = "On Kubernetes use the kubelet's static CPU manager policy \
+pub(super) const PIN_FEWER_STEPS: &str = "On Kubernetes use the kubelet's static CPU manager policy \
                                (Guaranteed pod, integer CPU request); elsewhere a cpuset.";
 
 /// Pinning advice that reads the node (issue #44): a container already held to fewer CPUs than
 /// the host's — by the kubelet's static CPU manager, or by its cpuset — is not told to pin
 /// again, but what remains; otherwise `pin` (why to pin) gets the steps the node's CPU manager
 /// policy needs, or `steps` where the policy is not known (no kubelet checkpoint read).
-fn pin_on_this_node(f: &Facts, n: u64, pin: String, steps: &str) -> String {
+pub(super) fn pin_on_this_node(f: &Facts, n: u64, pin: String, steps: &str) -> String {
     if let Some(pinned) = f.pinned_cpus() {
         let by = match &f.cpu_pinning.exclusive_cpus {
             Some(cpus) => format!(

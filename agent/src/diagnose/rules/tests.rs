@@ -31,6 +31,7 @@ fn base(cgroup: &str) -> Facts {
         handoffs: Handoffs::default(),
         runtimes: Vec::new(),
         sites: None,
+        go_mutex: None,
     }
 }
 
@@ -1225,4 +1226,99 @@ fn waiters_in_condition_waits_are_a_pool_not_a_lock_storm() {
     // At the line: possible, whatever the waits cost (they may not be for a lock at all).
     assert!(!s.lock_storm && s.possible, "{s:?}");
     assert!(!s.near_line.unwrap().cost_decides);
+}
+
+/// A Go program on 2 CPUs whose runtime counts `waiting` goroutines waiting for a mutex on
+/// average over a 10-s window, of 69 it holds, at GOMAXPROCS=16.
+fn go_program(waiting: f64) -> Facts {
+    let mut f = base("/go");
+    f.threads = Some(18);
+    f.go_mutex = Some(crate::diagnose::GoMutexWait {
+        wait_seconds: waiting * 10.0,
+        goroutines: 69,
+        gomaxprocs: Some(16),
+        processes: 1,
+        seconds: 10.0,
+    });
+    f
+}
+
+#[test]
+fn a_go_mutex_storm_is_judged_by_the_runtimes_own_clock() {
+    let t = Thresholds::default();
+    // go-mutex-storm: 32.6 goroutines waiting of 69 (tests/CORPUS.md).
+    let f = lock_storm(&go_program(32.6), &t).expect("a Go mutex storm");
+    assert_eq!(f.kind, Kind::LockStorm);
+    assert_eq!(
+        f.severity,
+        Severity::Warning,
+        "47% of their time: not critical"
+    );
+    for want in [
+        "lock storm: the Go runtime counts 32.6 goroutines waiting for a sync.Mutex",
+        "16.3 per usable CPU (2.0)",
+        "of the 69 it holds: at least 47% of the goroutines' time",
+    ] {
+        assert!(
+            f.summary.contains(want),
+            "missing {want:?} in {}",
+            f.summary
+        );
+    }
+    assert_eq!(f.context["runtime"], "go");
+    assert_eq!(f.context["verdict"], "storm");
+    assert!((f.evidence["go_mutex_waiting_goroutines_per_cpu"] - 16.3).abs() < 1e-9);
+    let recs = f.recommendations.join("\n");
+    assert!(recs.contains("set GOMAXPROCS=2"), "{recs}");
+    assert!(recs.contains("Name the mutex"), "no sites sampled: {recs}");
+    // Most of the goroutines' time: critical.
+    let f = lock_storm(&go_program(42.3), &t).unwrap();
+    assert_eq!(f.severity, Severity::Critical);
+    // A quota above the container halves the CPUs it may use: twice the queue per CPU.
+    let mut quota = go_program(3.0);
+    assert!(lock_storm(&quota, &t).is_none(), "1.5 per CPU on 2 CPUs");
+    quota.quota_cores = Some(1.0);
+    let s = GoStormFigures::of(&quota, &t).unwrap();
+    assert!((s.waiting_goroutines_per_cpu - 3.0).abs() < 1e-9 && s.lock_storm);
+}
+
+#[test]
+fn go_waits_near_the_line_are_a_possible_storm_and_far_below_it_none() {
+    let t = Thresholds::default();
+    // 2.2 per CPU against the line of 2: within ×1.25, and 6% of the goroutines' time.
+    let f = lock_storm(&go_program(4.4), &t).expect("possible");
+    assert_eq!(f.severity, Severity::Info);
+    assert_eq!(f.context["verdict"], "possible");
+    assert!(
+        f.summary.starts_with("possible lock storm (near a line"),
+        "{}",
+        f.summary
+    );
+    assert!(f.recommendations[0].starts_with("Not yet decided"));
+    // Just under the line: possible too, never a storm one run and none the next.
+    let below = GoStormFigures::of(&go_program(3.5), &t).unwrap();
+    assert!(below.possible && !below.lock_storm, "{below:?}");
+    // A pool of goroutines waiting on a sync.Cond: its queue's mutex costs 0.9 goroutines
+    // (go-cond-pool-busy), far below the line.
+    let pool = GoStormFigures::of(&go_program(1.8), &t).unwrap();
+    assert!(!pool.lock_storm && !pool.possible, "{pool:?}");
+    assert!(lock_storm(&go_program(1.8), &t).is_none());
+    // No Go process read: no Go figures.
+    assert!(GoStormFigures::of(&base("/c"), &t).is_none());
+}
+
+#[test]
+fn a_kernel_storm_is_reported_as_such_beside_go_figures() {
+    let t = Thresholds::default();
+    let mut f = storm();
+    f.go_mutex = go_program(40.0).go_mutex;
+    let found = lock_storm(&f, &t).unwrap();
+    assert!(
+        found
+            .summary
+            .contains("hand a lock to one another through the kernel"),
+        "{}",
+        found.summary
+    );
+    assert!(!found.context.contains_key("runtime"));
 }
