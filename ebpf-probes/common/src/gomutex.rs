@@ -18,3 +18,14 @@ pub struct GoMutexCalls {
 mod user {
     unsafe impl aya::Pod for super::GoMutexCalls {}
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::mem::size_of;
+
+    #[test]
+    fn layouts_have_no_padding() {
+        assert_eq!(size_of::<GoMutexCalls>(), 8 * 2);
+    }
+}

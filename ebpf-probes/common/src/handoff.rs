@@ -98,3 +98,60 @@ mod user {
     unsafe impl aya::Pod for super::PendingWake {}
     unsafe impl aya::Pod for super::HandoffSampler {}
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::mem::{align_of, offset_of, size_of};
+
+    #[test]
+    fn layouts_have_no_padding() {
+        assert_eq!(
+            size_of::<HandoffSample>(),
+            8 * 10 + 4 * 8 + HANDOFF_STACK_BYTES
+        );
+        assert_eq!(size_of::<PendingWakeKey>(), 8 * 2);
+        assert_eq!(size_of::<PendingWake>(), 8 * 2 + 4 * 2);
+        assert_eq!(size_of::<HandoffSampler>(), 8 * 3);
+    }
+
+    /// The kernel writes a sample into the ring buffer field by field and the agent reads it
+    /// back whole: every field's offset is pinned, not only the size.
+    #[test]
+    fn handoff_sample_offsets_are_pinned() {
+        let offsets = [
+            ("sample_id", offset_of!(HandoffSample, sample_id), 0),
+            ("cgroup_id", offset_of!(HandoffSample, cgroup_id), 8),
+            ("uaddr", offset_of!(HandoffSample, uaddr), 16),
+            ("ip", offset_of!(HandoffSample, ip), 24),
+            ("sp", offset_of!(HandoffSample, sp), 32),
+            ("bp", offset_of!(HandoffSample, bp), 40),
+            ("wait_ns", offset_of!(HandoffSample, wait_ns), 48),
+            (
+                "wake_to_return_ns",
+                offset_of!(HandoffSample, wake_to_return_ns),
+                56,
+            ),
+            ("hold_ns", offset_of!(HandoffSample, hold_ns), 64),
+            (
+                "hold_run_delay_ns",
+                offset_of!(HandoffSample, hold_run_delay_ns),
+                72,
+            ),
+            ("hold_nvcsw", offset_of!(HandoffSample, hold_nvcsw), 80),
+            ("hold_nivcsw", offset_of!(HandoffSample, hold_nivcsw), 84),
+            ("tgid", offset_of!(HandoffSample, tgid), 88),
+            ("tid", offset_of!(HandoffSample, tid), 92),
+            ("side", offset_of!(HandoffSample, side), 96),
+            ("cpu", offset_of!(HandoffSample, cpu), 100),
+            ("waker_cpu", offset_of!(HandoffSample, waker_cpu), 104),
+            ("stack_len", offset_of!(HandoffSample, stack_len), 108),
+            ("stack", offset_of!(HandoffSample, stack), 112),
+        ];
+        for (field, got, want) in offsets {
+            assert_eq!(got, want, "offset of {field}");
+        }
+        assert_eq!(size_of::<HandoffSample>(), 112 + HANDOFF_STACK_BYTES);
+        assert_eq!(align_of::<HandoffSample>(), 8);
+    }
+}
