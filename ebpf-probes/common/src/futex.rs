@@ -101,7 +101,7 @@ pub struct FutexInflight {
     pub in_flight: u32,
     /// A sampled wake's id, from its entry to its exit (0: not sampled).
     pub sample_id: u64,
-    /// The thread's hold (see [`HandoffSample::hold_ns`](crate::HandoffSample::hold_ns)): when
+    /// The thread's hold (see [`HandoffHead::hold_ns`](crate::HandoffHead::hold_ns)): when
     /// its latest woken wait returned (0 when a wake has ended the hold since), and its
     /// run-queue wait and switch counts then.
     pub held_since_ns: u64,

@@ -22,11 +22,22 @@ pub mod handoff_side {
     pub const GO_UNLOCK: u32 = 4;
 }
 
-/// One side of a sampled hand-off, with the user registers and stack to unwind it by. The two
-/// sides share `sample_id`.
+/// One side of a sampled hand-off, with the user registers and stack to unwind it by: the
+/// record of the `HANDOFF_SAMPLES` ring buffer. The two sides share `head.sample_id`.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct HandoffSample {
+    pub head: HandoffHead,
+    /// The top of the user stack, from `head.sp` up: `head.stack_len` bytes of it were read.
+    pub stack: [u8; HANDOFF_STACK_BYTES],
+}
+
+/// What a [`HandoffSample`] says besides its stack bytes: which side of which hand-off it is,
+/// its figures, and the user registers its stack is unwound from. A header of its own so that
+/// the agent keeps it as it is when it cuts the stack to what was read.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HandoffHead {
     pub sample_id: u64,
     pub cgroup_id: u64,
     pub uaddr: u64,
@@ -54,9 +65,8 @@ pub struct HandoffSample {
     pub cpu: u32,
     /// The waiter: the CPU the wake ran on.
     pub waker_cpu: u32,
-    /// Bytes of `stack` read (0 when none could be).
+    /// Bytes of the sample's `stack` read (0 when none could be).
     pub stack_len: u32,
-    pub stack: [u8; HANDOFF_STACK_BYTES],
 }
 
 /// A sampled wake's word: its cgroup and address (the address alone in one process, or in
@@ -106,9 +116,10 @@ mod tests {
 
     #[test]
     fn layouts_have_no_padding() {
+        assert_eq!(size_of::<HandoffHead>(), 8 * 10 + 4 * 8);
         assert_eq!(
             size_of::<HandoffSample>(),
-            8 * 10 + 4 * 8 + HANDOFF_STACK_BYTES
+            size_of::<HandoffHead>() + HANDOFF_STACK_BYTES
         );
         assert_eq!(size_of::<PendingWakeKey>(), 8 * 2);
         assert_eq!(size_of::<PendingWake>(), 8 * 2 + 4 * 2);
@@ -120,32 +131,36 @@ mod tests {
     #[test]
     fn handoff_sample_offsets_are_pinned() {
         let offsets = [
-            ("sample_id", offset_of!(HandoffSample, sample_id), 0),
-            ("cgroup_id", offset_of!(HandoffSample, cgroup_id), 8),
-            ("uaddr", offset_of!(HandoffSample, uaddr), 16),
-            ("ip", offset_of!(HandoffSample, ip), 24),
-            ("sp", offset_of!(HandoffSample, sp), 32),
-            ("bp", offset_of!(HandoffSample, bp), 40),
-            ("wait_ns", offset_of!(HandoffSample, wait_ns), 48),
+            ("sample_id", offset_of!(HandoffSample, head.sample_id), 0),
+            ("cgroup_id", offset_of!(HandoffSample, head.cgroup_id), 8),
+            ("uaddr", offset_of!(HandoffSample, head.uaddr), 16),
+            ("ip", offset_of!(HandoffSample, head.ip), 24),
+            ("sp", offset_of!(HandoffSample, head.sp), 32),
+            ("bp", offset_of!(HandoffSample, head.bp), 40),
+            ("wait_ns", offset_of!(HandoffSample, head.wait_ns), 48),
             (
                 "wake_to_return_ns",
-                offset_of!(HandoffSample, wake_to_return_ns),
+                offset_of!(HandoffSample, head.wake_to_return_ns),
                 56,
             ),
-            ("hold_ns", offset_of!(HandoffSample, hold_ns), 64),
+            ("hold_ns", offset_of!(HandoffSample, head.hold_ns), 64),
             (
                 "hold_run_delay_ns",
-                offset_of!(HandoffSample, hold_run_delay_ns),
+                offset_of!(HandoffSample, head.hold_run_delay_ns),
                 72,
             ),
-            ("hold_nvcsw", offset_of!(HandoffSample, hold_nvcsw), 80),
-            ("hold_nivcsw", offset_of!(HandoffSample, hold_nivcsw), 84),
-            ("tgid", offset_of!(HandoffSample, tgid), 88),
-            ("tid", offset_of!(HandoffSample, tid), 92),
-            ("side", offset_of!(HandoffSample, side), 96),
-            ("cpu", offset_of!(HandoffSample, cpu), 100),
-            ("waker_cpu", offset_of!(HandoffSample, waker_cpu), 104),
-            ("stack_len", offset_of!(HandoffSample, stack_len), 108),
+            ("hold_nvcsw", offset_of!(HandoffSample, head.hold_nvcsw), 80),
+            (
+                "hold_nivcsw",
+                offset_of!(HandoffSample, head.hold_nivcsw),
+                84,
+            ),
+            ("tgid", offset_of!(HandoffSample, head.tgid), 88),
+            ("tid", offset_of!(HandoffSample, head.tid), 92),
+            ("side", offset_of!(HandoffSample, head.side), 96),
+            ("cpu", offset_of!(HandoffSample, head.cpu), 100),
+            ("waker_cpu", offset_of!(HandoffSample, head.waker_cpu), 104),
+            ("stack_len", offset_of!(HandoffSample, head.stack_len), 108),
             ("stack", offset_of!(HandoffSample, stack), 112),
         ];
         for (field, got, want) in offsets {
