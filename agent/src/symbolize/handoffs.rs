@@ -18,53 +18,24 @@ use std::{
 };
 
 use serde::Serialize;
-use stormwatch_common::{HandoffSample, handoff_side};
+use stormwatch_common::{HandoffHead, HandoffSample, handoff_side};
 
 use super::user::{StackSample, UserSite, UserSymbolizer, WaitKind, wait_kind};
 use crate::memory::CacheSize;
 
-/// One side of a sampled hand-off, as read from the ring buffer (the stack cut to what was read).
+/// One side of a sampled hand-off, as read from the ring buffer: its header as the kernel wrote
+/// it, and its stack cut to what was read.
 #[derive(Clone, Debug)]
 pub struct HandoffSide {
-    pub sample_id: u64,
-    pub cgroup_id: u64,
-    pub tgid: u32,
-    pub tid: u32,
-    pub side: u32,
-    pub cpu: u32,
-    pub waker_cpu: u32,
-    pub wait_ns: u64,
-    pub wake_to_return_ns: u64,
-    pub hold_ns: u64,
-    pub hold_run_delay_ns: u64,
-    pub hold_nvcsw: u32,
-    pub hold_nivcsw: u32,
-    pub ip: u64,
-    pub sp: u64,
-    pub bp: u64,
+    pub head: HandoffHead,
     pub stack: Vec<u8>,
 }
 
 impl From<&HandoffSample> for HandoffSide {
     fn from(s: &HandoffSample) -> Self {
-        let len = (s.stack_len as usize).min(s.stack.len());
+        let len = (s.head.stack_len as usize).min(s.stack.len());
         Self {
-            sample_id: s.sample_id,
-            cgroup_id: s.cgroup_id,
-            tgid: s.tgid,
-            tid: s.tid,
-            side: s.side,
-            cpu: s.cpu,
-            waker_cpu: s.waker_cpu,
-            wait_ns: s.wait_ns,
-            wake_to_return_ns: s.wake_to_return_ns,
-            hold_ns: s.hold_ns,
-            hold_run_delay_ns: s.hold_run_delay_ns,
-            hold_nvcsw: s.hold_nvcsw,
-            hold_nivcsw: s.hold_nivcsw,
-            ip: s.ip,
-            sp: s.sp,
-            bp: s.bp,
+            head: s.head,
             stack: s.stack[..len].to_vec(),
         }
     }
@@ -112,6 +83,7 @@ impl PairStats {
     }
 
     fn of(waker: &HandoffSide, waiter: &HandoffSide) -> Self {
+        let (waker, waiter) = (&waker.head, &waiter.head);
         let hold = waker.hold_ns > 0;
         let preempted = hold && waker.hold_nivcsw > 0;
         let asleep = hold && waker.hold_nvcsw > 0;
@@ -291,11 +263,12 @@ impl HandoffNamer {
         let mut out: HashMap<u64, HandoffSites> = HashMap::new();
         let now = Instant::now();
         for side in sides {
-            if side.side == handoff_side::GO_LOCK || side.side == handoff_side::GO_UNLOCK {
+            let kind = side.head.side;
+            if kind == handoff_side::GO_LOCK || kind == handoff_side::GO_UNLOCK {
                 let (site, hint) = self.go_site_of(&side);
-                let sites = out.entry(side.cgroup_id).or_default();
+                let sites = out.entry(side.head.cgroup_id).or_default();
                 sites.hints.extend(hint);
-                let by = if side.side == handoff_side::GO_LOCK {
+                let by = if kind == handoff_side::GO_LOCK {
                     &mut sites.go_mutex.lock_sites
                 } else {
                     &mut sites.go_mutex.unlock_sites
@@ -303,21 +276,21 @@ impl HandoffNamer {
                 *by.entry(site).or_default() += 1;
                 continue;
             }
-            let Some((other, _)) = self.pending.remove(&side.sample_id) else {
-                self.pending.insert(side.sample_id, (side, now));
+            let Some((other, _)) = self.pending.remove(&side.head.sample_id) else {
+                self.pending.insert(side.head.sample_id, (side, now));
                 continue;
             };
-            let (waker, waiter) = if side.side == handoff_side::WAKER {
+            let (waker, waiter) = if kind == handoff_side::WAKER {
                 (side, other)
             } else {
                 (other, side)
             };
-            if waker.side != handoff_side::WAKER || waiter.side != handoff_side::WAITER {
+            if waker.head.side != handoff_side::WAKER || waiter.head.side != handoff_side::WAITER {
                 continue;
             }
             let (waiter_site, waiter_hint) = self.site_of(&waiter);
             let (waker_site, waker_hint) = self.site_of(&waker);
-            let sites = out.entry(waiter.cgroup_id).or_default();
+            let sites = out.entry(waiter.head.cgroup_id).or_default();
             sites.hints.extend(waiter_hint);
             sites.hints.extend(waker_hint);
             sites
@@ -349,10 +322,10 @@ impl HandoffNamer {
             return (UserSite::unnamed(UNREADABLE_STACK), None);
         }
         self.symbolizer.site(&StackSample {
-            tgid: side.tgid,
-            ip: side.ip,
-            sp: side.sp,
-            bp: side.bp,
+            tgid: side.head.tgid,
+            ip: side.head.ip,
+            sp: side.head.sp,
+            bp: side.head.bp,
             stack: &side.stack,
         })
     }
@@ -371,15 +344,15 @@ impl HandoffNamer {
             return (UserSite::unnamed(UNREADABLE_STACK), None);
         };
         let (mut site, hint) = self.symbolizer.site(&StackSample {
-            tgid: side.tgid,
+            tgid: side.head.tgid,
             ip: ret.saturating_sub(1),
-            sp: side.sp + 8,
-            bp: side.bp,
+            sp: side.head.sp + 8,
+            bp: side.head.bp,
             stack: &side.stack[8..],
         });
         if site.function.is_some() {
             site.lock_function = Some(
-                if side.side == handoff_side::GO_LOCK {
+                if side.head.side == handoff_side::GO_LOCK {
                     "sync.(*Mutex).Lock"
                 } else {
                     "sync.(*Mutex).Unlock"
@@ -465,26 +438,44 @@ mod tests {
     }
 
     #[test]
+    fn a_side_keeps_the_samples_head_and_the_stack_read() {
+        let mut sample = HandoffSample {
+            head: HandoffHead {
+                sample_id: 3,
+                cgroup_id: 7,
+                tgid: 10,
+                tid: 11,
+                side: handoff_side::WAITER,
+                wait_ns: 5,
+                sp: 0x7000,
+                stack_len: 16,
+                ..HandoffHead::default()
+            },
+            stack: [0xab; stormwatch_common::HANDOFF_STACK_BYTES],
+        };
+        let side = HandoffSide::from(&sample);
+        assert_eq!(side.head, sample.head);
+        assert_eq!(side.stack, vec![0xab; 16]);
+        // A length past the buffer (never written so) is cut to the buffer.
+        sample.head.stack_len = u32::MAX;
+        let side = HandoffSide::from(&sample);
+        assert_eq!(side.stack.len(), stormwatch_common::HANDOFF_STACK_BYTES);
+    }
+
+    #[test]
     fn go_mutex_samples_are_counted_by_side_not_paired() {
         let mut namer = HandoffNamer::new(false);
         let side = |kind: u32| HandoffSide {
-            sample_id: 0,
-            cgroup_id: 7,
-            // Not a live process: the site is unnamed, and says why.
-            tgid: u32::MAX,
-            tid: u32::MAX,
-            side: kind,
-            cpu: 0,
-            waker_cpu: 0,
-            wait_ns: 0,
-            wake_to_return_ns: 0,
-            hold_ns: 0,
-            hold_run_delay_ns: 0,
-            hold_nvcsw: 0,
-            hold_nivcsw: 0,
-            ip: 0x1000,
-            sp: 0x7000,
-            bp: 0,
+            head: HandoffHead {
+                cgroup_id: 7,
+                // Not a live process: the site is unnamed, and says why.
+                tgid: u32::MAX,
+                tid: u32::MAX,
+                side: kind,
+                ip: 0x1000,
+                sp: 0x7000,
+                ..HandoffHead::default()
+            },
             stack: 0x401000u64.to_le_bytes().repeat(4),
         };
         let out = namer.name(vec![

@@ -28,8 +28,8 @@ use aya_ebpf::{
     maps::{Array, LruHashMap, PerCpuArray, RingBuf},
 };
 use stormwatch_common::{
-    FutexInflight, HANDOFF_STACK_BYTES, HandoffSample, HandoffSampler, PendingWake, PendingWakeKey,
-    ProbeError, handoff_side,
+    FutexInflight, HANDOFF_STACK_BYTES, HandoffHead, HandoffSample, HandoffSampler, PendingWake,
+    PendingWakeKey, ProbeError, handoff_side,
 };
 
 use crate::shared::{count_error, current_task, global_u32, typed};
@@ -317,15 +317,16 @@ pub fn write(
     uaddr: u64,
     side: u32,
     regs: Regs,
-    fill: impl FnOnce(&mut HandoffSample),
+    fill: impl FnOnce(&mut HandoffHead),
 ) {
     let Some(mut entry) = HANDOFF_SAMPLES.reserve::<HandoffSample>(0) else {
         count_error(ProbeError::HandoffSampleLost);
         return;
     };
-    // SAFETY: the reservation is exclusive and sized for a HandoffSample; every field is
-    // written below before submit (the stack bytes past `stack_len` are not read).
-    let s = unsafe { &mut *entry.as_mut_ptr() };
+    // SAFETY: the reservation is exclusive and sized for a HandoffSample; every field of its
+    // head is written below before submit (the stack bytes past `stack_len` are not read).
+    let sample = unsafe { &mut *entry.as_mut_ptr() };
+    let s = &mut sample.head;
     let pid_tgid = bpf_get_current_pid_tgid();
     s.sample_id = sample_id;
     s.cgroup_id = cgroup_id;
@@ -348,7 +349,7 @@ pub fn write(
     s.bp = regs.bp;
     s.stack_len = 0;
     let sp = s.sp as *const u8;
-    let dst = s.stack.as_mut_ptr() as *mut core::ffi::c_void;
+    let dst = sample.stack.as_mut_ptr() as *mut core::ffi::c_void;
     for len in [HANDOFF_STACK_BYTES, 1024, 256] {
         // SAFETY: `dst` has HANDOFF_STACK_BYTES bytes; the helper tolerates any user address.
         let ret = unsafe {
