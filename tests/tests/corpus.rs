@@ -243,8 +243,8 @@ fn go_mutex_with_a_tiny_critical_section_is_a_lock_storm() {
 }
 
 // go-mutex-long-outside is a named miss, not a test (tests/CORPUS.md, "Go storms by the
-// runtime's clock"): called a storm, its counterfactual did 0.99× in the harness (1.29× by
-// hand on 4-s runs), so the lock did not limit it there.
+// runtime's clock"): called a storm, though its counterfactual did 0.97–1.09× in the harness
+// (1.29× by hand on 4-s runs before): the lock does not limit it.
 
 /// Goroutines waiting for work on a sync.Cond wait in the Go scheduler as a mutex's waiters
 /// do, but the runtime does not count a condition's waits as a mutex's: only the queue's

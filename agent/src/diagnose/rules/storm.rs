@@ -397,8 +397,9 @@ pub fn lock_storm_candidate(f: &Facts, t: &Thresholds) -> bool {
 /// chosen from a corpus of real workloads on both sides (tests/tests/corpus.rs, tests/CORPUS.md).
 ///
 /// A Go program's goroutines wait for its mutexes in the Go scheduler, out of the kernel's
-/// sight: they are judged by the runtime's own clock ([`super::gostorm`]). A storm said by
-/// either is the finding, the kernel's first; a `possible` one only where neither says storm.
+/// sight: they are judged by the runtime's own clock
+/// ([`GoStormFigures`](super::GoStormFigures)). A storm said by either is the finding, the
+/// kernel's first; a `possible` one only where neither says storm.
 pub fn lock_storm(f: &Facts, t: &Thresholds) -> Option<Finding> {
     let kernel = StormFigures::of(f, t).filter(|s| s.lock_storm || s.possible);
     let go_storm = super::gostorm::GoStormFigures::of(f, t).is_some_and(|g| g.lock_storm);
