@@ -211,6 +211,16 @@ fn assert_go_storm(o: &Outcome) {
         summary.contains("the Go runtime counts") && summary.contains("goroutines waiting"),
         "the storm is told from the Go runtime's clock: {summary}"
     );
+    // The code that takes the mutex, from the uprobes' samples: gomutex's `worker`.
+    let site = o
+        .storm_finding
+        .as_ref()
+        .and_then(|f| f["context"]["waiter_site"].as_str().map(str::to_owned))
+        .unwrap_or_default();
+    assert!(
+        site.starts_with("`main.worker`") && site.ends_with("via `sync.(*Mutex).Lock`"),
+        "the storm names the code that takes the mutex: {site:?}"
+    );
 }
 
 /// Its lock's counterfactual (a mutex per goroutine) does ≥ 1.15× the work: lock-bound, though

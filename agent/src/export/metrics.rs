@@ -200,6 +200,36 @@ mod tests {
         Arc::new(Mutex::new(e))
     }
 
+    /// A Go storm and the runtime sizing of the same program name the same sites: the
+    /// exposition has them once (a repeated series is invalid), the storm's.
+    #[test]
+    fn a_containers_call_sites_are_one_series_per_role() {
+        let e = exporter();
+        {
+            let mut g = e.lock().unwrap();
+            let mut sizing = g.findings[0].clone();
+            sizing.kind = "runtime_sizing";
+            sizing.severity = "warning";
+            sizing.call_site_share = 0.5;
+            g.findings.push(sizing);
+        }
+        let out = Renderer::new(Arc::clone(&e)).openmetrics();
+        let sites: Vec<&str> = out
+            .lines()
+            .filter(|l| l.starts_with("stormwatch_lock_storm_call_site{"))
+            .collect();
+        assert_eq!(sites.len(), 2, "{sites:?}");
+        assert!(sites.iter().all(|l| l.ends_with(" 0.75")), "{sites:?}");
+        // Without the storm, the runtime sizing names them.
+        e.lock().unwrap().findings.remove(0);
+        let out = Renderer::new(e).openmetrics();
+        let sites = out
+            .lines()
+            .filter(|l| l.starts_with("stormwatch_lock_storm_call_site{"))
+            .count();
+        assert_eq!(sites, 2);
+    }
+
     #[test]
     fn the_histograms_switch() {
         let e = exporter();

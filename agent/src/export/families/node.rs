@@ -84,6 +84,15 @@ pub static FAMILIES: &[Family] = &[
                  or none was sampled",
         read: Read::Samples(|c, emit| {
             for f in &c.e.findings {
+                // A Go program's storm and its runtime sizing name the same sites: once, the
+                // storm's (one series per role and site in an exposition).
+                let named_by_storm = f.kind != "lock_storm"
+                    && c.e.findings.iter().any(|o| {
+                        o.kind == "lock_storm" && o.cgroup == f.cgroup && !o.call_sites.is_empty()
+                    });
+                if named_by_storm {
+                    continue;
+                }
                 for (role, site) in &f.call_sites {
                     emit(
                         &[
