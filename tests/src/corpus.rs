@@ -904,6 +904,53 @@ pub struct Outcome {
     /// measured: the judged run's first, then, were it near a premise bar, the pairs run again
     /// ([`premise_gains`]). Empty for a case without a counterfactual, or where it is not run.
     pub premise_gains: Vec<f64>,
+    /// What `stormwatch run` said of the same running program, when asked
+    /// ([`RUN_VERDICT_ENV`]).
+    pub run_verdict: Option<RunVerdict>,
+}
+
+/// Set (to anything) to have [`run`] also ask the daemon for its verdict on each case (`cargo
+/// xtask corpus --run`): about a minute more per run.
+pub const RUN_VERDICT_ENV: &str = "STORMWATCH_CORPUS_RUN";
+
+/// `stormwatch run`'s verdict on a case: its `stormwatch_finding{kind="lock_storm"}` series
+/// for the case's cgroup, `info` being a possible storm.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunVerdict {
+    Storm,
+    Possible,
+    None,
+}
+
+/// Starts the daemon (its default configuration, but a 1-s interval:
+/// [`crate::daemon::Daemon::start`]) beside the running case once `diagnose` is done, waits
+/// until its diagnosis window has filled (and 3 s), and reads its verdict. The cases' programs
+/// run 60 s: the window must end before they do, so the futex probes, which the daemon attaches
+/// on demand, cover only part of it (as when a storm starts under a running daemon).
+fn run_verdict(rel: &str) -> RunVerdict {
+    let daemon = crate::daemon::Daemon::start(&[]);
+    let window = stormwatch::config::DEFAULT_DIAGNOSIS_WINDOW_SECONDS;
+    std::thread::sleep(Duration::from_secs_f64(window + 3.0));
+    let metrics = daemon.metrics();
+    let at = |severity| {
+        crate::daemon::sample_with(
+            &metrics,
+            "stormwatch_finding",
+            &[
+                ("kind", "lock_storm"),
+                ("cgroup", rel),
+                ("severity", severity),
+            ],
+        )
+        .is_some()
+    };
+    if at("warning") || at("critical") {
+        RunVerdict::Storm
+    } else if at("info") {
+        RunVerdict::Possible
+    } else {
+        RunVerdict::None
+    }
 }
 
 impl Outcome {
@@ -1686,6 +1733,7 @@ pub fn run(case: &Case, noise: bool) -> Outcome {
         .iter()
         .map(|f| f["kind"].as_str().unwrap_or("?").to_owned())
         .collect();
+    let run_verdict = std::env::var_os(RUN_VERDICT_ENV).map(|_| run_verdict(cgroup.rel_path()));
     // The judged run stops before its counterfactual starts: they never share the CPUs.
     drop(running);
     let counterfactual_work_per_second = counterfactual_work_per_second(case, noise);
@@ -1710,6 +1758,7 @@ pub fn run(case: &Case, noise: bool) -> Outcome {
         alone_work_per_second,
         counterfactual_work_per_second,
         premise_gains,
+        run_verdict,
     }
 }
 

@@ -132,6 +132,10 @@ enum Task {
         /// Run each case beside a `stress-ng --cpu 1`.
         #[arg(long)]
         noise: bool,
+        /// Also ask `stormwatch run` for its verdict on each run (about 35 s more per run):
+        /// a column says in how many it agreed with `diagnose`.
+        #[arg(long)]
+        run: bool,
         /// Only these cases (by name; repeatable).
         #[arg(long = "case")]
         cases: Vec<String>,
@@ -248,8 +252,9 @@ fn main() -> ExitCode {
         Task::Corpus {
             repeat,
             noise,
+            run,
             cases,
-        } => setup::tests().and_then(|()| corpus(repeat, noise, &cases)),
+        } => setup::tests().and_then(|()| corpus(repeat, noise, run, &cases)),
         Task::Bench {
             rounds,
             seconds,
@@ -360,7 +365,7 @@ fn arm64_check(kernel: &str) -> Result<()> {
     arm64::check(&bin, series)
 }
 
-fn corpus(repeat: u32, noise: bool, cases: &[String]) -> Result<()> {
+fn corpus(repeat: u32, noise: bool, run: bool, cases: &[String]) -> Result<()> {
     build_release()?;
     say(&format!(
         "running the lock-storm corpus, {repeat} run(s) per case{}",
@@ -385,6 +390,9 @@ fn corpus(repeat: u32, noise: bool, cases: &[String]) -> Result<()> {
     ]);
     if noise {
         cmd.arg("--noise");
+    }
+    if run {
+        cmd.arg("--run");
     }
     for c in cases {
         cmd.args(["--case", c]);

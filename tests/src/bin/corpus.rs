@@ -4,9 +4,22 @@
 //! before the agent attached, and of the counterfactual) for agent/DIAGNOSIS.md and
 //! tests/CORPUS.md.
 //!
-//!   corpus [--repeat N] [--noise] [--case NAME]...
+//!   corpus [--repeat N] [--noise] [--run] [--case NAME]...
+//!
+//! With `--run`, `stormwatch run` is also asked for its verdict on each run of each case (about
+//! 35 s more per run), and a last column says in how many runs it agreed with `diagnose`.
 
-use stormwatch_tests::corpus::{self, Expect, Split, median};
+use stormwatch_tests::corpus::{self, Expect, Outcome, RunVerdict, Split, median};
+
+/// Whether `run` said what `diagnose` did of a run; `None` when `run` was not asked.
+fn run_agrees(o: &Outcome) -> Option<bool> {
+    let said = match o.run_verdict? {
+        RunVerdict::Storm => (true, false),
+        RunVerdict::Possible => (false, true),
+        RunVerdict::None => (false, false),
+    };
+    Some(said == (o.lock_storm, o.possible_storm))
+}
 
 /// The median of figures that not every case has ("–" when it has none).
 fn median_of(v: impl Iterator<Item = Option<f64>>) -> String {
@@ -32,6 +45,8 @@ fn main() {
                     .expect("--repeat N")
             }
             "--noise" => noise = true,
+            // SAFETY: set before any thread is started.
+            "--run" => unsafe { std::env::set_var(corpus::RUN_VERDICT_ENV, "1") },
             "--case" => only.push(args.next().expect("--case NAME")),
             other => panic!("unknown argument {other}"),
         }
@@ -43,9 +58,9 @@ fn main() {
     println!(
         "| workload | split | expected | right | hand-offs/s per CPU | needed | queued per CPU | \
          futex share of off-CPU | CPUs wanted | hand-offs per CPU-second used | kernel: threads \
-         asleep in futex | kernel: sleeps/s | CPUs used | work/s | work/s before the agent | counterfactual work/s |"
+         asleep in futex | kernel: sleeps/s | CPUs used | work/s | work/s before the agent | counterfactual work/s | `run` agrees |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     let mut all_stable = true;
     for case in &cases {
         let mut right = 0;
@@ -53,6 +68,9 @@ fn main() {
         for _ in 0..repeat {
             let o = corpus::run(case, noise);
             eprintln!("{}", corpus::describe(case, &o));
+            if let Some(v) = o.run_verdict {
+                eprintln!("{}: stormwatch run said {v:?}", case.name);
+            }
             if o.lock_storm == (case.expect == Expect::LockStorm) {
                 right += 1;
             }
@@ -62,7 +80,7 @@ fn main() {
         all_stable &= right * 10 >= repeat * 9;
         println!(
             "| {} ({}) | {} | {} | {right}/{repeat} | {:.0} | {:.0} | {:.1} | {:.2} | {:.2} | {:.0} \
-             | {:.1} | {:.0} | {:.2} | {} | {} | {} |",
+             | {:.1} | {:.0} | {:.2} | {} | {} | {} | {} |",
             case.name,
             case.what,
             match case.split {
@@ -90,6 +108,14 @@ fn main() {
             median_of(outcomes.iter().map(|o| o.work_per_second)),
             median_of(outcomes.iter().map(|o| o.alone_work_per_second)),
             median_of(outcomes.iter().map(|o| o.counterfactual_work_per_second)),
+            {
+                let agreed: Vec<bool> = outcomes.iter().filter_map(run_agrees).collect();
+                if agreed.is_empty() {
+                    "–".to_owned()
+                } else {
+                    format!("{}/{}", agreed.iter().filter(|a| **a).count(), agreed.len())
+                }
+            },
         );
     }
     if !all_stable {
