@@ -10,10 +10,7 @@ mod storm;
 pub use self::{
     gostorm::GoStormFigures,
     runtime::runtime_sizing,
-    storm::{
-        QuotaBound, StormFigures, lock_storm, lock_storm_candidate,
-        required_handoffs_per_cpu_second,
-    },
+    storm::{QuotaBound, StormFigures, lock_storm_candidate, required_handoffs_per_cpu_second},
 };
 use super::{Facts, Finding, Kind, Severity, Thresholds};
 use crate::collect::log2_quantile_ns;
@@ -150,6 +147,20 @@ pub mod defaults {
     pub const OVERSUBSCRIPTION_MIN_RUNNABLE_PER_CPU: f64 = 2.0;
     /// Run-queue samples a window needs before its latency is judged.
     pub const RUNQ_MIN_SAMPLES: u64 = 100;
+}
+
+/// The lock-storm rule: the kernel's ([`StormFigures`]: threads handing a lock to one another
+/// through futexes) and a Go program's ([`GoStormFigures`]: goroutines queued on a
+/// `sync.Mutex` in the Go scheduler, out of the kernel's sight, by the runtime's own clock). A
+/// storm said by either is the finding, the kernel's first; a `possible` one only where
+/// neither says storm.
+pub fn lock_storm(f: &Facts, t: &Thresholds) -> Option<Finding> {
+    let kernel = StormFigures::of(f, t).filter(|s| s.lock_storm || s.possible);
+    let go_storm = GoStormFigures::of(f, t).is_some_and(|g| g.lock_storm);
+    match kernel {
+        Some(k) if k.lock_storm || !go_storm => storm::kernel_lock_storm(f, t, k),
+        _ => gostorm::go_lock_storm(f, t),
+    }
 }
 
 /// Runs every rule on one container.

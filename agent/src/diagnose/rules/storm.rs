@@ -396,17 +396,9 @@ pub fn lock_storm_candidate(f: &Facts, t: &Thresholds) -> bool {
 /// The thresholds were
 /// chosen from a corpus of real workloads on both sides (tests/tests/corpus.rs, tests/CORPUS.md).
 ///
-/// A Go program's goroutines wait for its mutexes in the Go scheduler, out of the kernel's
-/// sight: they are judged by the runtime's own clock
-/// ([`GoStormFigures`](super::GoStormFigures)). A storm said by either is the finding, the
-/// kernel's first; a `possible` one only where neither says storm.
-pub fn lock_storm(f: &Facts, t: &Thresholds) -> Option<Finding> {
-    let kernel = StormFigures::of(f, t).filter(|s| s.lock_storm || s.possible);
-    let go_storm = super::gostorm::GoStormFigures::of(f, t).is_some_and(|g| g.lock_storm);
-    let figures = match kernel {
-        Some(k) if k.lock_storm || !go_storm => k,
-        _ => return super::gostorm::go_lock_storm(f, t),
-    };
+/// This is the finding of `figures`, a storm or a possible one (the rule's entry point,
+/// `rules::lock_storm`, decides between it and a Go program's storm).
+pub fn kernel_lock_storm(f: &Facts, t: &Thresholds, figures: StormFigures) -> Option<Finding> {
     let storm = Storm::of(f, t, figures)?;
     let spin = f.spin_wait_per_second();
     let severity = if storm.figures.possible {
