@@ -30,6 +30,12 @@ fn readings(args: &[&str]) -> Vec<(f64, f64, f64)> {
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let mut out = Vec::new();
     let mut previous: Option<(f64, f64)> = None;
+    // The same process through the cgroup-level reader the session uses: its figure counts
+    // from its first read.
+    let mut clocks = goclock::GoClocks::default();
+    let mut first_read: Option<f64> = None;
+    let mut cgroup_edge = None;
+    let mut trail = Vec::new();
     for line in lines.by_ref() {
         let v: Value = serde_json::from_str(&line.unwrap()).unwrap();
         let Some(own) = v.get("mutex_wait_seconds").and_then(Value::as_f64) else {
@@ -40,8 +46,39 @@ fn readings(args: &[&str]) -> Vec<(f64, f64, f64)> {
         }
         let read = goclock::read_process(pid, &layout, exe).expect("reading the live process");
         previous = Some((own, read.mutex_wait_ns as f64 / 1e9));
+        let edge = clocks
+            .read_cgroup(1, &[pid])
+            .expect("a Go process with the clock");
+        assert_eq!((edge.processes, edge.gomaxprocs), (1, Some(16)));
+        let cumulative = goclock::read_process(pid, &layout, exe).unwrap();
+        let at_edge = first_read.get_or_insert(cumulative.mutex_wait_ns as f64 / 1e9);
+        // Read just after the edge: at least what the edge counted since the first read.
+        assert!(
+            edge.mutex_wait_seconds <= cumulative.mutex_wait_ns as f64 / 1e9 - *at_edge + 1e-9,
+            "edge {edge:?} against {cumulative:?} from {at_edge}"
+        );
+        trail.push((
+            edge.mutex_wait_seconds,
+            cumulative.mutex_wait_ns as f64 / 1e9 - *at_edge,
+        ));
+        cgroup_edge = Some(edge);
     }
     assert!(child.wait().unwrap().success());
+    let edge = cgroup_edge.expect("edges were read");
+    // Each edge's total lies between the process's clock read just after the edge before
+    // (since the first edge) and just after it: nothing waited between edges is lost, nothing
+    // counted twice. (The first edge parses the binary, so the edges are not the lines' times.)
+    for w in trail.windows(2) {
+        let ((_, before), (total, after)) = (w[0], w[1]);
+        assert!(
+            total >= before - 1e-9 && total <= after + 1e-9,
+            "edges (total, read since the first) {trail:?}"
+        );
+    }
+    assert!(
+        edge.mutex_wait_seconds >= 0.0 && edge.processes == 1,
+        "{edge:?}"
+    );
     out
 }
 

@@ -266,6 +266,7 @@ impl Session {
                 .collect(),
             None => HashMap::new(),
         };
+        go_clocks.sweep();
         let step = match options.span {
             Some(span) => (span / 3).max(options.interval),
             None => Duration::MAX,
@@ -468,6 +469,7 @@ impl Session {
                 self.go.insert(id, edge);
             }
         }
+        self.go_clocks.sweep();
     }
 
     /// The network namespaces found when the current step began (`None` without the network

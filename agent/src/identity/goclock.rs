@@ -30,9 +30,9 @@ use std::{
 use gimli::{EndianSlice, RunTimeEndian};
 use object::{Object as _, ObjectSection as _, ObjectSegment as _, ObjectSymbol as _};
 
-/// The most processes (Go's, and those passed over) and binaries remembered; past it, the
-/// processes passed over are forgotten (looked at again) and no new Go process is tracked
-/// until others exit.
+/// The most Go processes tracked, and processes passed over per cgroup; past it, no new Go
+/// process is tracked until others exit, and the cgroup's further processes are looked at
+/// again at its next edge read.
 pub const MAX_ENTRIES: usize = 65_536;
 
 /// A binary by device and inode.
@@ -297,18 +297,29 @@ struct Tracked {
     last_wait_ns: u64,
 }
 
-/// The layouts of the binaries seen, and each Go process's last reading; bounded by what is
-/// alive (each edge read forgets the processes no longer in their cgroup, and the binaries no
-/// process runs).
+/// What is kept of one cgroup between edge reads.
+#[derive(Debug, Default)]
+struct CgroupClock {
+    /// Its cumulative wait, seconds, since its Go processes were first read.
+    total: f64,
+    /// Whether a Go process with the figures was ever read in it.
+    go: bool,
+    /// Its Go processes read at the last edge.
+    seen: HashSet<u32>,
+    /// Its processes that are not Go's with the figures (by pid and binary: a pid reused by
+    /// another binary is looked at again).
+    passed: HashMap<u32, FileId>,
+}
+
+/// The layouts of the binaries seen, each Go process's last reading, and each cgroup's
+/// processes passed over; bounded by what is alive (each edge read keeps of a cgroup only the
+/// processes still in it, [`GoClocks::sweep`] the binaries some process still runs, and a
+/// removed cgroup goes whole).
 #[derive(Debug, Default)]
 pub struct GoClocks {
     binaries: HashMap<FileId, Option<Arc<GoLayout>>>,
     processes: HashMap<u32, Tracked>,
-    /// Processes that are not Go's with the figures (by pid and binary: a pid reused by
-    /// another binary is looked at again).
-    passed: HashMap<u32, FileId>,
-    /// Each cgroup's cumulative wait, and the processes read in it last.
-    cgroups: HashMap<u64, (f64, HashSet<u32>)>,
+    cgroups: HashMap<u64, CgroupClock>,
 }
 
 impl GoClocks {
@@ -316,32 +327,40 @@ impl GoClocks {
     /// last read to the cgroup's cumulative figure. `None` while no Go process with the
     /// figures was ever read in the cgroup.
     pub fn read_cgroup(&mut self, cgroup: u64, tgids: &[u32]) -> Option<GoEdge> {
+        let mut clock = self.cgroups.remove(&cgroup).unwrap_or_default();
         let mut edge = GoEdge::default();
         let mut now: HashSet<u32> = HashSet::new();
+        let mut passed: HashMap<u32, FileId> = HashMap::new();
         let mut added_ns = 0u64;
+        let mut read = 0u32;
         for &tgid in tgids {
             let Some(exe) = exe_id(tgid) else { continue };
-            if self.passed.get(&tgid) == Some(&exe) {
+            if clock.passed.get(&tgid) == Some(&exe) {
+                passed.insert(tgid, exe);
                 continue;
             }
-            if self.len() >= MAX_ENTRIES {
-                self.passed.clear();
-                if self.len() >= MAX_ENTRIES && !self.processes.contains_key(&tgid) {
-                    continue;
-                }
-            }
             let known = self.processes.get(&tgid).filter(|t| t.exe == exe);
+            if known.is_none() && self.processes.len() >= MAX_ENTRIES {
+                continue;
+            }
             let layout = match known {
                 Some(t) => t.layout.clone(),
                 None => match self.layout(tgid, exe) {
                     Some(l) => l,
                     None => {
-                        self.passed.insert(tgid, exe);
+                        if passed.len() < MAX_ENTRIES {
+                            passed.insert(tgid, exe);
+                        }
                         continue;
                     }
                 },
             };
             let Some(r) = read_process(tgid, &layout, exe) else {
+                // Still in the cgroup: a read that fails once keeps its last reading, so that
+                // the next one counts from it (dropping it would lose what was waited between).
+                if known_now(&self.processes, tgid, exe) {
+                    now.insert(tgid);
+                }
                 continue;
             };
             match self.processes.get_mut(&tgid).filter(|t| t.exe == exe) {
@@ -361,45 +380,44 @@ impl GoClocks {
                 }
             }
             now.insert(tgid);
+            read += 1;
             edge.processes += 1;
             edge.goroutines += r.goroutines;
             edge.gomaxprocs = edge.gomaxprocs.max(r.gomaxprocs);
         }
-        let entry = self.cgroups.get_mut(&cgroup);
-        let (total, seen) = match entry {
-            Some(e) => e,
-            None if now.is_empty() => {
-                self.forget_gone(tgids);
-                return None;
-            }
-            None => self.cgroups.entry(cgroup).or_default(),
-        };
-        *total += added_ns as f64 / 1e9;
-        edge.mutex_wait_seconds = *total;
-        let gone: Vec<u32> = seen.difference(&now).copied().collect();
-        *seen = now;
-        for tgid in gone {
-            self.processes.remove(&tgid);
+        for gone in clock.seen.difference(&now) {
+            self.processes.remove(gone);
         }
-        self.forget_gone(tgids);
-        Some(edge)
+        clock.go |= read > 0;
+        clock.total += added_ns as f64 / 1e9;
+        clock.seen = now;
+        clock.passed = passed;
+        edge.mutex_wait_seconds = clock.total;
+        let go = clock.go;
+        self.cgroups.insert(cgroup, clock);
+        go.then_some(edge)
     }
 
-    /// Forgets the passed-over pids of `tgids`' cgroup that are gone, and binaries no
-    /// process runs any more.
-    fn forget_gone(&mut self, tgids: &[u32]) {
-        let alive: HashSet<u32> = tgids.iter().copied().collect();
-        self.passed.retain(|tgid, _| {
-            alive.contains(tgid) || Path::new("/proc").join(tgid.to_string()).exists()
-        });
-        let used: HashSet<FileId> = self.processes.values().map(|t| t.exe).collect();
+    /// Forgets the binaries no process remembered runs (once per edge read, after the
+    /// cgroups': a Go binary with its last process, one passed over with its last pid).
+    pub fn sweep(&mut self) {
+        let used: HashSet<FileId> = self
+            .processes
+            .values()
+            .map(|t| t.exe)
+            .chain(
+                self.cgroups
+                    .values()
+                    .flat_map(|c| c.passed.values().copied()),
+            )
+            .collect();
         self.binaries.retain(|id, _| used.contains(id));
     }
 
     /// Forgets a cgroup that is gone.
     pub fn forget_cgroup(&mut self, cgroup: u64) {
-        if let Some((_, seen)) = self.cgroups.remove(&cgroup) {
-            for tgid in seen {
+        if let Some(c) = self.cgroups.remove(&cgroup) {
+            for tgid in c.seen {
                 self.processes.remove(&tgid);
             }
         }
@@ -407,7 +425,9 @@ impl GoClocks {
 
     /// How many processes and binaries are remembered (the caches' sizes).
     pub fn len(&self) -> usize {
-        self.processes.len() + self.passed.len() + self.binaries.len()
+        self.processes.len()
+            + self.binaries.len()
+            + self.cgroups.values().map(|c| c.passed.len()).sum::<usize>()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -416,7 +436,7 @@ impl GoClocks {
 
     /// Its size for the agent's own metrics (`stormwatch_agent_cache_*`).
     pub fn cache_size(&self) -> crate::memory::CacheSize {
-        crate::memory::CacheSize::entries("go_clocks", self.len(), MAX_ENTRIES)
+        crate::memory::CacheSize::live("go_clocks", self.len())
     }
 
     fn layout(&mut self, tgid: u32, exe: FileId) -> Option<Arc<GoLayout>> {
@@ -431,6 +451,11 @@ impl GoClocks {
             })
             .clone()
     }
+}
+
+/// Whether `tgid` is tracked, running `exe`.
+fn known_now(processes: &HashMap<u32, Tracked>, tgid: u32, exe: FileId) -> bool {
+    processes.get(&tgid).is_some_and(|t| t.exe == exe)
 }
 
 /// A process's executable by device and inode.
@@ -448,5 +473,28 @@ mod tests {
     fn a_binary_that_is_not_go_has_no_layout() {
         let data = std::fs::read("/proc/self/exe").unwrap();
         assert_eq!(layout_of(&data), None);
+    }
+
+    /// A cgroup of processes that are not Go's has no figure, and what is kept of it is what
+    /// it runs: its processes passed over while they are in it, their binary while one is.
+    #[test]
+    fn what_is_kept_is_what_the_cgroups_run() {
+        let me = std::process::id();
+        let mut clocks = GoClocks::default();
+        assert_eq!(clocks.read_cgroup(7, &[me]), None);
+        clocks.sweep();
+        assert_eq!(clocks.len(), 2, "the process passed over, and its binary");
+        // Looked at once: the second read passes it over from what was kept.
+        assert_eq!(clocks.read_cgroup(7, &[me]), None);
+        assert_eq!(clocks.len(), 2);
+        // Gone from the cgroup: forgotten, and its binary with the sweep.
+        assert_eq!(clocks.read_cgroup(7, &[]), None);
+        clocks.sweep();
+        assert!(clocks.is_empty(), "{clocks:?}");
+        // A pid that is not alive is skipped.
+        assert_eq!(clocks.read_cgroup(8, &[u32::MAX - 1]), None);
+        clocks.forget_cgroup(7);
+        clocks.forget_cgroup(8);
+        assert!(clocks.is_empty() && clocks.cgroups.is_empty());
     }
 }
