@@ -754,7 +754,29 @@ fn node_libuv_pool_with_short_tasks_is_not_a_lock_storm() {
 }
 
 /// The same pool under ~400 µs tasks (held out: issue #41 saw a verdict flip at its line).
+/// Its premise is asked as "not clearly lock-bound" (its counterfactual below
+/// `LOCK_BOUND_GAIN`), not "clearly not": a pool of 2 did 0.98–1.29× its work across five
+/// pairs in one fresh-clone CI run on the AMD guest (median 1.13×, 2026-11-28, tests/CORPUS.md)
+/// — its event loop, not a lock, sets the work, and the pairs' spread is the two programs
+/// sharing 2 CPUs. A `lock_storm` verdict stays wrong for it; none or possible is asked.
 #[test]
 fn node_libuv_pool_with_longer_tasks_is_not_a_lock_storm() {
-    judged_given("node-libuv-pool-400us", assert_not_lock_bound);
+    judged_given("node-libuv-pool-400us", assert_not_clearly_lock_bound);
+}
+
+#[track_caller]
+fn assert_not_clearly_lock_bound(case: &Case, o: &Outcome) {
+    if counterfactual_left_out(case) {
+        return;
+    }
+    let gain = gain(case, o);
+    assert!(
+        gain < LOCK_BOUND_GAIN,
+        "premise of {}: not clearly lock-bound, so its counterfactual ({:?}) should do less \
+         than {LOCK_BOUND_GAIN}× the work per second; it did {gain:.2}× ({:.0}/s against {:.0}/s)",
+        case.name,
+        case.counterfactual,
+        o.counterfactual_work_per_second.unwrap_or(f64::NAN),
+        o.alone_work_per_second.unwrap_or(f64::NAN),
+    );
 }
