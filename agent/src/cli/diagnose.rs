@@ -61,18 +61,36 @@ pub struct Checked {
 /// How many containers' lock-storm figures `checked.lock_storm` lists.
 const STORM_FIGURES_SHOWN: usize = 10;
 
+/// A rule's figures for one container, flagged or not.
 #[derive(Debug, Serialize)]
-pub struct StormCheck {
+pub struct RuleCheck<F> {
     pub cgroup: String,
     #[serde(flatten)]
-    pub figures: StormFigures,
+    pub figures: F,
 }
 
-#[derive(Debug, Serialize)]
-pub struct GoStormCheck {
-    pub cgroup: String,
-    #[serde(flatten)]
-    pub figures: GoStormFigures,
+pub type StormCheck = RuleCheck<StormFigures>;
+pub type GoStormCheck = RuleCheck<GoStormFigures>;
+
+/// The figures `of` gives for the containers, largest `key` first, at most
+/// `STORM_FIGURES_SHOWN` of them.
+fn top_checks<F>(
+    facts: &[crate::diagnose::Facts],
+    of: impl Fn(&crate::diagnose::Facts) -> Option<F>,
+    key: impl Fn(&F) -> f64,
+) -> Vec<RuleCheck<F>> {
+    let mut checks: Vec<RuleCheck<F>> = facts
+        .iter()
+        .filter_map(|f| {
+            of(f).map(|figures| RuleCheck {
+                cgroup: f.cgroup.clone(),
+                figures,
+            })
+        })
+        .collect();
+    checks.sort_by(|a, b| key(&b.figures).total_cmp(&key(&a.figures)));
+    checks.truncate(STORM_FIGURES_SHOWN);
+    checks
 }
 
 pub async fn run(args: DiagnoseArgs) -> anyhow::Result<u8> {
@@ -122,36 +140,16 @@ pub async fn run(args: DiagnoseArgs) -> anyhow::Result<u8> {
     let ctx = crate::report::ReportContext::of(&pipeline, &limits);
     let facts = session.facts(&window, pipeline.paths());
     let thresholds = &session.options().thresholds;
-    let mut storm_checks: Vec<StormCheck> = facts
-        .iter()
-        .filter_map(|f| {
-            StormFigures::of(f, thresholds).map(|figures| StormCheck {
-                cgroup: f.cgroup.clone(),
-                figures,
-            })
-        })
-        .collect();
-    storm_checks.sort_by(|a, b| {
-        b.figures
-            .handoffs_per_cpu_second
-            .total_cmp(&a.figures.handoffs_per_cpu_second)
-    });
-    storm_checks.truncate(STORM_FIGURES_SHOWN);
-    let mut go_checks: Vec<GoStormCheck> = facts
-        .iter()
-        .filter_map(|f| {
-            GoStormFigures::of(f, thresholds).map(|figures| GoStormCheck {
-                cgroup: f.cgroup.clone(),
-                figures,
-            })
-        })
-        .collect();
-    go_checks.sort_by(|a, b| {
-        b.figures
-            .waiting_goroutines
-            .total_cmp(&a.figures.waiting_goroutines)
-    });
-    go_checks.truncate(STORM_FIGURES_SHOWN);
+    let storm_checks = top_checks(
+        &facts,
+        |f| StormFigures::of(f, thresholds),
+        |s| s.handoffs_per_cpu_second,
+    );
+    let go_checks = top_checks(
+        &facts,
+        |f| GoStormFigures::of(f, thresholds),
+        |g| g.waiting_goroutines,
+    );
     let report = DiagnoseReport {
         host: HostReport::new(session.host(), session.steal()),
         findings: findings
