@@ -469,6 +469,8 @@ fn test() -> Result<()> {
         "--release",
         "--package",
         "stormwatch-tests",
+        // Every test binary runs even after one fails: a failure names all that fail.
+        "--no-fail-fast",
         "--",
         "--test-threads=1",
     ]))?;
