@@ -5,6 +5,7 @@
 
 pub mod handoffs;
 pub mod network;
+pub mod pprof;
 
 use std::collections::{BTreeMap, HashMap};
 

@@ -138,6 +138,10 @@ pub async fn run(args: DiagnoseArgs) -> anyhow::Result<u8> {
     let window = session.window();
     let limits = session.window_limits(&window);
     let ctx = crate::report::ReportContext::of(&pipeline, &limits);
+    if let Some(dir) = &args.pprof {
+        let rows = crate::report::containers(&window, &ctx, |_, _| true);
+        super::write_lock_profiles(dir, &pipeline, &window, &rows)?;
+    }
     let facts = session.facts(&window, pipeline.paths());
     let thresholds = &session.options().thresholds;
     let storm_checks = top_checks(

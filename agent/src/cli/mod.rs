@@ -206,8 +206,14 @@ pub struct DiagnoseArgs {
     pub btf: Option<std::path::PathBuf>,
 
     /// Do not sample hand-offs' user stacks (a lock storm's code is then not named).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "pprof")]
     pub no_call_sites: bool,
+
+    /// Also write each container's lock profile over the window into DIR, in pprof's format
+    /// (`<container>.lock.pb.gz`: the sampled hand-offs' waiter and waker stacks, for `go
+    /// tool pprof`, Pyroscope or Parca).
+    #[arg(long, value_name = "DIR")]
+    pub pprof: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -256,8 +262,14 @@ pub struct TraceArgs {
     pub btf: Option<std::path::PathBuf>,
 
     /// Do not sample hand-offs' user stacks (`lock_call_sites` is then null).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "pprof")]
     pub no_call_sites: bool,
+
+    /// Also write each container's lock profile over the whole trace into DIR at its end, in
+    /// pprof's format (`<container>.lock.pb.gz`: the sampled hand-offs' waiter and waker
+    /// stacks, for `go tool pprof`, Pyroscope or Parca).
+    #[arg(long, value_name = "DIR")]
+    pub pprof: Option<std::path::PathBuf>,
 
     /// Time the run-queue wait and the blocked time from the wake-up programs even where the
     /// kernel keeps `sched_info` (for testing that way, which kernels without it take, and for
@@ -273,6 +285,46 @@ pub struct TraceArgs {
         default_value = "sched,futex,locks,net"
     )]
     pub probes: Vec<Family>,
+}
+
+/// Writes the lock profile of each container of `rows` with sampled stacks in `window` into
+/// `dir` (`report::pprof`), and says on stderr what was written.
+pub fn write_lock_profiles(
+    dir: &std::path::Path,
+    pipeline: &Pipeline,
+    window: &crate::collect::Window,
+    rows: &[crate::report::ContainerReport],
+) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    if !pipeline.names_handoff_sites() {
+        eprintln!(
+            "stormwatch: no lock profiles: hand-offs are not sampled here (the futex probes, \
+             or their user stacks on this architecture, are missing)"
+        );
+        return Ok(());
+    }
+    let containers: Vec<(u64, String)> = rows
+        .iter()
+        .map(|r| (r.cgroup_id, trace::workload_name(r)))
+        .collect();
+    let written = crate::report::pprof::write_dir(
+        dir,
+        &containers,
+        |id| window.handoff_sites.get(&id).map(|s| s.stacks.clone()),
+        std::time::SystemTime::now(),
+        window.duration,
+    )
+    .with_context(|| format!("writing lock profiles into {}", dir.display()))?;
+    eprintln!(
+        "stormwatch: wrote {} lock profile{} into {}",
+        written.len(),
+        if written.len() == 1 { "" } else { "s" },
+        dir.display()
+    );
+    for (name, path) in &written {
+        eprintln!("  {name}: {}", path.display());
+    }
+    Ok(())
 }
 
 /// The diagnosis session's options for a pipeline: the network rules when its probes are

@@ -121,6 +121,15 @@ pub async fn run(args: TraceArgs) -> anyhow::Result<()> {
         }
     }
 
+    if let Some(dir) = &args.pprof {
+        let limits = session.window_limits(&total);
+        let rows = containers(
+            &total,
+            &crate::report::ReportContext::of(&pipeline, &limits),
+            keep,
+        );
+        super::write_lock_profiles(dir, &pipeline, &total, &rows)?;
+    }
     if args.json {
         let report = json_report(&pipeline, &session, &total, keep);
         let mut out = std::io::stdout().lock();

@@ -20,7 +20,10 @@ use std::{
 use serde::Serialize;
 use stormwatch_common::{HandoffHead, HandoffSample, handoff_side};
 
-use super::user::{StackSample, UserSite, UserSymbolizer, WaitKind, wait_kind};
+use super::{
+    stacks::{Holder, LockStacks, Side, StackValues},
+    user::{Frame, StackSample, UserSite, UserSymbolizer, WaitKind, wait_kind},
+};
 use crate::memory::CacheSize;
 
 /// One side of a sampled hand-off, as read from the ring buffer: its header as the kernel wrote
@@ -173,6 +176,8 @@ pub struct HandoffSites {
     pub hints: BTreeSet<String>,
     /// Go's `sync.Mutex`, where its uprobes are attached.
     pub go_mutex: GoMutexSites,
+    /// The sampled sides' whole stacks, for lock profiles.
+    pub stacks: LockStacks,
 }
 
 impl HandoffSites {
@@ -182,6 +187,7 @@ impl HandoffSites {
         }
         self.hints.extend(other.hints.iter().cloned());
         self.go_mutex.add(&other.go_mutex);
+        self.stacks.add(&other.stacks);
     }
 
     /// All sampled hand-offs of the cgroup.
@@ -265,14 +271,23 @@ impl HandoffNamer {
         for side in sides {
             let kind = side.head.side;
             if kind == handoff_side::GO_LOCK || kind == handoff_side::GO_UNLOCK {
-                let (site, hint) = self.go_site_of(&side);
+                let (site, hint, frames) = self.go_site_of(&side);
                 let sites = out.entry(side.head.cgroup_id).or_default();
                 sites.hints.extend(hint);
-                let by = if kind == handoff_side::GO_LOCK {
-                    &mut sites.go_mutex.lock_sites
+                let (by, stack_side, v) = if kind == handoff_side::GO_LOCK {
+                    let v = StackValues {
+                        go_contended_locks: 1,
+                        ..StackValues::default()
+                    };
+                    (&mut sites.go_mutex.lock_sites, Side::Waiter, v)
                 } else {
-                    &mut sites.go_mutex.unlock_sites
+                    let v = StackValues {
+                        go_handing_unlocks: 1,
+                        ..StackValues::default()
+                    };
+                    (&mut sites.go_mutex.unlock_sites, Side::Waker, v)
                 };
+                sites.stacks.record(stack_side, &site, &frames, None, v);
                 *by.entry(site).or_default() += 1;
                 continue;
             }
@@ -288,16 +303,45 @@ impl HandoffNamer {
             if waker.head.side != handoff_side::WAKER || waiter.head.side != handoff_side::WAITER {
                 continue;
             }
-            let (waiter_site, waiter_hint) = self.site_of(&waiter);
-            let (waker_site, waker_hint) = self.site_of(&waker);
+            let (waiter_site, waiter_hint, waiter_frames) = self.site_of(&waiter);
+            let (waker_site, waker_hint, waker_frames) = self.site_of(&waker);
             let sites = out.entry(waiter.head.cgroup_id).or_default();
             sites.hints.extend(waiter_hint);
             sites.hints.extend(waker_hint);
+            let stats = PairStats::of(&waker, &waiter);
+            let holder = Holder::of(
+                stats.holds > 0,
+                stats.holds_preempted > 0,
+                stats.holds_asleep > 0,
+            );
+            let wait_ns = waiter.head.wait_ns;
+            sites.stacks.record(
+                Side::Waiter,
+                &waiter_site,
+                &waiter_frames,
+                holder,
+                StackValues {
+                    waits: 1,
+                    wait_ns,
+                    ..StackValues::default()
+                },
+            );
+            sites.stacks.record(
+                Side::Waker,
+                &waker_site,
+                &waker_frames,
+                holder,
+                StackValues {
+                    wakes: 1,
+                    woken_wait_ns: wait_ns,
+                    ..StackValues::default()
+                },
+            );
             sites
                 .pairs
                 .entry((waiter_site, waker_site))
                 .or_default()
-                .add(&PairStats::of(&waker, &waiter));
+                .add(&stats);
         }
         let before = self.pending.len();
         self.pending
@@ -317,11 +361,11 @@ impl HandoffNamer {
         out
     }
 
-    fn site_of(&mut self, side: &HandoffSide) -> (UserSite, Option<String>) {
+    fn site_of(&mut self, side: &HandoffSide) -> (UserSite, Option<String>, Vec<Frame>) {
         if side.stack.is_empty() {
-            return (UserSite::unnamed(UNREADABLE_STACK), None);
+            return (UserSite::unnamed(UNREADABLE_STACK), None, Vec::new());
         }
-        self.symbolizer.site(&StackSample {
+        self.symbolizer.site_and_stack(&StackSample {
             tgid: side.head.tgid,
             ip: side.head.ip,
             sp: side.head.sp,
@@ -335,15 +379,15 @@ impl HandoffNamer {
     /// stack and the frame pointer is still the caller's. The walk starts in the caller (at the
     /// call instruction, so that its line is the call's), and the site is named as the code
     /// that called `Lock` (or `Unlock`): Go inlines those into it.
-    fn go_site_of(&mut self, side: &HandoffSide) -> (UserSite, Option<String>) {
+    fn go_site_of(&mut self, side: &HandoffSide) -> (UserSite, Option<String>, Vec<Frame>) {
         let Some(ret) = side
             .stack
             .get(..8)
             .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
         else {
-            return (UserSite::unnamed(UNREADABLE_STACK), None);
+            return (UserSite::unnamed(UNREADABLE_STACK), None, Vec::new());
         };
-        let (mut site, hint) = self.symbolizer.site(&StackSample {
+        let (mut site, hint, frames) = self.symbolizer.site_and_stack(&StackSample {
             tgid: side.head.tgid,
             ip: ret.saturating_sub(1),
             sp: side.head.sp + 8,
@@ -360,7 +404,7 @@ impl HandoffNamer {
                 .to_owned(),
             );
         }
-        (site, hint)
+        (site, hint, frames)
     }
 
     /// Forgets what it read of processes that are gone.

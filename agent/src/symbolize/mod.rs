@@ -4,6 +4,7 @@
 //! binaries' call-frame information and named the same way, per cgroup.
 
 pub mod handoffs;
+pub mod stacks;
 pub mod user;
 
 use std::collections::HashMap;

@@ -100,13 +100,19 @@ impl UserSite {
         }
     }
 
-    /// `function (file:line)` via `lock_function`, or `unnamed: why`, for a line of text.
+    /// `function (file:line)` via `lock_function`, or `unnamed: why`, for a line of text. A
+    /// JIT-compiled function says that the code may be a method inlined into it: a frame walk
+    /// sees one frame where the JIT may have folded several methods (a perf map names the
+    /// outermost).
     pub fn describe(&self) -> String {
         match &self.function {
             Some(f) => {
                 let mut s = format!("`{f}`");
                 if let Some(loc) = &self.location {
                     s.push_str(&format!(" ({loc})"));
+                }
+                if self.module.as_deref() == Some("JIT") {
+                    s.push_str(" (JIT-compiled: methods may be inlined into it)");
                 }
                 if let Some(l) = &self.lock_function {
                     s.push_str(&format!(" via `{l}`"));
@@ -530,14 +536,25 @@ impl UserSymbolizer {
 
     /// The call site of a sampled stack, and a hint for what would name more of it.
     pub fn site(&mut self, sample: &StackSample<'_>) -> (UserSite, Option<String>) {
-        let Some(frames) = self.frames(sample) else {
+        let (site, hint, _) = self.site_and_stack(sample);
+        (site, hint)
+    }
+
+    /// [`Self::site`], with the stack from the site's frame out (its callers, outermost
+    /// last), or every frame unwound where no frame is the site; empty where nothing was
+    /// unwound. The machinery inside the site is the site's `lock_function`.
+    pub fn site_and_stack(
+        &mut self,
+        sample: &StackSample<'_>,
+    ) -> (UserSite, Option<String>, Vec<Frame>) {
+        let Some(mut frames) = self.frames(sample) else {
             let why = if Path::new(&format!("/proc/{}", sample.tgid)).exists() {
                 "its /proc/<pid>/maps cannot be read here (naming needs CAP_SYS_PTRACE)"
             } else {
                 "the process is not visible here: it exited, or it is in another pid namespace \
                  (naming needs the host's pids: hostPID)"
             };
-            return (UserSite::unnamed(why), None);
+            return (UserSite::unnamed(why), None, Vec::new());
         };
         let runtime = self
             .processes
@@ -548,6 +565,7 @@ impl UserSymbolizer {
             && let Some(i) = at
         {
             site.location = self.line_of(&frames[i]);
+            frames[i].location = site.location.clone();
         }
         if site.function.is_none() {
             log::debug!("tgid {}: unnamed site, frames {frames:?}", sample.tgid);
@@ -567,7 +585,10 @@ impl UserSymbolizer {
                 h.replace("<pid>", &ns_pid.to_string())
             )
         });
-        (site, hint)
+        if let Some(i) = at {
+            frames.drain(..i);
+        }
+        (site, hint, frames)
     }
 
     /// The named frames of a sampled stack, innermost first.

@@ -112,6 +112,12 @@ fn java_frames_above_the_jvms_parking_code_are_the_site() {
         site.lock_function.as_deref(),
         Some("AbstractQueuedSynchronizer.acquire")
     );
+    // Compiled Java code may hold methods the JIT inlined into it: the site says so.
+    assert_eq!(
+        site.describe(),
+        "`Corpus$Cache.get` (JIT-compiled: methods may be inlined into it) via \
+         `AbstractQueuedSynchronizer.acquire`"
+    );
 }
 
 #[test]
