@@ -29,7 +29,7 @@ use stormwatch_tests::{
     Agent, TestCgroup,
     bpftrace::Bpftrace,
     corpus::{Quota, built_programs},
-    daemon::{Daemon, finding, sample_with, tool, wait_for},
+    daemon::{Daemon, finding, http_get_bytes, sample_with, tool, wait_for, write_file},
     join_before_exec, require_bpf,
 };
 
@@ -68,15 +68,21 @@ fn start(name: &str, mut cmd: Command, quota: Option<f64>) -> Workload {
 
 /// `trace --json` of the workload's cgroup for `seconds`: its `lock_call_sites`.
 fn sites(w: &Workload, seconds: u32) -> Value {
+    sites_with(w, seconds, &[])
+}
+
+/// [`sites`], with more arguments to `trace`.
+fn sites_with(w: &Workload, seconds: u32, extra: &[&str]) -> Value {
     let seconds = seconds.to_string();
-    let done = Agent::trace(&[
+    let mut args = vec![
         "--json",
         "--duration",
         &seconds,
         "--cgroup",
         w.cgroup.rel_path(),
-    ])
-    .finish();
+    ];
+    args.extend_from_slice(extra);
+    let done = Agent::trace(&args).finish();
     let c = done.report["containers"]
         .as_array()
         .and_then(|cs| cs.iter().find(|c| c["cgroup"] == w.cgroup.rel_path()))
@@ -444,7 +450,16 @@ fn diagnose_names_a_go_programs_contended_mutex() {
         .args(["-goroutines", "64", "-seconds", "60"]);
     let w = start("gomutex-diagnose", cmd, None);
     std::thread::sleep(Duration::from_secs(2));
-    let out = Agent::start(&["diagnose", "--json", "--duration", "6"]).finish_output();
+    let dir = tempfile::tempdir().unwrap();
+    let out = Agent::start(&[
+        "diagnose",
+        "--json",
+        "--duration",
+        "6",
+        "--pprof",
+        dir.path().to_str().unwrap(),
+    ])
+    .finish_output();
     assert_eq!(out.status.code(), Some(3), "{}", out.stderr.join("\n"));
     let doc: Value = serde_json::from_str(&out.stdout_text()).expect("diagnose --json");
     let sizing = doc["findings"]
@@ -482,6 +497,18 @@ fn diagnose_names_a_go_programs_contended_mutex() {
                 .starts_with("Change the code that takes the sync.Mutex in `main.worker`")),
         "{sizing:#}"
     );
+    // Its lock profile (`diagnose --pprof`): by default the Go mutex's sampled slow paths,
+    // `main.worker` first for both sides.
+    let file = profile_of(dir.path(), &w);
+    let (header, locks) = pprof_top(&file, None);
+    assert_eq!(locks[0].0, "main.worker", "{header}{locks:?}");
+    assert!(locks[0].1 > 0.9, "{locks:?}");
+    assert!(
+        header.contains("Type: go_contended_locks"),
+        "the default: {header}"
+    );
+    let (_, unlocks) = pprof_top(&file, Some("go_handing_unlocks"));
+    assert_eq!(unlocks[0].0, "main.worker", "{unlocks:?}");
 }
 
 /// `run` exports the Go storm's mutex sites while its runtime_sizing finding holds: the
@@ -537,6 +564,231 @@ fn lock_free_cpu_bound_work_names_nothing() {
     let s = sites(&w, 3);
     assert_eq!(s["sampled_handoffs"], 0, "{s:#}");
     assert_eq!(s["pairs"], Value::Array(Vec::new()));
+}
+
+/// `go tool pprof -top` of a lock profile for `sample_index` (`None`: the profile's default):
+/// its comments and header, and its rows as (function, flat share of the total), most first.
+fn pprof_top(file: &Path, sample_index: Option<&str>) -> (String, Vec<(String, f64)>) {
+    let out = Command::new(tool("go", "the Go toolchain (https://go.dev/dl)"))
+        .args(["tool", "pprof", "-top", "-nodecount=20"])
+        .args(sample_index.map(|i| format!("-sample_index={i}")))
+        .arg(file)
+        .output()
+        .expect("running go tool pprof");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "go tool pprof failed: {}{text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (header, rows) = text
+        .split_once("flat  flat%")
+        .unwrap_or_else(|| panic!("no rows in:\n{text}"));
+    let rows = rows
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let cols: Vec<&str> = l.split_whitespace().collect();
+            let pct = cols.get(1)?.strip_suffix('%')?.parse::<f64>().ok()?;
+            Some((cols[5..].join(" "), pct / 100.0))
+        })
+        .collect();
+    (header.to_owned(), rows)
+}
+
+/// The profile `--pprof DIR` wrote for the workload's cgroup (named after its path).
+fn profile_of(dir: &Path, w: &Workload) -> std::path::PathBuf {
+    let file = w
+        .cgroup
+        .rel_path()
+        .trim_start_matches('/')
+        .replace('/', "_");
+    let path = dir.join(format!("{file}.lock.pb.gz"));
+    assert!(
+        path.is_file(),
+        "no profile {}: {:?}",
+        path.display(),
+        std::fs::read_dir(dir).map(|d| d.flatten().map(|e| e.path()).collect::<Vec<_>>())
+    );
+    path
+}
+
+/// The shares of the document's sampled hand-offs by waiter (or waker) function, over its
+/// pairs: what a profile's flat shares of `waits` (or `wakes`) are to match.
+fn shares_by(s: &Value, side: &str, function: &str) -> f64 {
+    s["pairs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p[side]["function"] == function)
+        .map(|p| p["share"].as_f64().unwrap())
+        .sum()
+}
+
+/// Lock profiles in pprof's format, read by a real client (`go tool pprof`): the native storm's
+/// and the JVM storm's put the lock's code first, with the shares `trace --json` gives its
+/// waiter and waker sites, over the same sampled hand-offs.
+#[test]
+fn lock_profiles_put_the_locks_code_first_in_go_tool_pprof() {
+    require_bpf();
+    let dir = tempfile::tempdir().unwrap();
+    let w = start(
+        "pprof-native",
+        lockbench("lockbench", &["--threads", "32"]),
+        None,
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    let out = dir.path().join("native");
+    let s = sites_with(&w, 4, &["--pprof", out.to_str().unwrap()]);
+    let file = profile_of(&out, &w);
+    let sampled = top_pair(&s, 20);
+    assert!(sampled.is_object());
+    let (header, waits) = pprof_top(&file, Some("waits"));
+    assert_eq!(waits[0].0, "worker", "{header}{waits:?}");
+    let want = shares_by(&s, "waiter", "worker");
+    assert!(
+        (waits[0].1 - want).abs() <= 0.01,
+        "pprof's flat share {} against the document's {want}: {s:#}",
+        waits[0].1
+    );
+    assert!(
+        header.contains(&format!(
+            "Total samples = {} ",
+            s["sampled_handoffs"].as_u64().unwrap()
+        )),
+        "the profile counts the document's sampled hand-offs: {header}"
+    );
+    let (_, wakes) = pprof_top(&file, Some("wakes"));
+    assert_eq!(wakes[0].0, "worker", "{wakes:?}");
+    assert!((wakes[0].1 - shares_by(&s, "waker", "worker")).abs() <= 0.01);
+    // The machinery and the side are labels.
+    let tags = Command::new(tool("go", "the Go toolchain"))
+        .args(["tool", "pprof", "-tags"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let tags = String::from_utf8_lossy(&tags.stdout);
+    assert!(
+        tags.contains("pthread_mutex_lock") && tags.contains("waiter"),
+        "{tags}"
+    );
+    drop(w);
+
+    // The JVM's monitor storm, its Java frames named from its perf map.
+    let w = start("pprof-jvm", jvm("storm", true), None);
+    std::thread::sleep(Duration::from_secs(5));
+    let out = dir.path().join("jvm");
+    let mut named = None;
+    for _ in 0..3 {
+        write_perf_map(&w);
+        let _ = std::fs::remove_dir_all(&out);
+        let s = sites_with(&w, 6, &["--pprof", out.to_str().unwrap()]);
+        if top_pair(&s, 10)["waiter"]["function"] == "Corpus.monitorWorker" {
+            named = Some(s);
+            break;
+        }
+    }
+    let s = named.expect("the JVM's storm named within three perf maps");
+    let file = profile_of(&out, &w);
+    let (header, waits) = pprof_top(&file, Some("waits"));
+    assert_eq!(waits[0].0, "Corpus.monitorWorker", "{header}{waits:?}");
+    let want = shares_by(&s, "waiter", "Corpus.monitorWorker");
+    assert!(
+        (waits[0].1 - want).abs() <= 0.01,
+        "{} against {want}: {s:#}",
+        waits[0].1
+    );
+    assert!(
+        header.contains("inlined"),
+        "JIT frames say methods may be inlined into them: {header}"
+    );
+}
+
+/// `run` serves each container's lock profile over its last diagnosis window behind the
+/// endpoint's credentials (as `/metrics`: TLS too, where configured — the same gate,
+/// tests/tests/endpoint.rs), and `go tool pprof` fetches it by URL: the storm's code first.
+#[test]
+fn run_serves_lock_profiles_behind_the_endpoints_credentials() {
+    require_bpf();
+    let dir = tempfile::tempdir().unwrap();
+    let web = write_file(
+        dir.path(),
+        "web.yml",
+        &format!(
+            "basic_auth_users:\n  prometheus: '{}'\n",
+            bcrypt::hash("s3cret", 6).unwrap()
+        ),
+    );
+    let config = write_file(
+        dir.path(),
+        "run.toml",
+        "futex_probes = \"always\"\ninterval_seconds = 1\ndiagnosis_window_seconds = 5\n",
+    );
+    let daemon = Daemon::start(&[
+        "--config",
+        config.to_str().unwrap(),
+        "--web.config.file",
+        web.to_str().unwrap(),
+    ]);
+    let w = start(
+        "pprof-run",
+        lockbench("lockbench", &["--threads", "32"]),
+        None,
+    );
+    let authorization = {
+        use base64::Engine as _;
+        format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode("prometheus:s3cret")
+        )
+    };
+    let get = |path: &str, auth: bool| {
+        let headers: Vec<(&str, &str)> = if auth {
+            vec![("Authorization", authorization.as_str())]
+        } else {
+            vec![]
+        };
+        http_get_bytes(daemon.addr, path, &headers).expect("GET")
+    };
+    assert_eq!(
+        get("/debug/pprof/lock", false).status,
+        401,
+        "no credentials"
+    );
+    let path = wait_for(
+        "the storm's profile in the index",
+        Duration::from_secs(30),
+        || {
+            let r = get("/debug/pprof/lock", true);
+            assert_eq!(r.status, 200);
+            let index = String::from_utf8_lossy(&r.body).into_owned();
+            index
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("{}\t", w.cgroup.rel_path())))
+                .map(str::to_owned)
+        },
+    );
+    let profile = get(&path, true);
+    assert_eq!(profile.status, 200);
+    assert_eq!(profile.body[..2], [0x1f, 0x8b], "gzip-compressed");
+    assert_eq!(get(&path, false).status, 401, "the profile needs them too");
+    // A real client, by URL, with the credentials in it.
+    let url = format!("http://prometheus:s3cret@{}{path}", daemon.addr);
+    let out = Command::new(tool("go", "the Go toolchain"))
+        .args(["tool", "pprof", "-top", "-sample_index=waits", &url])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}{text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let first = text
+        .split_once("flat  flat%")
+        .and_then(|(_, rows)| rows.lines().nth(1))
+        .unwrap_or_else(|| panic!("no rows: {text}"));
+    assert!(first.trim_end().ends_with(" worker"), "{text}");
 }
 
 fn jvm(mode: &str, preserve_frame_pointers: bool) -> Command {

@@ -673,6 +673,20 @@ fn prometheus_scrapes_over_tls_with_basic_auth_and_wrong_credentials_get_401() {
         let (status, text) = curl(&ca, &format!("{base}{path}"), None);
         assert_eq!(status, 200, "{path} stays open for the kubelet: {text}");
     }
+    // The lock profiles (they name the code containers run) behind the same TLS and
+    // credentials as the metrics.
+    let (status, text) = curl(&ca, &format!("{base}/debug/pprof/lock"), None);
+    assert_eq!(status, 401, "lock profiles without credentials: {text}");
+    let (status, text) = curl(
+        &ca,
+        &format!("{base}/debug/pprof/lock"),
+        Some("prometheus:s3cret"),
+    );
+    assert_eq!(status, 200, "{text}");
+    assert!(
+        text.contains("lock profiles") || text.contains("no diagnosis window"),
+        "{text}"
+    );
     // Plain HTTP to the TLS port gets no metrics.
     let plain = http_get(daemon.addr, "/metrics", None);
     assert!(

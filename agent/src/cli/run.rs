@@ -32,7 +32,7 @@ use crate::{
     export::{
         metrics::Renderer,
         network::Owner,
-        server::{self, Shared},
+        server::{self, LockProfiles, Shared},
         state::{ActiveFinding, Exporter, Labels, ProgramStats, Tick},
         web::WebConfig,
     },
@@ -208,7 +208,7 @@ async fn daemon(config: Config, web: Arc<WebConfig>) -> anyhow::Result<u8> {
         );
     }
     // Loading and attaching blocks this thread for a moment; the worker keeps serving.
-    let mut daemon = match Daemon::start(&config, Arc::clone(&exporter)) {
+    let mut daemon = match Daemon::start(&config, Arc::clone(&exporter), Arc::clone(&shared)) {
         Ok(d) => d,
         Err(err) => {
             server.abort();
@@ -282,10 +282,16 @@ struct Daemon {
     _bpf_stats: Option<OwnedFd>,
     /// When each tier of on-demand programs is attached ([`crate::probes::demand`]).
     tiers: Controller,
+    /// What the endpoint serves besides the metrics: the lock profiles.
+    shared: Arc<Shared>,
 }
 
 impl Daemon {
-    fn start(config: &Config, exporter: Arc<Mutex<Exporter>>) -> anyhow::Result<Self> {
+    fn start(
+        config: &Config,
+        exporter: Arc<Mutex<Exporter>>,
+        shared: Arc<Shared>,
+    ) -> anyhow::Result<Self> {
         privileges::require()?;
         let resolver = CgroupResolver::discover()?;
         let options = LoadOptions {
@@ -359,6 +365,7 @@ impl Daemon {
             session,
             _bpf_stats: bpf_stats,
             tiers,
+            shared,
         })
     }
 
@@ -398,7 +405,8 @@ impl Daemon {
                     let judgement = self.session.judgement(p.paths(), net.as_ref());
                     candidate = judgement.storm_candidate;
                     misfits = judgement.packets_did_not_fit;
-                    (net, judgement.findings)
+                    let profiles = lock_profiles(&judgement, p.paths(), ctx.identities);
+                    (net, judgement.findings, profiles)
                 });
                 let mut e = exporter.lock().unwrap_or_else(PoisonError::into_inner);
                 e.cgroups.apply(
@@ -412,7 +420,8 @@ impl Daemon {
                     alive,
                 );
                 update_network(p, &mut e, &window, ctx.identities);
-                if let Some((net, findings)) = judged {
+                if let Some((net, findings, profiles)) = judged {
+                    self.shared.set_profiles(profiles);
                     storm_found = Some(findings.iter().any(|f| f.kind == Kind::LockStorm));
                     // The inventory the diagnosis reads is the one the MTU gauges show.
                     if let Some(state) = &net {
@@ -494,6 +503,39 @@ impl OwnFigures {
 }
 
 /// The network series: interface and drop totals, and each namespace's owner.
+/// The lock profiles of a judged window, named as the reports name the containers.
+fn lock_profiles(
+    j: &crate::diagnose::session::Judgement,
+    paths: &std::collections::HashMap<u64, String>,
+    identities: &std::collections::HashMap<u64, crate::identity::workload::Identity>,
+) -> LockProfiles {
+    let Some(end) = j.window_end else {
+        return LockProfiles::default();
+    };
+    let mut containers: Vec<(u64, String)> = j
+        .lock_stacks
+        .keys()
+        .map(|&id| {
+            let name = identities
+                .get(&id)
+                .and_then(|i| i.workload_name())
+                .or_else(|| paths.get(&id).cloned())
+                .unwrap_or_else(|| format!("(removed cgroup {id})"));
+            (id, name)
+        })
+        .collect();
+    containers.sort();
+    LockProfiles::new(
+        end,
+        crate::report::pprof::encode_all(
+            &containers,
+            |id| j.lock_stacks.get(&id).cloned(),
+            end,
+            j.window_duration,
+        ),
+    )
+}
+
 fn update_network(
     p: &Pipeline,
     e: &mut Exporter,

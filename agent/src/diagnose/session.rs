@@ -721,10 +721,19 @@ impl Session {
             misfits = packets_did_not_fit(state, &window);
         }
         sort_findings(&mut findings);
+        let lock_stacks = window
+            .handoff_sites
+            .into_iter()
+            .filter(|(_, s)| !s.stacks.is_empty())
+            .map(|(id, s)| (id, s.stacks))
+            .collect();
         Judgement {
             findings,
             storm_candidate,
             packets_did_not_fit: misfits,
+            lock_stacks,
+            window_end: Some(self.window_edges().1),
+            window_duration: window.duration,
         }
     }
 }
@@ -739,6 +748,12 @@ pub struct Judgement {
     /// Packets did not fit somewhere ([`packets_did_not_fit`]): what the per-packet network
     /// probes attach on.
     pub packets_did_not_fit: bool,
+    /// Each cgroup's sampled hand-off stacks over the window (those with any): its lock
+    /// profile (`report::pprof`).
+    pub lock_stacks: HashMap<u64, crate::symbolize::stacks::LockStacks>,
+    /// The window's end (wall clock) and length.
+    pub window_end: Option<std::time::SystemTime>,
+    pub window_duration: std::time::Duration,
 }
 
 /// How often a cgroup's full limits are re-read: more often with a quota, whose throttling

@@ -50,7 +50,10 @@ use super::{
     web::{Active, Auth, WebConfig},
 };
 
+mod profiles;
 mod slots;
+
+pub use profiles::LockProfiles;
 
 use slots::{Activity, Decision, InFlight, Lane, PROBE_DEADLINE, Table};
 pub use slots::{REASONS as DROP_REASONS, Shed};
@@ -81,6 +84,8 @@ pub struct Shared {
     last_run_ms: AtomicU64,
     /// `/healthz` fails when the loop has not run for this long.
     stale_after: Duration,
+    /// The last diagnosis window's lock profiles.
+    profiles: RwLock<Arc<LockProfiles>>,
 }
 
 impl Shared {
@@ -96,7 +101,20 @@ impl Shared {
             started: Instant::now(),
             last_run_ms: AtomicU64::new(u64::MAX),
             stale_after: (interval * 3).max(Duration::from_secs(10)),
+            profiles: RwLock::default(),
         }
+    }
+
+    /// The lock profiles of the window just judged (they replace the last window's).
+    pub fn set_profiles(&self, p: LockProfiles) {
+        *self
+            .profiles
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = Arc::new(p);
+    }
+
+    pub fn profiles(&self) -> Arc<LockProfiles> {
+        Arc::clone(&self.profiles.read().unwrap_or_else(PoisonError::into_inner))
     }
 
     /// The state changed (a collection ran): the next scrape renders it afresh. The previous
@@ -287,7 +305,7 @@ async fn readyz(State(shared): State<Arc<Shared>>) -> (StatusCode, &'static str)
 async fn not_found() -> (StatusCode, &'static str) {
     (
         StatusCode::NOT_FOUND,
-        "not found: try /metrics, /healthz or /readyz\n",
+        "not found: try /metrics, /healthz, /readyz or /debug/pprof/lock\n",
     )
 }
 
@@ -296,6 +314,8 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .route(profiles::PATH, get(profiles::index))
+        .route(&format!("{}/{{file}}", profiles::PATH), get(profiles::one))
         .fallback(not_found)
         .with_state(shared)
 }
@@ -366,7 +386,7 @@ fn plain(status: StatusCode, text: &'static str) -> Response {
 }
 
 /// What every request goes through before the routes: no body, credentials for `/metrics`
-/// (checked as [`Active::check`] says: wrong ones are cheap to refuse).
+/// and the lock profiles (checked as [`Active::check`] says: wrong ones are cheap to refuse).
 async fn admit(
     req: &Request<hyper::body::Incoming>,
     active: &Arc<Active>,
@@ -383,7 +403,8 @@ async fn admit(
             "request bodies are not accepted\n",
         ));
     }
-    if req.uri().path() != "/metrics" || !active.requires_auth() {
+    let path = req.uri().path();
+    if !(path == "/metrics" || path.starts_with(profiles::PATH)) || !active.requires_auth() {
         return None;
     }
     let authorization = headers

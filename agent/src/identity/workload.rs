@@ -30,6 +30,16 @@ pub struct Identity {
     pub container: Option<String>,
 }
 
+impl Identity {
+    /// `namespace/pod/container`, where the kubelet names all three.
+    pub fn workload_name(&self) -> Option<String> {
+        match (&self.namespace, &self.pod, &self.container) {
+            (Some(ns), Some(pod), Some(c)) => Some(format!("{ns}/{pod}/{c}")),
+            _ => None,
+        }
+    }
+}
+
 /// The id → identity cache.
 pub struct Identities {
     pods_dir: PathBuf,
