@@ -105,18 +105,6 @@ impl Shared {
         }
     }
 
-    /// The lock profiles of the window just judged (they replace the last window's).
-    pub fn set_profiles(&self, p: LockProfiles) {
-        *self
-            .profiles
-            .write()
-            .unwrap_or_else(PoisonError::into_inner) = Arc::new(p);
-    }
-
-    pub fn profiles(&self) -> Arc<LockProfiles> {
-        Arc::clone(&self.profiles.read().unwrap_or_else(PoisonError::into_inner))
-    }
-
     /// The state changed (a collection ran): the next scrape renders it afresh. The previous
     /// rendering is dropped now, so that it holds no memory until then.
     pub fn publish(&self) {

@@ -8,7 +8,11 @@
 //!   `profile.proto`), as `go tool pprof https://user:pass@node:9477/debug/pprof/lock/<file>`
 //!   reads it.
 
-use std::{collections::BTreeMap, sync::Arc, time::SystemTime};
+use std::{
+    collections::BTreeMap,
+    sync::{Arc, PoisonError},
+    time::SystemTime,
+};
 
 use axum::{
     extract::{Path, State},
@@ -29,6 +33,20 @@ pub struct LockProfiles {
     pub end: Option<SystemTime>,
     /// By file name.
     pub files: BTreeMap<String, Encoded>,
+}
+
+impl Shared {
+    /// The lock profiles of the window just judged (they replace the last window's).
+    pub fn set_profiles(&self, p: LockProfiles) {
+        *self
+            .profiles
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = Arc::new(p);
+    }
+
+    pub fn profiles(&self) -> Arc<LockProfiles> {
+        Arc::clone(&self.profiles.read().unwrap_or_else(PoisonError::into_inner))
+    }
 }
 
 impl LockProfiles {
