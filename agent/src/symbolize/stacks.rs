@@ -153,9 +153,20 @@ impl LockStacks {
         holder: Option<Holder>,
         v: StackValues,
     ) {
+        // A side with nothing unwound (its stack unreadable, its process gone) still counts,
+        // under one frame that says why.
+        let frames = if frames.is_empty() {
+            vec![StackFrame {
+                function: format!("[{}]", site.unnamed.as_deref().unwrap_or("not unwound")),
+                module: None,
+                location: None,
+            }]
+        } else {
+            frames.iter().map(StackFrame::of).collect()
+        };
         let key = StackKey {
             side,
-            frames: frames.iter().map(StackFrame::of).collect(),
+            frames,
             lock_function: site.lock_function.clone(),
             holder,
         };
@@ -287,6 +298,25 @@ mod tests {
         );
         assert!(k.frames[2].is_jit() && !k.frames[0].is_jit());
         assert_eq!(k.lock_function.as_deref(), Some("pthread_mutex_lock"));
+    }
+
+    #[test]
+    fn a_side_with_nothing_unwound_counts_under_why() {
+        let mut s = LockStacks::default();
+        let v = StackValues {
+            waits: 1,
+            ..Default::default()
+        };
+        s.record(
+            Side::Waiter,
+            &UserSite::unnamed("its stack could not be read"),
+            &[],
+            None,
+            v,
+        );
+        let k = s.stacks.keys().next().unwrap();
+        assert_eq!(k.frames.len(), 1);
+        assert_eq!(k.frames[0].function, "[its stack could not be read]");
     }
 
     #[test]
