@@ -502,7 +502,6 @@ impl OwnFigures {
     }
 }
 
-/// The network series: interface and drop totals, and each namespace's owner.
 /// The lock profiles of a judged window, named as the reports name the containers.
 fn lock_profiles(
     j: &crate::diagnose::session::Judgement,
@@ -536,6 +535,7 @@ fn lock_profiles(
     )
 }
 
+/// The network series: interface and drop totals, and each namespace's owner.
 fn update_network(
     p: &Pipeline,
     e: &mut Exporter,
