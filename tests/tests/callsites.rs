@@ -566,9 +566,13 @@ fn lock_free_cpu_bound_work_names_nothing() {
     assert_eq!(s["pairs"], Value::Array(Vec::new()));
 }
 
-/// `go tool pprof -top` of a lock profile for `sample_index` (`None`: the profile's default):
+/// `go tool pprof -top` of a lock profile (a file or a URL) for `sample_index` (`None`: the
+/// profile's default):
 /// its comments and header, and its rows as (function, flat share of the total), most first.
-fn pprof_top(file: &Path, sample_index: Option<&str>) -> (String, Vec<(String, f64)>) {
+fn pprof_top(
+    file: impl AsRef<std::ffi::OsStr>,
+    sample_index: Option<&str>,
+) -> (String, Vec<(String, f64)>) {
     let out = Command::new(tool("go", "the Go toolchain (https://go.dev/dl)"))
         .args(["tool", "pprof", "-top", "-nodecount=20"])
         .args(sample_index.map(|i| format!("-sample_index={i}")))
@@ -774,21 +778,8 @@ fn run_serves_lock_profiles_behind_the_endpoints_credentials() {
     assert_eq!(get(&path, false).status, 401, "the profile needs them too");
     // A real client, by URL, with the credentials in it.
     let url = format!("http://prometheus:s3cret@{}{path}", daemon.addr);
-    let out = Command::new(tool("go", "the Go toolchain"))
-        .args(["tool", "pprof", "-top", "-sample_index=waits", &url])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}{text}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let first = text
-        .split_once("flat  flat%")
-        .and_then(|(_, rows)| rows.lines().nth(1))
-        .unwrap_or_else(|| panic!("no rows: {text}"));
-    assert!(first.trim_end().ends_with(" worker"), "{text}");
+    let (header, rows) = pprof_top(&url, Some("waits"));
+    assert_eq!(rows[0].0, "worker", "{header}{rows:?}");
 }
 
 fn jvm(mode: &str, preserve_frame_pointers: bool) -> Command {
