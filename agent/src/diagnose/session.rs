@@ -252,20 +252,26 @@ impl Session {
         // took long enough in a slow (emulated) guest that the last cgroups' cpu.stat was read
         // a few hundred ms after the stamped start, and a workload that stopped inside the
         // window lost those periods.
-        let mut go_clocks = GoClocks::default();
-        let mut go = HashMap::new();
+        let existing: Vec<(u64, &str)> = existing.into_iter().collect();
         let baseline: HashMap<u64, CpuCounters> = match &reader {
             Some(r) => existing
-                .into_iter()
-                .map(|(id, path)| {
-                    if let Some(edge) = go_clocks.read_cgroup(id, &r.processes(path)) {
-                        go.insert(id, edge);
-                    }
-                    (id, r.counters(path, &CpuCounters::default(), true, true))
-                })
+                .iter()
+                .map(|&(id, path)| (id, r.counters(path, &CpuCounters::default(), true, true)))
                 .collect(),
             None => HashMap::new(),
         };
+        // Go's clocks after every cgroup's counters: the first read of a host looks at every
+        // binary it runs, which in an emulated guest took seconds, and the counters read after
+        // it lost what was throttled meanwhile.
+        let mut go_clocks = GoClocks::default();
+        let mut go = HashMap::new();
+        if let Some(r) = &reader {
+            for &(id, path) in &existing {
+                if let Some(edge) = go_clocks.read_cgroup(id, &r.processes(path)) {
+                    go.insert(id, edge);
+                }
+            }
+        }
         go_clocks.sweep();
         let step = match options.span {
             Some(span) => (span / 3).max(options.interval),
@@ -442,6 +448,7 @@ impl Session {
             return;
         };
         let pressure = self.options.window_pressure;
+        let mut active = Vec::with_capacity(self.since_edge.len());
         for id in self.since_edge.drain() {
             let (Some(p), Some(ctx)) = (path(id), self.contexts.get_mut(&id)) else {
                 continue;
@@ -463,8 +470,12 @@ impl Session {
                 self.thread_reads += 1;
             }
             self.counters.insert(id, ctx.limits.counters);
-            // Go's clock at every edge of an active cgroup: a process's first read is its
-            // baseline, so the figure of a window needs both edges.
+            active.push((id, p));
+        }
+        // Go's clock at every edge of an active cgroup (a process's first read is its
+        // baseline, so the figure of a window needs both edges), after all the counters: a
+        // new binary is looked at once, and the counters must not wait for it.
+        for (id, p) in active {
             if let Some(edge) = self.go_clocks.read_cgroup(id, &reader.processes(p)) {
                 self.go.insert(id, edge);
             }
