@@ -1658,7 +1658,7 @@ fn premise_gains(case: &Case, noise: bool, first: Option<(f64, f64)>) -> Vec<f64
 }
 
 /// Whether this machine's timings are the programs' own: not in the kernel matrix's guests,
-/// which run under software emulation (`xtask/src/kernels.rs` sets
+/// which run under software emulation (`xtask/src/kernels/guest.rs` sets
 /// `STORMWATCH_TEST_EMULATED` there). There a sysbench storm's counterfactual did 0.11× and
 /// 0.47× the work of the storm it does 1.2–1.4× of on the host: a counterfactual is neither
 /// run nor compared in a guest.

@@ -23,8 +23,8 @@
 
 use serde_json::Value;
 use stormwatch_tests::{
-    Agent, ONCPU_TOLERANCE, TestCgroup, agent_proc::TRACE_MARGIN_SECONDS, assert_within, cpus, num,
-    require_bpf, run_workload,
+    Agent, ONCPU_TOLERANCE, TestCgroup, agent_proc::TRACE_MARGIN_SECONDS, assert_within, corpus,
+    cpus, num, require_bpf, run_workload,
 };
 
 const STORM_THREADS: usize = 32;
@@ -217,12 +217,28 @@ fn mutex_storm_switches_match_rusage_with_the_kernels_btf_hidden() {
         nivcsw * 0.98,
         nivcsw * 1.02 + threads
     );
+    // Each exiting thread runs on after the kernel folded its time into the process's totals
+    // (release_task to its last switch), time the clock counts and rusage cannot see, and the
+    // agent without BTF cannot tell apart (it reads no `exit_state`): microseconds on hardware,
+    // where 2% holds; under the kernel matrix's software emulation the exit path is far
+    // slower, and the agent read 2.02% above rusage once (2026-11-28, 6.1, 32 threads). There
+    // each exiting thread is allowed a millisecond beyond the bound.
+    let exit_tails = if corpus::timings_are_real() {
+        0.0
+    } else {
+        threads * EMULATED_EXIT_TAIL_SECONDS
+    };
     assert!(
-        oncpu >= cpu * (1.0 - ONCPU_TOLERANCE) && oncpu <= cpu * (1.0 + ONCPU_TOLERANCE) + stolen,
+        oncpu >= cpu * (1.0 - ONCPU_TOLERANCE)
+            && oncpu <= cpu * (1.0 + ONCPU_TOLERANCE) + stolen + exit_tails,
         "on-CPU seconds by the clock: agent {oncpu}, rusage {cpu}, {stolen} s stolen from the \
-         vCPUs meanwhile"
+         vCPUs meanwhile, {exit_tails} s allowed for exiting threads' last runs"
     );
 }
+
+/// What an exiting thread's last run after its time was folded into its process's may take
+/// under software emulation (see `mutex_storm_switches_match_rusage_with_the_kernels_btf_hidden`).
+const EMULATED_EXIT_TAIL_SECONDS: f64 = 0.001;
 
 /// Time the hypervisor stole from this machine's CPUs so far (`/proc/stat`), in seconds.
 fn steal_seconds() -> f64 {

@@ -20,7 +20,11 @@ use std::{
 
 use serde_json::Value;
 use stormwatch_tests::{
-    Agent, TestCgroup, corpus::Quota, cpus, daemon::tool, join_before_exec, require_bpf,
+    Agent, TestCgroup,
+    corpus::{self, Quota},
+    cpus,
+    daemon::tool,
+    join_before_exec, require_bpf,
 };
 
 /// One read of a quota's `cpu.stat`.
@@ -226,13 +230,20 @@ fn throttling_over_a_window_is_cpu_stat_between_its_edges() {
             |r| r.throttled_seconds,
             slack(seconds, period_seconds),
         );
-        // Each shape really was throttled in its window, so the comparison means something.
-        // (The shape that stops: 30 of its 32 periods on a host, 51 of 53 in the matrix's
-        // 6.12 guest on one host thread; 16 of 50 in a 6.1 guest on one thread, which the
-        // matrix no longer runs.)
+        // Each shape really was throttled in its window, so the comparison means something:
+        // twenty periods on a host (the shape that stops: 30 of its 32), ten against a slack
+        // of one under the kernel matrix's emulation, where both vCPUs share one host thread
+        // and stress-ng takes a second or more to start: the shape that starts was throttled
+        // in 17 and 18 of its periods there (2026-11-28, 6.1 and 6.12), the one that stops in
+        // 16 of 50 in an earlier 6.1 guest.
+        let least = if corpus::timings_are_real() {
+            20.0
+        } else {
+            10.0
+        };
         assert!(
-            throttled >= 20.0,
-            "{name}: throttled in only {throttled} periods"
+            throttled >= least,
+            "{name}: throttled in only {throttled} periods (at least {least} asked)"
         );
     }
     // The window's words: a quota throttled in every period it ran in is "100%".
