@@ -193,6 +193,7 @@ enum Task {
 }
 
 fn main() -> ExitCode {
+    STARTED.get_or_init(std::time::Instant::now);
     let cli = Cli::parse();
     let result = match cli.task {
         Task::Setup => setup::tests()
@@ -341,9 +342,15 @@ pub fn run_cmd(cmd: &mut Command) -> Result<()> {
     Ok(())
 }
 
+/// Prints one line of what xtask does, with the seconds since it started (CI has a time budget:
+/// the lines say where it goes).
 pub fn say(msg: &str) {
-    eprintln!("xtask: {msg}");
+    let since = STARTED.get_or_init(std::time::Instant::now).elapsed();
+    eprintln!("xtask: [{:>5} s] {msg}", since.as_secs());
 }
+
+/// When xtask started (its first line).
+static STARTED: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
 
 fn build_release() -> Result<PathBuf> {
     say("building stormwatch (release)");
