@@ -206,6 +206,10 @@ pub struct Session {
     baseline: HashMap<u64, CpuCounters>,
     /// The cgroups active since the last edge read: the ones whose counters can have moved.
     since_edge: HashSet<u64>,
+    /// The cgroups with a quota that were active before the last edge read and not since: read
+    /// once more, since a quota's period timer counts up to two periods after its cgroup last
+    /// ran (the period that sets it idle, and the one that finds it idle).
+    quota_tails: HashSet<u64>,
     /// When the last edge read was made.
     last_edge: SystemTime,
     ticks: u64,
@@ -288,6 +292,7 @@ impl Session {
             go_clocks,
             baseline,
             since_edge: HashSet::new(),
+            quota_tails: HashSet::new(),
             last_edge: started_at,
             ticks: 0,
             host: Host::read(),
@@ -440,7 +445,8 @@ impl Session {
     /// The edge read: each cgroup active since the last one has its cumulative counters read
     /// (throttling when it has, or had, a quota; pressure when the options ask for it) and its
     /// threads counted. A cgroup that was not active cannot have been throttled (it ran
-    /// nothing) and keeps its counters.
+    /// nothing) and keeps its counters, but for a quota's periods after it last ran, read at
+    /// the one edge more (`quota_tails`).
     fn read_edges<'p>(&mut self, path: &impl Fn(u64) -> Option<&'p str>, now: Instant) {
         self.last_edge = SystemTime::now();
         let Some(reader) = self.reader.as_deref() else {
@@ -449,7 +455,18 @@ impl Session {
         };
         let pressure = self.options.window_pressure;
         let mut active = Vec::with_capacity(self.since_edge.len());
-        for id in self.since_edge.drain() {
+        let tails: Vec<u64> = self
+            .quota_tails
+            .drain()
+            .filter(|id| !self.since_edge.contains(id))
+            .collect();
+        let ran: Vec<u64> = self.since_edge.drain().collect();
+        for &id in &ran {
+            if self.contexts.get(&id).is_some_and(|c| c.quota_at_edge) {
+                self.quota_tails.insert(id);
+            }
+        }
+        for id in ran.into_iter().chain(tails) {
             let (Some(p), Some(ctx)) = (path(id), self.contexts.get_mut(&id)) else {
                 continue;
             };

@@ -361,6 +361,38 @@ fn a_windows_counters_are_read_at_its_edges() {
     assert_eq!(judged, 4, "a step every 2 s");
 }
 
+/// A quota's period timer counts a period or two after its cgroup last ran (the one that
+/// finds it idle): the edge after its last activity reads them, and the one after that no more.
+#[test]
+fn a_quotas_periods_after_its_cgroup_stopped_are_read_at_the_next_edge() {
+    let fake = Arc::new(Fake::default());
+    let at = |periods: u64| Limits {
+        cpu_quota_cores: Some(0.5),
+        counters: CpuCounters {
+            periods: Some(periods),
+            throttled_periods: Some(periods.min(30)),
+            throttled_seconds: Some(0.0),
+            ..CpuCounters::default()
+        },
+        ..Limits::default()
+    };
+    fake.set("a", at(0));
+    let mut s = Session::new(options(None, 1), Some(Box::new(fake.clone())), [(1, "a")]);
+    let t0 = Instant::now();
+    fake.set("a", at(10));
+    s.observe(&tick(1, &[(1, 100)]), path, t0 + Duration::from_secs(1));
+    // It stopped in that tick; its timer went on for two periods.
+    fake.set("a", at(12));
+    s.observe(&tick(1, &[]), path, t0 + Duration::from_secs(2));
+    let counters = |s: &Session| s.window_limits(&s.window())[&1].counters;
+    assert_eq!(counters(&s).periods, Some(12));
+    // Idle since: not read again (its counters cannot move).
+    let reads = fake.reads.lock().unwrap().len();
+    s.observe(&tick(1, &[]), path, t0 + Duration::from_secs(3));
+    assert_eq!(fake.reads.lock().unwrap().len(), reads);
+    assert_eq!(counters(&s).periods, Some(12));
+}
+
 #[test]
 fn gone_cgroups_are_forgotten_once_out_of_the_window() {
     let fake = Arc::new(Fake::default());
