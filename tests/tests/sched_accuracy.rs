@@ -23,7 +23,7 @@
 
 use serde_json::Value;
 use stormwatch_tests::{
-    Agent, ONCPU_TOLERANCE, TestCgroup, agent_proc::TRACE_MARGIN_SECONDS, assert_within, corpus,
+    Agent, ONCPU_TOLERANCE, TestCgroup, agent_proc::trace_margin_seconds, assert_within, corpus,
     cpus, num, require_bpf, run_workload,
 };
 
@@ -170,7 +170,7 @@ fn mutex_storm_switches_match_rusage_tp_btf() {
 fn mutex_storm_switches_match_rusage_with_the_kernels_btf_hidden() {
     require_bpf();
     let cgroup = TestCgroup::new("storm-nobtf");
-    let duration = format!("{}", STORM_SECONDS + TRACE_MARGIN_SECONDS);
+    let duration = format!("{}", STORM_SECONDS + trace_margin_seconds());
     let mut agent = Agent::start_without_kernel_btf(&[
         "trace",
         "--json",
