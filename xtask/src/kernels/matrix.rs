@@ -76,6 +76,9 @@ pub fn matrix_steps() -> Vec<Step> {
         // (the guests have only cgroup v2), with its cpu_throttling finding. Threads that
         // contend while they run (a short section): under emulation sysbench's storm hands
         // off 1/200 as often as on the host, a convoy the quota binds first (tests/CORPUS.md).
+        // With both vCPUs on one host thread no two threads run at once, so the CPUs it wanted
+        // fall on either side of the convoy's line there (1.06-1.35): the test asks the
+        // guest for the kernel's part and the verdict that figure gives.
         test(
             Btf,
             "corpus",
