@@ -1000,14 +1000,18 @@ fn pick_site(frames: &[Frame], runtime: Runtime) -> (UserSite, Option<String>) {
 
 /// [`pick_site`], with the index of the site's frame when it has one.
 fn pick_site_at(frames: &[Frame], runtime: Runtime) -> (UserSite, Option<String>, Option<usize>) {
-    let mut inner = None;
+    let mut machinery = Vec::new();
     for (i, frame) in frames.iter().enumerate() {
         if is_machinery(frame, runtime) {
             if let Some(name) = frame.name.as_deref() {
-                inner = Some(short_lock_name(name));
+                machinery.push((
+                    short_lock_name(name),
+                    frame.module.as_deref() == Some("JIT"),
+                ));
             }
             continue;
         }
+        let inner = deciding_lock_function(&machinery);
         let Some(name) = &frame.name else {
             let why = match (frame.module.as_deref(), runtime) {
                 (Some("JIT"), Runtime::Jvm { .. }) => {
@@ -1042,6 +1046,10 @@ fn pick_site_at(frames: &[Frame], runtime: Runtime) -> (UserSite, Option<String>
         Runtime::Jvm {
             frame_pointers: false,
         } => "the JVM's compiled frames keep no frame pointer",
+        _ if frames.last().is_some_and(is_thread_start) => {
+            "every frame is lock, runtime or library code, down to the thread's start (a pool's \
+             worker waiting in its library's own code)"
+        }
         _ => "the stack ended inside the lock code (no call-frame information past it)",
     };
     let hint = match runtime {
@@ -1053,7 +1061,63 @@ fn pick_site_at(frames: &[Frame], runtime: Runtime) -> (UserSite, Option<String>
         ),
         _ => None,
     };
-    (UserSite::unnamed(why), hint, None)
+    // What it waited in still says what it waited for (`wait_kind`).
+    let site = UserSite {
+        lock_function: deciding_lock_function(&machinery),
+        ..UserSite::unnamed(why)
+    };
+    (site, hint, None)
+}
+
+/// The lock function of a site, from the named machinery frames inside it (innermost first,
+/// each with whether it is JIT-compiled code): the outermost, the API the application called
+/// (a glibc condition wait that re-takes its mutex is `pthread_cond_wait`), when [`wait_kind`]
+/// reads it. Where it does not — a pool's worker whose outermost machinery frames are its
+/// thread's start (a JVM's `ThreadPoolExecutor` worker: every frame down to `start_thread` is
+/// the JDK's or the JVM's) — the innermost managed (JIT or interpreted) frame it reads:
+/// `ConditionObject.await` under a queue's `take` (waiting for work),
+/// `AbstractQueuedSynchronizer.acquire` under `ReentrantLock.lock` (waiting for a lock); a
+/// queue's `take` with nothing named inside it (compiled, inlined) is either, so neither. Never
+/// the native frames under them: HotSpot parks every wait on the thread's own condition
+/// variable, so the `pthread_cond_wait` under `Parker::park` says nothing. The lock a JVM
+/// condition wait re-takes when signalled (`acquire` called by `await`) is the condition
+/// wait's, as glibc's is.
+fn deciding_lock_function(machinery: &[(String, bool)]) -> Option<String> {
+    let (outermost, _) = machinery.last()?;
+    if wait_kind(outermost).is_some() {
+        return Some(outermost.clone());
+    }
+    let mut read = machinery
+        .iter()
+        .filter(|(n, jit)| *jit && wait_kind(n).is_some())
+        .map(|(n, _)| n);
+    // A queue's or pool's method with nothing named inside it holds both a lock and a
+    // condition wait (C2 inlines `take`'s `lockInterruptibly` and `await` into it, so one name
+    // covers both): it says neither.
+    let Some(first) = read
+        .next()
+        .filter(|n| !AMBIGUOUS.iter().any(|a| n.contains(a)))
+    else {
+        return Some(outermost.clone());
+    };
+    if first.starts_with("AbstractQueuedSynchronizer.acquire")
+        && let Some(wait) = read.next().filter(|n| n.contains(".await"))
+    {
+        return Some(wait.clone());
+    }
+    Some(first.clone())
+}
+
+/// Managed methods that wait for a lock and for a condition both (a blocking queue's `take`
+/// takes its lock, then waits on its condition).
+const AMBIGUOUS: &[&str] = &["Queue.take", "Queue.poll", "ThreadPoolExecutor.getTask"];
+
+/// A thread's first frame: where the stack rightly ends.
+fn is_thread_start(frame: &Frame) -> bool {
+    frame.name.as_deref().is_some_and(|n| {
+        ["start_thread", "clone", "clone3", "__clone", "__clone3"].contains(&n)
+            || n.starts_with("thread_native_entry")
+    })
 }
 
 /// What would name a frame that has none.

@@ -120,6 +120,123 @@ fn java_frames_above_the_jvms_parking_code_are_the_site() {
     );
 }
 
+/// A JVM pool worker's stack, innermost first: parked under `inside` (the JDK's own frames),
+/// called by the pool's `getTask`, down to the thread's start; not one frame is the
+/// application's.
+fn jvm_pool_worker(inside: &[&str]) -> Vec<Frame> {
+    let mut frames = vec![
+        frame("__futex_abstimed_wait_common", "libc.so.6"),
+        frame("___pthread_cond_wait", "libc.so.6"),
+        frame("Parker::park(bool, long)", "libjvm.so"),
+        frame("Unsafe_Park", "libjvm.so"),
+        frame("jdk.internal.misc.Unsafe.park", "JIT"),
+        frame("java.util.concurrent.locks.LockSupport.park", "JIT"),
+    ];
+    frames.extend(inside.iter().map(|n| frame(n, "JIT")));
+    frames.extend([
+        frame("java.util.concurrent.ThreadPoolExecutor.getTask", "JIT"),
+        frame("java.util.concurrent.ThreadPoolExecutor.runWorker", "JIT"),
+        frame("Interpreter", "JIT"),
+        frame("StubRoutines (1)", "JIT"),
+        frame("JavaCalls::call_helper(JavaValue*, methodHandle const&, JavaCallArguments*, JavaThread*)", "libjvm.so"),
+        frame("thread_native_entry(Thread*)", "libjvm.so"),
+        frame("start_thread", "libc.so.6"),
+        frame("clone3", "libc.so.6"),
+    ]);
+    frames
+}
+
+#[test]
+fn a_jvm_pool_worker_is_told_waiting_for_work_from_waiting_for_its_queues_lock() {
+    use super::{WaitKind::*, wait_kind};
+    let jvm = Runtime::Jvm {
+        frame_pointers: true,
+    };
+    let await_ = "java.util.concurrent.locks.AbstractQueuedSynchronizer$ConditionObject.await";
+    let acquire = "java.util.concurrent.locks.AbstractQueuedSynchronizer.acquire";
+    for (inside, lock_function, kind) in [
+        // Waiting for work: the queue's condition.
+        (
+            vec![
+                "java.util.concurrent.locks.AbstractQueuedSynchronizer$ConditionNode.block",
+                "java.util.concurrent.ForkJoinPool.managedBlock",
+                await_,
+                "java.util.concurrent.ArrayBlockingQueue.take",
+            ],
+            "AbstractQueuedSynchronizer$ConditionObject.await",
+            Condition,
+        ),
+        // Signalled, re-taking the queue's lock inside the wait: still the condition wait's.
+        (
+            vec![
+                acquire,
+                await_,
+                "java.util.concurrent.LinkedBlockingQueue.take",
+            ],
+            "AbstractQueuedSynchronizer$ConditionObject.await",
+            Condition,
+        ),
+        // Queued for the queue's lock at `take`'s entry: a lock.
+        (
+            vec![
+                acquire,
+                "java.util.concurrent.locks.AbstractQueuedSynchronizer.acquireInterruptibly",
+                "java.util.concurrent.locks.ReentrantLock$Sync.lockInterruptibly",
+                "java.util.concurrent.locks.ReentrantLock.lockInterruptibly",
+                "java.util.concurrent.LinkedBlockingQueue.take",
+            ],
+            "AbstractQueuedSynchronizer.acquire",
+            Lock,
+        ),
+    ] {
+        let (site, hint) = pick_site(&jvm_pool_worker(&inside), jvm);
+        assert_eq!(site.function, None, "{inside:?}");
+        assert_eq!(hint, None);
+        assert_eq!(
+            site.lock_function.as_deref(),
+            Some(lock_function),
+            "{inside:?}"
+        );
+        assert_eq!(wait_kind(lock_function), Some(kind));
+        // The stack was whole: it says so, not that the unwinder stopped.
+        let why = site.unnamed.unwrap();
+        assert!(why.contains("down to the thread's start"), "{why}");
+    }
+    // Compiled with everything inlined into `take` (what a busy pool's workers show, seen on
+    // JDK 17 with a perf map and -XX:+PreserveFramePointer): its lock and its condition under
+    // one name, so neither.
+    let (site, _) = pick_site(
+        &jvm_pool_worker(&["java.util.concurrent.ArrayBlockingQueue.take"]),
+        jvm,
+    );
+    let lock_function = site.lock_function.unwrap();
+    assert_eq!(wait_kind(&lock_function), None, "{lock_function}");
+}
+
+#[test]
+fn a_jvm_wait_below_unnamed_compiled_code_says_neither_lock_nor_condition() {
+    // Without a perf map only HotSpot's native frames are named: its park is every wait's.
+    let frames = [
+        frame("___pthread_cond_wait", "libc.so.6"),
+        frame("Parker::park(bool, long)", "libjvm.so"),
+        frame("Unsafe_Park", "libjvm.so"),
+        Frame {
+            name: None,
+            location: None,
+            module: Some("JIT".to_owned()),
+            lookup: None,
+        },
+    ];
+    let (site, _) = pick_site(
+        &frames,
+        Runtime::Jvm {
+            frame_pointers: true,
+        },
+    );
+    let lock_function = site.lock_function.unwrap();
+    assert_eq!(super::wait_kind(&lock_function), None, "{lock_function}");
+}
+
 #[test]
 fn a_jvm_without_frame_pointers_names_nothing_and_says_which_flag() {
     let frames = [
