@@ -157,6 +157,12 @@ fn assert_counterfactual_agrees(case: &Case, o: &Outcome) {
         return;
     }
     let gain = gain(case, o);
+    // As `assert_lock_bound`: a program the agent's probes changed is judged as observed (the
+    // JVM monitor storm on AMD: 1.00× alone in a CI run, 22% of its work taken while judged,
+    // its counterfactual 1.27× the work as judged).
+    if gain <= NO_CLEAR_GAIN && lock_bound_as_observed(case, o) {
+        return;
+    }
     assert!(
         gain > NO_CLEAR_GAIN,
         "premise of {}: a storm, so its counterfactual ({:?}) should do more than \
