@@ -214,30 +214,6 @@ fn a_jvm_pool_worker_is_told_waiting_for_work_from_waiting_for_its_queues_lock()
 }
 
 #[test]
-fn a_jvm_wait_below_unnamed_compiled_code_says_neither_lock_nor_condition() {
-    // Without a perf map only HotSpot's native frames are named: its park is every wait's.
-    let frames = [
-        frame("___pthread_cond_wait", "libc.so.6"),
-        frame("Parker::park(bool, long)", "libjvm.so"),
-        frame("Unsafe_Park", "libjvm.so"),
-        Frame {
-            name: None,
-            location: None,
-            module: Some("JIT".to_owned()),
-            lookup: None,
-        },
-    ];
-    let (site, _) = pick_site(
-        &frames,
-        Runtime::Jvm {
-            frame_pointers: true,
-        },
-    );
-    let lock_function = site.lock_function.unwrap();
-    assert_eq!(super::wait_kind(&lock_function), None, "{lock_function}");
-}
-
-#[test]
 fn a_jvm_without_frame_pointers_names_nothing_and_says_which_flag() {
     let frames = [
         frame("___pthread_cond_wait", "libc.so.6"),
@@ -257,6 +233,8 @@ fn a_jvm_without_frame_pointers_names_nothing_and_says_which_flag() {
 #[test]
 fn compiled_java_without_a_perf_map_entry_says_how_to_write_one() {
     let frames = [
+        frame("___pthread_cond_wait", "libc.so.6"),
+        frame("Parker::park(bool, long)", "libjvm.so"),
         frame("Unsafe_Park", "libjvm.so"),
         Frame {
             name: None,
@@ -273,6 +251,10 @@ fn compiled_java_without_a_perf_map_entry_says_how_to_write_one() {
     );
     assert_eq!(site.function, None);
     assert!(hint.unwrap().contains("jcmd <pid> Compiler.perfmap"));
+    // Only HotSpot's native frames are named: its park is every wait's, so it says neither
+    // lock nor condition.
+    let lock_function = site.lock_function.unwrap();
+    assert_eq!(super::wait_kind(&lock_function), None, "{lock_function}");
 }
 
 #[test]
