@@ -556,15 +556,7 @@ fn lockbench_short_critical_section_inside_a_quota_is_a_lock_storm_and_throttlin
             assert_threads_take_turns_on_futexes(&c, &o);
             assert_throttled(&c, &o);
             assert!(!o.lock_storm, "wrong verdict: {line}");
-            let throttling = o.findings_of("cpu_throttling");
-            let summary = throttling
-                .first()
-                .and_then(|f| f["summary"].as_str())
-                .unwrap_or_else(|| panic!("{NAME}: no cpu_throttling: {:?}", o.kinds));
-            assert!(
-                summary.contains("so the quota binds before the lock does"),
-                "{NAME}: the throttling finding names the convoy: {summary}"
-            );
+            assert_throttling_names_the_convoy(&c, &o);
         }
         return;
     }
@@ -693,6 +685,12 @@ fn assert_quota_bound_convoy(name: &str) {
         "wrong verdict: {line}; finding: {:?}",
         o.storm_finding
     );
+    assert_throttling_names_the_convoy(&c, &o);
+}
+
+/// A quota-bound convoy's `cpu_throttling` finding says the quota binds before the lock does.
+#[track_caller]
+fn assert_throttling_names_the_convoy(c: &Case, o: &Outcome) {
     let throttling = *o
         .findings_of("cpu_throttling")
         .first()
