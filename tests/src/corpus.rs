@@ -901,8 +901,8 @@ pub struct Outcome {
     /// Work per second of the case's counterfactual over the same span of its life.
     pub counterfactual_work_per_second: Option<f64>,
     /// The counterfactual's gain (its work per second over the program's) in each pair of runs
-    /// measured: the judged run's first, then, were it near a premise bar, the pairs run again
-    /// ([`premise_gains`]). Empty for a case without a counterfactual, or where it is not run.
+    /// measured: the judged run's first, then, were it near a premise bar or its reading alone
+    /// disturbed, the pairs run again ([`premise_gains`]). Empty for a case without a counterfactual, or where it is not run.
     pub premise_gains: Vec<f64>,
     /// What `stormwatch run` said of the same running program, when asked
     /// ([`RUN_VERDICT_ENV`]).
@@ -1631,7 +1631,18 @@ pub fn cpu_per_work_ratios(case: &Case, pairs: usize) -> Vec<f64> {
 /// when its gain lies near a bar ([`NEAR_A_BAR`]), on either side of it, more pairs until
 /// [`PAIRS_NEAR_A_BAR`], each the program started again alone and its counterfactual after it, so
 /// that the median, not one draw, settles the premise.
-fn premise_gains(case: &Case, noise: bool, first: Option<(f64, f64)>) -> Vec<f64> {
+///
+/// More pairs too where the first one's reading of the program alone was disturbed: the
+/// program did more than [`NEAR_A_BAR`] times that work per second while the agent watched it
+/// (`judged`), which the agent's probes do not cause — node-libuv-pool-400us in a CI run
+/// (2026-11-28, AMD): 8,572/s alone, 10,900/s judged, its counterfactual 1.42× the first and
+/// 1.11× the second, where five pairs had read 0.98–1.29×.
+fn premise_gains(
+    case: &Case,
+    noise: bool,
+    first: Option<(f64, f64)>,
+    judged: Option<f64>,
+) -> Vec<f64> {
     let Some((alone, counterfactual)) = first else {
         return Vec::new();
     };
@@ -1641,7 +1652,16 @@ fn premise_gains(case: &Case, noise: bool, first: Option<(f64, f64)>) -> Vec<f64
             .iter()
             .any(|bar| g >= bar / NEAR_A_BAR && g <= bar * NEAR_A_BAR)
     };
-    if near(gains[0]) {
+    let disturbed = judged.is_some_and(|j| j > alone * NEAR_A_BAR);
+    if disturbed {
+        eprintln!(
+            "{}: {alone:.0}/s alone before the agent, {:.0}/s while judged: the first pair's \
+             reading alone was disturbed",
+            case.name,
+            judged.unwrap_or(f64::NAN)
+        );
+    }
+    if near(gains[0]) || disturbed {
         while gains.len() < PAIRS_NEAR_A_BAR {
             let alone = launch(case, &case.program, "-again", noise, SETTLE)
                 .work_per_second_over(MEASURE_SECONDS, case.name);
@@ -1650,7 +1670,8 @@ fn premise_gains(case: &Case, noise: bool, first: Option<(f64, f64)>) -> Vec<f64
             gains.push(counterfactual / alone);
         }
         eprintln!(
-            "{}: gain {:.2}× near a premise bar: {PAIRS_NEAR_A_BAR} pairs measured, {:.2?}",
+            "{}: first gain {:.2}× unsettled (near a premise bar, or its reading alone \
+             disturbed): {PAIRS_NEAR_A_BAR} pairs measured, {:.2?}",
             case.name, gains[0], gains
         );
     }
@@ -1741,6 +1762,7 @@ pub fn run(case: &Case, noise: bool) -> Outcome {
         case,
         noise,
         alone_work_per_second.zip(counterfactual_work_per_second),
+        work_per_second,
     );
     let possible_storm = storm_finding
         .as_ref()
