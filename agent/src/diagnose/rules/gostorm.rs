@@ -15,8 +15,9 @@ use serde::Serialize;
 
 use super::{
     Facts, Finding, Kind, Severity, Thresholds, limits_evidence,
+    node_advice::{PIN_FEWER_STEPS, pin_on_this_node},
     runtime::go_mutex_named,
-    storm::{NearLine, PIN_FEWER_STEPS, pin_on_this_node},
+    storm::NearLine,
 };
 
 /// The Go storm's gate, in words.

@@ -4,6 +4,9 @@
 use std::collections::BTreeMap;
 
 mod gostorm;
+mod handoff_cost;
+mod lock_sites;
+mod node_advice;
 mod runtime;
 mod storm;
 
