@@ -24,12 +24,10 @@ use std::{
     time::{Duration, Instant, SystemTime},
 };
 
-use std::path::PathBuf;
-
 use stormwatch_common::net::NetIfKey;
 
 use crate::{
-    collect::{CgroupWindow, NetAvailability, Window},
+    collect::{CgroupWindow, Window},
     host::{CpuTicks, Host, Steal, read_cpu_ticks, ticks_per_second},
     identity::{
         container::parse_cgroup_path,
@@ -46,146 +44,10 @@ use crate::{
 };
 
 use super::{
-    Facts, Finding, GoMutexWait, HostFacts, Thresholds, diagnose,
+    Facts, Finding, GoMutexWait, HostFacts, diagnose,
     network::{diagnose_network, net_facts, packets_did_not_fit},
     sort_findings,
 };
-
-/// How often the full limits (quota, cpuset, throttling, pressure) of an active cgroup with a
-/// CPU quota are re-read: its throttling counters feed the diagnosis.
-pub const LIMITS_REFRESH_QUOTA: Duration = Duration::from_secs(10);
-/// Likewise for a cgroup without a quota: cpusets and quotas change rarely.
-pub const LIMITS_REFRESH: Duration = Duration::from_secs(60);
-/// The thread count of an active cgroup is re-read at least this often.
-pub const THREADS_MAX_AGE: Duration = Duration::from_secs(60);
-/// A change of a cgroup's activity (switches + futex waits per second) by more than this factor
-/// from the rate when its threads were last counted makes the next tick count them again.
-pub const ACTIVITY_CHANGE_FACTOR: f64 = 2.0;
-/// Changes smaller than this many events per second are noise, whatever the factor (an idle
-/// cgroup going from 1 to 3 switches per second has not changed what it is).
-pub const ACTIVITY_CHANGE_FLOOR: f64 = 50.0;
-
-/// What the session judges and how.
-#[derive(Clone, Debug)]
-pub struct SessionOptions {
-    /// The sliding window's length; `None`: everything since the session started.
-    pub span: Option<Duration>,
-    /// The collection interval (the daemon's steps are a third of the span, at least one tick).
-    pub interval: Duration,
-    pub thresholds: Thresholds,
-    pub host_cpus: u32,
-    /// Whether the edge reads take each active cgroup's CPU pressure totals too (the window's
-    /// pressure figures); throttling is read at the edges whatever this says.
-    pub window_pressure: bool,
-    /// With the network family: which packet figures exist, and the v2 root (to name a
-    /// namespace's cgroup). `None`: no network rules.
-    pub network: Option<NetworkOptions>,
-    /// Where to read the kubelet's CPU manager checkpoint, the first readable one, with each
-    /// window's facts (whether the node pins containers, and which it pinned).
-    pub cpu_manager_state: Vec<PathBuf>,
-}
-
-#[derive(Clone, Debug)]
-pub struct NetworkOptions {
-    pub avail: NetAvailability,
-    pub v2_root: PathBuf,
-    /// The host's network namespace inode, when known.
-    pub host_netns: Option<u64>,
-    /// How long the namespaces' links and routes may be reused while no namespace comes or
-    /// goes (see [`InventoryCache`]); zero for a one-off diagnosis.
-    pub inventory_max_age: Duration,
-}
-
-/// What the session knows of one cgroup's resources.
-#[derive(Clone, Debug)]
-struct Context {
-    /// Latest read: quota, cpuset, pressure, cumulative throttling; `threads` the latest count.
-    limits: Limits,
-    limits_read_at: Instant,
-    threads_read_at: Instant,
-    /// Activity (events per second) in the tick whose thread count is in `limits`.
-    activity_at_count: f64,
-    /// Whether it had a quota at the last edge read: its throttling counters may have moved
-    /// since, even if the quota is gone now.
-    quota_at_edge: bool,
-    /// When the cgroup was last active (it is re-counted when it becomes active again).
-    last_active: Instant,
-    /// The tick number in which it was last active.
-    last_tick: u64,
-}
-
-/// Thread-seconds and seconds of one cgroup in a step: their ratio is its mean thread count.
-#[derive(Clone, Copy, Debug, Default)]
-struct ThreadTime {
-    thread_seconds: f64,
-    seconds: f64,
-}
-
-#[derive(Debug)]
-struct Step {
-    /// The per-cgroup and network figures of the step (the hot-futex and lock-site details,
-    /// which no rule reads, are left out). Once the step is complete, its per-cgroup figures
-    /// move to `cgroups`.
-    window: Window,
-    /// A completed step's per-cgroup figures, sorted by id: a hash map's table is at most 7/8
-    /// full and a power of two in size, so with values of over a kilobyte this takes half
-    /// the memory or less, for each step the window holds.
-    cgroups: Vec<(u64, CgroupWindow)>,
-    threads: HashMap<u64, ThreadTime>,
-    /// Each cgroup's cumulative CPU counters when the step began (the edge read that ended
-    /// the step before; a cgroup absent here was created since, or never read).
-    counters_at_start: HashMap<u64, CpuCounters>,
-    /// Each cgroup's Go runtimes' clocks when the step began (the same edge read).
-    go_at_start: HashMap<u64, GoEdge>,
-    /// When that edge read was made (wall clock, for documents that state the window's edges).
-    started_at: SystemTime,
-    /// The network namespaces' kernel counters when the step began (network rules only).
-    net: Option<NetWatch>,
-    /// The host's CPU time counters when the step began: steal over the window.
-    cpu_ticks: Option<CpuTicks>,
-}
-
-impl Step {
-    fn new(
-        counters: &HashMap<u64, CpuCounters>,
-        go: &HashMap<u64, GoEdge>,
-        started_at: SystemTime,
-        network: Option<&NetworkOptions>,
-    ) -> Self {
-        Self {
-            window: Window::empty(),
-            cgroups: Vec::new(),
-            threads: HashMap::new(),
-            counters_at_start: counters.clone(),
-            go_at_start: go.clone(),
-            started_at,
-            net: network.map(|o| NetWatch::start(o.host_netns)),
-            cpu_ticks: read_cpu_ticks(),
-        }
-    }
-}
-
-impl Step {
-    /// Moves the per-cgroup figures of a completed step into their compact form.
-    fn complete(&mut self) {
-        let mut cgroups: Vec<(u64, CgroupWindow)> = std::mem::take(&mut self.window.cgroups)
-            .into_iter()
-            .collect();
-        cgroups.sort_unstable_by_key(|(id, _)| *id);
-        self.cgroups = cgroups;
-    }
-
-    fn contains(&self, id: u64) -> bool {
-        self.window.cgroups.contains_key(&id)
-            || self.cgroups.binary_search_by_key(&id, |(k, _)| *k).is_ok()
-    }
-}
-
-impl std::fmt::Debug for NetWatch {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("NetWatch")
-    }
-}
 
 pub struct Session {
     options: SessionOptions,
@@ -285,7 +147,15 @@ impl Session {
             reader,
             step,
             steps: VecDeque::new(),
-            current: Step::new(&baseline, &go, started_at, options.network.as_ref()),
+            current: Step::new(
+                &baseline,
+                &go,
+                started_at,
+                options
+                    .network
+                    .as_ref()
+                    .map(|o| NetWatch::start(o.host_netns)),
+            ),
             contexts: HashMap::new(),
             counters: baseline.clone(),
             go,
@@ -367,7 +237,10 @@ impl Session {
             &self.counters,
             &self.go,
             self.last_edge,
-            self.options.network.as_ref(),
+            self.options
+                .network
+                .as_ref()
+                .map(|o| NetWatch::start(o.host_netns)),
         );
         next.cpu_ticks = self.latest_cpu_ticks;
         let mut done = std::mem::replace(&mut self.current, next);
@@ -784,43 +657,23 @@ pub struct Judgement {
     pub window_duration: std::time::Duration,
 }
 
-/// How often a cgroup's full limits are re-read: more often with a quota, whose throttling
-/// counters feed the diagnosis.
-fn refresh_period(limits: &Limits) -> Duration {
-    if limits.cpu_quota_cores.is_some() {
-        LIMITS_REFRESH_QUOTA
-    } else {
-        LIMITS_REFRESH
-    }
-}
-
-/// Switches and futex waits per second: what changes when a container's threads start fighting.
-fn activity(w: &CgroupWindow, secs: f64) -> f64 {
-    let events = w.sched.voluntary_switches + w.sched.involuntary_switches + w.futex.wait.count;
-    events as f64 / secs.max(1e-3)
-}
-
-fn threads_due(ctx: &Context, activity: f64, tick: u64, now: Instant) -> bool {
-    // Active again after a pause: whatever it runs now may be new.
-    if ctx.last_tick + 1 < tick {
-        return true;
-    }
-    if now.saturating_duration_since(ctx.threads_read_at) >= THREADS_MAX_AGE {
-        return true;
-    }
-    let (lo, hi) = if activity < ctx.activity_at_count {
-        (activity, ctx.activity_at_count)
-    } else {
-        (ctx.activity_at_count, activity)
-    };
-    hi - lo > ACTIVITY_CHANGE_FLOOR && hi > ACTIVITY_CHANGE_FACTOR * lo
-}
-
+mod context;
 mod handoffs;
+mod options;
 mod resources;
+mod step;
 
-use self::handoffs::{name_while_alive, tell_handoffs_apart};
+pub use self::context::{
+    ACTIVITY_CHANGE_FACTOR, ACTIVITY_CHANGE_FLOOR, LIMITS_REFRESH, LIMITS_REFRESH_QUOTA,
+    THREADS_MAX_AGE,
+};
+pub use self::options::{NetworkOptions, SessionOptions};
 pub use self::resources::{ResourceReader, cgroupfs_reader};
+use self::{
+    context::{Context, activity, refresh_period, threads_due},
+    handoffs::{name_while_alive, tell_handoffs_apart},
+    step::{Step, ThreadTime},
+};
 
 #[cfg(test)]
 mod tests;

@@ -611,6 +611,13 @@ pub struct NetWatch {
     walk: Vec<NetnsRef>,
 }
 
+/// Opaque in debug output: its namespaces' handles say nothing read.
+impl std::fmt::Debug for NetWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("NetWatch")
+    }
+}
+
 /// The inventory at the end of a window, and each namespace's counters over it.
 pub struct NetState {
     pub namespaces: Vec<Namespace>,

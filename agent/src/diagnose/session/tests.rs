@@ -1,6 +1,7 @@
 use std::sync::{Arc, Mutex};
 
 use super::*;
+use crate::diagnose::Thresholds;
 
 /// A cgroupfs of synthetic cgroups: path → limits, with a count of reads.
 #[derive(Default)]
