@@ -33,6 +33,7 @@ pub struct NetworkOptions {
     /// The host's network namespace inode, when known.
     pub host_netns: Option<u64>,
     /// How long the namespaces' links and routes may be reused while no namespace comes or
-    /// goes (see [`InventoryCache`]); zero for a one-off diagnosis.
+    /// goes (see [`InventoryCache`](crate::netinfo::inventory::InventoryCache)); zero for a
+    /// one-off diagnosis.
     pub inventory_max_age: Duration,
 }

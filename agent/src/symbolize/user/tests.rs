@@ -1,4 +1,10 @@
-use super::*;
+use std::sync::Arc;
+
+use super::{
+    files::{CachedFile, ElfFile, UNUSED_FILE_TTL},
+    site::{pick_site, short_lock_name},
+    *,
+};
 
 /// This thread's registers and the top of its stack, as the futex probes sample a thread's
 /// (x86-64), taken in a function that is not inlined so that it has a frame of its own.
