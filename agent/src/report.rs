@@ -506,6 +506,7 @@ mod tests {
                 ancestor_quota: None,
                 cpuset_cpus: Some(vec![0, 1]),
                 threads: Some(32),
+                exclusive_cpus: None,
                 counters: crate::identity::limits::CpuCounters {
                     throttled_periods: Some(3),
                     throttled_seconds: Some(0.25),

@@ -89,6 +89,10 @@ pub struct Session {
     inventory: std::sync::Mutex<InventoryCache>,
     /// The runtimes of the processes seen in hand-offs, and their threads' names.
     runtimes: std::sync::Mutex<RuntimeCache>,
+    /// The kubelet's CPU manager checkpoint as last read (the first of the options' paths that
+    /// reads), and when: read again at most every [`LIMITS_REFRESH_QUOTA`], at a tick.
+    cpu_manager: Option<CpuManagerState>,
+    cpu_manager_read_at: Option<Instant>,
     /// Whether, and since when, the futex probes are attached.
     futex_watch: FutexWatch,
     /// When the last tick was read.
@@ -178,6 +182,8 @@ impl Session {
                     .map_or(Duration::ZERO, |n| n.inventory_max_age),
             )),
             runtimes: std::sync::Mutex::new(RuntimeCache::default()),
+            cpu_manager: None,
+            cpu_manager_read_at: None,
             futex_watch: FutexWatch::Always,
             last_tick: None,
             options,
@@ -204,6 +210,13 @@ impl Session {
     ) -> bool {
         self.ticks += 1;
         self.last_tick = Some(now);
+        if self
+            .cpu_manager_read_at
+            .is_none_or(|t| now.saturating_duration_since(t) >= LIMITS_REFRESH_QUOTA)
+        {
+            self.cpu_manager = CpuManagerState::read_first(&self.options.cpu_manager_state);
+            self.cpu_manager_read_at = Some(now);
+        }
         // Read with the tick: the end of this tick's steal, the start of the next step's.
         self.latest_cpu_ticks = read_cpu_ticks();
         let secs = tick.duration.as_secs_f64();
@@ -275,6 +288,8 @@ impl Session {
                 if now.saturating_duration_since(ctx.limits_read_at) >= refresh_period(&ctx.limits)
                 {
                     ctx.limits = reader.refresh(path, &ctx.limits);
+                    ctx.limits.exclusive_cpus =
+                        exclusive_cpus(self.cpu_manager.as_ref(), path, &ctx.limits);
                     ctx.limits_read_at = now;
                     ctx.threads_read_at = now;
                     ctx.activity_at_count = activity;
@@ -289,7 +304,8 @@ impl Session {
             }
             None => {
                 self.limits_reads += 1;
-                let limits = reader.limits(path);
+                let mut limits = reader.limits(path);
+                limits.exclusive_cpus = exclusive_cpus(self.cpu_manager.as_ref(), path, &limits);
                 // Later refreshes are spread over the period by id, so that cgroups first seen
                 // together are not all re-read in the same tick.
                 let period = refresh_period(&limits);
@@ -508,15 +524,12 @@ impl Session {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut handoffs = tell_handoffs_apart(window, &mut runtimes);
-        let cpu_manager = CpuManagerState::read_first(&self.options.cpu_manager_state);
         for f in &mut all {
             f.cpu_pinning = CpuPinning {
-                node_policy: cpu_manager.as_ref().map(|s| s.policy.clone()),
-                exclusive_cpus: cpu_manager.as_ref().and_then(|s| {
-                    let pod = parse_cgroup_path(&f.cgroup).pod_uid?;
-                    let cpuset = limits.get(&f.cgroup_id)?.cpuset_cpus.as_ref()?;
-                    s.exclusive_cpus(&pod, cpuset).map(<[u32]>::to_vec)
-                }),
+                node_policy: self.cpu_manager.as_ref().map(|s| s.policy.clone()),
+                exclusive_cpus: limits
+                    .get(&f.cgroup_id)
+                    .and_then(|l| l.exclusive_cpus.clone()),
             };
             f.host = Some(host.clone());
             f.futex_seconds = futex_seconds;
@@ -655,6 +668,18 @@ pub struct Judgement {
     /// The window's end (wall clock) and length.
     pub window_end: Option<std::time::SystemTime>,
     pub window_duration: std::time::Duration,
+}
+
+/// The CPUs the kubelet's checkpoint gave the container at `path` for itself, where its
+/// cpuset (in `limits`) is one of its pod's exclusive assignments.
+fn exclusive_cpus(
+    state: Option<&CpuManagerState>,
+    path: &str,
+    limits: &Limits,
+) -> Option<Vec<u32>> {
+    let pod = parse_cgroup_path(path).pod_uid?;
+    let cpuset = limits.cpuset_cpus.as_ref()?;
+    state?.exclusive_cpus(&pod, cpuset).map(<[u32]>::to_vec)
 }
 
 mod context;

@@ -164,9 +164,13 @@ mod tests {
             1,
             Limits {
                 cpu_quota_cores: Some(1.5),
-                ancestor_quota: None,
+                ancestor_quota: Some(crate::identity::limits::AncestorQuota {
+                    cores: 1.0,
+                    cgroup: "/kubepods/burstable".into(),
+                }),
                 cpuset_cpus: Some(vec![0, 1]),
                 threads: Some(12),
+                exclusive_cpus: Some(vec![0, 1]),
                 counters: crate::identity::limits::CpuCounters {
                     throttled_periods: Some(3),
                     throttled_seconds: Some(0.25),

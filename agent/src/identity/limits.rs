@@ -43,6 +43,13 @@ pub struct Limits {
     /// (`pids.current`), otherwise only the threads directly in this cgroup (`cgroup.threads`,
     /// v1 `tasks`), which is the same for a container's leaf cgroup.
     pub threads: Option<u64>,
+    /// The CPUs the kubelet's static CPU manager gave this container for itself: its checkpoint
+    /// names them for the container's pod and the cgroup's effective cpuset is that assignment.
+    /// Not read from the cgroup: the session sets it from the checkpoint it reads
+    /// ([`crate::identity::cpumanager`]); `None` where the node's policy pins nothing, its
+    /// checkpoint cannot be read, or the cgroup is no pinned container.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exclusive_cpus: Option<Vec<u32>>,
     /// Cumulative CPU bandwidth and pressure counters, since the cgroup was created (a
     /// window's figures are their differences between its edges: see [`CpuCounters::since`]).
     #[serde(flatten)]
@@ -296,6 +303,7 @@ fn read(layout: &CgroupLayout, rel_path: &str, previous: Option<&Limits>) -> Lim
         ancestor_quota,
         cpuset_cpus,
         threads,
+        exclusive_cpus: None,
         counters,
     }
 }

@@ -170,6 +170,10 @@ fn the_facts_say_which_containers_the_kubelet_pinned() {
     assert_eq!(of(1).exclusive_cpus, Some(vec![1, 2, 3, 4]));
     assert_eq!(of(2).node_policy.as_deref(), Some("static"));
     assert_eq!(of(2).exclusive_cpus, None, "the shared pool is not its own");
+    // The same in the limits the daemon exports (`stormwatch_cpu_exclusive_cpus`).
+    let latest = s.latest_limits([&1, &2]);
+    assert_eq!(latest[&1].exclusive_cpus, Some(vec![1, 2, 3, 4]));
+    assert_eq!(latest[&2].exclusive_cpus, None);
 
     // No checkpoint: no policy known, nothing pinned by the kubelet.
     let facts = {
@@ -309,6 +313,7 @@ fn a_windows_counters_are_read_at_its_edges() {
         ancestor_quota: None,
         cpuset_cpus: None,
         threads: Some(32),
+        exclusive_cpus: None,
         counters: CpuCounters {
             periods: Some(1000 + 10 * t),
             throttled_periods: Some(500 + 10 * t),

@@ -227,6 +227,37 @@ pub static FAMILIES: &[Family] = &[
         }),
     },
     Family {
+        name: "stormwatch_cpu_ancestor_quota_cores",
+        help: "The tightest CPU quota (cpu.max) of the cgroups above this one (its pod's, a \
+               slice's), in cores: the kernel enforces it too, so where it is below the \
+               cgroup's own quota and cpuset it is the limit that binds; absent when no cgroup \
+               above has a quota.",
+        kind: Kind::Gauge,
+        unit: "",
+        labels: CGROUP,
+        scope: Scope::Cgroup,
+        present: always,
+        absent: "no quota above; a removed cgroup",
+        read: Read::Cgroup(|s| live(s)?.ancestor_quota.as_ref().map(|a| Float(a.cores))),
+    },
+    Family {
+        name: "stormwatch_cpu_exclusive_cpus",
+        help: "CPUs the kubelet's static CPU manager gave the container for itself (its \
+               checkpoint, /var/lib/kubelet/cpu_manager_state, matched with the cgroup's \
+               cpuset whenever that is read): the container is pinned; absent where the \
+               node's policy pins nothing or the container shares the node's pool.",
+        kind: Kind::Gauge,
+        unit: "",
+        labels: CGROUP,
+        scope: Scope::Cgroup,
+        present: always,
+        absent: "not pinned by the kubelet; no checkpoint read; a removed cgroup",
+        read: Read::Cgroup(|s| {
+            let cpus = live(s)?.exclusive_cpus.as_ref()?;
+            Some(Int(cpus.len() as u64))
+        }),
+    },
+    Family {
         name: "stormwatch_cpu_throttled_periods",
         help: "CFS periods in which the cgroup was throttled by its quota, since the agent \
                started (or since the cgroup was created).",

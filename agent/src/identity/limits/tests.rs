@@ -209,6 +209,7 @@ fn reads_a_v2_tree() {
         ancestor_quota: None,
         cpuset_cpus: Some(vec![0, 1, 2, 3, 8, 10, 11]),
         threads: Some(42),
+        exclusive_cpus: None,
         counters: CpuCounters {
             periods: Some(10),
             throttled_periods: Some(3),
@@ -371,6 +372,7 @@ fn reads_a_hybrid_tree() {
             ancestor_quota: None,
             cpuset_cpus: Some(vec![0, 1]),
             threads: Some(3),
+            exclusive_cpus: None,
             counters: CpuCounters {
                 periods: Some(5),
                 throttled_periods: Some(2),
