@@ -70,6 +70,13 @@ fn client() -> &'static ureq::Agent {
     })
 }
 
+/// An `Authorization: Basic` header's value for `user` and `password`.
+pub fn basic(user: &str, password: &str) -> String {
+    use base64::Engine as _;
+    let encoded = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+    format!("Basic {encoded}")
+}
+
 /// GET `path` on `addr` with `headers`; the body as sent (a compressed body stays compressed).
 pub fn http_get_bytes(
     addr: SocketAddr,

@@ -29,7 +29,7 @@ use stormwatch_tests::{
     Agent, TestCgroup,
     bpftrace::Bpftrace,
     corpus::{Quota, built_programs},
-    daemon::{Daemon, finding, http_get_bytes, sample_with, tool, wait_for, write_file},
+    daemon::{Daemon, basic, finding, http_get_bytes, sample_with, tool, wait_for, write_file},
     join_before_exec, require_bpf,
 };
 
@@ -739,13 +739,7 @@ fn run_serves_lock_profiles_behind_the_endpoints_credentials() {
         lockbench("lockbench", &["--threads", "32"]),
         None,
     );
-    let authorization = {
-        use base64::Engine as _;
-        format!(
-            "Basic {}",
-            base64::engine::general_purpose::STANDARD.encode("prometheus:s3cret")
-        )
-    };
+    let authorization = basic("prometheus", "s3cret");
     let get = |path: &str, auth: bool| {
         let headers: Vec<(&str, &str)> = if auth {
             vec![("Authorization", authorization.as_str())]

@@ -29,7 +29,7 @@ use std::{
 
 use stormwatch_tests::{
     cpu_seconds,
-    daemon::{Daemon, http_get, sample_with, tool, wait_for, write_file},
+    daemon::{Daemon, basic, http_get, sample_with, tool, wait_for, write_file},
     prometheus::{Prometheus, value_of},
     require_bpf,
 };
@@ -406,12 +406,6 @@ fn oversized_heads_and_request_bodies_are_refused() {
 }
 
 // ---- wrong passwords -------------------------------------------------------------------------
-
-fn basic(user: &str, password: &str) -> String {
-    use base64::Engine as _;
-    let encoded = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
-    format!("Basic {encoded}")
-}
 
 /// Issue #40, item 4: 40 clients on four addresses sending wrong passwords (a fixed wrong one,
 /// a new one each time, an unknown user) for 8 s cost the agent 14.5 s of CPU, every one
