@@ -15,7 +15,7 @@ use crate::{
     identity::{CgroupResolver, netns::NetnsOwners, workload::Identities},
     memory::CacheSize,
     netinfo::inventory::SeenInterface,
-    probes::{LoadOptions, Probes, locks},
+    probes::{LoadOptions, Probes, demand::GoBursts, locks},
     symbolize::{
         CallSite, KernelSymbolizer,
         handoffs::{HandoffNamer, HandoffSide},
@@ -46,6 +46,8 @@ pub struct Pipeline {
     go_mutex_calls: HashMap<u64, stormwatch_common::GoMutexCalls>,
     /// Whether Go's mutex uprobes were wanted at the last tick.
     go_mutexes_watched: bool,
+    /// When they run a burst: the on-demand policy's.
+    go_bursts: GoBursts,
     identities: Identities,
     /// The interfaces the network probes saw: what the kernel said each is when they first saw
     /// it.
@@ -75,6 +77,7 @@ impl Pipeline {
             handoffs: HandoffNamer::new(options.call_site_lines),
             go_mutex_calls: HashMap::new(),
             go_mutexes_watched: false,
+            go_bursts: GoBursts::default(),
             identities: Identities::default(),
             interfaces: HashMap::new(),
             host_netns,
@@ -228,11 +231,14 @@ impl Pipeline {
             .collect::<HashSet<u32>>()
             .into_iter()
             .collect();
-        let (watched, span) = self
+        let watch = self
             .probes
-            .watch_go_mutexes(self.go_mutexes_watched.then_some(&tgids[..]));
-        self.go_mutexes_watched = watched;
-        let Some(span) = span else {
+            .find_go_mutexes(self.go_mutexes_watched.then_some(&tgids[..]));
+        self.go_mutexes_watched = watch.watching;
+        if !self.go_bursts.due(watch, Instant::now()) {
+            return;
+        }
+        let Some(span) = self.probes.burst_go_mutexes() else {
             return;
         };
         let now = self.probes.read_go_mutex_calls();

@@ -14,12 +14,48 @@
 //!   ([`crate::diagnose::network::packets_did_not_fit`]), and for a survey every
 //!   `net_packet_survey_seconds`: they show which interfaces and containers.
 //!
+//! And when Go's `sync.Mutex` uprobes run a burst ([`GoBursts`]), in every front end: while
+//! the futex probes watch and Go binaries are known, at once and then every
+//! [`BURST_EVERY`].
+//!
 //! Owns: the policy. Imports the probes' tiers only (it is fed booleans, not the diagnosis),
 //! so that the layers below the front ends never look up.
 
 use std::time::{Duration, Instant};
 
-use super::{Probes, Tier};
+use super::{GoMutexWatch, Probes, Tier};
+
+/// How often a burst of Go's mutex uprobes starts (at the first collection the futex probes
+/// watch with Go binaries known, then at the first one at least this long after the last): a
+/// burst costs a contended program about 1% at this period (`probes::gomutex`).
+pub const BURST_EVERY: Duration = Duration::from_secs(10);
+
+/// When Go's `sync.Mutex` uprobes run a burst: at the first collection the futex probes watch
+/// with Go binaries to attach to, then every [`BURST_EVERY`]; a collection at which the futex
+/// probes do not watch starts it over (their next watch bursts at once).
+#[derive(Debug, Default)]
+pub struct GoBursts {
+    last: Option<Instant>,
+}
+
+impl GoBursts {
+    /// Whether a burst starts at the collection at `now`, given what the finder says (and
+    /// notes it).
+    pub fn due(&mut self, watch: GoMutexWatch, now: Instant) -> bool {
+        if !watch.watching {
+            self.last = None;
+            return false;
+        }
+        let due = watch.binaries
+            && self
+                .last
+                .is_none_or(|t| now.saturating_duration_since(t) >= BURST_EVERY);
+        if due {
+            self.last = Some(now);
+        }
+        due
+    }
+}
 
 /// What one judgement asks of the tiers.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -215,6 +251,26 @@ impl Controller {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn go_bursts_start_at_once_and_again_after_their_period_while_watched() {
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let watch = |watching, binaries| GoMutexWatch { watching, binaries };
+        let mut b = GoBursts::default();
+        assert!(!b.due(watch(true, false), at(0)), "no Go binary yet");
+        assert!(b.due(watch(true, true), at(1)), "the first with binaries");
+        assert!(!b.due(watch(true, true), at(10)));
+        assert!(
+            b.due(watch(true, true), at(11)),
+            "BURST_EVERY after the last"
+        );
+        assert!(
+            !b.due(watch(false, true), at(12)),
+            "the futex probes stopped"
+        );
+        assert!(b.due(watch(true, true), at(13)), "watched again: at once");
+    }
 
     #[test]
     fn surveys_start_at_once_and_come_back_after_their_period() {

@@ -1,7 +1,7 @@
 //! Go's `sync.Mutex` uprobes (`ebpf-probes/kernel/src/gomutex.rs`): loaded with the hand-off
 //! sampler; while the futex probes are attached, the Go binaries of the processes they see are
 //! found, and the uprobes are attached to all of them in short **bursts**: `BURST` every
-//! `BURST_EVERY`, then detached.
+//! `BURST_EVERY` (the on-demand policy's, `probes::demand`), then detached.
 //!
 //! Why bursts: a uprobe is a breakpoint trap, and a contended `sync.Mutex` is entered millions
 //! of times a second — while attached, the probes cut a Go mutex storm's throughput to a fifth
@@ -37,12 +37,17 @@ use super::map_io::read_per_cpu_hash;
 
 /// How long the uprobes stay attached at a time.
 pub const BURST: Duration = Duration::from_millis(100);
-/// How often a burst starts (at the first collection the futex probes watch, then at the first
-/// one at least this long after the last).
-pub const BURST_EVERY: Duration = Duration::from_secs(10);
 /// The node-wide budget of samples (registers and stack) per second while the uprobes are
 /// attached: about 100 in a burst.
 pub const SAMPLES_PER_PROBED_SECOND: u32 = 1000;
+
+/// What the finder says at a collection: whether the uprobes are wanted (the futex probes
+/// watch) and whether there are Go binaries to attach them to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GoMutexWatch {
+    pub watching: bool,
+    pub binaries: bool,
+}
 
 /// The slow paths' symbols, newest Go first: (lock, unlock).
 const SLOW_PATHS: [(&str, &str); 2] = [
@@ -79,7 +84,6 @@ pub struct GoMutexProbes {
     passed: HashMap<FileId, HashSet<u32>>,
     /// Processes already looked at.
     seen: HashSet<u32>,
-    last_burst: Option<Instant>,
 }
 
 /// The most processes remembered as looked at, and binaries as passed over.
@@ -223,7 +227,6 @@ impl GoMutexProbes {
         self.binaries.clear();
         self.seen.clear();
         self.passed.clear();
-        self.last_burst = None;
     }
 
     /// Forgets exited processes, and binaries no live process runs.
@@ -249,19 +252,15 @@ impl GoMutexProbes {
         ]
     }
 
-    /// Whether a burst is due at `now`.
-    pub fn burst_due(&self, now: Instant) -> bool {
+    /// Whether it knows Go binaries with the slow paths to attach to.
+    pub fn has_binaries(&self) -> bool {
         !self.binaries.is_empty()
-            && self
-                .last_burst
-                .is_none_or(|t| now.saturating_duration_since(t) >= BURST_EVERY)
     }
 
     /// Attaches the uprobes to every known Go binary, counts for `BURST`, and detaches them.
     /// Returns the time it counted (`None` when no uprobe could be attached). A binary that
     /// cannot be attached to is given up.
     pub fn burst(&mut self, ebpf: &mut Ebpf) -> Option<Duration> {
-        self.last_burst = Some(Instant::now());
         let mut links = Vec::new();
         let mut failed = Vec::new();
         for (id, b) in &self.binaries {

@@ -46,6 +46,7 @@ use crate::counters::UserLoss;
 use self::tiers::OnDemand;
 pub use self::{
     attach::{AttachKind, ProbeStatus},
+    gomutex::GoMutexWatch,
     load::{Family, KernelFacts, LoadError, LoadOptions},
     map_io::{IDLE_READS_BEFORE_EVICTION, IdleKeys, ProgramStats},
     sizing::{CGROUP_MAP_MIN_ENTRIES, PER_CPU_MAP_BUDGET_BYTES, per_cpu_map_sizes},
@@ -228,20 +229,16 @@ impl Probes {
     }
 
     /// Looks for Go binaries among the processes of `tgids` (every process when `None`) while
-    /// the futex probes watch, and forgets them all when they do not; then, when one is due
-    /// and there are Go binaries, attaches Go's `sync.Mutex` uprobes for a burst (blocking for
-    /// [`gomutex::BURST`]). Returns whether the uprobes are wanted now, and the time they were
-    /// attached in a burst, if one ran.
-    pub fn watch_go_mutexes(
-        &mut self,
-        tgids: Option<&[u32]>,
-    ) -> (bool, Option<std::time::Duration>) {
+    /// the futex probes watch, and forgets them all when they do not. Whether the uprobes are
+    /// wanted now (the futex probes watch), and whether there are Go binaries to attach them
+    /// to; when to run a burst is the on-demand policy's ([`demand::GoBursts`]).
+    pub fn find_go_mutexes(&mut self, tgids: Option<&[u32]>) -> GoMutexWatch {
         if !self.go_mutexes.loaded() {
-            return (false, None);
+            return GoMutexWatch::default();
         }
         if !self.futex_watching() {
             self.go_mutexes.forget_all();
-            return (false, None);
+            return GoMutexWatch::default();
         }
         self.go_mutexes
             .retain_processes(|t| std::path::Path::new(&format!("/proc/{t}")).exists());
@@ -249,12 +246,16 @@ impl Probes {
             Some(t) => self.go_mutexes.watch(t.iter().copied()),
             None => self.go_mutexes.watch_all(),
         }
-        let span = if self.go_mutexes.burst_due(std::time::Instant::now()) {
-            self.go_mutexes.burst(&mut self.ebpf)
-        } else {
-            None
-        };
-        (true, span)
+        GoMutexWatch {
+            watching: true,
+            binaries: self.go_mutexes.has_binaries(),
+        }
+    }
+
+    /// Attaches Go's `sync.Mutex` uprobes to every Go binary found for a burst (blocking for
+    /// [`gomutex::BURST`]); the time they counted, if they could be attached.
+    pub fn burst_go_mutexes(&mut self) -> Option<std::time::Duration> {
+        self.go_mutexes.burst(&mut self.ebpf)
     }
 
     /// The sizes of what the Go mutex uprobes' finder remembers of processes and binaries.
