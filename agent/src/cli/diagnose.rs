@@ -166,7 +166,7 @@ pub async fn run(args: DiagnoseArgs) -> anyhow::Result<u8> {
             window: WindowEdges::new(session.window_edges()),
             containers: facts.len(),
             host_cpus: host_cpus(),
-            rules: RULES.iter().map(|k| k.as_str()).collect(),
+            rules: RULES.iter().map(|r| r.kind.as_str()).collect(),
             probes_attached: attached,
             probes_total: total,
             lock_storm: storm_checks,

@@ -417,7 +417,7 @@ mod tests {
         let help = help_of("diagnose", None);
         let readme = doc("README.md");
         for rule in crate::diagnose::RULES {
-            let name = rule.as_str();
+            let name = rule.kind.as_str();
             assert!(help.contains(name), "diagnose --help misses {name}: {help}");
             assert!(
                 readme.contains(&format!("| `{name}` |")),

@@ -368,6 +368,22 @@ pub struct Finding {
     /// on bare metal); a name is absent when it was not known.
     pub context: BTreeMap<&'static str, String>,
     pub recommendations: Vec<String>,
+    /// The lock's code, where the finding names it: read by the exporter
+    /// (`stormwatch_finding`'s call-site labels); documents show it as the context's
+    /// `waiter_site` and `waker_site` and the evidence's `top_pair_share`
+    /// (`Finding::name_lock_pair` writes all three).
+    #[serde(skip)]
+    pub lock_pair: Option<LockPair>,
+}
+
+/// The pair of call sites with the most sampled hand-offs (or the Go mutex uprobes' top pair):
+/// the code that waits for the lock and the code that hands it on, and the pair's share of the
+/// samples.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LockPair {
+    pub waiter: String,
+    pub waker: String,
+    pub share: f64,
 }
 
 /// Thresholds of the rules. Each default is a named constant with the reason for its value in
@@ -440,23 +456,92 @@ impl Default for Thresholds {
     }
 }
 
-/// Every rule, by name: what `diagnose` says it checked.
-pub const RULES: [Kind; 6] = [
-    Kind::LockStorm,
-    Kind::CpuThrottling,
-    Kind::RunqueueSaturation,
-    Kind::ThreadOversubscription,
-    Kind::RuntimeSizing,
-    Kind::MtuMismatch,
+/// What a rule judges.
+#[derive(Clone, Copy)]
+pub enum Judge {
+    /// One container's facts, with the whole host's (to name a noisy neighbour).
+    Container(fn(&Facts, &[Facts], &Thresholds) -> Option<Finding>),
+    /// The network over the window: every namespace's interfaces and what containers sent.
+    Network(fn(&network::NetFacts, &Thresholds) -> Vec<Finding>),
+}
+
+/// One rule: its kind, what it judges, and the kind whose finding on the same container says
+/// all this one would.
+pub struct Rule {
+    pub kind: Kind,
+    pub judge: Judge,
+    /// Say nothing where this kind was found on the same container.
+    pub quiet_under: Option<Kind>,
+}
+
+/// Every rule, the one list: what runs, and what `diagnose` says it checked.
+pub static RULES: &[Rule] = &[
+    Rule {
+        kind: Kind::LockStorm,
+        judge: Judge::Container(|f, _, t| rules::lock_storm(f, t)),
+        quiet_under: None,
+    },
+    Rule {
+        kind: Kind::CpuThrottling,
+        judge: Judge::Container(|f, _, t| rules::cpu_throttling(f, t)),
+        quiet_under: None,
+    },
+    Rule {
+        kind: Kind::RunqueueSaturation,
+        judge: Judge::Container(rules::runqueue_saturation),
+        quiet_under: None,
+    },
+    // Oversubscription is the early warning; once it is a storm, the storm says it all.
+    Rule {
+        kind: Kind::ThreadOversubscription,
+        judge: Judge::Container(|f, _, t| rules::thread_oversubscription(f, t)),
+        quiet_under: Some(Kind::LockStorm),
+    },
+    Rule {
+        kind: Kind::RuntimeSizing,
+        judge: Judge::Container(|f, _, t| rules::runtime_sizing(f, t)),
+        quiet_under: None,
+    },
+    Rule {
+        kind: Kind::MtuMismatch,
+        judge: Judge::Network(network::diagnose_network),
+        quiet_under: None,
+    },
 ];
+
+/// Runs every container rule on one container (`all`: the whole host's facts).
+pub fn check_all(f: &Facts, all: &[Facts], t: &Thresholds) -> Vec<Finding> {
+    let mut out: Vec<Finding> = RULES
+        .iter()
+        .filter_map(|r| match r.judge {
+            Judge::Container(judge) => judge(f, all, t),
+            Judge::Network(_) => None,
+        })
+        .collect();
+    let found: Vec<Kind> = out.iter().map(|x| x.kind).collect();
+    out.retain(|x| {
+        !RULES
+            .iter()
+            .any(|r| r.kind == x.kind && r.quiet_under.is_some_and(|q| found.contains(&q)))
+    });
+    out
+}
+
+/// Runs every network rule over the window's network.
+pub fn judge_network(f: &network::NetFacts, t: &Thresholds) -> Vec<Finding> {
+    RULES
+        .iter()
+        .flat_map(|r| match r.judge {
+            Judge::Network(judge) => judge(f, t),
+            Judge::Container(_) => Vec::new(),
+        })
+        .collect()
+}
 
 /// Runs every rule on every container; findings ranked by severity, then by container.
 /// `all` is the whole host's facts, so that a rule can name a noisy neighbour.
 pub fn diagnose(all: &[Facts], t: &Thresholds) -> Vec<Finding> {
-    let mut findings: Vec<Finding> = all
-        .iter()
-        .flat_map(|f| rules::check_all(f, all, t))
-        .collect();
+    let mut findings: Vec<Finding> = all.iter().flat_map(|f| check_all(f, all, t)).collect();
     sort_findings(&mut findings);
     findings
 }
@@ -542,7 +627,17 @@ impl Finding {
             evidence,
             context: BTreeMap::new(),
             recommendations,
+            lock_pair: None,
         }
+    }
+
+    /// Names the lock's code: the typed pair, and the same in the context (`waiter_site`,
+    /// `waker_site`) and the evidence (`top_pair_share`) documents show.
+    pub(crate) fn name_lock_pair(&mut self, pair: LockPair) {
+        self.context.insert("waiter_site", pair.waiter.clone());
+        self.context.insert("waker_site", pair.waker.clone());
+        self.evidence.insert("top_pair_share", pair.share);
+        self.lock_pair = Some(pair);
     }
 }
 

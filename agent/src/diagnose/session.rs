@@ -44,8 +44,8 @@ use crate::{
 };
 
 use super::{
-    Facts, Finding, GoMutexWait, HostFacts, diagnose,
-    network::{diagnose_network, net_facts, packets_did_not_fit},
+    Facts, Finding, GoMutexWait, HostFacts, diagnose, judge_network,
+    network::{net_facts, packets_did_not_fit},
     sort_findings,
 };
 
@@ -628,7 +628,7 @@ impl Session {
                     .ok()
                     .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
             };
-            findings.extend(diagnose_network(
+            findings.extend(judge_network(
                 &net_facts(state, &window, o.avail, cgroup_id),
                 t,
             ));

@@ -207,6 +207,33 @@ mod tests {
     /// A Go storm and the runtime sizing of the same program name the same sites: the
     /// exposition has them once (a repeated series is invalid), the storm's.
     #[test]
+    fn a_findings_named_lock_pair_is_its_call_sites() {
+        use crate::diagnose::{Finding, Kind, LockPair, Severity};
+        let mut f = Finding::new(
+            Kind::LockStorm,
+            Severity::Critical,
+            (1, "/a".into()),
+            String::new(),
+            Default::default(),
+            Vec::new(),
+        );
+        assert!(ActiveFinding::new(&f, None).call_sites.is_empty());
+        f.name_lock_pair(LockPair {
+            waiter: "`w`".into(),
+            waker: "`k`".into(),
+            share: 0.6,
+        });
+        let active = ActiveFinding::new(&f, None);
+        assert_eq!(
+            active.call_sites,
+            vec![("waiter", "`w`".to_owned()), ("waker", "`k`".to_owned())]
+        );
+        assert_eq!(active.call_site_share, 0.6);
+        assert_eq!(f.context["waiter_site"], "`w`");
+        assert_eq!(f.evidence["top_pair_share"], 0.6);
+    }
+
+    #[test]
     fn a_containers_call_sites_are_one_series_per_role() {
         let e = exporter();
         {

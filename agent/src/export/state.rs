@@ -258,17 +258,20 @@ pub struct ActiveFinding {
 
 impl ActiveFinding {
     pub fn new(f: &Finding, identity: Option<&Identity>) -> Self {
-        let call_sites = [("waiter", "waiter_site"), ("waker", "waker_site")]
-            .into_iter()
-            .filter_map(|(role, key)| Some((role, f.context.get(key)?.clone())))
-            .collect();
+        let (call_sites, call_site_share) = match &f.lock_pair {
+            Some(p) => (
+                vec![("waiter", p.waiter.clone()), ("waker", p.waker.clone())],
+                p.share,
+            ),
+            None => (Vec::new(), 0.0),
+        };
         Self {
             kind: f.kind.as_str(),
             severity: severity_name(f.severity),
             cgroup: f.cgroup.clone(),
             labels: Labels::of(identity),
             call_sites,
-            call_site_share: f.evidence.get("top_pair_share").copied().unwrap_or(0.0),
+            call_site_share,
         }
     }
 }

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::{
-    Facts, Finding, Kind, Severity, Thresholds, limits_evidence,
+    Facts, Finding, Kind, LockPair, Severity, Thresholds, limits_evidence,
     node_advice::{PIN_FEWER_STEPS, pin_on_this_node},
     runtime::go_mutex_named,
     storm::NearLine,
@@ -157,7 +157,6 @@ pub fn go_lock_storm(f: &Facts, t: &Thresholds) -> Option<Finding> {
             summary.push_str(&g.clause);
             recs.push(g.recommendation.clone());
             e.insert("go_mutex_contended_locks_per_second", g.per_second);
-            e.insert("top_pair_share", g.top_share);
         }
         None => recs.push(
             "Name the mutex: the program's mutex profile (`runtime.SetMutexProfileFraction`, \
@@ -200,8 +199,11 @@ pub fn go_lock_storm(f: &Facts, t: &Thresholds) -> Option<Finding> {
     );
     found.context.insert("runtime", "go".to_owned());
     if let Some(g) = named {
-        found.context.insert("waiter_site", g.lock_site);
-        found.context.insert("waker_site", g.unlock_site);
+        found.name_lock_pair(LockPair {
+            waiter: g.lock_site,
+            waker: g.unlock_site,
+            share: g.top_share,
+        });
     }
     Some(found)
 }

@@ -3,7 +3,10 @@
 
 use std::collections::BTreeMap;
 
-use crate::symbolize::handoffs::{HandoffSites, PairStats};
+use crate::{
+    diagnose::LockPair,
+    symbolize::handoffs::{HandoffSites, PairStats},
+};
 
 /// The storm's call sites in its evidence: how many hand-offs were sampled, the top waiter
 /// site's share of them, and why they were slow (means and shares of the sampled hand-offs).
@@ -16,12 +19,6 @@ pub(super) fn sites_evidence(sites: &HandoffSites, e: &mut BTreeMap<&'static str
     if let Some((_, top)) = sites.top_waiters(1).first() {
         e.insert(
             "top_waiter_site_share",
-            top.handoffs as f64 / total.handoffs as f64,
-        );
-    }
-    if let Some((_, top)) = sites.top(1).first() {
-        e.insert(
-            "top_pair_share",
             top.handoffs as f64 / total.handoffs as f64,
         );
     }
@@ -52,13 +49,15 @@ pub(super) fn sites_evidence(sites: &HandoffSites, e: &mut BTreeMap<&'static str
     );
 }
 
-/// The top sites by name, in the finding's context: `waiter_site`, `waker_site` (of the pair
-/// with the most sampled hand-offs).
-pub(super) fn sites_context(sites: &HandoffSites, context: &mut BTreeMap<&'static str, String>) {
-    if let Some(((waiter, waker), _)) = sites.top(1).first() {
-        context.insert("waiter_site", waiter.describe());
-        context.insert("waker_site", waker.describe());
-    }
+/// The pair of sites with the most sampled hand-offs, by name, and its share of them.
+pub(super) fn top_pair(sites: &HandoffSites) -> Option<LockPair> {
+    let total = sites.total().handoffs;
+    let ((waiter, waker), top) = sites.top(1).into_iter().next()?;
+    (total > 0).then(|| LockPair {
+        waiter: waiter.describe(),
+        waker: waker.describe(),
+        share: top.handoffs as f64 / total as f64,
+    })
 }
 
 /// The recommendation that names the lock: the code that waits for it and the code that hands

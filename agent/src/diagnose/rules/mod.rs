@@ -15,7 +15,7 @@ pub use self::{
     runtime::runtime_sizing,
     storm::{QuotaBound, StormFigures, lock_storm_candidate, required_handoffs_per_cpu_second},
 };
-use super::{Facts, Finding, Kind, Severity, Thresholds};
+use super::{Facts, Finding, Kind, LockPair, Severity, Thresholds};
 use crate::collect::log2_quantile_ns;
 
 /// Default thresholds, with the reason for each value.
@@ -164,22 +164,6 @@ pub fn lock_storm(f: &Facts, t: &Thresholds) -> Option<Finding> {
         Some(k) if k.lock_storm || !go_storm => storm::kernel_lock_storm(f, t, k),
         _ => gostorm::go_lock_storm(f, t),
     }
-}
-
-/// Runs every rule on one container.
-pub fn check_all(f: &Facts, all: &[Facts], t: &Thresholds) -> Vec<Finding> {
-    let mut out = Vec::new();
-    let storm = lock_storm(f, t);
-    let is_storm = storm.is_some();
-    out.extend(storm);
-    out.extend(cpu_throttling(f, t));
-    out.extend(runtime_sizing(f, t));
-    out.extend(runqueue_saturation(f, all, t));
-    // Oversubscription is the early warning; once it is a storm, the storm says it all.
-    if !is_storm {
-        out.extend(thread_oversubscription(f, t));
-    }
-    out
 }
 
 fn limits_evidence(f: &Facts, e: &mut BTreeMap<&'static str, f64>) {

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{Facts, Finding, Kind, Severity, Thresholds, limits_evidence};
+use super::{Facts, Finding, Kind, LockPair, Severity, Thresholds, limits_evidence};
 
 /// A runtime sized for more CPUs than the container may use, while that costs it: Go's
 /// `GOMAXPROCS`, the JVM's active processor count (and the GC pool it sized from it), .NET's
@@ -94,7 +94,6 @@ pub fn runtime_sizing(f: &Facts, t: &Thresholds) -> Option<Finding> {
         summary.push_str(&g.clause);
         recs.push(g.recommendation.clone());
         e.insert("go_mutex_contended_locks_per_second", g.per_second);
-        e.insert("top_pair_share", g.top_share);
     }
     let mut found = Finding::new(
         Kind::RuntimeSizing,
@@ -113,8 +112,11 @@ pub fn runtime_sizing(f: &Facts, t: &Thresholds) -> Option<Finding> {
             .join(","),
     );
     if let Some(g) = go_mutex {
-        found.context.insert("waiter_site", g.lock_site);
-        found.context.insert("waker_site", g.unlock_site);
+        found.name_lock_pair(LockPair {
+            waiter: g.lock_site,
+            waker: g.unlock_site,
+            share: g.top_share,
+        });
     }
     Some(found)
 }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use super::{Facts, Finding, Kind, Severity, Thresholds, defaults, limits_evidence};
 use super::{
     handoff_cost::HandOffCost,
-    lock_sites::{name_the_lock, sites_context, sites_evidence},
+    lock_sites::{name_the_lock, sites_evidence, top_pair},
     node_advice::{PIN_FEWER_STEPS, PIN_STEPS, node_sizing, pin_on_this_node},
 };
 use crate::collect::log2_quantile_ns;
@@ -431,8 +431,8 @@ pub fn kernel_lock_storm(f: &Facts, t: &Thresholds, figures: StormFigures) -> Op
         }
         .to_owned(),
     );
-    if let Some(sites) = &f.sites {
-        sites_context(sites, &mut found.context);
+    if let Some(pair) = f.sites.as_ref().and_then(top_pair) {
+        found.name_lock_pair(pair);
     }
     if let Some(host) = &f.host {
         found.context.insert(

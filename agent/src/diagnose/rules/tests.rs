@@ -1,6 +1,6 @@
 use super::*;
 use crate::diagnose::Handoffs;
-use crate::diagnose::{HostFacts, diagnose};
+use crate::diagnose::{HostFacts, check_all, diagnose};
 use crate::identity::cpumanager::CpuPinning;
 use crate::identity::limits::CpuCounters;
 use crate::symbolize::handoffs::HandoffSites;
@@ -1050,6 +1050,15 @@ fn a_storm_names_its_sampled_call_sites_and_why_hand_offs_lag() {
     assert_eq!(f.evidence["sampled_handoffs"], 100.0);
     assert_eq!(f.evidence["top_waiter_site_share"], 0.8);
     assert_eq!(f.evidence["top_pair_share"], 0.8);
+    let pair = f.lock_pair.as_ref().expect("the typed pair");
+    assert_eq!(
+        (pair.waiter.as_str(), pair.waker.as_str(), pair.share),
+        (
+            f.context["waiter_site"].as_str(),
+            f.context["waker_site"].as_str(),
+            0.8
+        )
+    );
     assert_eq!(f.evidence["handoff_crossed_cpu_share"], 0.75);
     assert!((f.evidence["handoff_wake_to_return_mean_seconds"] - 300e-6).abs() < 1e-12);
     assert_eq!(f.evidence["holder_off_cpu_share"], 0.25);
