@@ -561,31 +561,46 @@ pub fn host_cpus() -> u32 {
     crate::host::online_cpus()
 }
 
-/// Builds each active container's facts from a window and its resource context over the
-/// window (see [`session::Session::window_limits`]).
-pub fn facts(
-    window: &Window,
-    paths: &HashMap<u64, String>,
-    limits: &HashMap<u64, Limits>,
-    host_cpus: u32,
-) -> Vec<Facts> {
+/// What is known of the window beyond its figures, for [`facts`]: each cgroup's path and
+/// resource context over the window, the host, how long the futex probes watched, the node's
+/// CPU manager policy, the hand-offs told apart per cgroup (with their processes' runtimes) and
+/// each cgroup's Go runtimes' mutex wait.
+pub struct FactsContext<'a> {
+    pub paths: &'a HashMap<u64, String>,
+    pub limits: &'a HashMap<u64, Limits>,
+    pub host_cpus: u32,
+    pub host: Option<HostFacts>,
+    pub futex_seconds: f64,
+    pub node_policy: Option<String>,
+    pub handoffs: HashMap<u64, (Handoffs, Vec<ProcessRuntime>)>,
+    pub go_mutex: &'a dyn Fn(u64) -> Option<GoMutexWait>,
+}
+
+/// The facts of every cgroup in `window` with a known path, each built once from the window's
+/// figures and `ctx`.
+pub fn facts(window: &Window, mut ctx: FactsContext<'_>) -> Vec<Facts> {
+    let window_seconds = window.duration.as_secs_f64();
     window
         .cgroups
         .iter()
         .filter_map(|(id, w)| {
-            let path = paths.get(id)?;
-            let l = limits.get(id);
+            let path = ctx.paths.get(id)?;
+            let l = ctx.limits.get(id);
+            let (handoffs, runtimes) = ctx.handoffs.remove(id).unwrap_or_default();
             Some(Facts {
                 cgroup_id: *id,
                 cgroup: path.clone(),
-                window_seconds: window.duration.as_secs_f64(),
-                host_cpus,
+                window_seconds,
+                host_cpus: ctx.host_cpus,
                 cpuset_cpus: l
                     .and_then(|l| l.cpuset_cpus.as_ref())
                     .map(|c| c.len() as u32),
                 quota_cores: l.and_then(|l| l.cpu_quota_cores),
                 ancestor_quota: l.and_then(|l| l.ancestor_quota.clone()),
-                cpu_pinning: Default::default(),
+                cpu_pinning: crate::identity::cpumanager::CpuPinning {
+                    node_policy: ctx.node_policy.clone(),
+                    exclusive_cpus: l.and_then(|l| l.exclusive_cpus.clone()),
+                },
                 threads: l.and_then(|l| l.threads),
                 cpu: l.map(|l| l.counters).unwrap_or_default(),
                 sched: w.sched,
@@ -595,13 +610,12 @@ pub fn facts(
                 // A container that ran in the window ran on at least one CPU: none means the
                 // switch probe did not see it, not "no CPU".
                 cpus_used: Some(w.cpus_used()).filter(|n| *n > 0),
-                futex_seconds: window.duration.as_secs_f64(),
-                // The session adds the host, and tells the hand-offs apart, over the same window.
-                host: None,
-                handoffs: Handoffs::default(),
-                runtimes: Vec::new(),
-                sites: None,
-                go_mutex: None,
+                futex_seconds: ctx.futex_seconds,
+                host: ctx.host.clone(),
+                handoffs,
+                runtimes,
+                sites: window.handoff_sites.get(id).cloned(),
+                go_mutex: (ctx.go_mutex)(*id),
             })
         })
         .collect()

@@ -31,7 +31,7 @@ use crate::{
     host::{CpuTicks, Host, Steal, read_cpu_ticks, ticks_per_second},
     identity::{
         container::parse_cgroup_path,
-        cpumanager::{CpuManagerState, CpuPinning},
+        cpumanager::CpuManagerState,
         goclock::{GoClocks, GoEdge},
         limits::{CpuCounters, Limits},
         runtime::RuntimeCache,
@@ -44,7 +44,7 @@ use crate::{
 };
 
 use super::{
-    Facts, Finding, GoMutexWait, HostFacts, diagnose, judge_network,
+    Facts, FactsContext, Finding, GoMutexWait, HostFacts, diagnose, judge_network,
     network::{net_facts, packets_did_not_fit},
     sort_findings,
 };
@@ -508,8 +508,6 @@ impl Session {
     /// The facts of every cgroup in the window, with their context over the window.
     pub fn facts(&self, window: &Window, paths: &HashMap<u64, String>) -> Vec<Facts> {
         let limits = self.window_limits(window);
-        let mut all = super::facts(window, paths, &limits, self.options.host_cpus);
-        let host = HostFacts::new(&self.host, self.steal());
         let window_seconds = window.duration.as_secs_f64();
         let futex_seconds = match (self.futex_watch, self.last_tick) {
             (FutexWatch::Always, _) => window_seconds,
@@ -519,28 +517,26 @@ impl Session {
                 .min(window_seconds),
             _ => 0.0,
         };
-        let mut runtimes = self
-            .runtimes
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let mut handoffs = tell_handoffs_apart(window, &mut runtimes);
-        for f in &mut all {
-            f.cpu_pinning = CpuPinning {
+        let handoffs = tell_handoffs_apart(
+            window,
+            &mut self
+                .runtimes
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        super::facts(
+            window,
+            FactsContext {
+                paths,
+                limits: &limits,
+                host_cpus: self.options.host_cpus,
+                host: Some(HostFacts::new(&self.host, self.steal())),
+                futex_seconds,
                 node_policy: self.cpu_manager.as_ref().map(|s| s.policy.clone()),
-                exclusive_cpus: limits
-                    .get(&f.cgroup_id)
-                    .and_then(|l| l.exclusive_cpus.clone()),
-            };
-            f.host = Some(host.clone());
-            f.futex_seconds = futex_seconds;
-            f.sites = window.handoff_sites.get(&f.cgroup_id).cloned();
-            f.go_mutex = self.go_mutex_wait(f.cgroup_id);
-            if let Some((h, procs)) = handoffs.remove(&f.cgroup_id) {
-                f.handoffs = h;
-                f.runtimes = procs;
-            }
-        }
-        all
+                handoffs,
+                go_mutex: &|id| self.go_mutex_wait(id),
+            },
+        )
     }
 
     /// A cgroup's Go runtimes' mutex waits over the window: the clock at the last edge less

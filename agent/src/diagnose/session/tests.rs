@@ -182,7 +182,10 @@ fn the_facts_say_which_containers_the_kubelet_pinned() {
         s.observe(&tick(1, &[(1, 10)]), path, Instant::now());
         s.facts(&s.window(), &HashMap::from([(1, "a".to_owned())]))
     };
-    assert_eq!(facts[0].cpu_pinning, CpuPinning::default());
+    assert_eq!(
+        facts[0].cpu_pinning,
+        crate::identity::cpumanager::CpuPinning::default()
+    );
 }
 
 #[test]
