@@ -151,7 +151,14 @@ impl Bpftrace {
         let pid = self.child.id() as libc::pid_t;
         // SAFETY: kill(2) on our own child's pid, which has not been reaped yet.
         unsafe { libc::kill(pid, libc::SIGINT) };
-        let deadline = Instant::now() + Duration::from_secs(30);
+        // Detaching its probes and printing its maps took over 30 s once in an emulated 6.12
+        // guest (the kernel matrix, 2026-11-29): a longer wait there.
+        let wait = if crate::corpus::timings_are_real() {
+            30
+        } else {
+            120
+        };
+        let deadline = Instant::now() + Duration::from_secs(wait);
         let status = loop {
             if let Some(status) = self.child.try_wait().expect("waiting for bpftrace") {
                 break status;
@@ -160,7 +167,7 @@ impl Bpftrace {
                 self.kill();
                 let (out, err) = self.collect();
                 panic!(
-                    "bpftrace did not exit within 30 s of SIGINT; stdout:\n{}\nstderr:\n{err}",
+                    "bpftrace did not exit within {wait} s of SIGINT; stdout:\n{}\nstderr:\n{err}",
                     out.join("\n")
                 );
             }
