@@ -66,12 +66,12 @@ pub fn matrix_steps() -> Vec<Step> {
             "sched_accuracy",
             "mutex_storm_switches_match_rusage_tp_btf",
         ),
-        // Futex waits, wakes, timeouts and EAGAINs against the calls the workload made.
-        test(
-            Btf,
-            "futex_locks",
-            "futex_wakes_timeouts_and_eagain_match_the_calls_made",
-        ),
+        // Not here: futex_locks' exact counts of wakes, timeouts and EAGAINs, whose oracle is
+        // bpftrace — in emulated guests it did not exit within 30 s, then 120 s, of SIGINT in
+        // 2 of 6 runs (6.12 in a CI run, 6.1 alone, 2026-11-29; its probes had attached and
+        // counted), cause not found. The futex probes still load, attach and count in the
+        // guests: the storm verdicts below rest on their figures. The exact counts are the
+        // host's (tests/tests/futex_locks.rs).
         // The storm verdict with the rule's own thresholds, inside a 0.5-CPU quota: on cpu.max
         // (the guests have only cgroup v2), with its cpu_throttling finding. Threads that
         // contend while they run (a short section): under emulation sysbench's storm hands
