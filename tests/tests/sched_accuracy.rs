@@ -208,8 +208,18 @@ fn mutex_storm_switches_match_rusage_with_the_kernels_btf_hidden() {
         nvcsw >= 200.0 && nivcsw >= 200.0,
         "the mutex storm should switch hundreds of times each way at least: {truth}"
     );
-    assert_within("voluntary switches", vol, nvcsw, 0.02);
     let threads = STORM_THREADS as f64;
+    // An exiting thread's last switch (into TASK_DEAD, after its counts were folded into the
+    // process's) is voluntary and not in rusage; without BTF the agent cannot leave it out
+    // (it reads no `exit_state`): one per thread allowed above the 2%, as for involuntary
+    // ones below (an emulated 6.12 guest read 340 against 331, 2026-11-29).
+    assert!(
+        vol >= nvcsw * 0.98 && vol <= nvcsw * 1.02 + threads,
+        "voluntary switches: agent {vol}, nvcsw {nvcsw}: allowed {} ..= {} (2%, and one per \
+         exiting thread)",
+        nvcsw * 0.98,
+        nvcsw * 1.02 + threads
+    );
     assert!(
         invol >= nivcsw * 0.98 && invol <= nivcsw * 1.02 + threads,
         "involuntary switches: agent {invol}, nivcsw {nivcsw}: allowed {} ..= {} (2%, and one \
