@@ -89,6 +89,10 @@ enum Task {
         /// The kernel series: 6.1 or 6.12 (the newest arm64 image of it in the package index).
         #[arg(long, value_parser = ["6.1", "6.12"], default_value = "6.12")]
         kernel: String,
+        /// An arm64 agent already built (`xtask build --target aarch64-unknown-linux-gnu`, or
+        /// the bare root's of `xtask test`) to check instead of building one.
+        #[arg(long, value_name = "PATH")]
+        agent: Option<PathBuf>,
     },
     /// Set up, then measure the daemon's memory on a node with many CPUs: a guest with that
     /// many vCPUs (emulated) runs `stormwatch run` with the ConfigMap's config and N live
@@ -223,7 +227,7 @@ fn main() -> ExitCode {
                 .expect("clap allows only the matrix's series");
             build_release().and_then(|bin| kernels::named(&bin, series, &tests, hide_btf))
         }),
-        Task::Arm64Check { kernel } => arm64_check(&kernel),
+        Task::Arm64Check { kernel, agent } => arm64_check(&kernel, agent),
         Task::BigNode {
             cpus,
             cgroups,
@@ -358,17 +362,23 @@ fn build_release() -> Result<PathBuf> {
     Ok(root().join("target/release/stormwatch"))
 }
 
-/// `xtask arm64-check`: the build's tools and the guest's, the arm64 agent, its `check` in a
-/// guest of `kernel`'s series.
-fn arm64_check(kernel: &str) -> Result<()> {
+/// `xtask arm64-check`: the build's tools and the guest's, the arm64 agent (`agent`, or built
+/// now), its `check` in a guest of `kernel`'s series.
+fn arm64_check(kernel: &str, agent: Option<PathBuf>) -> Result<()> {
     setup::build()?;
     setup::arm64_guest()?;
     let series = kernels::SERIES
         .into_iter()
         .find(|s| *s == kernel)
         .expect("clap allows only the matrix's series");
-    let target = cross::target("aarch64-unknown-linux-gnu").expect("a target of cross::TARGETS");
-    let bin = cross::build(target)?;
+    let bin = match agent {
+        Some(bin) => bin,
+        None => {
+            let target =
+                cross::target("aarch64-unknown-linux-gnu").expect("a target of cross::TARGETS");
+            cross::build(target)?
+        }
+    };
     arm64::check(&bin, series)
 }
 
