@@ -4,7 +4,8 @@
 //! Data flows one way: `probes` read the kernel's maps → `collect` turns them into snapshots
 //! and windows → `pipeline` names the cgroups (`identity`, `netinfo`) → `diagnose` judges the
 //! windows → `report` (`trace`'s documents) and `export` (`/metrics`) present them → `cli` runs
-//! it all, for a duration (`trace`, `diagnose`, `check`) or as a daemon (`run`).
+//! it all through one `engine`, for a duration (`trace`, `diagnose`, `check`) or as a daemon
+//! (`run`).
 //!
 //! # Layers
 //!
@@ -18,9 +19,14 @@
 //! (`xtask test` runs it).
 //!
 //! - [`cli`]: the front ends, one module per subcommand (`check`, `trace`, `diagnose`, `run`):
-//!   arguments → pipeline and diagnosis session → output; also the daemon's loop, and when it
-//!   attaches the on-demand probes. Nothing imports it.
+//!   arguments → [`engine`] → output (the table, the documents, the daemon's endpoint and its
+//!   loop). Nothing imports it.
 //!   May import: any module below.
+//! - [`engine`]: one engine for every front end: a tick steps the pipeline's window into the
+//!   diagnosis session, a judgement of its window says what it found and what it asks of the
+//!   on-demand probes, which it attaches or detaches; the clock of a front end that runs for a
+//!   duration.
+//!   May import: `diagnose`, `pipeline`, `probes`, `collect`, `identity`, `netinfo`, `memory`.
 //! - [`config`]: `stormwatch run`'s configuration: the TOML file, the environment and the flags,
 //!   merged (flags > environment > file > defaults), and the validators they share.
 //!   May import: `export` (the endpoint's limits), `diagnose` (the thresholds), `probes` (when
@@ -83,6 +89,7 @@ pub mod collect;
 pub mod config;
 pub mod counters;
 pub mod diagnose;
+pub mod engine;
 pub mod export;
 pub mod files;
 pub mod host;

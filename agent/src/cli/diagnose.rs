@@ -9,17 +9,16 @@ use crate::{
     diagnose::{
         FindingReport, RULES, Thresholds, host_cpus,
         rules::{GoStormFigures, StormFigures},
-        session::Session,
     },
+    engine::{Clock, Engine, EngineOptions},
     host::HostReport,
     identity::CgroupResolver,
-    pipeline::Pipeline,
     privileges,
     probes::LoadOptions,
     report::WindowEdges,
 };
 
-use super::{DiagnoseArgs, probes_attached, session_options};
+use super::DiagnoseArgs;
 
 /// Exit status when findings were reported (0: none; 1: error; 2: bad usage).
 pub const EXIT_FINDINGS: u8 = 3;
@@ -96,51 +95,44 @@ fn top_checks<F>(
 pub async fn run(args: DiagnoseArgs) -> anyhow::Result<u8> {
     privileges::require()?;
     let resolver = CgroupResolver::discover()?;
-    let options = LoadOptions {
-        btf_file: args.btf.clone(),
-        call_sites: !args.no_call_sites,
-        ..LoadOptions::default()
-    };
-    let mut pipeline = Pipeline::start(&options, resolver)?;
     let interval = Duration::from_secs(1);
     // The whole duration is the window the rules judge.
-    let mut session = Session::new(
-        session_options(&pipeline, None, interval, Thresholds::default()),
-        crate::diagnose::session::cgroupfs_reader(),
-        pipeline.resolver.known(),
-    );
+    let options = EngineOptions {
+        load: LoadOptions {
+            btf_file: args.btf.clone(),
+            call_sites: !args.no_call_sites,
+            ..LoadOptions::default()
+        },
+        span: None,
+        interval,
+        thresholds: Thresholds::default(),
+        packet_survey: Duration::ZERO,
+    };
+    let mut engine = Engine::start(resolver, options, |_| {})?;
     let duration = Duration::from_secs_f64(args.duration);
-    let (attached, total) = probes_attached(&pipeline);
+    let (attached, total) = engine.probes_attached();
     eprintln!(
         "stormwatch: watching this host for {:.0}s ({attached}/{total} probes attached)",
         duration.as_secs_f64(),
     );
-    let started = pipeline.started_at();
-    let deadline = tokio::time::Instant::from_std(started + duration);
-    let mut next = tokio::time::Instant::from_std(started) + interval;
-    let ctrl_c = tokio::signal::ctrl_c();
-    tokio::pin!(ctrl_c);
+    let mut clock = Clock::new(engine.pipeline.started_at(), interval, Some(duration));
     let interrupted = loop {
-        let interrupted = tokio::select! {
-            _ = tokio::time::sleep_until(next.min(deadline)) => false,
-            _ = &mut ctrl_c => true,
-        };
-        let window = pipeline.tick()?;
-        let resolver = &pipeline.resolver;
-        session.observe(&window, |id| resolver.path(id), std::time::Instant::now());
-        if interrupted || tokio::time::Instant::now() >= deadline {
+        let interrupted = clock.wait().await;
+        engine.tick()?;
+        // The whole run is the window, and the report names what it held: nothing is
+        // forgotten.
+        if clock.over(interrupted) {
             break interrupted;
         }
-        next += interval;
     };
-    let net = session.network(&pipeline.seen_interfaces());
-    let findings = session.judge(pipeline.paths(), net.as_ref());
+    let findings = engine.judge().judgement.findings;
+    let (pipeline, session) = (&engine.pipeline, &engine.session);
     let window = session.window();
     let limits = session.window_limits(&window);
-    let ctx = crate::report::ReportContext::of(&pipeline, &limits);
+    let ctx = crate::report::ReportContext::of(pipeline, &limits);
     if let Some(dir) = &args.pprof {
         let rows = crate::report::containers(&window, &ctx, |_, _| true);
-        super::write_lock_profiles(dir, &pipeline, &window, &rows)?;
+        super::write_lock_profiles(dir, pipeline, &window, &rows)?;
     }
     let facts = session.facts(&window, pipeline.paths());
     let thresholds = &session.options().thresholds;

@@ -5,19 +5,9 @@ pub mod diagnose;
 pub mod run;
 pub mod trace;
 
-use std::time::Duration;
-
 use clap::{Args, Parser, Subcommand};
 
-use crate::{
-    config::positive_seconds,
-    diagnose::{
-        Thresholds, host_cpus,
-        session::{NetworkOptions, SessionOptions},
-    },
-    pipeline::Pipeline,
-    probes::Family,
-};
+use crate::{config::positive_seconds, pipeline::Pipeline, probes::Family};
 
 /// Node diagnostics from eBPF: per-container scheduler figures, lock waits and what they mean.
 #[derive(Debug, Parser)]
@@ -325,55 +315,6 @@ pub fn write_lock_profiles(
         eprintln!("  {name}: {}", path.display());
     }
     Ok(())
-}
-
-/// The diagnosis session's options for a pipeline: the network rules when its probes are
-/// loaded. `span`: the sliding window (`None`: the whole run).
-pub fn session_options(
-    pipeline: &Pipeline,
-    span: Option<Duration>,
-    interval: Duration,
-    thresholds: Thresholds,
-) -> SessionOptions {
-    let avail = pipeline.availability().net;
-    let with_net = avail != crate::collect::NetAvailability::default();
-    SessionOptions {
-        span,
-        interval,
-        thresholds,
-        host_cpus: host_cpus(),
-        cpu_manager_state: [
-            crate::identity::cpumanager::DEFAULT_STATE_FILE,
-            crate::identity::cpumanager::HOST_STATE_FILE,
-        ]
-        .map(std::path::PathBuf::from)
-        .to_vec(),
-        // Pressure over the window is a figure of trace's document; the daemon exports none,
-        // so it does not read `cpu.pressure` at every step of every active cgroup.
-        window_pressure: span.is_none(),
-        network: with_net.then(|| NetworkOptions {
-            avail,
-            v2_root: pipeline.resolver.root().to_path_buf(),
-            host_netns: pipeline.host_netns,
-            // A sliding window is the daemon's: it re-reads the inventory at every step.
-            inventory_max_age: if span.is_some() {
-                INVENTORY_MAX_AGE
-            } else {
-                Duration::ZERO
-            },
-        }),
-    }
-}
-
-/// How long the daemon reuses the namespaces' links and routes while no namespace comes or goes:
-/// an MTU changed by hand shows in the inventory within a minute (the probes' per-packet MTU at
-/// once).
-const INVENTORY_MAX_AGE: Duration = Duration::from_secs(60);
-
-/// Probes attached, of those tried.
-pub fn probes_attached(pipeline: &Pipeline) -> (usize, usize) {
-    let status = &pipeline.probes.status;
-    (status.iter().filter(|s| s.attached()).count(), status.len())
 }
 
 #[cfg(test)]

@@ -25,10 +25,7 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use crate::{
     config::{Config, Flags},
-    diagnose::{
-        Kind,
-        session::{FutexWatch, Session, cgroupfs_reader},
-    },
+    engine::{Engine, EngineOptions, Ticked},
     export::{
         metrics::Renderer,
         network::Owner,
@@ -39,13 +36,10 @@ use crate::{
     identity::CgroupResolver,
     pipeline::Pipeline,
     privileges,
-    probes::{
-        LoadOptions, Tier,
-        demand::{Asks, Controller, Steered},
-    },
+    probes::{LoadOptions, Tier},
 };
 
-use super::{RunArgs, probes_attached, session_options};
+use super::RunArgs;
 
 /// How long, after the signal, requests in flight may take to finish.
 const DRAIN_TIMEOUT: Duration = Duration::from_millis(500);
@@ -220,8 +214,8 @@ async fn daemon(config: Config, web: Arc<WebConfig>) -> anyhow::Result<u8> {
     shared.set_ready(!*stopping.borrow());
     // The loop starts now: /healthz counts from here, whatever the interval.
     shared.ran();
-    let (attached, total) = probes_attached(&daemon.pipeline);
-    let probes = &daemon.pipeline.probes;
+    let (attached, total) = daemon.engine.probes_attached();
+    let probes = &daemon.engine.pipeline.probes;
     let tiers: Vec<&str> = Tier::ALL
         .into_iter()
         .filter(|tier| probes.on_demand(*tier))
@@ -272,16 +266,13 @@ async fn drain(server: tokio::task::JoinHandle<std::io::Result<()>>) {
     }
 }
 
-/// The collection side: the pipeline and what is kept between ticks.
+/// The collection side: the engine and what the endpoint is given.
 struct Daemon {
-    pipeline: Pipeline,
+    /// The probes and the diagnosis over a sliding window: the same engine as `diagnose`'s.
+    engine: Engine,
     exporter: Arc<Mutex<Exporter>>,
-    /// The diagnosis over a sliding window: the same engine as `diagnose`'s.
-    session: Session,
     /// Keeps the kernel's BPF run-time statistics on while the daemon runs.
     _bpf_stats: Option<OwnedFd>,
-    /// When each tier of on-demand programs is attached ([`crate::probes::demand`]).
-    tiers: Controller,
     /// What the endpoint serves besides the metrics: the lock profiles.
     shared: Arc<Shared>,
 }
@@ -294,17 +285,24 @@ impl Daemon {
     ) -> anyhow::Result<Self> {
         privileges::require()?;
         let resolver = CgroupResolver::discover()?;
-        let options = LoadOptions {
-            max_cgroups: config.max_cgroups,
-            wake_kinds: config.wake_kinds,
-            futex: config.futex_probes,
-            net_packets: config.net_packet_probes,
-            btf_file: config.btf_file.clone(),
-            call_sites: config.call_sites,
-            call_site_lines: false,
-            ..LoadOptions::default()
+        let options = EngineOptions {
+            load: LoadOptions {
+                max_cgroups: config.max_cgroups,
+                wake_kinds: config.wake_kinds,
+                futex: config.futex_probes,
+                net_packets: config.net_packet_probes,
+                btf_file: config.btf_file.clone(),
+                call_sites: config.call_sites,
+                call_site_lines: false,
+                ..LoadOptions::default()
+            },
+            span: Some(Duration::from_secs_f64(config.diagnosis_window_seconds)),
+            interval: Duration::from_secs_f64(config.interval_seconds),
+            thresholds: config.thresholds.clone(),
+            packet_survey: Duration::from_secs_f64(config.net_packet_survey_seconds.max(0.0)),
         };
-        let pipeline = Pipeline::start(&options, resolver)?;
+        let engine = Engine::start(resolver, options, |_| {})?;
+        let pipeline = &engine.pipeline;
         let bpf_stats = if config.bpf_stats {
             match aya::sys::enable_stats(aya::sys::Stats::RunTime) {
                 Ok(fd) => Some(fd),
@@ -329,42 +327,22 @@ impl Daemon {
             e.bpf_stats_enabled = bpf_stats.is_some() || sysctl_bpf_stats();
             e.host_steal_seconds = crate::host::steal_seconds_since_boot();
         }
-        let mut session = Session::new(
-            session_options(
-                &pipeline,
-                Some(Duration::from_secs_f64(config.diagnosis_window_seconds)),
-                Duration::from_secs_f64(config.interval_seconds),
-                config.thresholds.clone(),
-            ),
-            cgroupfs_reader(),
-            pipeline.resolver.known(),
-        );
         {
             let mut e = exporter.lock().unwrap_or_else(PoisonError::into_inner);
             // The host as the session read it: /metrics and the rules describe the same host.
-            e.host = Some(session.host().clone());
+            e.host = Some(engine.session.host().clone());
             // The MTU inventory from the start (then re-read with each diagnosis step), of the
             // namespaces the session's first step just found (the session has the network
             // rules exactly when network probes are attached).
-            if let Some(walk) = session.current_walk() {
+            if let Some(walk) = engine.session.current_walk() {
                 e.network
                     .set_inventory(&crate::netinfo::inventory::collect(walk));
             }
         }
-        if pipeline.probes.on_demand(Tier::Futex) {
-            session.set_futex_watch(FutexWatch::Off);
-        }
-        let tiers = Controller::new(
-            &pipeline.probes,
-            Duration::from_secs_f64(config.diagnosis_window_seconds),
-            Duration::from_secs_f64(config.net_packet_survey_seconds.max(0.0)),
-        );
         Ok(Self {
-            pipeline,
+            engine,
             exporter,
-            session,
             _bpf_stats: bpf_stats,
-            tiers,
             shared,
         })
     }
@@ -373,40 +351,31 @@ impl Daemon {
     /// window covers the gap.
     fn collect(&mut self) {
         let started = Instant::now();
-        let window = self.pipeline.tick();
+        let ticked = self.engine.tick();
         // What the self-metrics show, read before taking the exporter's lock.
+        let probes = &self.engine.pipeline.probes;
         let own = OwnFigures {
-            lost_events: self.pipeline.probes.probe_errors(),
-            programs: self.pipeline.probes.program_stats(),
+            lost_events: probes.probe_errors(),
+            programs: probes.program_stats(),
             bpf_stats_enabled: self._bpf_stats.is_some() || sysctl_bpf_stats(),
             host_steal_seconds: crate::host::steal_seconds_since_boot(),
         };
         let exporter = Arc::clone(&self.exporter);
-        // Whether this collection's judgement found a lock storm, and whether some container
-        // looked like one from its scheduler figures (None: nothing judged).
-        let mut storm_found = None;
-        let mut candidate = false;
-        // Whether packets did not fit somewhere over the diagnosis window.
-        let mut misfits = false;
-        match window {
-            Ok(window) => {
-                let p = &self.pipeline;
-                let resolver = &p.resolver;
+        // What this collection's judgement asks of the on-demand probes (None: nothing judged).
+        let mut asks = None;
+        match ticked {
+            Ok(Ticked { window, stepped }) => {
+                let engine = &self.engine;
+                let p = &engine.pipeline;
                 // The diagnosis first, without the exporter's lock: a scrape renders under it,
                 // and waits only while the exporter's state is updated.
-                let step_done = self
-                    .session
-                    .observe(&window, |id| resolver.path(id), started);
-                let alive = |id: u64| resolver.path(id).is_some();
-                let limits = self.session.latest_limits(window.cgroups.keys());
+                let alive = |id: u64| p.resolver.path(id).is_some();
+                let limits = engine.session.latest_limits(window.cgroups.keys());
                 let ctx = crate::report::ReportContext::of(p, &limits);
-                let judged = step_done.then(|| {
-                    let net = self.session.network(&p.seen_interfaces());
-                    let judgement = self.session.judgement(p.paths(), net.as_ref());
-                    candidate = judgement.storm_candidate;
-                    misfits = judgement.packets_did_not_fit;
-                    let profiles = lock_profiles(&judgement, p.paths(), ctx.identities);
-                    (net, judgement.findings, profiles)
+                let judged = stepped.then(|| {
+                    let judged = engine.judge();
+                    let profiles = lock_profiles(&judged.judgement, p.paths(), ctx.identities);
+                    (judged, profiles)
                 });
                 let mut e = exporter.lock().unwrap_or_else(PoisonError::into_inner);
                 e.cgroups.apply(
@@ -420,27 +389,25 @@ impl Daemon {
                     alive,
                 );
                 update_network(p, &mut e, &window, ctx.identities);
-                if let Some((net, findings, profiles)) = judged {
+                if let Some((judged, profiles)) = judged {
                     self.shared.set_profiles(profiles);
-                    storm_found = Some(findings.iter().any(|f| f.kind == Kind::LockStorm));
+                    asks = Some(judged.asks());
                     // The inventory the diagnosis reads is the one the MTU gauges show.
-                    if let Some(state) = &net {
+                    if let Some(state) = &judged.net {
                         e.network.set_inventory(&state.namespaces);
                     }
-                    e.findings = findings
+                    e.findings = judged
+                        .judgement
+                        .findings
                         .iter()
                         .map(|f| ActiveFinding::new(f, ctx.identities.get(&f.cgroup_id)))
                         .collect();
                 }
-                self.session.forget(alive);
                 // Names of removed cgroups are needed only while the diagnosis window has them
                 // (the exported series keep their own copy).
-                let session = &self.session;
-                self.pipeline
-                    .forget_names(|id| session.contains(id), |_| false);
+                self.engine.forget(|_| false, |_| false);
                 // What the caches hold now, past this collection's forgetting.
-                e.caches = self.pipeline.cache_sizes();
-                e.caches.extend(self.session.cache_sizes());
+                e.caches = self.engine.cache_sizes();
                 own.set(&mut e, started);
             }
             Err(err) => {
@@ -450,21 +417,9 @@ impl Daemon {
                 own.set(&mut e, started);
             }
         }
-        if let Some(storm) = storm_found {
-            let now = Instant::now();
-            let asks = Asks {
-                storm,
-                storm_candidate: candidate,
-                packets_did_not_fit: misfits,
-            };
-            let changes = self.tiers.judged(&mut self.pipeline.probes, asks, now);
+        if let Some(asks) = asks {
+            let changes = self.engine.steer(asks, Instant::now());
             for change in &changes {
-                if change.tier == Tier::Futex {
-                    self.session.set_futex_watch(match change.steered {
-                        Steered::Attached => FutexWatch::Since(now),
-                        Steered::Detached | Steered::Abandoned => FutexWatch::Off,
-                    });
-                }
                 if let Some(line) = change.message() {
                     log::info!("{line}");
                 }
@@ -472,8 +427,8 @@ impl Daemon {
             if !changes.is_empty() {
                 // Show it (`stormwatch_probe_attached`).
                 let mut e = self.exporter.lock().unwrap_or_else(PoisonError::into_inner);
-                e.avail = self.pipeline.availability();
-                e.probes = self.pipeline.probes.status.clone();
+                e.avail = self.engine.pipeline.availability();
+                e.probes = self.engine.pipeline.probes.status.clone();
             }
         }
     }

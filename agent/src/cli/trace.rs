@@ -10,10 +10,8 @@ use anyhow::Context as _;
 
 use crate::{
     collect::Window,
-    diagnose::{
-        FindingReport, Thresholds,
-        session::{Session, cgroupfs_reader},
-    },
+    diagnose::{FindingReport, Thresholds, session::Session},
+    engine::{Clock, Engine, EngineOptions},
     host::HostReport,
     identity::{CgroupResolver, is_within},
     pipeline::Pipeline,
@@ -22,7 +20,7 @@ use crate::{
     report::{ContainerReport, TraceReport, WindowEdges, containers, network},
 };
 
-use super::{TraceArgs, probes_attached, session_options};
+use super::TraceArgs;
 
 /// Default duration of a `--json` trace.
 const DEFAULT_JSON_DURATION: f64 = 10.0;
@@ -42,26 +40,30 @@ pub async fn run(args: TraceArgs) -> anyhow::Result<()> {
         (None, false) => None,
     };
     let interval = Duration::from_secs_f64(args.interval);
-    let options = LoadOptions {
-        force_tracepoints: args.force_tracepoints,
-        call_sites: !args.no_call_sites,
-        waits_from_wakeups: args.waits_from_wakeups,
-        families: args.probes.clone(),
-        btf_file: args.btf.clone(),
-        ..LoadOptions::default()
+    let options = EngineOptions {
+        load: LoadOptions {
+            force_tracepoints: args.force_tracepoints,
+            call_sites: !args.no_call_sites,
+            waits_from_wakeups: args.waits_from_wakeups,
+            families: args.probes.clone(),
+            btf_file: args.btf.clone(),
+            ..LoadOptions::default()
+        },
+        // The diagnosis session over the whole trace: the JSON document's limits and findings
+        // are the same as `diagnose`'s for the same window. The live table shows one interval
+        // at a time and no findings: a window of one interval.
+        span: (!args.json).then_some(interval),
+        interval,
+        thresholds: Thresholds::default(),
+        packet_survey: Duration::ZERO,
     };
-    let mut pipeline = Pipeline::start(&options, resolver)?;
-    // The diagnosis session over the whole trace: the JSON document's limits and findings
-    // are the same as `diagnose`'s for the same window.
-    let mut session_opts = session_options(&pipeline, None, interval, Thresholds::default());
-    if !args.json {
-        // The live table shows one interval at a time and no findings: a window of one
-        // interval, and no namespace counters to keep.
-        session_opts.span = Some(interval);
-        session_opts.network = None;
-    }
-    let mut session = Session::new(session_opts, cgroupfs_reader(), pipeline.resolver.known());
-    let (attached, total) = probes_attached(&pipeline);
+    let mut engine = Engine::start(resolver, options, |session| {
+        if !args.json {
+            // No namespace counters to keep for the table.
+            session.network = None;
+        }
+    })?;
+    let (attached, total) = engine.probes_attached();
     eprintln!(
         "stormwatch: tracing with {attached}/{total} probes attached{}",
         match duration {
@@ -73,65 +75,54 @@ pub async fn run(args: TraceArgs) -> anyhow::Result<()> {
     let keep = |_: u64, path: Option<&str>| {
         filters.is_empty() || path.is_some_and(|p| filters.iter().any(|f| is_within(p, f)))
     };
-    let started = pipeline.started_at();
-    let deadline = duration.map(|d| tokio::time::Instant::from_std(started + d));
     let mut total = Window::empty();
-    let mut next_tick = tokio::time::Instant::from_std(started) + interval;
-    let ctrl_c = tokio::signal::ctrl_c();
-    tokio::pin!(ctrl_c);
+    let mut clock = Clock::new(engine.pipeline.started_at(), interval, duration);
     let is_tty = std::io::stdout().is_terminal();
     loop {
-        let wake = match deadline {
-            Some(d) => next_tick.min(d),
-            None => next_tick,
-        };
-        let interrupted = tokio::select! {
-            _ = tokio::time::sleep_until(wake) => false,
-            _ = &mut ctrl_c => true,
-        };
-        let window = pipeline.tick()?;
-        let resolver = &pipeline.resolver;
-        session.observe(&window, |id| resolver.path(id), std::time::Instant::now());
+        let interrupted = clock.wait().await;
+        let window = engine.tick()?.window;
         total.extend(&window);
         if !args.json {
-            let limits = session.latest_limits(window.cgroups.keys());
+            let limits = engine.session.latest_limits(window.cgroups.keys());
             let rows = containers(
                 &window,
-                &crate::report::ReportContext::of(&pipeline, &limits),
+                &crate::report::ReportContext::of(&engine.pipeline, &limits),
                 keep,
             );
-            print_table(&rows, &window, &pipeline.probes.probe_errors(), is_tty)?;
+            print_table(
+                &rows,
+                &window,
+                &engine.pipeline.probes.probe_errors(),
+                is_tty,
+            )?;
         }
-        let done = interrupted || deadline.is_some_and(|d| tokio::time::Instant::now() >= d);
-        if done {
+        if clock.over(interrupted) {
             break;
         }
-        next_tick += interval;
         // Names of removed cgroups and exited processes are kept only while the JSON total
         // still needs them.
         if args.json {
-            pipeline.forget_names(
+            engine.forget(
                 |id| total.cgroups.contains_key(&id),
                 |tgid| total.hot_futexes.keys().any(|k| k.tgid == tgid),
             );
         } else {
-            pipeline.forget_names(|_| false, |_| false);
-            let resolver = &pipeline.resolver;
-            session.forget(|id| resolver.path(id).is_some());
+            engine.forget(|_| false, |_| false);
         }
     }
+    let (pipeline, session) = (&engine.pipeline, &engine.session);
 
     if let Some(dir) = &args.pprof {
         let limits = session.window_limits(&total);
         let rows = containers(
             &total,
-            &crate::report::ReportContext::of(&pipeline, &limits),
+            &crate::report::ReportContext::of(pipeline, &limits),
             keep,
         );
-        super::write_lock_profiles(dir, &pipeline, &total, &rows)?;
+        super::write_lock_profiles(dir, pipeline, &total, &rows)?;
     }
     if args.json {
-        let report = json_report(&pipeline, &session, &total, keep);
+        let report = json_report(pipeline, session, &total, keep);
         let mut out = std::io::stdout().lock();
         serde_json::to_writer_pretty(&mut out, &report).context("writing the report")?;
         writeln!(out)?;
