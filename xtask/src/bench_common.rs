@@ -175,12 +175,6 @@ tracepoint:syscalls:sys_enter_futex { }
 tracepoint:syscalls:sys_exit_futex { }
 "#;
 
-/// Empty programs on the two tracepoints the network probes count packets at: their floor.
-pub(crate) const BPFTRACE_EMPTY_NET: &str = r#"
-tracepoint:net:net_dev_start_xmit { }
-tracepoint:net:netif_receive_skb { }
-"#;
-
 /// The median (the mean of the middle two for an even count; NaN of nothing). The tests'
 /// (`tests/src/stats.rs`) is the upper of the middle two instead, and xtask does not depend on
 /// that crate: the benchmarks keep this one.

@@ -176,9 +176,10 @@ enum Task {
         #[arg(long, conflicts_with_all = ["daemon_only", "lock_storm_only", "futex_only"])]
         sched_only: bool,
         /// Only what each BPF program costs per run (the kernel's run-time statistics) under
-        /// the switch storm, the futex stressor and UDP over loopback, stormwatch's against the
-        /// floor and bpftrace; `--programs net` (or `sched`, `futex`, comma-separated) runs only
-        /// those workloads.
+        /// the switch storm, the futex stressor, UDP over loopback and a kernel-lock storm,
+        /// stormwatch's against the empty program on the same hook (the floor) and bpftrace;
+        /// `--programs net` (or `sched`, `futex`, `locks`, comma-separated) runs only those
+        /// workloads.
         #[arg(
             long,
             num_args = 0..,

@@ -105,9 +105,15 @@ pub enum Family {
     Locks,
     /// Packets per interface against the MTU, per-container traffic, drops, TCP retransmits.
     Net,
-    /// Empty programs on sched_switch and sched_wakeup: the overhead benchmark's floor.
+    /// Empty tp_btf programs on the scheduler probes' tracepoints: the benchmark's floor.
     #[value(hide = true)]
     EmptySched,
+    /// Empty tp_btf programs on the network probes' per-packet tracepoints.
+    #[value(hide = true)]
+    EmptyNet,
+    /// Empty tp_btf programs on the lock probes' tracepoints.
+    #[value(hide = true)]
+    EmptyLocks,
 }
 
 impl Family {
@@ -317,16 +323,53 @@ fn families(options: &LoadOptions) -> Vec<Box<dyn ProbeFamily>> {
                 Family::Net => Box::new(net::NetProbes {
                     packets_on_demand: options.net_packets == NetPacketTier::OnDemand,
                 }),
-                Family::EmptySched => Box::new(EmptySchedProbes),
+                Family::EmptySched => Box::new(EmptyProbes(EMPTY_SCHED)),
+                Family::EmptyNet => Box::new(EmptyProbes(EMPTY_NET)),
+                Family::EmptyLocks => Box::new(EmptyProbes(EMPTY_LOCKS)),
             }
         })
         .collect()
 }
 
-/// The benchmark floor: empty tp_btf programs on `sched_switch` and `sched_wakeup`.
-pub(super) struct EmptySchedProbes;
+/// The benchmark's floor: empty tp_btf programs, each on the tracepoint of one of ours
+/// (`(tracepoint, program)`).
+pub(super) struct EmptyProbes(&'static [(&'static str, &'static str)]);
 
-impl ProbeFamily for EmptySchedProbes {
+/// The scheduler probes' four tracepoints.
+const EMPTY_SCHED: &[(&str, &str)] = {
+    use stormwatch_common::programs::{
+        BENCH_EMPTY_SWITCH, BENCH_EMPTY_WAKEUP, BENCH_EMPTY_WAKEUP_NEW, BENCH_EMPTY_WAKING,
+    };
+    &[
+        (sched::SWITCH, BENCH_EMPTY_SWITCH),
+        (sched::WAKEUP, BENCH_EMPTY_WAKEUP),
+        (sched::WAKEUP_NEW, BENCH_EMPTY_WAKEUP_NEW),
+        (sched::WAKING, BENCH_EMPTY_WAKING),
+    ]
+};
+
+/// The network probes' per-packet tracepoints and the drops'.
+const EMPTY_NET: &[(&str, &str)] = {
+    use stormwatch_common::programs::{
+        BENCH_EMPTY_KFREE_SKB, BENCH_EMPTY_RECEIVE, BENCH_EMPTY_XMIT,
+    };
+    &[
+        (net::XMIT, BENCH_EMPTY_XMIT),
+        (net::RECEIVE, BENCH_EMPTY_RECEIVE),
+        (net::KFREE_SKB, BENCH_EMPTY_KFREE_SKB),
+    ]
+};
+
+/// The lock probes' two tracepoints.
+const EMPTY_LOCKS: &[(&str, &str)] = {
+    use stormwatch_common::programs::{BENCH_EMPTY_LOCK_BEGIN, BENCH_EMPTY_LOCK_END};
+    &[
+        (locks::BEGIN, BENCH_EMPTY_LOCK_BEGIN),
+        (locks::END, BENCH_EMPTY_LOCK_END),
+    ]
+};
+
+impl ProbeFamily for EmptyProbes {
     fn name(&self) -> &'static str {
         "empty (benchmark floor)"
     }
@@ -336,27 +379,18 @@ impl ProbeFamily for EmptySchedProbes {
     }
 
     fn attach(&self, ebpf: &mut Ebpf, facts: &KernelFacts) -> Vec<ProbeStatus> {
-        use stormwatch_common::programs::{
-            BENCH_EMPTY_SWITCH, BENCH_EMPTY_WAKEUP, BENCH_EMPTY_WAKEUP_NEW, BENCH_EMPTY_WAKING,
-        };
-        // The same four tracepoints as the scheduler probes.
-        [
-            (sched::SWITCH, BENCH_EMPTY_SWITCH),
-            (sched::WAKEUP, BENCH_EMPTY_WAKEUP),
-            (sched::WAKEUP_NEW, BENCH_EMPTY_WAKEUP_NEW),
-            (sched::WAKING, BENCH_EMPTY_WAKING),
-        ]
-        .into_iter()
-        .map(|(tracepoint, program)| {
-            let (_, event) = tracepoint.split_once(':').expect("category:event");
-            let result = attach_btf(ebpf, program, event, facts);
-            ProbeStatus {
-                tracepoint,
-                kind: result.is_ok().then_some(AttachKind::TpBtf),
-                note: result.err().map(|e| one_line(&e)),
-            }
-        })
-        .collect()
+        self.0
+            .iter()
+            .map(|&(tracepoint, program)| {
+                let (_, event) = tracepoint.split_once(':').expect("category:event");
+                let result = attach_btf(ebpf, program, event, facts);
+                ProbeStatus {
+                    tracepoint,
+                    kind: result.is_ok().then_some(AttachKind::TpBtf),
+                    note: result.err().map(|e| one_line(&e)),
+                }
+            })
+            .collect()
     }
 }
 

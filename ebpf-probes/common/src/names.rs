@@ -182,4 +182,9 @@ pub mod programs {
     pub const BENCH_EMPTY_WAKEUP: &str = "bench_empty_wakeup";
     pub const BENCH_EMPTY_WAKEUP_NEW: &str = "bench_empty_wakeup_new";
     pub const BENCH_EMPTY_WAKING: &str = "bench_empty_waking";
+    pub const BENCH_EMPTY_XMIT: &str = "bench_empty_xmit";
+    pub const BENCH_EMPTY_RECEIVE: &str = "bench_empty_receive";
+    pub const BENCH_EMPTY_KFREE_SKB: &str = "bench_empty_kfree_skb";
+    pub const BENCH_EMPTY_LOCK_BEGIN: &str = "bench_empty_lock_begin";
+    pub const BENCH_EMPTY_LOCK_END: &str = "bench_empty_lock_end";
 }

@@ -1,6 +1,7 @@
-//! Empty programs on the scheduler tracepoints: the benchmark's floor, i.e. what merely
-//! attaching a tp_btf program to the four tracepoints the scheduler probes use costs. Never
-//! attached by the agent in normal use.
+//! Empty programs on every tracepoint the probes attach with tp_btf: the benchmark's floor,
+//! i.e. what merely attaching a tp_btf program to a hook costs (`xtask bench --programs`
+//! measures each of our programs against the empty one on its hook). Never attached by the
+//! agent in normal use (the hidden families `empty-sched`, `empty-net`, `empty-locks`).
 
 use aya_ebpf::{macros::btf_tracepoint, programs::BtfTracePointContext};
 
@@ -21,5 +22,30 @@ pub fn bench_empty_wakeup_new(_ctx: BtfTracePointContext) -> i32 {
 
 #[btf_tracepoint(function = "sched_waking")]
 pub fn bench_empty_waking(_ctx: BtfTracePointContext) -> i32 {
+    0
+}
+
+#[btf_tracepoint(function = "net_dev_start_xmit")]
+pub fn bench_empty_xmit(_ctx: BtfTracePointContext) -> i32 {
+    0
+}
+
+#[btf_tracepoint(function = "netif_receive_skb")]
+pub fn bench_empty_receive(_ctx: BtfTracePointContext) -> i32 {
+    0
+}
+
+#[btf_tracepoint(function = "kfree_skb")]
+pub fn bench_empty_kfree_skb(_ctx: BtfTracePointContext) -> i32 {
+    0
+}
+
+#[btf_tracepoint(function = "contention_begin")]
+pub fn bench_empty_lock_begin(_ctx: BtfTracePointContext) -> i32 {
+    0
+}
+
+#[btf_tracepoint(function = "contention_end")]
+pub fn bench_empty_lock_end(_ctx: BtfTracePointContext) -> i32 {
     0
 }
