@@ -10,11 +10,10 @@ use anyhow::Context as _;
 
 use crate::{
     collect::Window,
-    diagnose::{FindingReport, Thresholds, session::Session},
-    engine::{Clock, Engine, EngineOptions},
+    diagnose::{FindingReport, Thresholds},
+    engine::{Clock, Engine, EngineOptions, Judged},
     host::HostReport,
     identity::{CgroupResolver, is_within},
-    pipeline::Pipeline,
     privileges,
     probes::LoadOptions,
     report::{ContainerReport, TraceReport, WindowEdges, containers, network},
@@ -122,7 +121,7 @@ pub async fn run(args: TraceArgs) -> anyhow::Result<()> {
         super::write_lock_profiles(dir, pipeline, &total, &rows)?;
     }
     if args.json {
-        let report = json_report(pipeline, session, &total, keep);
+        let report = json_report(&engine, &total, keep);
         let mut out = std::io::stdout().lock();
         serde_json::to_writer_pretty(&mut out, &report).context("writing the report")?;
         writeln!(out)?;
@@ -133,14 +132,14 @@ pub async fn run(args: TraceArgs) -> anyhow::Result<()> {
 /// The JSON document of the whole trace: the window's figures per container, the network,
 /// the findings over the same window, and how the probes are attached.
 fn json_report(
-    pipeline: &Pipeline,
-    session: &Session,
+    engine: &Engine,
     total: &Window,
     keep: impl Fn(u64, Option<&str>) -> bool,
 ) -> TraceReport {
-    let net = session.network(&pipeline.seen_interfaces());
+    let (pipeline, session) = (&engine.pipeline, &engine.session);
+    let Judged { net, judgement } = engine.judge();
+    let findings = judgement.findings;
     let net_avail = pipeline.availability().net;
-    let findings = session.judge(pipeline.paths(), net.as_ref());
     let limits = session.window_limits(total);
     let ctx = crate::report::ReportContext::of(pipeline, &limits);
     TraceReport {

@@ -4,8 +4,8 @@
 //! sampled *over that window*: threads (a time-weighted mean of the counts read while the cgroup
 //! was active), throttling relative to the window's start, quota and cpuset as last read. The
 //! front ends only feed it ticks ([`Session::observe`]) and ask for findings
-//! ([`Session::judge`]) or for the context of a window ([`Session::window_limits`]); none of them
-//! computes a rule's input on its own, so the CLI and the daemon cannot disagree.
+//! ([`Session::judgement`]) or for the context of a window ([`Session::window_limits`]); none of
+//! them computes a rule's input on its own, so the CLI and the daemon cannot disagree.
 //!
 //! The window is either everything since the session started (`trace`, `diagnose`) or a sliding
 //! span (`run`): ticks are gathered into steps, and the window is the last steps that cover the
@@ -201,7 +201,7 @@ impl Session {
     }
 
     /// Adds one tick's window, read at `now`; `path` names the cgroups that still exist.
-    /// Returns true when a step completed: time to [`judge`](Self::judge).
+    /// Returns true when a step completed: time to [`judgement`](Self::judgement).
     pub fn observe<'p>(
         &mut self,
         tick: &Window,
@@ -598,13 +598,8 @@ impl Session {
         })
     }
 
-    /// Runs every rule over the window. `net` is [`Session::network`]'s state (read once by a
-    /// caller that also reports it); the network rules run when it is given.
-    pub fn judge(&self, paths: &HashMap<u64, String>, net: Option<&NetState>) -> Vec<Finding> {
-        self.judgement(paths, net).findings
-    }
-
-    /// [`Session::judge`], and what the same window says to the daemon's on-demand tiers: one
+    /// Runs every rule over the window (the network rules when `net`, [`Session::network`]'s
+    /// state, is given), and what the same window says to the daemon's on-demand tiers: one
     /// assembly of the window and of each cgroup's facts serves all three.
     pub fn judgement(&self, paths: &HashMap<u64, String>, net: Option<&NetState>) -> Judgement {
         let window = self.window();
