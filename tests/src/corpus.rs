@@ -1662,7 +1662,7 @@ fn premise_gains(
         );
     }
     if near(gains[0]) || disturbed {
-        while gains.len() < PAIRS_NEAR_A_BAR {
+        while !premise_decided(&gains) {
             let alone = launch(case, &case.program, "-again", noise, SETTLE)
                 .work_per_second_over(MEASURE_SECONDS, case.name);
             let counterfactual = counterfactual_work_per_second(case, noise)
@@ -1671,11 +1671,38 @@ fn premise_gains(
         }
         eprintln!(
             "{}: first gain {:.2}× unsettled (near a premise bar, or its reading alone \
-             disturbed): {PAIRS_NEAR_A_BAR} pairs measured, {:.2?}",
-            case.name, gains[0], gains
+             disturbed): {} pairs measured of at most {PAIRS_NEAR_A_BAR}, {:.2?}",
+            case.name,
+            gains[0],
+            gains.len(),
+            gains
         );
     }
     gains
+}
+
+/// Whether the pairs measured so far already decide what the median of
+/// [`PAIRS_NEAR_A_BAR`] pairs would: lock-bound (≥ [`LOCK_BOUND_GAIN`]), not lock-bound (≤
+/// [`NO_CLEAR_GAIN`]) or between the bars. The three are intervals in order, so once a majority
+/// of the pairs to be run lies in one of them the median of all of them lies there too, whatever
+/// the rest read, and the median of those measured (the upper one of an even count) as well:
+/// the pairs left could not change the premise, and are not run.
+fn premise_decided(gains: &[f64]) -> bool {
+    if gains.len() >= PAIRS_NEAR_A_BAR {
+        return true;
+    }
+    let majority = PAIRS_NEAR_A_BAR / 2 + 1;
+    let (mut low, mut between, mut high) = (0, 0, 0);
+    for &g in gains {
+        if g >= LOCK_BOUND_GAIN {
+            high += 1;
+        } else if g <= NO_CLEAR_GAIN {
+            low += 1;
+        } else {
+            between += 1;
+        }
+    }
+    low.max(between).max(high) >= majority
 }
 
 /// Whether this machine's timings are the programs' own: not in the kernel matrix's guests,
@@ -1849,7 +1876,46 @@ pub fn describe(case: &Case, o: &Outcome) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::Work;
+    use super::{LOCK_BOUND_GAIN, NO_CLEAR_GAIN, PAIRS_NEAR_A_BAR, Work, median, premise_decided};
+
+    /// The premise a median gain says: 0 not lock-bound, 1 between the bars, 2 lock-bound.
+    fn premise(gain: f64) -> u8 {
+        if gain >= LOCK_BOUND_GAIN {
+            2
+        } else if gain <= NO_CLEAR_GAIN {
+            0
+        } else {
+            1
+        }
+    }
+
+    #[test]
+    fn pairs_stop_only_once_the_rest_could_not_change_the_premise() {
+        // Every sequence of five gains drawn from readings on, between and either side of the
+        // bars: stopping where `premise_decided` says must give the premise all five give.
+        let readings = [0.9, NO_CLEAR_GAIN, 1.12, LOCK_BOUND_GAIN, 1.4];
+        let n = readings.len();
+        let mut stopped_early = 0;
+        for code in 0..n.pow(PAIRS_NEAR_A_BAR as u32) {
+            let all: Vec<f64> = (0..PAIRS_NEAR_A_BAR)
+                .map(|i| readings[code / n.pow(i as u32) % n])
+                .collect();
+            let mut measured = vec![all[0]];
+            while !premise_decided(&measured) {
+                measured.push(all[measured.len()]);
+            }
+            assert_eq!(
+                premise(median(measured.clone())),
+                premise(median(all.clone())),
+                "stopped at {measured:?} of {all:?}"
+            );
+            stopped_early += usize::from(measured.len() < PAIRS_NEAR_A_BAR);
+        }
+        // Three alike decide: the rule does save runs.
+        assert!(premise_decided(&[1.05, 1.05, 1.05]));
+        assert!(!premise_decided(&[1.05, 1.2, 1.05, 1.2]));
+        assert!(stopped_early > 0);
+    }
 
     #[test]
     fn sysbench_reports_add_up_to_its_events() {
