@@ -198,6 +198,108 @@ pub struct Case {
     /// or the threads cut to the allowed CPUs), run after the judged run with the same quota.
     /// Both programs report their work (see [`Outcome::work_per_second`]).
     pub counterfactual: Option<Program>,
+    /// What its test asks besides the verdict, in order: the premise that makes `expect` the
+    /// truth (from the kernel's account of its threads, or its counterfactual), then what the
+    /// findings must say. The corpus test (tests/tests/corpus.rs) makes one test of each case
+    /// from these.
+    pub checks: &'static [Check],
+    /// A named miss: why the verdict is not asked (the test is listed, ignored, with this
+    /// reason). Its premise is still the row's, for `cargo +stable xtask corpus`.
+    pub miss: Option<&'static str>,
+}
+
+/// One thing a case's test asks of its run (see [`Case::checks`]): a premise is asked before
+/// the verdict, so that a case that was not what it claims fails as such and does not blame
+/// the agent; a finding's wording after it.
+#[derive(Clone, Copy, Debug)]
+pub enum Check {
+    /// Its counterfactual does ≥ [`LOCK_BOUND_GAIN`]× the work per second, or the program as
+    /// observed is lock-bound (the agent's probes took its work: see the corpus test).
+    LockBound,
+    /// Its counterfactual does ≤ [`NO_CLEAR_GAIN`]× the work per second.
+    NotLockBound,
+    /// Its counterfactual does less than [`LOCK_BOUND_GAIN`]× the work per second.
+    NotClearlyLockBound,
+    /// Not lock-bound, or the thread count costs and `thread_oversubscription` names it.
+    NotLockBoundOrOversubscribed,
+    /// A storm by construction (the tuning storms): its counterfactual does more than
+    /// [`NO_CLEAR_GAIN`]× the work per second.
+    StormByConstruction,
+    /// By the kernel's account, at least twice as many threads per allowed CPU asleep in futex
+    /// waits as the CPUs could run.
+    ThreadsQueueOnFutexes,
+    /// Inside a quota: every thread sleeps at least once a second, two or more queue in futex
+    /// waits at once.
+    ThreadsTakeTurnsOnFutexes,
+    /// Its quota ran out in at least a quarter of its periods (`cpu.stat`).
+    Throttled,
+    /// A convoy leaves the allowed CPUs partly idle: under 0.75 of them used.
+    CpusPartlyIdle,
+    /// A kernel figure of the cgroup at least this.
+    AtLeast(Figure, Amount),
+    /// A kernel figure of the cgroup below this.
+    Below(Figure, Amount),
+    /// The storm's summary says this.
+    SummarySays(&'static str),
+    /// A finding of one of these kinds about the cgroup.
+    FindingOf(&'static [&'static str]),
+    /// A storm inside a quota: `cpu_throttling` too, the storm's summary tied to the quota,
+    /// its advice sizing the runtimes to the quota, no `thread_oversubscription`.
+    QuotaStorm,
+    /// A Go storm: told from the Go runtime's clock, the code that takes the mutex named.
+    GoStorm,
+    /// A `runtime_sizing` finding naming the runtime's `setting` and advising `advice`.
+    SizingNamed {
+        setting: &'static str,
+        advice: &'static str,
+    },
+    /// A convoy the quota binds first: not lock-bound, and `cpu_throttling` names the convoy —
+    /// unless the agent's probes made it lock-bound as observed, when `lock_storm` is the truth.
+    QuotaBoundConvoy,
+    /// Under emulation (the kernel matrix's guests) the verdict is the one the CPUs the
+    /// container wanted give on the rule's line, the storm's or the quota-bound convoy's.
+    VerdictByCpusWantedUnderEmulation,
+    /// Its CPU time per unit of work at least this many times its counterfactual's.
+    CpuPerWorkOverCounterfactual(f64),
+}
+
+/// A figure of [`KernelView`].
+#[derive(Clone, Copy, Debug)]
+pub enum Figure {
+    Threads,
+    FutexSleeping,
+    OtherSleeping,
+    Runnable,
+    CpuCores,
+}
+
+/// An amount a [`Figure`] is held to.
+#[derive(Clone, Copy, Debug)]
+pub enum Amount {
+    /// This many per CPU the case may use.
+    PerAllowedCpu(f64),
+    Absolute(f64),
+}
+
+impl Figure {
+    pub fn of(self, k: &KernelView) -> f64 {
+        match self {
+            Figure::Threads => k.threads,
+            Figure::FutexSleeping => k.futex_sleeping,
+            Figure::OtherSleeping => k.other_sleeping,
+            Figure::Runnable => k.runnable,
+            Figure::CpuCores => k.cpu_cores,
+        }
+    }
+}
+
+impl Amount {
+    pub fn given(self, allowed: f64) -> f64 {
+        match self {
+            Amount::PerAllowedCpu(n) => n * allowed,
+            Amount::Absolute(n) => n,
+        }
+    }
 }
 
 /// The corpus case called `name`.
@@ -210,7 +312,10 @@ pub fn case(name: &str) -> Case {
 
 /// Every case: the first ones lock-bound first, then those grounded in a counterfactual.
 pub fn cases() -> Vec<Case> {
+    use Amount::*;
+    use Check::*;
     use Expect::*;
+    use Figure::*;
     use Program::*;
     use Split::*;
     let short_cs = Program::lockbench(Lock::Mutex, 32, 50, 50);
@@ -256,6 +361,8 @@ pub fn cases() -> Vec<Case> {
             },
             quota: None,
             split: Tuning,
+            checks: &[StormByConstruction, ThreadsQueueOnFutexes],
+            miss: None,
             // The threads cut to the allowed CPUs (2 here), as inside the quota: a lock per thread
             // left 64 threads yielding, 4.1× once and 0.77× in a CI run (tests/CORPUS.md).
             counterfactual: Some(Sysbench {
@@ -271,6 +378,11 @@ pub fn cases() -> Vec<Case> {
             program: Cmd(&["stress-ng", "--sem", "1", "--sem-procs", "64", "-t", "60"]),
             quota: None,
             split: Tuning,
+            checks: &[
+                AtLeast(Runnable, PerAllowedCpu(4.0)),
+                Below(FutexSleeping, PerAllowedCpu(1.0)),
+            ],
+            miss: None,
             counterfactual: None,
         },
         Case {
@@ -280,6 +392,8 @@ pub fn cases() -> Vec<Case> {
             program: Cmd(&["perf", "bench", "futex", "lock-pi", "-t", "64", "-r", "60"]),
             quota: None,
             split: Tuning,
+            checks: &[ThreadsQueueOnFutexes, CpusPartlyIdle, SummarySays("convoy")],
+            miss: None,
             counterfactual: None,
         },
         Case {
@@ -293,6 +407,8 @@ pub fn cases() -> Vec<Case> {
             },
             quota: None,
             split: Tuning,
+            checks: &[ThreadsQueueOnFutexes, CpusPartlyIdle, SummarySays("convoy")],
+            miss: None,
             counterfactual: None,
         },
         Case {
@@ -306,6 +422,8 @@ pub fn cases() -> Vec<Case> {
             },
             quota: None,
             split: Tuning,
+            checks: &[StormByConstruction, ThreadsQueueOnFutexes],
+            miss: None,
             counterfactual: Some(Java {
                 mode: "stormfree",
                 threads: 64,
@@ -324,6 +442,15 @@ pub fn cases() -> Vec<Case> {
             program: go_storm.clone(),
             quota: None,
             split: Tuning,
+            checks: &[
+                LockBound,
+                GoStorm,
+                SizingNamed {
+                    setting: "GOMAXPROCS=16",
+                    advice: "GOMAXPROCS=2",
+                },
+            ],
+            miss: None,
             counterfactual: Some(go_storm.uncontended()),
         },
         Case {
@@ -334,6 +461,8 @@ pub fn cases() -> Vec<Case> {
             program: go_storm.uncontended(),
             quota: None,
             split: Tuning,
+            checks: &[],
+            miss: None,
             counterfactual: None,
         },
         Case {
@@ -346,6 +475,13 @@ pub fn cases() -> Vec<Case> {
             },
             quota: Some(0.5),
             split: Tuning,
+            checks: &[
+                StormByConstruction,
+                ThreadsTakeTurnsOnFutexes,
+                Throttled,
+                QuotaStorm,
+            ],
+            miss: None,
             // The threads cut to the allowed CPUs, not a lock per thread: sysbench `threads`
             // yields inside its lock, and 32 threads yielding in a 0.5-CPU quota cost about
             // what the hand-offs do, so a lock per thread did 0.89–1.37× the work (unsettled,
@@ -366,6 +502,13 @@ pub fn cases() -> Vec<Case> {
             },
             quota: Some(0.5),
             split: Tuning,
+            checks: &[
+                StormByConstruction,
+                ThreadsTakeTurnsOnFutexes,
+                Throttled,
+                QuotaStorm,
+            ],
+            miss: None,
             // The threads cut to the quota's one CPU, as for the sysbench quota storm: a
             // monitor per thread (the counterfactual before 2026-11-27) read 1.10–1.12× on an
             // AMD EPYC guest, at the bar, as 32 threads in half a CPU cost about what the
@@ -383,6 +526,11 @@ pub fn cases() -> Vec<Case> {
             program: Cmd(&["stress-ng", "--cpu", "32", "-t", "60"]),
             quota: None,
             split: Tuning,
+            checks: &[
+                AtLeast(Runnable, PerAllowedCpu(4.0)),
+                FindingOf(&["runqueue_saturation", "thread_oversubscription"]),
+            ],
+            miss: None,
             counterfactual: None,
         },
         Case {
@@ -392,6 +540,8 @@ pub fn cases() -> Vec<Case> {
             program: Cmd(&["stress-ng", "--cpu", "8", "-t", "60"]),
             quota: Some(0.5),
             split: Tuning,
+            checks: &[Throttled, FindingOf(&["cpu_throttling"])],
+            miss: None,
             counterfactual: None,
         },
         Case {
@@ -405,6 +555,8 @@ pub fn cases() -> Vec<Case> {
             },
             quota: None,
             split: Tuning,
+            checks: &[ThreadsQueueOnFutexes],
+            miss: None,
             counterfactual: None,
         },
         Case {
@@ -418,6 +570,8 @@ pub fn cases() -> Vec<Case> {
             },
             quota: None,
             split: Tuning,
+            checks: &[ThreadsQueueOnFutexes, Below(CpuCores, PerAllowedCpu(0.25))],
+            miss: None,
             counterfactual: None,
         },
         Case {
@@ -427,6 +581,8 @@ pub fn cases() -> Vec<Case> {
             program: Cmd(&["perf", "bench", "futex", "hash", "-t", "64", "-r", "60"]),
             quota: None,
             split: Tuning,
+            checks: &[Below(FutexSleeping, PerAllowedCpu(1.0))],
+            miss: None,
             counterfactual: None,
         },
         Case {
@@ -436,6 +592,8 @@ pub fn cases() -> Vec<Case> {
             program: Cmd(&["stress-ng", "--futex", "2", "-t", "60"]),
             quota: None,
             split: Tuning,
+            checks: &[Below(Threads, PerAllowedCpu(4.0))],
+            miss: None,
             counterfactual: None,
         },
         Case {
@@ -449,6 +607,8 @@ pub fn cases() -> Vec<Case> {
             },
             quota: None,
             split: Tuning,
+            checks: &[AtLeast(FutexSleeping, Absolute(1.0))],
+            miss: None,
             counterfactual: None,
         },
         Case {
@@ -468,6 +628,8 @@ pub fn cases() -> Vec<Case> {
             ]),
             quota: None,
             split: Tuning,
+            checks: &[AtLeast(OtherSleeping, PerAllowedCpu(2.0))],
+            miss: None,
             counterfactual: None,
         },
         Case {
@@ -477,6 +639,8 @@ pub fn cases() -> Vec<Case> {
             program: RedisUnderLoad,
             quota: None,
             split: Tuning,
+            checks: &[AtLeast(CpuCores, Absolute(0.3))],
+            miss: None,
             counterfactual: None,
         },
         // Held out, but for the quota short-section storm (the quota storm the thresholds
@@ -492,6 +656,8 @@ pub fn cases() -> Vec<Case> {
             program: short_cs.clone(),
             quota: None,
             split: HeldOut,
+            checks: &[LockBound],
+            miss: None,
             counterfactual: Some(short_cs.uncontended()),
         },
         Case {
@@ -502,6 +668,8 @@ pub fn cases() -> Vec<Case> {
             program: long_cs.clone(),
             quota: None,
             split: Tuning,
+            checks: &[LockBound, ThreadsQueueOnFutexes],
+            miss: None,
             counterfactual: Some(long_cs.uncontended()),
         },
         Case {
@@ -517,6 +685,8 @@ pub fn cases() -> Vec<Case> {
             },
             quota: None,
             split: HeldOut,
+            checks: &[LockBound, ThreadsQueueOnFutexes],
+            miss: None,
             counterfactual: Some(Java {
                 mode: "convoyfree",
                 threads: 32,
@@ -535,6 +705,8 @@ pub fn cases() -> Vec<Case> {
             },
             quota: None,
             split: HeldOut,
+            checks: &[LockBound, ThreadsQueueOnFutexes],
+            miss: None,
             counterfactual: Some(Java {
                 mode: "convoyfree",
                 threads: 32,
@@ -549,6 +721,14 @@ pub fn cases() -> Vec<Case> {
             program: short_cs.clone(),
             quota: Some(0.5),
             split: Tuning,
+            checks: &[
+                LockBound,
+                ThreadsTakeTurnsOnFutexes,
+                Throttled,
+                VerdictByCpusWantedUnderEmulation,
+                QuotaStorm,
+            ],
+            miss: None,
             counterfactual: Some(short_cs.uncontended()),
         },
         Case {
@@ -560,6 +740,8 @@ pub fn cases() -> Vec<Case> {
             program: long_cs.clone(),
             quota: Some(0.5),
             split: Tuning,
+            checks: &[ThreadsQueueOnFutexes, Throttled, QuotaBoundConvoy],
+            miss: None,
             counterfactual: Some(long_cs.uncontended()),
         },
         Case {
@@ -575,6 +757,8 @@ pub fn cases() -> Vec<Case> {
             },
             quota: Some(0.5),
             split: Tuning,
+            checks: &[ThreadsQueueOnFutexes, Throttled, QuotaBoundConvoy],
+            miss: None,
             counterfactual: Some(Java {
                 mode: "convoyfree",
                 threads: 32,
@@ -589,6 +773,8 @@ pub fn cases() -> Vec<Case> {
             program: rwlock.clone(),
             quota: None,
             split: HeldOut,
+            checks: &[LockBound],
+            miss: None,
             counterfactual: Some(rwlock.uncontended()),
         },
         Case {
@@ -599,6 +785,8 @@ pub fn cases() -> Vec<Case> {
             program: adaptive.clone(),
             quota: None,
             split: HeldOut,
+            checks: &[LockBound],
+            miss: None,
             counterfactual: Some(adaptive.uncontended()),
         },
         Case {
@@ -609,6 +797,8 @@ pub fn cases() -> Vec<Case> {
             program: shared.clone(),
             quota: None,
             split: HeldOut,
+            checks: &[LockBound],
+            miss: None,
             counterfactual: Some(shared.uncontended()),
         },
         Case {
@@ -622,6 +812,11 @@ pub fn cases() -> Vec<Case> {
             },
             quota: None,
             split: HeldOut,
+            checks: &[
+                FindingOf(&["runtime_sizing"]),
+                CpuPerWorkOverCounterfactual(1.1),
+            ],
+            miss: None,
             counterfactual: Some(GoHttpUnderLoad {
                 gomaxprocs: 2,
                 clients: 64,
@@ -639,6 +834,8 @@ pub fn cases() -> Vec<Case> {
             program: go_tiny_cs.clone(),
             quota: None,
             split: HeldOut,
+            checks: &[LockBound, GoStorm],
+            miss: None,
             counterfactual: Some(go_tiny_cs.uncontended()),
         },
         // A named miss (tests/CORPUS.md): its counterfactual does 0.97–1.09× (medians 1.03,
@@ -653,6 +850,13 @@ pub fn cases() -> Vec<Case> {
             program: go_long_outside.clone(),
             quota: None,
             split: HeldOut,
+            checks: &[NotLockBound],
+            miss: Some(
+                "called a storm, though its counterfactual (a mutex per goroutine) did \
+                 0.97–1.09×: the lock does not limit it; the runtime's clock counts 14 \
+                 goroutines per CPU waiting for the mutex (tests/CORPUS.md, \"Go storms by the \
+                 runtime's clock\")",
+            ),
             counterfactual: Some(go_long_outside.uncontended()),
         },
         Case {
@@ -663,6 +867,8 @@ pub fn cases() -> Vec<Case> {
             program: go(64, 1000, 10000, true),
             quota: None,
             split: HeldOut,
+            checks: &[NotLockBound],
+            miss: None,
             counterfactual: Some(go(2, 1000, 10000, true)),
         },
         Case {
@@ -674,6 +880,8 @@ pub fn cases() -> Vec<Case> {
             program: go(64, 20000, 20000, true),
             quota: None,
             split: HeldOut,
+            checks: &[NotLockBound],
+            miss: None,
             counterfactual: Some(go(2, 20000, 20000, true)),
         },
         // Held out from the rule for convoys inside a spent quota (`QuotaBound`), chosen on
@@ -689,6 +897,8 @@ pub fn cases() -> Vec<Case> {
             program: shared_long_cs.clone(),
             quota: Some(0.5),
             split: HeldOut,
+            checks: &[ThreadsQueueOnFutexes, Throttled, QuotaBoundConvoy],
+            miss: None,
             counterfactual: Some(shared_long_cs.uncontended()),
         },
         Case {
@@ -700,6 +910,8 @@ pub fn cases() -> Vec<Case> {
             program: medium_cs.clone(),
             quota: Some(0.5),
             split: HeldOut,
+            checks: &[ThreadsQueueOnFutexes, Throttled, QuotaBoundConvoy],
+            miss: None,
             counterfactual: Some(medium_cs.uncontended()),
         },
         Case {
@@ -710,6 +922,8 @@ pub fn cases() -> Vec<Case> {
             program: adaptive.clone(),
             quota: Some(0.5),
             split: HeldOut,
+            checks: &[LockBound, ThreadsTakeTurnsOnFutexes, Throttled, QuotaStorm],
+            miss: None,
             counterfactual: Some(adaptive.uncontended()),
         },
         Case {
@@ -720,6 +934,8 @@ pub fn cases() -> Vec<Case> {
             program: rwlock.clone(),
             quota: Some(0.5),
             split: HeldOut,
+            checks: &[LockBound, ThreadsTakeTurnsOnFutexes, Throttled, QuotaStorm],
+            miss: None,
             counterfactual: Some(rwlock.uncontended()),
         },
         // Pools waiting for work on a condition variable, fed by one thread that limits their
@@ -735,6 +951,8 @@ pub fn cases() -> Vec<Case> {
             program: Program::lockbench(Lock::Pool, 64, 20_000, 12_000),
             quota: None,
             split: Tuning,
+            checks: &[NotLockBound],
+            miss: None,
             counterfactual: Some(Program::lockbench(Lock::Pool, 2, 20_000, 12_000)),
         },
         Case {
@@ -748,6 +966,8 @@ pub fn cases() -> Vec<Case> {
             },
             quota: None,
             split: Tuning,
+            checks: &[NotLockBoundOrOversubscribed],
+            miss: None,
             counterfactual: Some(NodePool {
                 threads: 2,
                 iterations: 100,
@@ -764,6 +984,8 @@ pub fn cases() -> Vec<Case> {
             },
             quota: None,
             split: HeldOut,
+            checks: &[NotClearlyLockBound],
+            miss: None,
             counterfactual: Some(NodePool {
                 threads: 2,
                 iterations: 400,
@@ -785,6 +1007,13 @@ pub fn cases() -> Vec<Case> {
             },
             quota: None,
             split: HeldOut,
+            checks: &[NotLockBound],
+            miss: Some(
+                "called a storm, though 2 workers do 0.85–0.93× its work (the producer limits \
+                 it): its workers both wait and wake on words of their own, as a lock's \
+                 waiters do, and C2 inlines the queue's take whole (tests/CORPUS.md, \
+                 \"Misses, named\")",
+            ),
             counterfactual: Some(Java {
                 mode: "smallpool",
                 threads: 2,
@@ -804,6 +1033,8 @@ pub fn cases() -> Vec<Case> {
             },
             quota: None,
             split: HeldOut,
+            checks: &[LockBound],
+            miss: None,
             counterfactual: Some(Java {
                 mode: "smallpool",
                 threads: 2,
@@ -822,6 +1053,12 @@ pub fn cases() -> Vec<Case> {
             },
             quota: None,
             split: HeldOut,
+            checks: &[],
+            miss: Some(
+                "called a storm, though the producer's 20,000 tasks/s are its work: its \
+                 workers both wait and wake on words of their own, as a lock's waiters do \
+                 (tests/CORPUS.md, \"Misses, named\")",
+            ),
             counterfactual: None,
         },
         Case {
@@ -836,6 +1073,8 @@ pub fn cases() -> Vec<Case> {
             },
             quota: None,
             split: HeldOut,
+            checks: &[NotLockBound, AtLeast(Threads, PerAllowedCpu(4.0))],
+            miss: None,
             counterfactual: Some(Java {
                 mode: "smallpool",
                 threads: 1,

@@ -79,24 +79,12 @@ pub fn matrix_steps() -> Vec<Step> {
         // With both vCPUs on one host thread no two threads run at once, so the CPUs it wanted
         // fall on either side of the convoy's line there (1.06-1.35): the test asks the
         // guest for the kernel's part and the verdict that figure gives.
-        test(
-            Btf,
-            "corpus",
-            "lockbench_short_critical_section_inside_a_quota_is_a_lock_storm_and_throttling",
-        ),
+        test(Btf, "corpus", "quota-lockbench-short-cs-storm"),
         // A convoy the quota binds first: throttling, not a storm — the CPUs it wanted read
         // from cpu.max's throttled_usec.
-        test(
-            Btf,
-            "corpus",
-            "lockbench_long_critical_section_inside_a_quota_is_quota_bound",
-        ),
+        test(Btf, "corpus", "quota-lockbench-long-cs"),
         // The quiet verdict: CPU-bound work in a quota is throttling, not a lock storm.
-        test(
-            Btf,
-            "corpus",
-            "cpu_bound_work_inside_a_quota_is_throttling_not_a_lock_storm",
-        ),
+        test(Btf, "corpus", "quota-cpu-bound"),
         // Throttled periods and time over a window against cpu.stat read at its edges: on
         // cpu.max, which this hybrid host's v1-bound `cpu` controller cannot offer.
         test(
