@@ -41,7 +41,10 @@ use std::{
 use serde_json::Value;
 
 use crate::{
-    Agent, CpuStat, TestCgroup, cgroupfs, cpus, daemon::tool, join_before_exec, process_status,
+    Agent, CpuStat, TestCgroup, cgroupfs, cpus,
+    daemon::tool,
+    join_before_exec, process_status,
+    report::{Diagnosis, Finding, StormCheck},
     v2_root,
 };
 
@@ -1123,11 +1126,11 @@ pub struct Outcome {
     /// Every finding's kind about the case's cgroup.
     pub kinds: Vec<String>,
     /// The lock_storm finding, when there is one.
-    pub storm_finding: Option<Value>,
+    pub storm_finding: Option<Finding>,
     /// Every finding about the case's cgroup.
-    pub findings: Vec<Value>,
+    pub findings: Vec<Finding>,
     /// The rule's figures for the cgroup (`checked.lock_storm`), when it had futex waits.
-    pub figures: Option<Value>,
+    pub figures: Option<StormCheck>,
     pub kernel: KernelView,
     /// The CPUs the case may use.
     pub allowed: f64,
@@ -1194,8 +1197,8 @@ fn run_verdict(rel: &str) -> RunVerdict {
 
 impl Outcome {
     /// The findings of `kind` about the case's cgroup.
-    pub fn findings_of(&self, kind: &str) -> Vec<&Value> {
-        self.findings.iter().filter(|f| f["kind"] == kind).collect()
+    pub fn findings_of(&self, kind: &str) -> Vec<&Finding> {
+        self.findings.iter().filter(|f| f.kind == kind).collect()
     }
 
     /// How many times the work per second of the case's program the counterfactual does (both
@@ -1204,12 +1207,10 @@ impl Outcome {
         (!self.premise_gains.is_empty()).then(|| median(self.premise_gains.clone()))
     }
 
-    /// `figures[key]`, or NaN when the rule had nothing to judge.
-    pub fn figure(&self, key: &str) -> f64 {
-        self.figures
-            .as_ref()
-            .and_then(|f| f[key].as_f64())
-            .unwrap_or(f64::NAN)
+    /// A figure of the rule's for the cgroup (`figure` picks it), or NaN when the rule had
+    /// nothing to judge or could not compute it.
+    pub fn figure(&self, figure: impl Fn(&StormCheck) -> Option<f64>) -> f64 {
+        self.figures.as_ref().and_then(figure).unwrap_or(f64::NAN)
     }
 }
 
@@ -1994,32 +1995,16 @@ pub fn run(case: &Case, noise: bool) -> Outcome {
     });
 
     let text = out.stdout_text();
-    let report: Value = serde_json::from_str(&text).unwrap_or_else(|e| {
+    let report: Diagnosis = serde_json::from_str(&text).unwrap_or_else(|e| {
         panic!(
-            "diagnose --json printed no JSON document ({e}):\n{text}\nstderr:\n{}",
+            "diagnose --json printed no document the tests can read ({e}):\n{text}\nstderr:\n{}",
             out.stderr.join("\n")
         )
     });
-    let about: Vec<&Value> = report["findings"]
-        .as_array()
-        .map(|fs| {
-            fs.iter()
-                .filter(|f| f["cgroup"] == cgroup.rel_path())
-                .collect()
-        })
-        .unwrap_or_default();
-    let storm_finding = about
-        .iter()
-        .find(|f| f["kind"] == "lock_storm")
-        .map(|f| (*f).clone());
-    let figures = report["checked"]["lock_storm"]
-        .as_array()
-        .and_then(|l| l.iter().find(|c| c["cgroup"] == cgroup.rel_path()))
-        .cloned();
-    let kinds = about
-        .iter()
-        .map(|f| f["kind"].as_str().unwrap_or("?").to_owned())
-        .collect();
+    let about = report.findings_about(cgroup.rel_path());
+    let storm_finding = about.iter().find(|f| f.kind == "lock_storm").cloned();
+    let figures = report.storm_figures(cgroup.rel_path());
+    let kinds = about.iter().map(|f| f.kind.clone()).collect();
     let run_verdict = std::env::var_os(RUN_VERDICT_ENV).map(|_| run_verdict(cgroup.rel_path()));
     // The judged run stops before its counterfactual starts: they never share the CPUs.
     drop(running);
@@ -2032,13 +2017,13 @@ pub fn run(case: &Case, noise: bool) -> Outcome {
     );
     let possible_storm = storm_finding
         .as_ref()
-        .is_some_and(|f| f["context"]["verdict"] == "possible");
+        .is_some_and(|f| f.context("verdict") == Some("possible"));
     Outcome {
         lock_storm: storm_finding.is_some() && !possible_storm,
         possible_storm,
         kinds,
         storm_finding,
-        findings: about.iter().map(|f| (*f).clone()).collect(),
+        findings: about,
         figures,
         kernel,
         allowed: case.quota.unwrap_or(cpus() as f64).min(cpus() as f64),
@@ -2069,14 +2054,14 @@ pub fn describe(case: &Case, o: &Outcome) -> String {
             "no lock_storm"
         },
         o.kinds,
-        o.figure("handoffs_per_cpu_second"),
-        o.figure("required_handoffs_per_cpu_second"),
-        o.figure("queued_threads_per_cpu"),
-        o.figure("futex_blocked_share"),
-        o.figure("futex_timeout_share"),
-        o.figure("runnable_per_cpu"),
-        o.figure("cpus_wanted"),
-        o.figure("handoffs_per_cpu_second_used"),
+        o.figure(|f| f.handoffs_per_cpu_second),
+        o.figure(|f| f.required_handoffs_per_cpu_second),
+        o.figure(|f| f.queued_threads_per_cpu),
+        o.figure(|f| f.futex_blocked_share),
+        o.figure(|f| f.futex_timeout_share),
+        o.figure(|f| f.runnable_per_cpu),
+        o.figure(|f| f.cpus_wanted),
+        o.figure(|f| f.handoffs_per_cpu_second_used),
         k.threads,
         k.futex_sleeping,
         k.futex_peak,

@@ -29,6 +29,7 @@ pub mod daemon;
 pub mod deploy;
 pub mod netns;
 pub mod prometheus;
+pub mod report;
 pub mod stats;
 
 // ---- the cgroup v2 hierarchy ----------------------------------------------------------------

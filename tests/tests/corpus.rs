@@ -162,7 +162,7 @@ fn decides_verdict(check: Check, case: &Case, o: &Outcome, line: &str) -> bool {
 fn findings(check: Check, case: &Case, o: &Outcome) {
     match check {
         Check::SummarySays(words) => {
-            let summary = o.storm_finding.as_ref().map(|f| f["summary"].to_string());
+            let summary = o.storm_finding.as_ref().map(|f| f.summary.clone());
             assert!(
                 summary.as_deref().is_some_and(|s| s.contains(words)),
                 "the storm's summary should say {words:?}: {summary:?}"
@@ -181,10 +181,9 @@ fn findings(check: Check, case: &Case, o: &Outcome) {
         Check::SizingNamed { setting, advice } => {
             let sizing = o.findings_of("runtime_sizing");
             assert!(
-                sizing.iter().any(
-                    |f| f["summary"].as_str().is_some_and(|s| s.contains(setting))
-                        && f["recommendations"].to_string().contains(advice)
-                ),
+                sizing
+                    .iter()
+                    .any(|f| f.summary.contains(setting) && f.recommends(advice)),
                 "the runtime's sizing is named ({setting}), with the value to set ({advice}): \
                  {:?}",
                 o.kinds
@@ -268,12 +267,12 @@ fn assert_quota_storm_findings(o: &Outcome) {
         o.kinds
     );
     let f = o.storm_finding.as_ref().expect("a storm's finding");
-    let summary = f["summary"].as_str().unwrap_or_default();
+    let summary = &f.summary;
     assert!(
         summary.contains("quota") && summary.contains("throttled"),
         "the storm's summary should tie it to the quota: {summary}"
     );
-    let recs = f["recommendations"].to_string();
+    let recs = f.recommendations.join("\n");
     assert!(
         recs.contains("ActiveProcessorCount=1") && recs.contains("GOMAXPROCS=1"),
         "the storm's advice should size the runtimes to the quota's 1 CPU: {recs}"
@@ -329,7 +328,7 @@ fn assert_go_storm(o: &Outcome) {
     let summary = o
         .storm_finding
         .as_ref()
-        .and_then(|f| f["summary"].as_str().map(str::to_owned))
+        .map(|f| f.summary.clone())
         .unwrap_or_default();
     assert!(
         summary.contains("the Go runtime counts") && summary.contains("goroutines waiting"),
@@ -339,7 +338,7 @@ fn assert_go_storm(o: &Outcome) {
     let site = o
         .storm_finding
         .as_ref()
-        .and_then(|f| f["context"]["waiter_site"].as_str().map(str::to_owned))
+        .and_then(|f| f.context("waiter_site").map(str::to_owned))
         .unwrap_or_default();
     assert!(
         site.starts_with("`main.worker`") && site.ends_with("via `sync.(*Mutex).Lock`"),
@@ -454,7 +453,7 @@ fn assert_throttling_names_the_convoy(c: &Case, o: &Outcome) {
         .findings_of("cpu_throttling")
         .first()
         .unwrap_or_else(|| panic!("{}: what limits it is the quota: {:?}", c.name, o.kinds));
-    let summary = throttling["summary"].as_str().unwrap_or_default();
+    let summary = &throttling.summary;
     assert!(
         summary.contains("so the quota binds before the lock does"),
         "{}: the throttling finding names the convoy: {summary}",
@@ -512,7 +511,7 @@ fn assert_not_clearly_lock_bound(case: &Case, o: &Outcome) {
 /// naming the convoy when it is the convoy's.
 #[track_caller]
 fn verdict_by_cpus_wanted(case: &Case, o: &Outcome, line: &str) {
-    let wanted = o.figure("cpus_wanted");
+    let wanted = o.figure(|f| f.cpus_wanted);
     if wanted > defaults::STORM_SERIAL_MAX_CPUS_WANTED {
         assert!(o.lock_storm, "wrong verdict: {line}");
     } else {

@@ -9,7 +9,10 @@
 //! With `--run`, `stormwatch run` is also asked for its verdict on each run of each case (about
 //! 35 s more per run), and a last column says in how many runs it agreed with `diagnose`.
 
-use stormwatch_tests::corpus::{self, Expect, Outcome, RunVerdict, Split, median};
+use stormwatch_tests::{
+    corpus::{self, Expect, Outcome, RunVerdict, Split, median},
+    report::StormCheck,
+};
 
 /// Whether `run` said what `diagnose` did of a run; `None` when `run` was not asked.
 fn run_agrees(o: &Outcome) -> Option<bool> {
@@ -76,7 +79,9 @@ fn main() {
             }
             outcomes.push(o);
         }
-        let m = |key: &str| median(outcomes.iter().map(|o| o.figure(key)).collect());
+        let m = |figure: fn(&StormCheck) -> Option<f64>| {
+            median(outcomes.iter().map(|o| o.figure(figure)).collect())
+        };
         all_stable &= right * 10 >= repeat * 9;
         println!(
             "| {} ({}) | {} | {} | {right}/{repeat} | {:.0} | {:.0} | {:.1} | {:.2} | {:.2} | {:.0} \
@@ -91,12 +96,12 @@ fn main() {
                 Expect::LockStorm => "lock_storm",
                 Expect::NotLockStorm => "none",
             },
-            m("handoffs_per_cpu_second"),
-            m("required_handoffs_per_cpu_second"),
-            m("queued_threads_per_cpu"),
-            m("futex_blocked_share"),
-            m("cpus_wanted"),
-            m("handoffs_per_cpu_second_used"),
+            m(|f| f.handoffs_per_cpu_second),
+            m(|f| f.required_handoffs_per_cpu_second),
+            m(|f| f.queued_threads_per_cpu),
+            m(|f| f.futex_blocked_share),
+            m(|f| f.cpus_wanted),
+            m(|f| f.handoffs_per_cpu_second_used),
             median(outcomes.iter().map(|o| o.kernel.futex_sleeping).collect()),
             median(
                 outcomes
