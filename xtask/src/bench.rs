@@ -35,8 +35,9 @@ struct Tracer {
     start: Option<Starter>,
 }
 
-/// Runs `stress-ng --<stressor> 2` for `seconds` and returns bogo ops per second (real time).
-fn stress(stressor: &str, seconds: u32) -> Result<f64> {
+/// Runs `stress-ng --<stressor> <instances>` for `seconds` and returns bogo ops per second (real
+/// time).
+fn stress(stressor: &str, instances: u32, seconds: u32) -> Result<f64> {
     let yaml = tempfile::Builder::new()
         .prefix("stormwatch-bench-")
         .suffix(".yaml")
@@ -45,7 +46,7 @@ fn stress(stressor: &str, seconds: u32) -> Result<f64> {
     let status = Command::new("stress-ng")
         .args([
             &format!("--{stressor}"),
-            "2",
+            &instances.to_string(),
             "-t",
             &seconds.to_string(),
             "--metrics-brief",
@@ -80,11 +81,11 @@ struct Workload {
     run: Box<dyn Fn(u32) -> Result<f64>>,
 }
 
-fn stress_ng(stressor: &'static str) -> Workload {
+fn stress_ng(stressor: &'static str, instances: u32) -> Workload {
     Workload {
-        shown: format!("`stress-ng --{stressor} 2`"),
+        shown: format!("`stress-ng --{stressor} {instances}`"),
         unit: "bogo ops/s",
-        run: Box::new(move |seconds| stress(stressor, seconds)),
+        run: Box::new(move |seconds| stress(stressor, instances, seconds)),
     }
 }
 
@@ -162,10 +163,11 @@ pub fn run(rounds: u32, seconds: u32, repeats: u32, daemon_cgroups: &[usize]) ->
     let sched = sched(&bin, rounds, seconds)?;
     let futex = futex(&bin, rounds, seconds)?;
     let storm = lock_storm(&bin, rounds, seconds)?;
+    let kernel_locks = kernel_lock_storm(&bin, rounds, seconds)?;
     let go_storm = go_mutex_storm(&bin, rounds, seconds)?;
     let programs = crate::bench_programs::run(&bin, seconds, repeats, &[])?;
     let ordinary = crate::bench_ordinary::run(rounds, seconds)?;
-    println!("{sched}{futex}{storm}{go_storm}{programs}{ordinary}");
+    println!("{sched}{futex}{storm}{kernel_locks}{go_storm}{programs}{ordinary}");
     println!("{}", crate::bench_daemon::run(daemon_cgroups)?);
     Ok(())
 }
@@ -175,7 +177,7 @@ pub fn sched(bin: &Path, rounds: u32, seconds: u32) -> Result<String> {
     bench(
         bin,
         "Scheduler probes",
-        &stress_ng("switch"),
+        &stress_ng("switch", 2),
         vec![
             Tracer {
                 name: "none",
@@ -217,7 +219,7 @@ pub fn futex(bin: &Path, rounds: u32, seconds: u32) -> Result<String> {
     bench(
         bin,
         "Futex and lock probes",
-        &stress_ng("futex"),
+        &stress_ng("futex", 2),
         vec![
             Tracer {
                 name: "none",
@@ -247,6 +249,39 @@ pub fn futex(bin: &Path, rounds: u32, seconds: u32) -> Result<String> {
             Tracer {
                 name: "bpftrace: futex wait time per cgroup",
                 start: Some(bpftrace(BPFTRACE_FUTEX)),
+            },
+        ],
+        rounds,
+        seconds,
+    )
+}
+
+/// The kernel-lock storm (issue #43 item 4): four processes taking and dropping `flock` on one
+/// file on 2 CPUs, ~40,000 contentions a second on the file's lock-context spinlock and ~8,000
+/// on the file locks' percpu rwsem (`bench_programs`'s `Workload::Locks`, whose per-program
+/// table runs the same storm). Its throughput with no tracer, the empty programs on the two
+/// contention tracepoints (the floor), the lock probes alone, and the daemon as deployed.
+pub fn kernel_lock_storm(bin: &Path, rounds: u32, seconds: u32) -> Result<String> {
+    bench(
+        bin,
+        "Kernel-lock storm",
+        &stress_ng("flock", 4),
+        vec![
+            Tracer {
+                name: "none",
+                start: None,
+            },
+            Tracer {
+                name: "empty tp_btf programs on contention_begin/end (floor)",
+                start: Some(stormwatch("empty-locks")),
+            },
+            Tracer {
+                name: "stormwatch --probes locks",
+                start: Some(stormwatch("locks")),
+            },
+            Tracer {
+                name: "stormwatch run (default configuration, as deployed)",
+                start: Some(stormwatch_run()),
             },
         ],
         rounds,

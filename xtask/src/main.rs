@@ -164,6 +164,10 @@ enum Task {
         /// `stormwatch run`.
         #[arg(long, conflicts_with = "daemon_only")]
         lock_storm_only: bool,
+        /// Only the kernel-lock storm (`stress-ng --flock 4`): its throughput with no tracer,
+        /// the empty programs on the contention tracepoints, the lock probes and the daemon.
+        #[arg(long, conflicts_with_all = ["daemon_only", "lock_storm_only"])]
+        kernel_lock_storm_only: bool,
         /// Only the Go mutex storm: its throughput with the daemon, the futex tier with and
         /// without call sites (with them, Go's sync.Mutex uprobes in bursts).
         #[arg(long, conflicts_with_all = ["daemon_only", "lock_storm_only"])]
@@ -266,6 +270,7 @@ fn main() -> ExitCode {
             seconds,
             daemon_only,
             lock_storm_only,
+            kernel_lock_storm_only,
             go_mutex_only,
             futex_only,
             sched_only,
@@ -285,6 +290,10 @@ fn main() -> ExitCode {
             } else if lock_storm_only {
                 build_release()
                     .and_then(|bin| bench::lock_storm(&bin, rounds, seconds))
+                    .map(|table| println!("{table}"))
+            } else if kernel_lock_storm_only {
+                build_release()
+                    .and_then(|bin| bench::kernel_lock_storm(&bin, rounds, seconds))
                     .map(|table| println!("{table}"))
             } else if go_mutex_only {
                 build_release()
