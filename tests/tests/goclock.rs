@@ -6,11 +6,15 @@
 use std::{
     io::{BufRead as _, BufReader},
     process::{Command, Stdio},
+    time::{Duration, Instant},
 };
 
 use serde_json::Value;
 use stormwatch::identity::goclock;
 use stormwatch_tests::corpus::built_programs;
+
+/// How long a process whose memory could not be read is given to finish exiting.
+const EXIT_GRACE: Duration = Duration::from_secs(2);
 
 /// Runs gomutex with `args`, and after each of its progress lines reads the clock from
 /// outside: returns (the program's own figure at line k, the agent's read after it, the
@@ -45,8 +49,22 @@ fn readings(args: &[&str]) -> Vec<(f64, f64, f64)> {
             out.push((before, agent, own));
         }
         // The program prints its last lines as it exits: a read that fails because the
-        // process is gone ends the readings (a failed read of a live one fails the test).
-        let gone = |child: &mut std::process::Child| matches!(child.try_wait(), Ok(Some(_)));
+        // process is going ends the readings (a failed read of a live one fails the test).
+        // An exiting process's memory is gone (exit_mm) a moment before it can be reaped, so
+        // a failed read waits for the exit a while before it calls the process live (a CI run
+        // failed here, 2026-11-29: the read failed, the process not yet reaped).
+        let gone = |child: &mut std::process::Child| {
+            let deadline = Instant::now() + EXIT_GRACE;
+            loop {
+                if matches!(child.try_wait(), Ok(Some(_))) {
+                    return true;
+                }
+                if Instant::now() >= deadline {
+                    return false;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        };
         let Some(read) = goclock::read_process(pid, &layout, exe) else {
             assert!(gone(&mut child), "reading the live process failed");
             break;
