@@ -54,7 +54,7 @@ fn start(name: &str, mut cmd: Command, quota: Option<f64>) -> Workload {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .process_group(0);
-    let quota = quota.map(|q| Quota::apply(&mut cmd, &cgroup, q));
+    let quota = quota.map(|q| Quota::apply(&mut cmd, &cgroup, Some(q)));
     join_before_exec(&mut cmd, &cgroup.path().join("cgroup.procs"));
     let child = cmd
         .spawn()

@@ -130,7 +130,7 @@ fn throttling_over_a_window_is_cpu_stat_between_its_edges() {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        let quota = Quota::apply(&mut cmd, &cgroup, 0.5);
+        let quota = Quota::apply(&mut cmd, &cgroup, Some(0.5));
         join_before_exec(&mut cmd, &cgroup.path().join("cgroup.procs"));
         let child = cmd.spawn().expect("starting the quota workload");
         running.push((cgroup, quota, child));
