@@ -249,10 +249,12 @@ fn exit(ret: i64) {
     match call.class {
         futex_class::WAIT => {
             stats.wait.record(waited);
+            // One helper call for the thread's ids, which its hand-off and its word both key on.
+            let pid_tgid = bpf_get_current_pid_tgid();
             if ret == 0 {
                 stats.woken_waits += 1;
                 stats.woken_wait_ns += waited;
-                record_handoff(cgroup_id, Some(waited), None);
+                record_handoff(cgroup_id, pid_tgid, Some(waited), None);
                 // Waits on one word in a row add up until the thread wakes that word (a mutex
                 // waiter that loses the word to another thread waits again on it).
                 if call.uaddr != 0 && slot.relay_uaddr == call.uaddr {
@@ -263,14 +265,14 @@ fn exit(ret: i64) {
                     slot.relay_waits = 1;
                     slot.relay_wait_ns = waited;
                 }
-                handoff::woken_wait_exit(slot, cgroup_id, now, waited);
+                handoff::woken_wait_exit(slot, task as *const u8, cgroup_id, now, waited);
             } else if ret == -ETIMEDOUT {
                 stats.timeouts += 1;
             } else if ret == -EAGAIN {
                 stats.eagain += 1;
             }
             if call.uaddr != 0 {
-                record_hot(cgroup_id, call.uaddr, waited);
+                record_hot(cgroup_id, pid_tgid, call.uaddr, waited);
             }
         }
         futex_class::WAKE => {
@@ -280,7 +282,7 @@ fn exit(ret: i64) {
                 stats.woken += ret as u64;
             }
             if ret > 0 || relayed.is_some() {
-                record_handoff(cgroup_id, None, relayed);
+                record_handoff(cgroup_id, bpf_get_current_pid_tgid(), None, relayed);
             }
             handoff::wake_exit(slot, cgroup_id, ret > 0);
         }
@@ -290,7 +292,7 @@ fn exit(ret: i64) {
             stats.wakes += 1;
             let relayed = take_relay(slot, call.uaddr, ret >= 0);
             if ret >= 0 {
-                record_handoff(cgroup_id, None, relayed);
+                record_handoff(cgroup_id, bpf_get_current_pid_tgid(), None, relayed);
             }
         }
     }
@@ -316,8 +318,12 @@ fn take_relay(slot: &mut FutexInflight, uaddr: u64, ok: bool) -> Option<(u64, u6
 /// length), or a wake (`None`) — one that woke a waiter, or one that handed on the thread's own
 /// waits on its word (`relayed`: see [`take_relay`]).
 #[inline(always)]
-fn record_handoff(cgroup_id: u64, woken_wait_ns: Option<u64>, relayed: Option<(u64, u64)>) {
-    let pid_tgid = bpf_get_current_pid_tgid();
+fn record_handoff(
+    cgroup_id: u64,
+    pid_tgid: u64,
+    woken_wait_ns: Option<u64>,
+    relayed: Option<(u64, u64)>,
+) {
     let tid = pid_tgid as u32;
     let v = match HANDOFF_THREADS.get_ptr_mut(&tid) {
         Some(v) => v,
@@ -353,8 +359,7 @@ fn record_handoff(cgroup_id: u64, woken_wait_ns: Option<u64>, relayed: Option<(u
 /// Credits a wait to its futex word. The process's name is read only for a word not yet in the
 /// map.
 #[inline(always)]
-fn record_hot(cgroup_id: u64, uaddr: u64, waited: u64) {
-    let pid_tgid = bpf_get_current_pid_tgid();
+fn record_hot(cgroup_id: u64, pid_tgid: u64, uaddr: u64, waited: u64) {
     let tid = pid_tgid as u32;
     let key = HotFutexKey {
         cgroup_id,

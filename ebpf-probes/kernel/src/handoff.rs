@@ -205,14 +205,19 @@ pub fn wake_exit(call: &mut FutexInflight, cgroup_id: u64, woke: bool) {
     );
 }
 
-/// At a woken wait's return (`now`): stamps the thread's hold, and writes the waiter's side if
-/// a sampled wake on its word began after its wait did.
+/// At a woken wait's return (`now`) by `task`, the current one: stamps the thread's hold, and
+/// writes the waiter's side if a sampled wake on its word began after its wait did.
 #[inline(always)]
-pub fn woken_wait_exit(call: &mut FutexInflight, cgroup_id: u64, now: u64, waited: u64) {
+pub fn woken_wait_exit(
+    call: &mut FutexInflight,
+    task: *const u8,
+    cgroup_id: u64,
+    now: u64,
+    waited: u64,
+) {
     if !enabled() {
         return;
     }
-    let task = current_task() as *const u8;
     call.held_since_ns = now;
     call.held_run_delay = typed::<u64>(task, global_u32(&HOLD_RUN_DELAY_OFFSET));
     call.held_nvcsw = typed::<u64>(task, global_u32(&HOLD_NVCSW_OFFSET));

@@ -167,6 +167,9 @@ fn begin(lock: u64, flags: u32) {
 fn end(lock: u64, stack_id: impl FnOnce() -> Result<core::ffi::c_long, i32>) {
     // SAFETY: a helper with no preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
+    // One helper call for the task, whose storage a sleeper's start is in and whose cgroup
+    // every contention is counted in.
+    let task = current_task();
     let mut waiter = None;
     if let Some(slot) = LOCK_SPINNING.get_ptr_mut(0) {
         // SAFETY: this CPU's slot.
@@ -177,7 +180,7 @@ fn end(lock: u64, stack_id: impl FnOnce() -> Result<core::ffi::c_long, i32>) {
         }
     }
     if waiter.is_none()
-        && let Some(slot) = LOCK_SLEEPING.get(current_task())
+        && let Some(slot) = LOCK_SLEEPING.get(task)
         && slot.lock == lock
         && lock != 0
     {
@@ -193,7 +196,7 @@ fn end(lock: u64, stack_id: impl FnOnce() -> Result<core::ffi::c_long, i32>) {
     }
     let waited = now - w.start_ns;
     let kind = lock_kind_of(w.flags);
-    let cgroup_id = task_cgroup_id(current_task() as *const u8);
+    let cgroup_id = task_cgroup_id(task as *const u8);
     if let Some(stats) = per_cpu_slot(
         &CGROUP_LOCKS,
         &cgroup_id,

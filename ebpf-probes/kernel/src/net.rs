@@ -456,7 +456,7 @@ pub fn net_kfree_skb_btf(ctx: BtfTracePointContext) -> i32 {
     // TP_PROTO(struct sk_buff *skb, void *location, enum skb_drop_reason reason, ...)
     let skb: u64 = ctx.arg(0);
     let reason: u64 = ctx.arg(2);
-    on_drop(skb, reason as u32);
+    on_drop::<Typed>(skb, reason as u32);
     0
 }
 
@@ -477,21 +477,23 @@ pub fn net_kfree_skb_tp(ctx: TracePointContext) -> i32 {
         )
     };
     match fields {
-        (Ok(skb), Ok(reason)) => on_drop(skb, reason),
+        (Ok(skb), Ok(reason)) => on_drop::<Probed>(skb, reason),
         _ => count_error(NetProbeError::KernelRead),
     }
     0
 }
 
 #[inline(always)]
-fn on_drop(skb: u64, reason: u32) {
+fn on_drop<F: Fields>(skb: u64, reason: u32) {
     if reason < FIRST_DROP_REASON || !have_offsets() {
         return;
     }
     // `skb->dev` shares its word with `dev_scratch` once a socket has queued the packet: a
-    // value that is no device pointer fails the reads and the drop counts without interface.
-    let iface = match read::<u64>(skb, global_u32(&SKB_DEV_OFFSET)) {
-        Some(dev) if dev != 0 => iface_key::<Probed>(dev),
+    // value that is no device pointer fails the reads (a helper's read returns an error; a
+    // typed load, fault-tolerant, reads 0, and a namespace pointer of 0 is no key) and the
+    // drop counts without interface, the same either way.
+    let iface = match F::get::<u64>(skb, global_u32(&SKB_DEV_OFFSET)) {
+        Some(dev) if dev != 0 => iface_key::<F>(dev),
         _ => None,
     }
     .unwrap_or(NetIfKey {
