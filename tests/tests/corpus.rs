@@ -53,6 +53,17 @@ fn judge(case: &Case) -> Result<(), Failed> {
         let o = corpus::run(case, false);
         let line = corpus::describe(case, &o);
         eprintln!("{line}");
+        if let Some((judged, alone, counterfactual)) = observed_lock_bound(&o) {
+            eprintln!(
+                "{}: the agent's probes took {:.0}% of its work while judged ({judged:.0}/s \
+                 against {alone:.0}/s alone); its counterfactual does {:.2}× the work as \
+                 judged, so the program as observed is lock-bound (issue #43: the probes' \
+                 per-event cost)",
+                case.name,
+                100.0 * (1.0 - judged / alone),
+                counterfactual / judged
+            );
+        }
         for check in case.checks {
             premise(*check, case, &o);
         }
@@ -121,7 +132,7 @@ fn premise(check: Check, case: &Case, o: &Outcome) {
         QuotaBoundConvoy => {
             // Whether it is lock-bound alone is asked only where the agent judged the program
             // much as it runs alone: a program its probes changed is judged as observed.
-            if !lock_bound_as_observed(case, o) {
+            if !lock_bound_as_observed(o) {
                 assert_not_lock_bound(case, o);
             }
         }
@@ -141,7 +152,7 @@ fn premise(check: Check, case: &Case, o: &Outcome) {
 /// [`Case::expect`].
 fn decides_verdict(check: Check, case: &Case, o: &Outcome, line: &str) -> bool {
     match check {
-        Check::QuotaBoundConvoy if lock_bound_as_observed(case, o) => {
+        Check::QuotaBoundConvoy if lock_bound_as_observed(o) => {
             assert!(
                 o.lock_storm,
                 "{}: lock-bound as observed, yet no lock_storm: {line}",
@@ -188,7 +199,7 @@ fn findings(check: Check, case: &Case, o: &Outcome) {
                 o.kinds
             );
         }
-        Check::QuotaBoundConvoy if !lock_bound_as_observed(case, o) => {
+        Check::QuotaBoundConvoy if !lock_bound_as_observed(o) => {
             assert_throttling_names_the_convoy(case, o)
         }
         Check::CpuPerWorkOverCounterfactual(bar) => assert_cpu_per_work(case, bar),
@@ -303,7 +314,7 @@ fn assert_counterfactual_agrees(case: &Case, o: &Outcome) {
     // As `assert_lock_bound`: a program the agent's probes changed is judged as observed (the
     // JVM monitor storm on AMD: 1.00× alone in a CI run, 22% of its work taken while judged,
     // its counterfactual 1.27× the work as judged).
-    if gain <= NO_CLEAR_GAIN && lock_bound_as_observed(case, o) {
+    if gain <= NO_CLEAR_GAIN && lock_bound_as_observed(o) {
         return;
     }
     assert!(
@@ -379,7 +390,7 @@ fn assert_lock_bound(case: &Case, o: &Outcome) {
         return;
     }
     let gain = gain(case, o);
-    if gain < LOCK_BOUND_GAIN && lock_bound_as_observed(case, o) {
+    if gain < LOCK_BOUND_GAIN && lock_bound_as_observed(o) {
         return;
     }
     assert!(
@@ -415,34 +426,30 @@ fn assert_not_lock_bound(case: &Case, o: &Outcome) {
 /// premise measured alone no longer describes what was judged.
 const OBSERVER_COST: f64 = 0.15;
 
-/// Whether the agent's probes took `OBSERVER_COST` or more of the program's work while judged
+/// When the agent's probes took `OBSERVER_COST` or more of the program's work while judged
 /// (its work per second as judged against alone, before the agent attached) and its
-/// counterfactual, measured alone, does `LOCK_BOUND_GAIN` or more of the work as judged: then
-/// the program as observed is lock-bound, whatever it is alone, and `lock_storm` is the truth
-/// about what was judged (the agent's own cost is issue #43's defect); says so when it is.
-/// Never under emulation (the timings are not the program's).
-fn lock_bound_as_observed(c: &Case, o: &Outcome) -> bool {
+/// counterfactual, measured alone, does `LOCK_BOUND_GAIN` or more of the work as judged: the
+/// three figures (judged, alone, counterfactual). Then the program as observed is lock-bound,
+/// whatever it is alone, and `lock_storm` is the truth about what was judged (the agent's own
+/// cost is issue #43's defect); [`judge`] says so once per run. Never under emulation (the
+/// timings are not the program's).
+fn observed_lock_bound(o: &Outcome) -> Option<(f64, f64, f64)> {
     let (Some(judged), Some(alone), Some(counterfactual)) = (
         o.work_per_second,
         o.alone_work_per_second,
         o.counterfactual_work_per_second,
     ) else {
-        return false;
+        return None;
     };
-    let observed = corpus::timings_are_real()
+    (corpus::timings_are_real()
         && judged <= (1.0 - OBSERVER_COST) * alone
-        && counterfactual >= LOCK_BOUND_GAIN * judged;
-    if observed {
-        eprintln!(
-            "{}: the agent's probes took {:.0}% of its work while judged ({judged:.0}/s \
-             against {alone:.0}/s alone); its counterfactual does {:.2}× the work as judged, \
-             so the program as observed is lock-bound (issue #43: the probes' per-event cost)",
-            c.name,
-            100.0 * (1.0 - judged / alone),
-            counterfactual / judged
-        );
-    }
-    observed
+        && counterfactual >= LOCK_BOUND_GAIN * judged)
+        .then_some((judged, alone, counterfactual))
+}
+
+/// Whether the program as observed is lock-bound ([`observed_lock_bound`]).
+fn lock_bound_as_observed(o: &Outcome) -> bool {
+    observed_lock_bound(o).is_some()
 }
 
 /// A quota-bound convoy's `cpu_throttling` finding says the quota binds before the lock does.
