@@ -37,7 +37,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     diagnose::Thresholds,
-    probes::{FutexTier, NetPacketTier, WakeKinds},
+    probes::{FutexTier, NetPacketTier, RunqBlameTier, WakeKinds},
 };
 
 /// Default address: all interfaces, port 9847 (not a port any common exporter uses; 9090 is
@@ -154,6 +154,12 @@ pub struct Config {
     /// without CAP_SYS_ADMIN or the host's pids), the interfaces it names are those the probes
     /// saw. 0: never. 600 s with a 30 s window attaches them 5% of the time.
     pub net_packet_survey_seconds: f64,
+    /// When the switch program blames run-queue waits on what held the CPU (another
+    /// container, the container's own threads, kernel threads, an idle CPU, stolen time): a
+    /// ring of each CPU's last runs kept and walked at every context switch. `on-demand` (the
+    /// default) while a container's threads wait for CPUs (`runqueue_saturation`), until a
+    /// diagnosis window passes without; `always` as `trace` and `diagnose` do.
+    pub runqueue_blame: RunqBlameTier,
     /// TLS and basic authentication of the endpoint, in exporter-toolkit's web config format
     /// (`export::web`); none: plain HTTP, open.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -187,6 +193,7 @@ impl Default for Config {
             call_sites: true,
             net_packet_probes: NetPacketTier::OnDemand,
             net_packet_survey_seconds: DEFAULT_NET_PACKET_SURVEY_SECONDS,
+            runqueue_blame: RunqBlameTier::OnDemand,
             web_config_file: None,
             http_header_timeout_seconds: DEFAULT_HTTP_HEADER_TIMEOUT_SECONDS,
             http_request_timeout_seconds: DEFAULT_HTTP_REQUEST_TIMEOUT_SECONDS,

@@ -12,7 +12,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use stormwatch_common::{
-    FutexStats, HotFutexValue, LockSiteValue, LockStats, Log2Histogram, SchedStats, ThreadHandoff,
+    FutexStats, HotFutexValue, LockSiteValue, LockStats, Log2Histogram, RunqBlameValue, SchedStats,
+    ThreadHandoff,
     net::{CgroupNetStats, NetDirStats, NetDropStats, NetIfStats},
 };
 
@@ -83,6 +84,7 @@ all_u64_counters!(
     LockStats,
     CgroupNetStats,
     NetDirStats,
+    RunqBlameValue,
 );
 
 all_u64_counters!(NetDropStats => NetDropStats { packets: 0 });

@@ -73,6 +73,11 @@ impl Judged {
                 .any(|f| f.kind == Kind::LockStorm),
             storm_candidate: self.judgement.storm_candidate,
             packets_did_not_fit: self.judgement.packets_did_not_fit,
+            runqueue_wait: self
+                .judgement
+                .findings
+                .iter()
+                .any(|f| f.kind == Kind::RunqueueSaturation),
         }
     }
 }

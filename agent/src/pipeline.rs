@@ -89,7 +89,10 @@ impl Pipeline {
     }
 
     pub fn availability(&self) -> Availability {
-        Availability::from_status(&self.probes.status, self.probes.waits_from_switch)
+        Availability {
+            runq_blame: self.probes.can_blame_runqueue(),
+            ..Availability::from_status(&self.probes.status, self.probes.waits_from_switch)
+        }
     }
 
     pub fn started_at(&self) -> Instant {

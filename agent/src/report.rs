@@ -109,6 +109,10 @@ pub struct ContainerReport {
     pub lock_call_sites: Option<handoffs::LockCallSites>,
     /// What the container's sockets sent and received.
     pub network: Option<network::NetworkSummary>,
+    /// The container's run-queue wait split by what held the CPUs meanwhile (its own threads,
+    /// other containers by path, kernel threads, idle CPUs, stolen time); `null` where the
+    /// switch program cannot blame (no BTF, classic tracepoints, no `sched_info`).
+    pub runqueue_blame: Option<crate::diagnose::RunqBlame>,
 }
 
 #[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
@@ -384,6 +388,10 @@ pub fn container_report(
         lock_call_sites: (a.futex && ctx.handoff_sites)
             .then(|| handoffs::lock_call_sites(window.handoff_sites.get(&cgroup_id))),
         network: network::network_summary(&w.net, a.net),
+        runqueue_blame: a.runq_blame.then(|| {
+            crate::diagnose::RunqBlame::of(cgroup_id, &window.runq_blame, ctx.paths)
+                .unwrap_or_default()
+        }),
     }
 }
 

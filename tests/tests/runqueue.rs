@@ -126,3 +126,115 @@ fn overloaded_and_idle(extra: &[&str]) {
         0.05,
     );
 }
+
+/// Run-queue blame: a sleeper and a spinner in two cgroups, both pinned to one CPU. Every time
+/// the sleeper wakes, the spinner holds that CPU: its waits are blamed on the spinner's cgroup.
+/// Ground truth is the setup itself (nothing else of ours runs on that CPU) and the kernel's
+/// own `run_delay` of the sleeper's thread, which the blamed seconds add up to.
+#[test]
+fn a_sleepers_wait_is_blamed_on_the_spinner_sharing_its_cpu() {
+    require_bpf();
+    let spinner = TestCgroup::new("runq-blame-spin");
+    let sleeper_cg = TestCgroup::new("runq-blame-sleep");
+    let (cpu, seconds) = (pinned_cpu(), 3.0);
+    let mut agent = Agent::trace(&["--json", "--duration", "5"]);
+    let spin = run_in_cgroup(
+        pinned(cpu, env!("CARGO_BIN_EXE_spin")).args([
+            "--threads",
+            "1",
+            "--seconds",
+            &seconds.to_string(),
+        ]),
+        &spinner,
+    );
+    let sleeper = run_in_cgroup(
+        pinned(cpu, env!("CARGO_BIN_EXE_sleeper")).args([
+            "--threads",
+            "1",
+            "--seconds",
+            &seconds.to_string(),
+            "--sleep-ms",
+            "1",
+        ]),
+        &sleeper_cg,
+    );
+    let _ = workload_result(spin);
+    let truth = workload_result(sleeper);
+    agent.assert_still_tracing("the workloads");
+    let done = agent.finish();
+
+    let blame = &done.container(&sleeper_cg)["runqueue_blame"];
+    eprintln!("sleeper on CPU {cpu} beside a spinner: blame {blame}; truth {truth}");
+    let wait = num(blame, "wait_seconds");
+    let top = &blame["others"][0];
+    assert_eq!(
+        top["cgroup"].as_str(),
+        Some(spinner.rel_path()),
+        "the spinner's cgroup is the first other culprit: {blame}"
+    );
+    let share = num(top, "seconds") / wait;
+    assert!(
+        share >= 0.9,
+        "the sleeper's wait is blamed on the spinner for {:.1}% of it, at least 90% expected",
+        share * 100.0
+    );
+    // The blamed seconds are the sleeper's run-queue wait, as the kernel sums it: its thread's
+    // run_delay, read by the thread itself at its end (a few waits of its process's start
+    // before it joined the cgroup and after the read are not in both).
+    assert_within(
+        "sleeper: blamed wait (s) vs its run_delay",
+        wait,
+        num(&truth, "run_delay_seconds"),
+        0.10,
+    );
+}
+
+/// The same sleeper alone on its CPU: no other container held it, so none is blamed.
+#[test]
+fn a_sleeper_alone_on_its_cpu_blames_no_container() {
+    require_bpf();
+    let sleeper_cg = TestCgroup::new("runq-blame-alone");
+    let cpu = pinned_cpu();
+    let mut agent = Agent::trace(&["--json", "--duration", "4"]);
+    let sleeper = run_in_cgroup(
+        pinned(cpu, env!("CARGO_BIN_EXE_sleeper")).args([
+            "--threads",
+            "1",
+            "--seconds",
+            "2",
+            "--sleep-ms",
+            "1",
+        ]),
+        &sleeper_cg,
+    );
+    let truth = workload_result(sleeper);
+    agent.assert_still_tracing("the sleeper");
+    let done = agent.finish();
+    let blame = &done.container(&sleeper_cg)["runqueue_blame"];
+    eprintln!("sleeper alone on CPU {cpu}: blame {blame}; truth {truth}");
+    let wait = num(blame, "wait_seconds");
+    assert!(wait > 0.0, "its wake-ups waited, and were blamed: {blame}");
+    let others: f64 = blame["others"]
+        .as_array()
+        .expect("others")
+        .iter()
+        .map(|c| num(c, "seconds"))
+        .sum();
+    assert!(
+        others < 0.25 * wait,
+        "other containers blamed for {others} s of {wait} s on a CPU nobody else was put on"
+    );
+}
+
+/// The CPU the blame tests pin their workloads to: the last one (the first takes most of the
+/// host's own work).
+fn pinned_cpu() -> usize {
+    cpus() - 1
+}
+
+/// `program` run pinned to `cpu` (`taskset`, which execs it: its output is the program's).
+fn pinned(cpu: usize, program: &str) -> Command {
+    let mut c = Command::new("taskset");
+    c.args(["-c", &cpu.to_string(), program]);
+    c
+}

@@ -145,7 +145,7 @@ pub struct RunArgs {
     /// Configuration file (TOML; agent/CLI.md and deploy/daemonset.yaml's ConfigMap say what
     /// each key does): listen, interval_seconds, max_cgroups, removed_grace_seconds,
     /// diagnosis_window_seconds, bpf_stats, histograms, wake_kinds, futex_probes, call_sites,
-    /// net_packet_probes, net_packet_survey_seconds, web_config_file,
+    /// net_packet_probes, net_packet_survey_seconds, runqueue_blame, web_config_file,
     /// http_header_timeout_seconds, http_request_timeout_seconds, http_idle_timeout_seconds,
     /// http_max_connections, btf_file, `[thresholds]`. Unknown keys are refused.
     #[arg(long, value_name = "FILE")]

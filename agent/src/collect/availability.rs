@@ -22,6 +22,8 @@ pub struct Availability {
     pub locks: bool,
     /// The network probes.
     pub net: NetAvailability,
+    /// `sched_switch` can blame run-queue waits on what held the CPU (always, or on demand).
+    pub runq_blame: bool,
 }
 
 impl Availability {
@@ -32,6 +34,7 @@ impl Availability {
         futex: true,
         locks: true,
         net: NetAvailability::ALL,
+        runq_blame: true,
     };
 
     /// From the probes' status; `waits_from_switch`: [`crate::probes::Probes::waits_from_switch`].
@@ -49,6 +52,7 @@ impl Availability {
             futex: attached(futex::ENTER) && attached(futex::EXIT),
             locks: attached(locks::BEGIN) && attached(locks::END),
             net: NetAvailability::from_status(status),
+            runq_blame: false,
         }
     }
 }

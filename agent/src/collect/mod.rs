@@ -10,7 +10,7 @@ use std::{
 
 use stormwatch_common::{
     FutexStats, HotFutexKey, HotFutexValue, LOG2_BUCKETS, LockSiteKey, LockSiteValue, LockStats,
-    Log2Histogram, SchedStats, ThreadHandoff,
+    Log2Histogram, RunqBlameKey, RunqBlameValue, SchedStats, ThreadHandoff,
     net::{CgroupNetStats, NetDropKey, NetDropStats, NetIfKey, NetIfStats},
 };
 
@@ -44,6 +44,8 @@ pub struct Snapshot {
     pub net_ifaces: HashMap<NetIfKey, NetIfStats>,
     /// Drops by interface and reason.
     pub net_drops: HashMap<NetDropKey, NetDropStats>,
+    /// Run-queue waits by (victim, culprit), while the switch program blames them.
+    pub runq_blame: HashMap<RunqBlameKey, RunqBlameValue>,
 }
 
 impl Snapshot {
@@ -60,6 +62,7 @@ impl Snapshot {
             net: HashMap::new(),
             net_ifaces: HashMap::new(),
             net_drops: HashMap::new(),
+            runq_blame: HashMap::new(),
         }
     }
 
@@ -78,6 +81,7 @@ impl Snapshot {
             net: net::read(ebpf)?,
             net_ifaces: net::read_ifaces(ebpf)?,
             net_drops: net::read_drops(ebpf)?,
+            runq_blame: probes.read_runq_blame()?,
         })
     }
 
@@ -157,6 +161,8 @@ impl Snapshot {
         self.hot_futexes.retain(|k, _| k.cgroup_id != id);
         self.lock_sites.retain(|k, _| k.cgroup_id != id);
         self.handoff_threads.retain(|_, v| v.cgroup_id != id);
+        self.runq_blame
+            .retain(|k, _| k.victim != id && k.culprit != id);
     }
 }
 
@@ -295,6 +301,8 @@ pub struct Window {
     /// waited on, from `hot_futexes` — kept by [`Window::extend_figures`], which drops the
     /// words themselves.
     pub process_words: HashMap<(u64, u32), WordWaits>,
+    /// Run-queue waits by (victim, culprit) in the window, while blamed.
+    pub runq_blame: HashMap<RunqBlameKey, RunqBlameValue>,
 }
 
 /// A process's futex waits over a window, and the part on words of one thread
@@ -377,6 +385,7 @@ impl Window {
             counter_regressions: 0,
             handoff_sites: HashMap::new(),
             process_words: HashMap::new(),
+            runq_blame: HashMap::new(),
         }
     }
 
@@ -420,6 +429,9 @@ impl Window {
             .filter(|(_, v)| v.tx.packets + v.rx.packets > 0)
             .collect();
         let net_drops = deltas(&before.net_drops, &after.net_drops, &mut regressions).collect();
+        let runq_blame = deltas(&before.runq_blame, &after.runq_blame, &mut regressions)
+            .filter(|(_, v)| v.ns > 0)
+            .collect();
         if regressions > 0 {
             log::debug!("{regressions} counter(s) went backwards; their change is skipped");
             UserLoss::CounterRegression.add(regressions);
@@ -435,6 +447,7 @@ impl Window {
             counter_regressions: regressions,
             handoff_sites: HashMap::new(),
             process_words,
+            runq_blame,
         }
     }
 
@@ -467,6 +480,7 @@ impl Window {
         }
         add_all(&mut self.net_ifaces, &later.net_ifaces);
         add_all(&mut self.net_drops, &later.net_drops);
+        add_all(&mut self.runq_blame, &later.runq_blame);
         for (id, sites) in &later.handoff_sites {
             self.handoff_sites.entry(*id).or_default().add(sites);
         }

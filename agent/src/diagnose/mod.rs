@@ -10,7 +10,9 @@ pub mod session;
 use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
-use stormwatch_common::{FutexStats, LockStats, SchedStats, lock_kind};
+use stormwatch_common::{
+    FutexStats, LockStats, RunqBlameKey, RunqBlameValue, SchedStats, culprit, lock_kind,
+};
 
 use crate::{
     collect::Window,
@@ -71,6 +73,95 @@ pub struct Facts {
     /// the window, where it has Go processes whose clock could be read (the session reads it
     /// at the window's edges: [`crate::identity::goclock`]).
     pub go_mutex: Option<GoMutexWait>,
+    /// The container's run-queue wait split by what held the CPUs while its threads waited,
+    /// where the switch program blamed waits in the window (`None`: not blamed, or no wait).
+    pub runq_blame: Option<RunqBlame>,
+}
+
+/// A container's run-queue wait over a window, split by what held the CPU each wait was on
+/// while it lasted (`sched_switch`'s blame, `probes::tiers::RunqBlame`). Seconds; they add up
+/// to `wait_seconds`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct RunqBlame {
+    /// The waits blamed: on the CPUs they ended on (the part of a wait spent queued on another
+    /// CPU before a migration is not in it).
+    pub wait_seconds: f64,
+    /// The container's own threads held the CPU.
+    pub own_seconds: f64,
+    /// Kernel threads held it.
+    pub kernel_seconds: f64,
+    /// The CPU was idle: the thread was queued on a CPU that had yet to wake up.
+    pub idle_seconds: f64,
+    /// The CPU's clock ran without its task being charged: stolen by the hypervisor, or
+    /// interrupt time where the kernel accounts it apart.
+    pub stolen_seconds: f64,
+    /// Began before the oldest run the CPU remembered: not attributed.
+    pub unseen_seconds: f64,
+    /// Other cgroups that held the CPU, most first.
+    pub others: Vec<Culprit>,
+}
+
+/// A cgroup that held a CPU while another's threads waited for it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Culprit {
+    #[serde(skip)]
+    pub cgroup_id: u64,
+    /// Its path (relative to the v2 root), or `cgroup id N` for one not followed.
+    pub cgroup: String,
+    pub seconds: f64,
+}
+
+impl RunqBlame {
+    /// The victim's blame from a window's (victim, culprit) pairs, culprits named by `paths`.
+    pub fn of(
+        victim: u64,
+        pairs: &HashMap<RunqBlameKey, RunqBlameValue>,
+        paths: &HashMap<u64, String>,
+    ) -> Option<Self> {
+        let mut b = Self::default();
+        let mut any = false;
+        for (k, v) in pairs.iter().filter(|(k, _)| k.victim == victim) {
+            any = true;
+            let secs = v.ns as f64 / 1e9;
+            b.wait_seconds += secs;
+            match k.culprit {
+                c if c == victim => b.own_seconds += secs,
+                culprit::KERNEL => b.kernel_seconds += secs,
+                culprit::IDLE => b.idle_seconds += secs,
+                culprit::STOLEN => b.stolen_seconds += secs,
+                culprit::UNSEEN => b.unseen_seconds += secs,
+                c => b.others.push(Culprit {
+                    cgroup_id: c,
+                    cgroup: paths
+                        .get(&c)
+                        .cloned()
+                        .unwrap_or_else(|| format!("cgroup id {c}")),
+                    seconds: secs,
+                }),
+            }
+        }
+        b.others.sort_by(|a, b| {
+            b.seconds
+                .total_cmp(&a.seconds)
+                .then(a.cgroup.cmp(&b.cgroup))
+        });
+        any.then_some(b)
+    }
+
+    /// The other cgroup that held the CPU most, with its share of the wait.
+    pub fn top_other(&self) -> Option<(&Culprit, f64)> {
+        let top = self.others.first()?;
+        (self.wait_seconds > 0.0).then(|| (top, top.seconds / self.wait_seconds))
+    }
+
+    /// The share of the wait the container's own threads caused.
+    pub fn own_share(&self) -> f64 {
+        if self.wait_seconds > 0.0 {
+            self.own_seconds / self.wait_seconds
+        } else {
+            0.0
+        }
+    }
 }
 
 /// What a container's Go runtimes say their goroutines waited for `sync.Mutex` and `RWMutex`
@@ -413,6 +504,7 @@ pub struct Thresholds {
     pub runq_min_mean_seconds: f64,
     pub runq_min_p99_seconds: f64,
     pub runq_critical_mean_seconds: f64,
+    pub runq_blame_name_share: f64,
     pub oversubscription_min_runnable_per_cpu: f64,
     pub mtu_min_evidence_events: f64,
     pub mtu_critical_losses: f64,
@@ -447,6 +539,7 @@ impl Default for Thresholds {
             runq_min_mean_seconds: RUNQ_MIN_MEAN_SECONDS,
             runq_min_p99_seconds: RUNQ_MIN_P99_SECONDS,
             runq_critical_mean_seconds: RUNQ_CRITICAL_MEAN_SECONDS,
+            runq_blame_name_share: RUNQ_BLAME_NAME_SHARE,
             oversubscription_min_runnable_per_cpu: OVERSUBSCRIPTION_MIN_RUNNABLE_PER_CPU,
             mtu_min_evidence_events: network::defaults::MTU_MIN_EVIDENCE_EVENTS,
             mtu_critical_losses: network::defaults::MTU_CRITICAL_LOSSES,
@@ -616,6 +709,7 @@ pub fn facts(window: &Window, mut ctx: FactsContext<'_>) -> Vec<Facts> {
                 runtimes,
                 sites: window.handoff_sites.get(id).cloned(),
                 go_mutex: (ctx.go_mutex)(*id),
+                runq_blame: RunqBlame::of(*id, &window.runq_blame, ctx.paths),
             })
         })
         .collect()

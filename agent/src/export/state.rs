@@ -39,9 +39,57 @@ pub struct Series {
     /// Throttling of the earlier cgroups of this path (a re-created cgroup's cgroupfs counters
     /// start from zero): added, so that the counters stay monotonic.
     pub throttled_base: CpuCounters,
+    /// Run-queue wait blamed, in seconds, by culprit label ([`blame_label`]): at most
+    /// [`MAX_NAMED_CULPRITS`] other containers by path, the rest as `other`.
+    pub blame: BTreeMap<String, f64>,
+}
+
+/// Other containers named as culprits of one container's run-queue wait in `/metrics`; a
+/// container's first ones keep their series, later ones add to `other` (bounded cardinality,
+/// counters that only grow).
+pub const MAX_NAMED_CULPRITS: usize = 3;
+
+/// The `culprit` label of a blamed wait: `self`, `kernel`, `idle`, `stolen`, `unseen`, or the
+/// other cgroup's path (`None`: a cgroup whose path is not known, exported as `other`).
+pub fn blame_label(victim: u64, culprit: u64, paths: &HashMap<u64, String>) -> Option<String> {
+    use stormwatch_common::culprit as c;
+    Some(
+        match culprit {
+            x if x == victim => "self",
+            c::KERNEL => "kernel",
+            c::IDLE => "idle",
+            c::STOLEN => "stolen",
+            c::UNSEEN => "unseen",
+            other => return paths.get(&other).cloned(),
+        }
+        .to_owned(),
+    )
 }
 
 impl Series {
+    /// Adds a window's blamed waits of this container.
+    fn add_blame(&mut self, id: u64, window: &Window, paths: &HashMap<u64, String>) {
+        let fixed = ["self", "kernel", "idle", "stolen", "unseen", "other"];
+        for (k, v) in window.runq_blame.iter().filter(|(k, _)| k.victim == id) {
+            let secs = v.ns as f64 / 1e9;
+            let label = blame_label(id, k.culprit, paths).unwrap_or_else(|| "other".to_owned());
+            let named = self
+                .blame
+                .keys()
+                .filter(|l| !fixed.contains(&l.as_str()))
+                .count();
+            let label = if fixed.contains(&label.as_str())
+                || self.blame.contains_key(&label)
+                || named < MAX_NAMED_CULPRITS
+            {
+                label
+            } else {
+                "other".to_owned()
+            };
+            *self.blame.entry(label).or_insert(0.0) += secs;
+        }
+    }
+
     pub fn has_futex_figures(&self) -> bool {
         self.totals.futex != FutexStats::ZERO
     }
@@ -165,6 +213,7 @@ impl Cgroups {
                 limits: None,
                 removed_at: None,
                 throttled_base: CpuCounters::default(),
+                blame: BTreeMap::new(),
             });
             // A path taken over by a new id (re-created cgroup) continues its series.
             if series.cgroup_id != id {
@@ -175,6 +224,7 @@ impl Cgroups {
             }
             series.removed_at = None;
             series.totals.add(delta);
+            series.add_blame(id, tick.window, tick.paths);
             if let Some(identity) = tick.identities.get(&id) {
                 series.labels = Labels::of(Some(identity));
             }

@@ -10,6 +10,8 @@
 //! - the futex programs while a container's scheduler figures look like a lock storm's (or a
 //!   storm is found): the storm rule needs their figures; while they are detached no thread
 //!   pays the syscall slow path for them;
+//! - the switch program's run-queue blame while a container's threads wait for CPUs
+//!   (`runqueue_saturation`), so that the windows it is judged on name who held them;
 //! - the per-packet network programs while packets did not fit somewhere
 //!   ([`crate::diagnose::network::packets_did_not_fit`]), and for a survey every
 //!   `net_packet_survey_seconds`: they show which interfaces and containers.
@@ -66,6 +68,8 @@ pub struct Asks {
     pub storm_candidate: bool,
     /// Packets did not fit somewhere over the window.
     pub packets_did_not_fit: bool,
+    /// Some container's threads wait for CPUs (a `runqueue_saturation` finding).
+    pub runqueue_wait: bool,
 }
 
 /// What the controller did to a tier.
@@ -114,6 +118,13 @@ impl Change {
             }
             (Tier::NetPackets, Steered::Detached) => {
                 "every packet fitted for a diagnosis window: per-packet network probes detached"
+            }
+            (Tier::RunqBlame, Steered::Attached) => {
+                "threads wait for CPUs: run-queue waits are blamed on what held the CPU until a \
+                 diagnosis window passes without"
+            }
+            (Tier::RunqBlame, Steered::Detached) => {
+                "no run-queue saturation for a diagnosis window: run-queue blame turned off"
             }
             (_, Steered::Abandoned) => return None,
         })
@@ -207,6 +218,7 @@ impl Controller {
                     asks.packets_did_not_fit || survey,
                     survey && !asks.packets_did_not_fit,
                 ),
+                Tier::RunqBlame => (asks.runqueue_wait, false),
             };
             if let Some(steered) = self.steer(probes, tier, wants, now) {
                 changes.push(Change {

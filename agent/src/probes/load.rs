@@ -145,6 +145,8 @@ pub struct LoadOptions {
     pub futex: FutexTier,
     /// When the per-packet network programs are attached.
     pub net_packets: NetPacketTier,
+    /// When the switch program blames run-queue waits.
+    pub runq_blame: super::RunqBlameTier,
     /// A BTF file to use instead of the kernel's own (`/sys/kernel/btf/vmlinux`): where the
     /// agent cannot read that one (a container without /sys/kernel/btf, a kernel that does not
     /// publish it). It must be the running kernel's BTF (`check_attached_to`).
@@ -163,6 +165,7 @@ impl Default for LoadOptions {
             wake_kinds: WakeKinds::Always,
             futex: FutexTier::Always,
             net_packets: NetPacketTier::Always,
+            runq_blame: super::RunqBlameTier::Always,
             btf_file: None,
         }
     }
@@ -278,6 +281,10 @@ impl Probes {
         } else {
             None
         };
+        let blame_available = waits_from_switch
+            && values
+                .iter()
+                .any(|(g, v)| *g == stormwatch_common::globals::HAVE_RUNQ_BLAME && *v == 1);
         let go_mutexes = if handoff_samples.is_some() {
             super::gomutex::GoMutexProbes::load(&mut ebpf)
         } else {
@@ -288,7 +295,7 @@ impl Probes {
         // largest allocation and it is over now: give the memory back to the system instead of
         // keeping it in the allocator for the agent's lifetime.
         crate::memory::release_free_memory();
-        Ok(Self {
+        let mut probes = Self {
             ebpf,
             status,
             waits_from_switch,
@@ -301,7 +308,19 @@ impl Probes {
             check_attach,
             handoff_samples,
             go_mutexes,
-        })
+            runq_blame: super::RunqBlame {
+                available: blame_available,
+                on_demand: options.runq_blame == super::RunqBlameTier::OnDemand,
+                ..Default::default()
+            },
+        };
+        if blame_available && options.runq_blame == super::RunqBlameTier::Always {
+            if let Err(err) = probes.set(Tier::RunqBlame, true) {
+                log::warn!("cannot turn the run-queue blame on: {err:#}; waits are not blamed");
+                probes.runq_blame.available = false;
+            }
+        }
+        Ok(probes)
     }
 }
 

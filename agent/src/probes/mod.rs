@@ -50,7 +50,7 @@ pub use self::{
     load::{Family, KernelFacts, LoadError, LoadOptions},
     map_io::{IDLE_READS_BEFORE_EVICTION, IdleKeys, ProgramStats},
     sizing::{CGROUP_MAP_MIN_ENTRIES, PER_CPU_MAP_BUDGET_BYTES, per_cpu_map_sizes},
-    tiers::{AttachWhen, FutexTier, NetPacketTier, Tier, WakeKinds},
+    tiers::{AttachWhen, FutexTier, NetPacketTier, RunqBlame, RunqBlameTier, Tier, WakeKinds},
 };
 pub(crate) use self::{
     attach::{
@@ -141,6 +141,8 @@ pub struct Probes {
     handoff_samples: Option<aya::maps::RingBuf<aya::maps::MapData>>,
     /// Go's `sync.Mutex` uprobes (loaded with the hand-off sampler).
     go_mutexes: gomutex::GoMutexProbes,
+    /// The switch program's run-queue blame, and whether it is on.
+    runq_blame: RunqBlame,
 }
 
 /// Whether the kernel attached tp_btf program `prog` to `event`. The type id aya takes from a
@@ -298,6 +300,21 @@ impl Probes {
             gomutex::forget(&mut self.ebpf, cgroups);
         }
         net::forget(&mut self.ebpf, cgroups);
+        if self.runq_blame.available {
+            sched::forget_blame(&mut self.ebpf, cgroups);
+        }
+    }
+
+    /// Each (victim, culprit) pair's run-queue wait so far (nothing where the switch program
+    /// cannot blame).
+    pub fn read_runq_blame(
+        &self,
+    ) -> anyhow::Result<HashMap<stormwatch_common::RunqBlameKey, stormwatch_common::RunqBlameValue>>
+    {
+        if !self.runq_blame.available {
+            return Ok(HashMap::new());
+        }
+        sched::read_blame(&self.ebpf)
     }
 
     /// Tells the network receive probe which container each network namespace belongs to

@@ -12,7 +12,9 @@ use aya::{
     Ebpf,
     maps::{PerCpuArray, PerCpuValues},
 };
-use stormwatch_common::{SchedCache, SchedStats, globals, maps, programs};
+use stormwatch_common::{
+    RunqBlameKey, RunqBlameValue, SchedCache, SchedStats, globals, maps, programs,
+};
 
 use super::{
     AttachKind, KernelFacts, ProbeFamily, ProbeStatus, WakeKinds, attach_btf_only,
@@ -157,6 +159,26 @@ impl ProbeFamily for SchedProbes {
                     ],
                     globals::HAVE_SCHED_INFO,
                 ));
+                // Run-queue blame: the incoming thread's `last_queued` (when its wait began),
+                // whether it is a kernel thread, and its cgroup (the shared path): all or
+                // nothing.
+                let blame = pointer_path(
+                    btf,
+                    &[
+                        (
+                            globals::TASK_LAST_QUEUED_OFFSET,
+                            "task_struct",
+                            &["sched_info", "last_queued"],
+                        ),
+                        (globals::TASK_FLAGS_OFFSET, "task_struct", &["flags"]),
+                    ],
+                    globals::HAVE_RUNQ_BLAME,
+                );
+                if super::load::shared_globals(facts).is_empty() {
+                    log::info!("no task cgroup path in BTF: run-queue waits are not blamed");
+                } else {
+                    values.extend(blame);
+                }
             } else {
                 log::info!(
                     "no task_struct.sched_info in BTF (or --waits-from-wakeups): the run-queue \
@@ -282,6 +304,20 @@ impl ProbeFamily for SchedProbes {
         });
         status
     }
+}
+
+/// Each (victim, culprit) pair's run-queue wait so far, summed over CPUs (`RUNQ_BLAME`).
+pub fn read_blame(ebpf: &Ebpf) -> anyhow::Result<HashMap<RunqBlameKey, RunqBlameValue>> {
+    super::read_per_cpu_hash(ebpf, maps::RUNQ_BLAME, RunqBlameValue::ZERO, |t, v| {
+        t.ns = t.ns.wrapping_add(v.ns)
+    })
+}
+
+/// Deletes the pairs of removed cgroups, as victim or as culprit.
+pub fn forget_blame(ebpf: &mut Ebpf, cgroups: &[u64]) {
+    super::remove_per_cpu_matching::<RunqBlameKey, RunqBlameValue>(ebpf, maps::RUNQ_BLAME, |k| {
+        cgroups.contains(&k.victim) || cgroups.contains(&k.culprit)
+    });
 }
 
 /// Whether a switch cache's flush orders its stores with BPF's fully ordered atomics

@@ -54,6 +54,27 @@ pub type FutexTier = AttachWhen;
 /// counters, drops for being too big).
 pub type NetPacketTier = AttachWhen;
 
+/// When `sched_switch` blames run-queue waits on what held the CPU ([`RunqBlame`]): a ring of
+/// each CPU's last runs written and walked at every switch, so a cost on the hottest program.
+/// On demand the daemon asks while a container's threads wait for CPUs
+/// (`runqueue_saturation`); `trace` and `diagnose` blame from the start.
+pub type RunqBlameTier = AttachWhen;
+
+/// The run-queue blame step of `sched_switch` ([`Tier::RunqBlame`]): not a program of its own
+/// (a second program on the hottest tracepoint would cost its dispatch on every switch) but a
+/// switch the agent turns with `RUNQ_BLAME_ON`, whose value is an epoch raised at each turn
+/// on, so that no CPU blames a wait on runs kept before the last turn off.
+#[derive(Debug, Default)]
+pub struct RunqBlame {
+    /// The switch program can blame (tp_btf with `sched_info` and the task's cgroup path).
+    pub available: bool,
+    /// Turned on and off by the on-demand controller; else on from the start when available.
+    pub on_demand: bool,
+    /// The epoch written while on; 0 while off.
+    pub epoch: u32,
+    /// The last epoch used.
+    pub last_epoch: u32,
+}
 /// A tier of programs the daemon attaches on demand.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Tier {
@@ -63,11 +84,18 @@ pub enum Tier {
     Futex = 1,
     /// The transmit and receive programs.
     NetPackets = 2,
+    /// The run-queue blame step of the switch program ([`RunqBlame`]).
+    RunqBlame = 3,
 }
 
 impl Tier {
     /// Every tier, in the one order that every per-tier array follows.
-    pub const ALL: [Tier; 3] = [Tier::WakeKinds, Tier::Futex, Tier::NetPackets];
+    pub const ALL: [Tier; 4] = [
+        Tier::WakeKinds,
+        Tier::Futex,
+        Tier::NetPackets,
+        Tier::RunqBlame,
+    ];
     pub const COUNT: usize = Tier::ALL.len();
 
     /// The (tracepoint, program) pairs of the tier.
@@ -76,6 +104,7 @@ impl Tier {
             Tier::WakeKinds => &sched::WAKE_KIND_PROGRAMS,
             Tier::Futex => &futex::PROGRAMS,
             Tier::NetPackets => &net::PACKET_PROGRAMS,
+            Tier::RunqBlame => &[],
         }
     }
 
@@ -90,6 +119,7 @@ impl Tier {
             Tier::WakeKinds => "wake-up",
             Tier::Futex => "futex",
             Tier::NetPackets => "per-packet network",
+            Tier::RunqBlame => "run-queue blame",
         }
     }
 }
@@ -97,18 +127,62 @@ impl Tier {
 impl Probes {
     /// Whether the programs of `tier` wait to be attached on demand.
     pub fn on_demand(&self, tier: Tier) -> bool {
+        if tier == Tier::RunqBlame {
+            return self.runq_blame.available && self.runq_blame.on_demand;
+        }
         !self.tiers[tier.index()].is_empty()
     }
 
     /// Whether the on-demand programs of `tier` are attached now.
     pub fn tier_attached(&self, tier: Tier) -> bool {
+        if tier == Tier::RunqBlame {
+            return self.runq_blame.epoch != 0;
+        }
         self.tiers[tier.index()].iter().any(|p| p.link.is_some())
+    }
+
+    /// Whether `sched_switch` can blame run-queue waits (now, or when asked).
+    pub fn can_blame_runqueue(&self) -> bool {
+        self.runq_blame.available
+    }
+
+    /// Whether `sched_switch` blames run-queue waits now.
+    pub fn blames_runqueue(&self) -> bool {
+        self.runq_blame.epoch != 0
+    }
+
+    /// Turns the switch program's run-queue blame on (a new epoch) or off.
+    fn turn_runq_blame(&mut self, on: bool) -> anyhow::Result<()> {
+        if !self.runq_blame.available || on == (self.runq_blame.epoch != 0) {
+            return Ok(());
+        }
+        let epoch = if on {
+            self.runq_blame.last_epoch.wrapping_add(1).max(1)
+        } else {
+            0
+        };
+        let mut flag: aya::maps::Array<_, u32> = self
+            .ebpf
+            .map_mut(maps::RUNQ_BLAME_ON)
+            .ok_or_else(|| anyhow::anyhow!("map {} missing", maps::RUNQ_BLAME_ON))?
+            .try_into()?;
+        flag.set(0, &epoch, 0)?;
+        if on {
+            self.runq_blame.last_epoch = epoch;
+        }
+        self.runq_blame.epoch = epoch;
+        Ok(())
     }
 
     /// Detaches the on-demand programs of `tier` for good (after an error), their status
     /// saying `why`.
     pub fn abandon(&mut self, tier: Tier, why: &str) {
         let _ = self.set(tier, false);
+        if tier == Tier::RunqBlame {
+            self.runq_blame.on_demand = false;
+            self.runq_blame.available = false;
+            return;
+        }
         abandon(&mut self.tiers[tier.index()], &mut self.status, why);
     }
 
@@ -118,6 +192,9 @@ impl Probes {
     /// their attach epoch is raised, so that a call whose entry was seen before the last
     /// detach is never paired with an exit seen now (it is counted as unpaired instead).
     pub fn set(&mut self, tier: Tier, on: bool) -> anyhow::Result<()> {
+        if tier == Tier::RunqBlame {
+            return self.turn_runq_blame(on);
+        }
         if tier == Tier::Futex && on && !self.tier_attached(tier) {
             let next = self.futex_epoch + 1;
             let mut epoch: aya::maps::Array<_, u32> = self
@@ -132,6 +209,7 @@ impl Probes {
             Tier::WakeKinds => (sched::ON_DEMAND_ATTACHED, sched::ON_DEMAND_DETACHED),
             Tier::Futex => (futex::ON_DEMAND_ATTACHED, futex::ON_DEMAND_DETACHED),
             Tier::NetPackets => (net::ON_DEMAND_ATTACHED, net::ON_DEMAND_DETACHED),
+            Tier::RunqBlame => unreachable!("turned above"),
         };
         set_tier(
             &mut self.ebpf,
@@ -255,5 +333,6 @@ mod tests {
         assert_eq!(Tier::WakeKinds.name(), "wake-up");
         assert_eq!(Tier::Futex.name(), "futex");
         assert_eq!(Tier::NetPackets.name(), "per-packet network");
+        assert_eq!(Tier::RunqBlame.name(), "run-queue blame");
     }
 }

@@ -42,10 +42,13 @@ pub enum ProbeError {
     /// A sampled side of a hand-off could not be written (the ring buffer was full) or its
     /// stack could not be read: that hand-off names no call site.
     HandoffSampleLost = 12,
+    /// A run-queue wait's share could not be added to `RUNQ_BLAME` (the map is full): that
+    /// part of the wait is blamed on no one.
+    RunqBlameFull = 13,
 }
 
 impl ProbeError {
-    pub const COUNT: u32 = 13;
+    pub const COUNT: u32 = 14;
     pub const ALL: [ProbeError; Self::COUNT as usize] = [
         Self::CgroupMapFull,
         Self::TaskStorageBusy,
@@ -60,6 +63,7 @@ impl ProbeError {
         Self::PendingWakeupFull,
         Self::HandoffThreadsFull,
         Self::HandoffSampleLost,
+        Self::RunqBlameFull,
     ];
 
     pub const fn name(self) -> &'static str {
@@ -77,6 +81,7 @@ impl ProbeError {
             Self::PendingWakeupFull => "pending_wakeup_full",
             Self::HandoffThreadsFull => "handoff_threads_full",
             Self::HandoffSampleLost => "handoff_sample_lost",
+            Self::RunqBlameFull => "runq_blame_full",
         }
     }
 }

@@ -21,6 +21,14 @@ pub mod maps {
     /// whose `sched_wakeup` names the thread by id and cannot reach its task storage. Consumed
     /// at the thread's next switch-out.
     pub const PENDING_WAKEUPS: &str = "PENDING_WAKEUPS";
+    /// Per-CPU hash: [`crate::RunqBlameKey`] → [`crate::RunqBlameValue`], run-queue waits split
+    /// by what held the CPU meanwhile (written while `RUNQ_BLAME_ON` is non-zero).
+    pub const RUNQ_BLAME: &str = "RUNQ_BLAME";
+    /// Per-CPU array (one slot): [`crate::RunRing`], the CPU's last runs.
+    pub const RUNQ_RUNS: &str = "RUNQ_RUNS";
+    /// Array (one u32): 0 while the switch program blames no wait; else the blame epoch, which
+    /// the agent raises each time it turns the blame on.
+    pub const RUNQ_BLAME_ON: &str = "RUNQ_BLAME_ON";
     /// Per-CPU array: [`crate::ProbeError`] index → count of events the probes could not record.
     pub const PROBE_ERRORS: &str = "PROBE_ERRORS";
     /// Per-CPU hash: cgroup id (u64) → [`crate::FutexStats`].
@@ -123,6 +131,12 @@ pub mod globals {
     /// 1 when the two offsets above are set: the run-queue wait and the off-CPU time come from
     /// `sched_switch` alone, and the wake-up programs only tell wake-ups local or remote.
     pub const HAVE_SCHED_INFO: &str = "HAVE_SCHED_INFO";
+    /// `task_struct.sched_info.last_queued` (when the thread was put on its run queue, 0 when
+    /// not queued) and `task_struct.flags`; `HAVE_RUNQ_BLAME` is 1 when both are set, with the
+    /// task's cgroup path and `sched_info`: the switch program can blame run-queue waits.
+    pub const TASK_LAST_QUEUED_OFFSET: &str = "TASK_LAST_QUEUED_OFFSET";
+    pub const TASK_FLAGS_OFFSET: &str = "TASK_FLAGS_OFFSET";
+    pub const HAVE_RUNQ_BLAME: &str = "HAVE_RUNQ_BLAME";
     /// `sys_enter_futex`: offsets of `uaddr` and `op`.
     pub const TP_FUTEX_UADDR_OFFSET: &str = "TP_FUTEX_UADDR_OFFSET";
     pub const TP_FUTEX_OP_OFFSET: &str = "TP_FUTEX_OP_OFFSET";

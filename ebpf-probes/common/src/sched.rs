@@ -169,6 +169,81 @@ pub struct OnCpu {
 /// `OnCpu::flags`: `since_runtime_ns` is valid (tp_btf, which has the incoming task).
 pub const ON_CPU_HAS_RUNTIME: u32 = 1 << 0;
 
+/// Who held a CPU while a thread waited in its run queue ([`RunqBlameKey::culprit`]): a cgroup
+/// v2 id for a task's time, or one of these. Cgroup ids are kernfs node ids, never 0 and far
+/// below these.
+pub mod culprit {
+    /// The CPU ran its idle task: the thread was queued on an idle CPU that had yet to wake.
+    pub const IDLE: u64 = 0;
+    /// A kernel thread (`PF_KTHREAD`) held the CPU.
+    pub const KERNEL: u64 = u64::MAX;
+    /// The run's clock advanced without the task being charged for it (`rq->clock` against
+    /// `se.sum_exec_runtime`): time stolen by the hypervisor, or interrupts where the kernel
+    /// accounts them apart.
+    pub const STOLEN: u64 = u64::MAX - 1;
+    /// The wait began before the oldest run this CPU remembers ([`RUNQ_RUNS`] runs, or the
+    /// blame was turned on meanwhile): not attributed.
+    pub const UNSEEN: u64 = u64::MAX - 2;
+}
+
+/// How many of a CPU's last runs it keeps to blame a wait on ([`RunRing`]).
+pub const RUNQ_RUNS: usize = 16;
+
+/// A thread's run-queue wait on one CPU, split by what held that CPU meanwhile: the key of
+/// `RUNQ_BLAME`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RunqBlameKey {
+    /// The cgroup v2 id of the thread that waited.
+    pub victim: u64,
+    /// What held the CPU: a cgroup v2 id, or one of [`culprit`]'s.
+    pub culprit: u64,
+}
+
+/// Time waited, in ns, summed over the waits that ended on a CPU (per-CPU values).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RunqBlameValue {
+    pub ns: u64,
+}
+
+impl RunqBlameValue {
+    pub const ZERO: Self = Self { ns: 0 };
+}
+
+/// One stretch of a CPU held by one task, from switch-in to switch-out (run-queue clock).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Run {
+    pub start: u64,
+    pub end: u64,
+    /// Of `end - start`, what the task was not charged for ([`culprit::STOLEN`]).
+    pub stolen: u64,
+    /// Whose run: a cgroup v2 id or a [`culprit`] constant.
+    pub culprit: u64,
+}
+
+/// A CPU's last runs (a ring; `runs[(head - 1) % RUNQ_RUNS]` is the newest) and the run in
+/// progress, for blaming the waits that end on it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RunRing {
+    /// The blame epoch these runs belong to (`RUNQ_BLAME_ON`'s value when written): a CPU that
+    /// finds another starts over, so no run from before the blame was last turned off is used.
+    pub epoch: u32,
+    /// Where the next run is written.
+    pub head: u32,
+    /// How many runs are valid (at most [`RUNQ_RUNS`]).
+    pub len: u32,
+    /// 1 when the `current_*` fields describe the run in progress.
+    pub current_valid: u32,
+    pub current_start: u64,
+    /// The running task's `se.sum_exec_runtime` at its switch-in.
+    pub current_runtime: u64,
+    pub current_culprit: u64,
+    pub runs: [Run; RUNQ_RUNS],
+}
+
 // SAFETY (all): plain #[repr(C)] structs of fixed-width integers with no padding (see the
 // size tests).
 #[cfg(feature = "user")]
@@ -177,6 +252,9 @@ mod user {
     unsafe impl aya::Pod for super::TaskState {}
     unsafe impl aya::Pod for super::OnCpu {}
     unsafe impl aya::Pod for super::SchedCache {}
+    unsafe impl aya::Pod for super::RunqBlameKey {}
+    unsafe impl aya::Pod for super::RunqBlameValue {}
+    unsafe impl aya::Pod for super::RunRing {}
 }
 
 #[cfg(test)]
@@ -193,5 +271,9 @@ mod tests {
         assert_eq!(size_of::<TaskState>(), 8 * 7 + 4 * 4);
         assert_eq!(size_of::<OnCpu>(), 8 * 2 + 4 * 2);
         assert_eq!(size_of::<SchedCache>(), 8 * 2 + size_of::<SchedStats>());
+        assert_eq!(size_of::<RunqBlameKey>(), 16);
+        assert_eq!(size_of::<RunqBlameValue>(), 8);
+        assert_eq!(size_of::<Run>(), 32);
+        assert_eq!(size_of::<RunRing>(), 4 * 4 + 8 * 3 + 32 * RUNQ_RUNS);
     }
 }

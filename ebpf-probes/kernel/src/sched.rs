@@ -38,14 +38,17 @@ use aya_ebpf::{
         bpf_get_smp_processor_id, bpf_ktime_get_ns, bpf_probe_read_kernel,
     },
     macros::{btf_map, btf_tracepoint, map, tracepoint},
-    maps::{HashMap, PerCpuArray, PerCpuHashMap},
+    maps::{Array, HashMap, PerCpuArray, PerCpuHashMap},
     programs::{BtfTracePointContext, TracePointContext},
 };
 use stormwatch_common::{
-    ON_CPU_HAS_RUNTIME, OnCpu, ProbeError, SchedCache, SchedStats, TASK_HAS_LAST_CPU,
-    TASK_HAS_RUN_DELAY, TASK_HAS_RUNTIME_BASELINE, TASK_HAS_SWITCH_BASELINE, TASK_HAS_WAKER,
-    TASK_SEEN, TASK_WAKE_KNOWN, TASK_WAKE_REMOTE, TASK_WOKEN, TaskState,
+    ON_CPU_HAS_RUNTIME, OnCpu, ProbeError, RUNQ_RUNS, Run, RunRing, RunqBlameKey, RunqBlameValue,
+    SchedCache, SchedStats, TASK_HAS_LAST_CPU, TASK_HAS_RUN_DELAY, TASK_HAS_RUNTIME_BASELINE,
+    TASK_HAS_SWITCH_BASELINE, TASK_HAS_WAKER, TASK_SEEN, TASK_WAKE_KNOWN, TASK_WAKE_REMOTE,
+    TASK_WOKEN, TaskState,
 };
+
+use stormwatch_common::culprit;
 
 use crate::shared::{
     BPF_NOEXIST, TaskStorage, count_error, current_task, follow, global_u32, per_cpu_slot,
@@ -79,6 +82,30 @@ static ON_CPU: PerCpuArray<OnCpu> = PerCpuArray::with_max_entries(1, 0);
 
 #[map(name = "PENDING_WAKEUPS")]
 static PENDING_WAKEUPS: HashMap<u32, u64> = HashMap::with_max_entries(MAX_PENDING_WAKEUPS, 0);
+
+/// (victim, culprit) pairs: containers waiting times what held their CPUs. Preallocated, as
+/// `CGROUP_SCHED` is, for the same reason (inserts from `sched_switch`).
+const MAX_BLAME_PAIRS: u32 = 16384;
+
+#[map(name = "RUNQ_BLAME")]
+static RUNQ_BLAME: PerCpuHashMap<RunqBlameKey, RunqBlameValue> =
+    PerCpuHashMap::with_max_entries(MAX_BLAME_PAIRS, 0);
+
+#[map(name = "RUNQ_RUNS")]
+static RUNQ_RUNS_MAP: PerCpuArray<RunRing> = PerCpuArray::with_max_entries(1, 0);
+
+#[map(name = "RUNQ_BLAME_ON")]
+static RUNQ_BLAME_ON: Array<u32> = Array::with_max_entries(1, 0);
+
+#[unsafe(no_mangle)]
+static TASK_LAST_QUEUED_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static TASK_FLAGS_OFFSET: u32 = 0;
+/// 1 when the offsets above, the task's cgroup path and `sched_info` are set (tp_btf).
+#[unsafe(no_mangle)]
+static HAVE_RUNQ_BLAME: u32 = 0;
+/// `task_struct.flags`: a kernel thread.
+const PF_KTHREAD: u32 = 0x0020_0000;
 
 #[unsafe(no_mangle)]
 static TASK_PID_OFFSET: u32 = 0;
@@ -260,6 +287,9 @@ pub fn sched_switch_btf(ctx: BtfTracePointContext) -> i32 {
     };
     let now = rq_clock(prev.task as *const u8);
     on_switch(now, prev, next_tid, next_runtime);
+    if global_u32(&HAVE_RUNQ_BLAME) == 1 {
+        blame(now, prev_runtime, next, next_tid, next_runtime);
+    }
     0
 }
 
@@ -889,5 +919,144 @@ fn credit_intervals(
     }
     if st.flags & TASK_HAS_LAST_CPU != 0 && st.last_cpu != cpu {
         stats.migrations += 1;
+    }
+}
+
+// ---- run-queue blame -------------------------------------------------------------------------
+
+/// While the agent asks (`RUNQ_BLAME_ON`), splits each run-queue wait that ends at this switch
+/// by what held this CPU meanwhile. The wait is the kernel's own: from the incoming thread's
+/// `sched_info.last_queued` (stamped by `sched_info_enqueue` when it was put on this CPU's run
+/// queue, in this run queue's clock; cleared by `sched_info_arrive` only after this tracepoint)
+/// to now. What held the CPU is this CPU's ring of its last runs ([`RunRing`]), each closed at
+/// its switch-out here: its task's cgroup, a kernel thread or the idle task, less the time the
+/// task was not charged for (stolen). A wait that began on another CPU and was migrated here
+/// has its earlier part in `run_delay` already (`sched_info_dequeue`): only the part on this
+/// CPU is blamed, and the agent reads the rest as the difference.
+#[inline(always)]
+fn blame(
+    now: u64,
+    prev_runtime: Known<u64>,
+    next: *const u8,
+    next_tid: u32,
+    next_runtime: Known<u64>,
+) {
+    let epoch = match RUNQ_BLAME_ON.get(0) {
+        Some(e) if *e != 0 => *e,
+        _ => return,
+    };
+    let Some(ring) = RUNQ_RUNS_MAP.get_ptr_mut(0) else {
+        return;
+    };
+    // SAFETY: this CPU's slot; sched_switch does not nest on one CPU.
+    let ring = unsafe { &mut *ring };
+    if ring.epoch != epoch {
+        ring.epoch = epoch;
+        ring.head = 0;
+        ring.len = 0;
+        ring.current_valid = 0;
+    }
+    if ring.current_valid == 1 {
+        let len = now.saturating_sub(ring.current_start);
+        let charged = if prev_runtime.known && ring.current_culprit != culprit::IDLE {
+            prev_runtime.value.saturating_sub(ring.current_runtime)
+        } else {
+            len
+        };
+        let idx = (ring.head as usize) & (RUNQ_RUNS - 1);
+        ring.runs[idx] = Run {
+            start: ring.current_start,
+            end: now,
+            stolen: len.saturating_sub(charged),
+            culprit: ring.current_culprit,
+        };
+        ring.head = ring.head.wrapping_add(1);
+        if ring.len < RUNQ_RUNS as u32 {
+            ring.len += 1;
+        }
+    }
+    let who = if next_tid == 0 {
+        culprit::IDLE
+    } else if typed::<u32>(next, global_u32(&TASK_FLAGS_OFFSET)) & PF_KTHREAD != 0 {
+        culprit::KERNEL
+    } else {
+        task_cgroup_id(next)
+    };
+    ring.current_valid = 1;
+    ring.current_start = now;
+    ring.current_runtime = next_runtime.value;
+    ring.current_culprit = who;
+    if who == culprit::IDLE || who == culprit::KERNEL {
+        return;
+    }
+    let queued: u64 = typed(next, global_u32(&TASK_LAST_QUEUED_OFFSET));
+    if queued == 0 || queued >= now {
+        return;
+    }
+    blame_wait(ring, who, queued, now);
+}
+
+/// Credits `victim`'s wait since `queued` to the runs of `ring` it overlaps, newest first; what
+/// began before the oldest run kept is [`culprit::UNSEEN`].
+#[inline(always)]
+fn blame_wait(ring: &RunRing, victim: u64, queued: u64, now: u64) {
+    let head = ring.head;
+    let len = ring.len;
+    // The newest run ends now (it was closed at this switch), so each run's overlap begins at
+    // the later of its start and `queued` and ends at its end; runs are contiguous.
+    let mut covered = now;
+    let mut i: u32 = 0;
+    while i < RUNQ_RUNS as u32 {
+        if i >= len {
+            break;
+        }
+        let idx = (head.wrapping_sub(1 + i) as usize) & (RUNQ_RUNS - 1);
+        let run = ring.runs[idx];
+        if run.end <= queued {
+            covered = queued;
+            break;
+        }
+        let from = if run.start > queued {
+            run.start
+        } else {
+            queued
+        };
+        let overlap = run.end.saturating_sub(from);
+        let run_len = run.end.saturating_sub(run.start);
+        let stolen = if overlap >= run_len {
+            run.stolen
+        } else if run_len < (1 << 32) {
+            // Both below 2^32 ns: the product fits (BPF has no 128-bit multiply).
+            run.stolen * overlap / run_len
+        } else {
+            // A run over 4 s: its share in 1/1024ths.
+            run.stolen / 1024 * (overlap * 1024 / run_len)
+        };
+        add_blame(victim, run.culprit, overlap.saturating_sub(stolen));
+        add_blame(victim, culprit::STOLEN, stolen);
+        covered = from;
+        i += 1;
+    }
+    if covered > queued {
+        add_blame(victim, culprit::UNSEEN, covered - queued);
+    }
+}
+
+#[inline(always)]
+fn add_blame(victim: u64, culprit: u64, ns: u64) {
+    if ns == 0 {
+        return;
+    }
+    let key = RunqBlameKey { victim, culprit };
+    if let Some(v) = RUNQ_BLAME.get_ptr_mut(&key) {
+        // SAFETY: this CPU's value; sched_switch does not nest on one CPU.
+        unsafe { (*v).ns += ns };
+        return;
+    }
+    if RUNQ_BLAME
+        .insert(&key, &RunqBlameValue { ns }, BPF_NOEXIST)
+        .is_err()
+    {
+        count_error(ProbeError::RunqBlameFull);
     }
 }

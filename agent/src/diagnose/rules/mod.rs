@@ -15,7 +15,7 @@ pub use self::{
     runtime::runtime_sizing,
     storm::{QuotaBound, StormFigures, lock_storm_candidate, required_handoffs_per_cpu_second},
 };
-use super::{Facts, Finding, Kind, LockPair, Severity, Thresholds};
+use super::{Facts, Finding, Kind, LockPair, RunqBlame, Severity, Thresholds};
 use crate::collect::log2_quantile_ns;
 
 /// Default thresholds, with the reason for each value.
@@ -142,6 +142,9 @@ pub mod defaults {
     /// Mean run-queue wait of 1 ms: an idle or right-sized host serves wake-ups in tens of
     /// microseconds; a millisecond on average means threads regularly wait for a CPU.
     pub const RUNQ_MIN_MEAN_SECONDS: f64 = 0.001;
+    /// A run-queue wait's culprit is named when another container held the CPUs for at least
+    /// this share of the blamed wait: the largest part, if not the whole.
+    pub const RUNQ_BLAME_NAME_SHARE: f64 = 0.25;
     /// p99 of 20 ms: a request served by such a wake-up misses typical latency budgets.
     pub const RUNQ_MIN_P99_SECONDS: f64 = 0.020;
     /// Mean of 10 ms: more than a scheduler slice; threads wait longer than they run.
@@ -298,13 +301,18 @@ pub fn runqueue_saturation(f: &Facts, all: &[Facts], t: &Thresholds) -> Option<F
     limits_evidence(f, &mut e);
 
     let own = runnable > allowed;
-    let neighbour = all
-        .iter()
-        .filter(|o| o.cgroup_id != f.cgroup_id)
-        .max_by(|a, b| a.oncpu_cores().total_cmp(&b.oncpu_cores()));
-    let host_busy: f64 = all.iter().map(Facts::oncpu_cores).sum();
+    let blame = f.runq_blame.as_ref().filter(|b| b.wait_seconds > 0.0);
+    if let Some(b) = blame {
+        blame_evidence(b, &mut e);
+    }
+    // Who held the CPUs while these threads waited, where the switch program blamed the
+    // waits: the other container that did most, when it did enough to name.
+    let culprit = blame
+        .and_then(RunqBlame::top_other)
+        .filter(|(_, share)| *share >= t.runq_blame_name_share);
+    let mut context = Vec::new();
     let mut recs = Vec::new();
-    let summary = if own {
+    let mut summary = if own {
         recs.push(format!(
             "The container keeps {runnable:.1} threads runnable on {allowed:.1} usable CPU(s): \
              give it more CPUs or run fewer busy threads."
@@ -316,17 +324,42 @@ pub fn runqueue_saturation(f: &Facts, all: &[Facts], t: &Thresholds) -> Option<F
             p99 * 1e3
         )
     } else {
-        let mut s = format!(
+        format!(
             "run-queue saturation: threads wait {:.2} ms on average (p99 ≤ {:.1} ms) for a CPU \
              although the container keeps only {runnable:.1} runnable",
             mean * 1e3,
             p99 * 1e3
-        );
+        )
+    };
+    if let Some((c, share)) = culprit {
+        context.push(("runqueue_culprit", c.cgroup.clone()));
+        summary.push_str(&format!(
+            "; {} held the CPU for {:.0}% of the wait",
+            c.cgroup,
+            share * 100.0
+        ));
+        recs.push(format!(
+            "Separate it from {}, which held the CPUs while this container's threads waited: \
+             give one of them dedicated CPUs (cpuset / static CPU manager policy) or limit its \
+             CPU.",
+            c.cgroup
+        ));
+    } else if let Some(b) = blame {
+        summary.push_str(&format!("; {}", blame_sentence(b)));
+    } else if !own {
+        // Not blamed (the switch program could not, or was not asked to): the neighbour that
+        // used most CPU, named as such.
+        let neighbour = all
+            .iter()
+            .filter(|o| o.cgroup_id != f.cgroup_id)
+            .max_by(|a, b| a.oncpu_cores().total_cmp(&b.oncpu_cores()));
+        let host_busy: f64 = all.iter().map(Facts::oncpu_cores).sum();
         if let Some(n) = neighbour.filter(|n| n.oncpu_cores() > 0.25 * f64::from(f.host_cpus)) {
             e.insert("neighbour_oncpu_cores", n.oncpu_cores());
             e.insert("host_oncpu_cores", host_busy);
-            s.push_str(&format!(
-                "; noisy neighbour: {} uses {:.2} of the host's {} CPUs",
+            summary.push_str(&format!(
+                "; noisy neighbour: {} uses {:.2} of the host's {} CPUs (by CPU use: the waits \
+                 were not blamed)",
                 n.cgroup,
                 n.oncpu_cores(),
                 f.host_cpus
@@ -337,21 +370,65 @@ pub fn runqueue_saturation(f: &Facts, all: &[Facts], t: &Thresholds) -> Option<F
                 n.cgroup
             ));
         }
-        s
-    };
+    }
     recs.push(
         "Check the host's CPU allocation: requests that sum above the node's CPUs, or \
          burstable pods without limits, produce exactly this."
             .to_owned(),
     );
-    Some(Finding::new(
+    let mut finding = Finding::new(
         Kind::RunqueueSaturation,
         severity,
         f.owner(),
         summary,
         e,
         recs,
-    ))
+    );
+    finding.context.extend(context);
+    Some(finding)
+}
+
+/// The blame's figures as evidence: the seconds blamed and each holder's share of them.
+fn blame_evidence(b: &RunqBlame, e: &mut BTreeMap<&'static str, f64>) {
+    let share = |s: f64| s / b.wait_seconds;
+    e.insert("runqueue_blamed_seconds", b.wait_seconds);
+    e.insert("runqueue_own_share", share(b.own_seconds));
+    e.insert(
+        "runqueue_others_share",
+        share(b.others.iter().map(|c| c.seconds).sum()),
+    );
+    e.insert("runqueue_kernel_share", share(b.kernel_seconds));
+    e.insert("runqueue_idle_share", share(b.idle_seconds));
+    e.insert("runqueue_stolen_share", share(b.stolen_seconds));
+    e.insert("runqueue_unseen_share", share(b.unseen_seconds));
+    if let Some((_, s)) = b.top_other() {
+        e.insert("runqueue_top_culprit_share", s);
+    }
+}
+
+/// What held the CPUs most while the threads waited, when no other container did enough to be
+/// named: one clause.
+fn blame_sentence(b: &RunqBlame) -> String {
+    let others: f64 = b.others.iter().map(|c| c.seconds).sum();
+    let parts = [
+        (b.own_seconds, "its own threads"),
+        (others, "other containers"),
+        (b.kernel_seconds, "kernel threads"),
+        (b.idle_seconds, "idle CPUs waking up"),
+        (
+            b.stolen_seconds,
+            "time stolen by the hypervisor (or interrupts)",
+        ),
+        (b.unseen_seconds, "runs too far back to attribute"),
+    ];
+    let (secs, what) = parts
+        .into_iter()
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .expect("six parts");
+    format!(
+        "{:.0}% of the wait was behind {what}",
+        secs / b.wait_seconds * 100.0
+    )
 }
 
 /// Far more threads runnable than CPUs allowed, before it becomes a storm.

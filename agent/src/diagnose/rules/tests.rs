@@ -32,6 +32,7 @@ fn base(cgroup: &str) -> Facts {
         runtimes: Vec::new(),
         sites: None,
         go_mutex: None,
+        runq_blame: None,
     }
 }
 

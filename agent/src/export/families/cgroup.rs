@@ -3,7 +3,7 @@
 
 use stormwatch_common::lock_kind;
 
-use super::{CGROUP, Family, Kind, Read, Scope, always, secs};
+use super::{CGROUP, Family, Kind, Read, Sample, Scope, always, secs};
 use crate::export::{
     encode::Value::{self, Float, Int},
     state::Series,
@@ -74,6 +74,35 @@ pub static FAMILIES: &[Family] = &[
         absent: "the wake-up probe is not attached; only `+Inf`, `_sum` and `_count` with \
                  `histograms = false`",
         read: Read::CgroupHistogram(|s| Some(&s.totals.sched.runq)),
+    },
+    Family {
+        name: "stormwatch_runqueue_wait_blamed_seconds",
+        help: "Run-queue wait of the cgroup's tasks, by what held the CPU while they waited: \
+               `self` (its own tasks), another cgroup by path (its first three; later ones \
+               add to `other`), `kernel` (kernel threads), `idle` (an idle CPU yet to wake), \
+               `stolen` (the hypervisor, or interrupts the kernel accounts apart), `unseen` \
+               (began before the runs the CPU remembers). Counted while the switch program \
+               blames waits (with runqueue_blame = \"on-demand\", while a container's threads \
+               wait for CPUs).",
+        kind: Kind::Counter,
+        unit: "seconds",
+        labels: &["namespace", "pod", "container", "cgroup", "culprit"],
+        scope: Scope::Cgroup,
+        present: |c| c.e.avail.runq_blame,
+        absent: "the switch program cannot blame (no BTF, classic tracepoints, no sched_info); \
+                 a cgroup whose waits were not blamed",
+        read: Read::Samples(|c, emit| {
+            for (path, s) in c.e.cgroups.series() {
+                let l = super::cgroup_labels(path, s);
+                for (culprit, secs) in &s.blame {
+                    emit(
+                        &[l[0].1, l[1].1, l[2].1, l[3].1, culprit],
+                        Sample::Value(Float(*secs)),
+                    )?;
+                }
+            }
+            Ok(())
+        }),
     },
     Family {
         name: "stormwatch_wakeups",
