@@ -147,6 +147,13 @@ mod tests {
         let mut window = Window::empty();
         window.cgroups.insert(1, w);
         window.cgroups.insert(2, CgroupWindow::ZERO);
+        // Cgroup 1 waited behind cgroup 2 and its own threads.
+        for (culprit, ns) in [(2, 250_000_000), (1, 50_000_000)] {
+            window.runq_blame.insert(
+                stormwatch_common::RunqBlameKey { victim: 1, culprit },
+                stormwatch_common::RunqBlameValue { ns },
+            );
+        }
         let paths = HashMap::from([
             (1, "/kubepods/pod\"x\\y".to_owned()),
             (2, "/system.slice/a.service".to_owned()),

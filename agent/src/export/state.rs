@@ -398,6 +398,8 @@ impl Exporter {
 mod tests {
     use super::*;
 
+    const S_NS: u64 = 1_000_000_000;
+
     fn delta(switches: u64) -> CgroupWindow {
         let mut w = CgroupWindow::ZERO;
         w.sched.voluntary_switches = switches;
@@ -443,6 +445,69 @@ mod tests {
 
     fn switches(c: &Cgroups, path: &str) -> u64 {
         c.series()[path].totals.sched.voluntary_switches
+    }
+
+    #[test]
+    fn blamed_waits_name_a_containers_first_culprits_and_the_rest_as_other() {
+        use stormwatch_common::{RunqBlameKey, RunqBlameValue, culprit};
+        let mut w = World::new();
+        for (id, path) in [(1, "/victim"), (2, "/a"), (3, "/b"), (4, "/c"), (5, "/d")] {
+            w.add(id, path);
+        }
+        let mut c = Cgroups::new(10, Duration::from_secs(60));
+        let tick = |c: &mut Cgroups, pairs: &[(u64, u64)]| {
+            let mut window = Window::empty();
+            window.cgroups.insert(1, delta(1));
+            for &(culprit, ns) in pairs {
+                window
+                    .runq_blame
+                    .insert(RunqBlameKey { victim: 1, culprit }, RunqBlameValue { ns });
+            }
+            // Another victim's pairs are not this one's.
+            window.runq_blame.insert(
+                RunqBlameKey {
+                    victim: 2,
+                    culprit: 1,
+                },
+                RunqBlameValue { ns: 7 * S_NS },
+            );
+            let tick = Tick {
+                window: &window,
+                paths: &w.paths,
+                identities: &w.identities,
+                limits: &w.limits,
+                now: Instant::now(),
+            };
+            c.apply(&tick, |id| w.alive.contains(&id));
+        };
+        tick(
+            &mut c,
+            &[
+                (2, S_NS),
+                (3, S_NS),
+                (4, S_NS),
+                (1, S_NS / 2),
+                (culprit::KERNEL, S_NS / 4),
+                (99, S_NS),
+            ],
+        );
+        tick(&mut c, &[(5, 2 * S_NS), (2, S_NS), (culprit::IDLE, S_NS)]);
+        let blame = &c.series()["/victim"].blame;
+        let got: Vec<(&str, f64)> = blame.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+        // Three other containers by path; a fourth (and one whose path is not known) as
+        // `other`; its own threads as `self`.
+        assert_eq!(
+            got,
+            vec![
+                ("/a", 2.0),
+                ("/b", 1.0),
+                ("/c", 1.0),
+                ("idle", 1.0),
+                ("kernel", 0.25),
+                ("other", 3.0),
+                ("self", 0.5),
+            ]
+        );
     }
 
     #[test]

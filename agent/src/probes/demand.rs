@@ -329,7 +329,9 @@ mod tests {
                     .message()
                     .expect("a line");
                     assert!(
-                        line.contains("probes") || line.contains("wake-ups"),
+                        line.contains("probes")
+                            || line.contains("wake-ups")
+                            || line.contains("blame"),
                         "{line}"
                     );
                 }

@@ -187,7 +187,7 @@ pub mod culprit {
 }
 
 /// How many of a CPU's last runs it keeps to blame a wait on ([`RunRing`]).
-pub const RUNQ_RUNS: usize = 16;
+pub const RUNQ_RUNS: usize = 32;
 
 /// A thread's run-queue wait on one CPU, split by what held that CPU meanwhile: the key of
 /// `RUNQ_BLAME`.

@@ -963,16 +963,26 @@ fn blame(
         } else {
             len
         };
-        let idx = (ring.head as usize) & (RUNQ_RUNS - 1);
-        ring.runs[idx] = Run {
-            start: ring.current_start,
-            end: now,
-            stolen: len.saturating_sub(charged),
-            culprit: ring.current_culprit,
-        };
-        ring.head = ring.head.wrapping_add(1);
-        if ring.len < RUNQ_RUNS as u32 {
-            ring.len += 1;
+        let stolen = len.saturating_sub(charged);
+        // A run of the same culprit right after the newest (two threads of one container
+        // taking turns) extends it: the ring keeps changes of hands, so it reaches further back.
+        let newest = (ring.head.wrapping_sub(1) as usize) & (RUNQ_RUNS - 1);
+        let last = &mut ring.runs[newest];
+        if ring.len > 0 && last.culprit == ring.current_culprit && last.end == ring.current_start {
+            last.end = now;
+            last.stolen += stolen;
+        } else {
+            let idx = (ring.head as usize) & (RUNQ_RUNS - 1);
+            ring.runs[idx] = Run {
+                start: ring.current_start,
+                end: now,
+                stolen,
+                culprit: ring.current_culprit,
+            };
+            ring.head = ring.head.wrapping_add(1);
+            if ring.len < RUNQ_RUNS as u32 {
+                ring.len += 1;
+            }
         }
     }
     let who = if next_tid == 0 {

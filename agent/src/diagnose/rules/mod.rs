@@ -300,7 +300,6 @@ pub fn runqueue_saturation(f: &Facts, all: &[Facts], t: &Thresholds) -> Option<F
     e.insert("oncpu_cores", f.oncpu_cores());
     limits_evidence(f, &mut e);
 
-    let own = runnable > allowed;
     let blame = f.runq_blame.as_ref().filter(|b| b.wait_seconds > 0.0);
     if let Some(b) = blame {
         blame_evidence(b, &mut e);
@@ -310,27 +309,38 @@ pub fn runqueue_saturation(f: &Facts, all: &[Facts], t: &Thresholds) -> Option<F
     let culprit = blame
         .and_then(RunqBlame::top_other)
         .filter(|(_, share)| *share >= t.runq_blame_name_share);
+    // Its own threads made it wait: more runnable than it may use, or (blamed) most of the
+    // wait behind its own threads, as when they are pinned to fewer CPUs than it may use.
+    let own_blamed = blame.filter(|b| b.own_share() >= 0.5 && culprit.is_none());
     let mut context = Vec::new();
     let mut recs = Vec::new();
-    let mut summary = if own {
+    let waits = format!(
+        "run-queue saturation: threads wait {:.2} ms on average (p99 ≤ {:.1} ms) for a CPU",
+        mean * 1e3,
+        p99 * 1e3
+    );
+    let mut summary = if runnable > allowed {
         recs.push(format!(
             "The container keeps {runnable:.1} threads runnable on {allowed:.1} usable CPU(s): \
              give it more CPUs or run fewer busy threads."
         ));
+        format!("{waits}; {runnable:.1} runnable threads on {allowed:.1} usable CPU(s)")
+    } else if let Some(b) = own_blamed {
+        recs.push(
+            "Its threads queue behind one another on the CPUs they run on, fewer than the \
+             container may use: check their CPU affinity (taskset, a runtime's or library's \
+             pinning), or run fewer busy threads."
+                .to_owned(),
+        );
         format!(
-            "run-queue saturation: threads wait {:.2} ms on average (p99 ≤ {:.1} ms) for a CPU; \
-             {runnable:.1} runnable threads on {allowed:.1} usable CPU(s)",
-            mean * 1e3,
-            p99 * 1e3
+            "{waits}, {:.0}% of it behind its own threads: {runnable:.1} runnable take turns on \
+             fewer than the {allowed:.1} CPU(s) it may use",
+            b.own_share() * 100.0
         )
     } else {
-        format!(
-            "run-queue saturation: threads wait {:.2} ms on average (p99 ≤ {:.1} ms) for a CPU \
-             although the container keeps only {runnable:.1} runnable",
-            mean * 1e3,
-            p99 * 1e3
-        )
+        format!("{waits} although the container keeps only {runnable:.1} runnable")
     };
+    let own = runnable > allowed || own_blamed.is_some();
     if let Some((c, share)) = culprit {
         context.push(("runqueue_culprit", c.cgroup.clone()));
         summary.push_str(&format!(
@@ -344,7 +354,7 @@ pub fn runqueue_saturation(f: &Facts, all: &[Facts], t: &Thresholds) -> Option<F
              CPU.",
             c.cgroup
         ));
-    } else if let Some(b) = blame {
+    } else if let Some(b) = blame.filter(|_| own_blamed.is_none()) {
         summary.push_str(&format!("; {}", blame_sentence(b)));
     } else if !own {
         // Not blamed (the switch program could not, or was not asked to): the neighbour that

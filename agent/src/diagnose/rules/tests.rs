@@ -4,7 +4,11 @@ use crate::diagnose::{HostFacts, check_all, diagnose};
 use crate::identity::cpumanager::CpuPinning;
 use crate::identity::limits::CpuCounters;
 use crate::symbolize::handoffs::HandoffSites;
-use stormwatch_common::{FutexStats, LockStats, Log2Histogram, SchedStats, lock_kind};
+use std::collections::HashMap;
+use stormwatch_common::{
+    FutexStats, LockStats, Log2Histogram, RunqBlameKey, RunqBlameValue, SchedStats, culprit,
+    lock_kind,
+};
 
 const S: u64 = 1_000_000_000;
 
@@ -946,6 +950,109 @@ fn saturation_names_the_noisy_neighbour() {
         found.summary
     );
     assert_eq!(found.evidence["neighbour_oncpu_cores"], 1.9);
+}
+
+/// A blame of `victim`'s wait: (culprit, seconds) pairs as the switch program counts them.
+fn blamed(victim: &Facts, paths: &[(u64, &str)], pairs: &[(u64, f64)]) -> Option<RunqBlame> {
+    let window: HashMap<RunqBlameKey, RunqBlameValue> = pairs
+        .iter()
+        .map(|&(culprit, secs)| {
+            (
+                RunqBlameKey {
+                    victim: victim.cgroup_id,
+                    culprit,
+                },
+                RunqBlameValue {
+                    ns: (secs * 1e9) as u64,
+                },
+            )
+        })
+        .collect();
+    let paths = paths.iter().map(|(id, p)| (*id, p.to_string())).collect();
+    RunqBlame::of(victim.cgroup_id, &window, &paths)
+}
+
+#[test]
+fn saturation_names_the_container_that_held_the_cpu_not_the_busiest() {
+    let mut victim = base("/victim");
+    victim.cgroup_id = 10;
+    victim.threads = Some(1);
+    victim.sched.oncpu_ns = S / 10;
+    runq(&mut victim, 500, 5_000_000);
+    // The busiest neighbour by CPU is not the one that took the victim's CPU.
+    let mut hog = base("/hog");
+    hog.cgroup_id = 11;
+    hog.sched.oncpu_ns = 19 * S;
+    victim.runq_blame = blamed(
+        &victim,
+        &[(11, "/hog"), (12, "/pinned-spinner")],
+        &[(12, 2.3), (11, 0.1), (culprit::KERNEL, 0.05), (10, 0.05)],
+    );
+    let found =
+        runqueue_saturation(&victim, &[victim.clone(), hog], &Thresholds::default()).unwrap();
+    assert!(
+        found
+            .summary
+            .contains("/pinned-spinner held the CPU for 92% of the wait"),
+        "{}",
+        found.summary
+    );
+    assert!(
+        !found.summary.contains("noisy neighbour"),
+        "{}",
+        found.summary
+    );
+    assert_eq!(found.context["runqueue_culprit"], "/pinned-spinner");
+    assert!((found.evidence["runqueue_top_culprit_share"] - 0.92).abs() < 1e-9);
+    assert!((found.evidence["runqueue_others_share"] - 0.96).abs() < 1e-9);
+    assert!((found.evidence["runqueue_own_share"] - 0.02).abs() < 1e-9);
+    assert!(!found.evidence.contains_key("neighbour_oncpu_cores"));
+    assert!(
+        found.recommendations[0].contains("Separate it from /pinned-spinner"),
+        "{:?}",
+        found.recommendations
+    );
+}
+
+#[test]
+fn saturation_behind_its_own_threads_says_so() {
+    let mut f = base("/pinned-pool");
+    f.cgroup_id = 20;
+    f.threads = Some(2);
+    f.sched.oncpu_ns = S;
+    runq(&mut f, 500, 3_000_000);
+    f.runq_blame = blamed(&f, &[(21, "/other")], &[(20, 2.6), (21, 0.03)]);
+    let found = runqueue_saturation(&f, &[f.clone()], &Thresholds::default()).unwrap();
+    assert!(
+        found.summary.contains("99% of it behind its own threads"),
+        "{}",
+        found.summary
+    );
+    assert!(!found.context.contains_key("runqueue_culprit"));
+    assert!(found.recommendations[0].contains("CPU affinity"));
+}
+
+#[test]
+fn a_wait_nobody_else_caused_names_no_container() {
+    let mut f = base("/alone");
+    f.cgroup_id = 30;
+    f.threads = Some(1);
+    runq(&mut f, 500, 5_000_000);
+    // Mostly an idle CPU waking up (a VM's halted vCPU), a little of a host process.
+    f.runq_blame = blamed(
+        &f,
+        &[(1, "/")],
+        &[(culprit::IDLE, 2.0), (1, 0.3), (culprit::STOLEN, 0.2)],
+    );
+    let found = runqueue_saturation(&f, &[f.clone()], &Thresholds::default()).unwrap();
+    assert!(!found.context.contains_key("runqueue_culprit"));
+    assert!(
+        found
+            .summary
+            .contains("80% of the wait was behind idle CPUs waking up"),
+        "{}",
+        found.summary
+    );
 }
 
 #[test]
