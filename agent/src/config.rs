@@ -447,7 +447,7 @@ mod tests {
         let c = from_text(
             "listen = \"127.0.0.1:1234\"\ninterval_seconds = 2\nmax_cgroups = 10\n\
              removed_grace_seconds = 0\nbpf_stats = true\nhistograms = false\n\
-             wake_kinds = \"always\"\nfutex_probes = \"always\"\ncall_sites = false\nnet_packet_probes = \"always\"\nnet_packet_survey_seconds = 0\n[thresholds]\nrunq_min_mean_seconds = 0.002\n",
+             wake_kinds = \"always\"\nfutex_probes = \"always\"\ncall_sites = false\nnet_packet_probes = \"always\"\nnet_packet_survey_seconds = 0\nrunqueue_blame = \"always\"\n[thresholds]\nrunq_min_mean_seconds = 0.002\n",
         )
         .unwrap();
         assert_eq!(c.listen.to_string(), "127.0.0.1:1234");
@@ -469,6 +469,8 @@ mod tests {
         assert_eq!(c.net_packet_probes, NetPacketTier::Always);
         assert_eq!(Config::default().net_packet_probes, NetPacketTier::OnDemand);
         assert_eq!(c.net_packet_survey_seconds, 0.0);
+        assert_eq!(c.runqueue_blame, RunqBlameTier::Always);
+        assert_eq!(Config::default().runqueue_blame, RunqBlameTier::OnDemand);
         assert_eq!(c.thresholds.runq_min_mean_seconds, 0.002);
         assert_eq!(
             c.thresholds.runq_min_p99_seconds,

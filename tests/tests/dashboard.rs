@@ -202,9 +202,12 @@ fn every_panel_has_data_from_a_live_agent_during_a_lock_storm() {
     let d = dashboard();
     // The per-packet panels (packets against the MTU, container traffic) show what the
     // per-packet probes count while attached: throughout here, as `net_packet_probes = "always"`
-    // has them (on demand, while packets do not fit and in surveys).
-    let daemon =
-        Daemon::start_configured("diagnosis_window_seconds = 6\nnet_packet_probes = \"always\"\n");
+    // has them (on demand, while packets do not fit and in surveys). Likewise the run-queue
+    // blame panel, with `runqueue_blame = "always"` (on demand, while a container's threads
+    // wait for CPUs).
+    let daemon = Daemon::start_configured(
+        "diagnosis_window_seconds = 6\nnet_packet_probes = \"always\"\nrunqueue_blame = \"always\"\n",
+    );
     let prometheus = Prometheus::start_with(&format!(
         "  - job_name: stormwatch\n    honor_labels: true\n    static_configs:\n      \
          - targets: ['{}']\n        labels:\n          node: {NODE}\n",

@@ -94,6 +94,16 @@ pub fn losses(avail: &Availability, task_offsets: bool) -> Vec<Loss> {
             essential: false,
         });
     }
+    if avail.wakeup && !avail.runq_blame {
+        out.push(Loss {
+            figures: "run-queue waits blamed on what held the CPU (runqueue_saturation names \
+                      the busiest neighbour by CPU use instead)",
+            needs: "sched:sched_switch as tp_btf, with sched_info.last_queued and the task's \
+                    cgroup in BTF",
+            rules: &[],
+            essential: false,
+        });
+    }
     if !avail.locks {
         out.push(Loss {
             figures: "kernel lock contention by kind and call site",
@@ -275,7 +285,10 @@ fn check_probes(lines: &mut Vec<Line>, args: &CheckArgs, host: &HostChecks) -> b
         };
         match Probes::load(&options) {
             Ok(probes) => {
-                let avail = Availability::from_status(&probes.status, probes.waits_from_switch);
+                let avail = Availability {
+                    runq_blame: probes.can_blame_runqueue(),
+                    ..Availability::from_status(&probes.status, probes.waits_from_switch)
+                };
                 let essential = essential_probes(probes.waits_from_switch);
                 for s in &probes.status {
                     attached_any |= s.attached();
@@ -442,16 +455,18 @@ mod tests {
         let classic = Availability {
             wake_kinds: false,
             net: Default::default(),
+            runq_blame: false,
             ..Availability::ALL
         };
         let lost = losses(&classic, false);
         assert!(lost.iter().all(|l| !l.essential), "{lost:?}");
-        assert_eq!(lost.len(), 3, "{lost:?}");
+        assert_eq!(lost.len(), 4, "{lost:?}");
         assert!(lost.iter().any(|l| l.rules == ["mtu_mismatch"]));
         assert!(lost.iter().any(|l| l.figures.contains("prev_state")));
+        assert!(lost.iter().any(|l| l.figures.contains("blamed")));
         // With the offsets (classic tracepoints forced on a kernel with BTF), the switch
         // counts are the kernel's own.
-        assert_eq!(losses(&classic, true).len(), 2);
+        assert_eq!(losses(&classic, true).len(), 3);
     }
 
     #[test]
