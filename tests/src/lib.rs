@@ -314,6 +314,21 @@ pub fn cpus() -> usize {
         .unwrap_or(1)
 }
 
+/// `program` to run pinned to `cpu` at `nice` (`nice` and `taskset` exec it: its output is the
+/// program's).
+pub fn pinned(cpu: usize, nice: i32, program: &str) -> std::process::Command {
+    let mut c = std::process::Command::new("nice");
+    c.args([
+        "-n",
+        &nice.to_string(),
+        "taskset",
+        "-c",
+        &cpu.to_string(),
+        program,
+    ]);
+    c
+}
+
 // ---- the agent ------------------------------------------------------------------------------
 
 /// The agent binary: `$STORMWATCH_BIN`, else `stormwatch` in the `target/<profile>/` directory

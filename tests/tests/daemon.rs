@@ -27,13 +27,14 @@ use std::{
 
 use serde_json::Value;
 use stormwatch_tests::{
-    Agent, CpuStat, TestCgroup, agent_bin, agent_output, corpus,
+    Agent, CpuStat, TestCgroup, agent_bin, agent_output, corpus, cpus,
     daemon::{
         Daemon, EXIT_DEADLINE, PACKET_PROBES, all_attached, assert_promtool_clean, finding,
         http_get, probe_attached, sample, sample_with, sum_with, wait_for, write_file,
     },
     deploy::kubernetes_validate,
     netns::{self, OuterDf, Overlay, PingDf, ping_node_b},
+    pinned,
     prometheus::{Prometheus, value_of},
     require_bpf, run_in_cgroup, workload_result,
 };
@@ -1194,4 +1195,71 @@ fn run_attaches_the_per_packet_probes_while_packets_do_not_fit() {
         || both_at(0.0),
     );
     eprintln!("detached {:?} after the last fragment", stopped.elapsed());
+}
+
+/// `run` blames run-queue waits on demand: not while no container's threads wait for CPUs,
+/// then, once a sleeper pinned beside a spinner's two threads is found waiting
+/// (`runqueue_saturation`), its wait by who held the CPU — the spinner's cgroup.
+#[test]
+fn run_blames_run_queue_waits_while_a_container_waits_for_cpus() {
+    require_bpf();
+    const WINDOW: u64 = 4;
+    let daemon = Daemon::start_configured(&format!("diagnosis_window_seconds = {WINDOW}\n"));
+    std::thread::sleep(Duration::from_secs(2));
+    let blamed = |text: &str, labels: &[(&str, &str)]| {
+        sum_with(
+            text,
+            "stormwatch_runqueue_wait_blamed_seconds_total",
+            labels,
+        )
+    };
+    let quiet = daemon.metrics();
+    assert_eq!(
+        blamed(&quiet, &[]),
+        None,
+        "no wait blamed before any container waits for CPUs"
+    );
+    let spinner = TestCgroup::new("run-blame-spin");
+    let sleeper = TestCgroup::new("run-blame-sleep");
+    let cpu = cpus() - 1;
+    let seconds = (4 * WINDOW).to_string();
+    let spin = run_in_cgroup(
+        pinned(cpu, 0, env!("CARGO_BIN_EXE_spin")).args(["--threads", "2", "--seconds", &seconds]),
+        &spinner,
+    );
+    let sleep = run_in_cgroup(
+        pinned(cpu, 19, env!("CARGO_BIN_EXE_sleeper")).args([
+            "--threads",
+            "1",
+            "--seconds",
+            &seconds,
+            "--sleep-ms",
+            "1",
+        ]),
+        &sleeper,
+    );
+    let rel = sleeper.rel_path();
+    wait_for(
+        "the sleeper's runqueue_saturation",
+        Duration::from_secs(3 * WINDOW),
+        || finding(&daemon.metrics(), "runqueue_saturation", rel),
+    );
+    // Blamed from the next collection on: a window later, most of the sleeper's blamed wait is
+    // the spinner's.
+    std::thread::sleep(Duration::from_secs(WINDOW));
+    let text = daemon.metrics();
+    let total = blamed(&text, &[("cgroup", rel)]).unwrap_or(0.0);
+    let on_spinner =
+        blamed(&text, &[("cgroup", rel), ("culprit", spinner.rel_path())]).unwrap_or(0.0);
+    eprintln!("sleeper's blamed wait {total} s, {on_spinner} s on the spinner");
+    assert!(
+        total > 0.0,
+        "the sleeper's waits are blamed once it waits:\n{text}"
+    );
+    assert!(
+        on_spinner >= 0.9 * total,
+        "{on_spinner} s of the sleeper's {total} s blamed on the spinner"
+    );
+    let _ = workload_result(spin);
+    let _ = workload_result(sleep);
 }

@@ -286,6 +286,10 @@ fn sched(bin: &Path, seconds: u32, repeats: u32) -> Result<String> {
                 bench::stormwatch("empty-sched"),
             ),
             ("stormwatch --probes sched", bench::stormwatch("sched")),
+            (
+                "stormwatch --probes sched --no-runqueue-blame",
+                bench::stormwatch_with("sched", &["--no-runqueue-blame"]),
+            ),
             ("stormwatch run", bench::stormwatch_run()),
             (
                 "bpftrace (switch-storm script)",

@@ -267,6 +267,11 @@ pub struct TraceArgs {
     #[arg(long, hide = true)]
     pub waits_from_wakeups: bool,
 
+    /// Do not blame run-queue waits on what held the CPU (`runqueue_blame` is then null): the
+    /// switch program keeps no ring of each CPU's runs.
+    #[arg(long)]
+    pub no_runqueue_blame: bool,
+
     /// Probe families to attach (comma-separated). Figures of families left out are null.
     #[arg(
         long,

@@ -291,7 +291,7 @@ impl Daemon {
                 wake_kinds: config.wake_kinds,
                 futex: config.futex_probes,
                 net_packets: config.net_packet_probes,
-                runq_blame: config.runqueue_blame,
+                runq_blame: Some(config.runqueue_blame),
                 btf_file: config.btf_file.clone(),
                 call_sites: config.call_sites,
                 call_site_lines: false,

@@ -44,6 +44,7 @@ pub async fn run(args: TraceArgs) -> anyhow::Result<()> {
             force_tracepoints: args.force_tracepoints,
             call_sites: !args.no_call_sites,
             waits_from_wakeups: args.waits_from_wakeups,
+            runq_blame: (!args.no_runqueue_blame).then_some(crate::probes::RunqBlameTier::Always),
             families: args.probes.clone(),
             btf_file: args.btf.clone(),
             ..LoadOptions::default()

@@ -145,8 +145,8 @@ pub struct LoadOptions {
     pub futex: FutexTier,
     /// When the per-packet network programs are attached.
     pub net_packets: NetPacketTier,
-    /// When the switch program blames run-queue waits.
-    pub runq_blame: super::RunqBlameTier,
+    /// When the switch program blames run-queue waits (`None`: never).
+    pub runq_blame: Option<super::RunqBlameTier>,
     /// A BTF file to use instead of the kernel's own (`/sys/kernel/btf/vmlinux`): where the
     /// agent cannot read that one (a container without /sys/kernel/btf, a kernel that does not
     /// publish it). It must be the running kernel's BTF (`check_attached_to`).
@@ -165,7 +165,7 @@ impl Default for LoadOptions {
             wake_kinds: WakeKinds::Always,
             futex: FutexTier::Always,
             net_packets: NetPacketTier::Always,
-            runq_blame: super::RunqBlameTier::Always,
+            runq_blame: Some(super::RunqBlameTier::Always),
             btf_file: None,
         }
     }
@@ -282,6 +282,7 @@ impl Probes {
             None
         };
         let blame_available = waits_from_switch
+            && options.runq_blame.is_some()
             && values
                 .iter()
                 .any(|(g, v)| *g == stormwatch_common::globals::HAVE_RUNQ_BLAME && *v == 1);
@@ -310,15 +311,16 @@ impl Probes {
             go_mutexes,
             runq_blame: super::RunqBlame {
                 available: blame_available,
-                on_demand: options.runq_blame == super::RunqBlameTier::OnDemand,
+                on_demand: options.runq_blame == Some(super::RunqBlameTier::OnDemand),
                 ..Default::default()
             },
         };
-        if blame_available && options.runq_blame == super::RunqBlameTier::Always {
-            if let Err(err) = probes.set(Tier::RunqBlame, true) {
-                log::warn!("cannot turn the run-queue blame on: {err:#}; waits are not blamed");
-                probes.runq_blame.available = false;
-            }
+        if blame_available
+            && options.runq_blame == Some(super::RunqBlameTier::Always)
+            && let Err(err) = probes.set(Tier::RunqBlame, true)
+        {
+            log::warn!("cannot turn the run-queue blame on: {err:#}; waits are not blamed");
+            probes.runq_blame.available = false;
         }
         Ok(probes)
     }

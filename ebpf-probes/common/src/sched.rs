@@ -181,13 +181,13 @@ pub mod culprit {
     /// `se.sum_exec_runtime`): time stolen by the hypervisor, or interrupts where the kernel
     /// accounts them apart.
     pub const STOLEN: u64 = u64::MAX - 1;
-    /// The wait began before the oldest run this CPU remembers ([`RUNQ_RUNS`] runs, or the
+    /// The wait began before the oldest run this CPU remembers ([`super::RUNQ_RUNS`] runs, or the
     /// blame was turned on meanwhile): not attributed.
     pub const UNSEEN: u64 = u64::MAX - 2;
 }
 
 /// How many of a CPU's last runs it keeps to blame a wait on ([`RunRing`]).
-pub const RUNQ_RUNS: usize = 32;
+pub const RUNQ_RUNS: usize = 128;
 
 /// A thread's run-queue wait on one CPU, split by what held that CPU meanwhile: the key of
 /// `RUNQ_BLAME`.
