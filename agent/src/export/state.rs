@@ -44,10 +44,13 @@ pub struct Series {
     pub blame: BTreeMap<String, f64>,
 }
 
-/// Other containers named as culprits of one container's run-queue wait in `/metrics`; a
-/// container's first ones keep their series, later ones add to `other` (bounded cardinality,
-/// counters that only grow).
-pub const MAX_NAMED_CULPRITS: usize = 3;
+/// Other containers a container's run-queue wait may be blamed on by name in `/metrics`: a
+/// window's largest culprits are named while fewer than this many are, and keep their series;
+/// the rest add to `other` (bounded cardinality, counters that only grow).
+pub const MAX_NAMED_CULPRITS: usize = 5;
+
+/// How many of a window's largest culprits may get a name of their own.
+pub const TOP_CULPRITS_PER_WINDOW: usize = 3;
 
 /// The `culprit` label of a blamed wait: `self`, `kernel`, `idle`, `stolen`, `unseen`, or the
 /// other cgroup's path (`None`: a cgroup whose path is not known, exported as `other`).
@@ -66,25 +69,41 @@ pub fn blame_label(victim: u64, culprit: u64, paths: &HashMap<u64, String>) -> O
     )
 }
 
+/// The labels that are not another cgroup's path.
+const FIXED_CULPRITS: [&str; 6] = ["self", "kernel", "idle", "stolen", "unseen", "other"];
+
 impl Series {
-    /// Adds a window's blamed waits of this container.
+    /// Adds a window's blamed waits of this container: the window's largest other culprits
+    /// (its first [`TOP_CULPRITS_PER_WINDOW`]) by path while fewer than
+    /// [`MAX_NAMED_CULPRITS`] are named, those named before by path, the rest as `other`.
     fn add_blame(&mut self, id: u64, window: &Window, paths: &HashMap<u64, String>) {
-        let fixed = ["self", "kernel", "idle", "stolen", "unseen", "other"];
-        for (k, v) in window.runq_blame.iter().filter(|(k, _)| k.victim == id) {
-            let secs = v.ns as f64 / 1e9;
-            let label = blame_label(id, k.culprit, paths).unwrap_or_else(|| "other".to_owned());
-            let named = self
-                .blame
-                .keys()
-                .filter(|l| !fixed.contains(&l.as_str()))
-                .count();
-            let label = if fixed.contains(&label.as_str())
-                || self.blame.contains_key(&label)
-                || named < MAX_NAMED_CULPRITS
-            {
+        let mut mine: Vec<(String, f64)> = window
+            .runq_blame
+            .iter()
+            .filter(|(k, _)| k.victim == id)
+            .map(|(k, v)| {
+                let label = blame_label(id, k.culprit, paths).unwrap_or_else(|| "other".to_owned());
+                (label, v.ns as f64 / 1e9)
+            })
+            .collect();
+        mine.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        let mut ranked = 0;
+        for (label, secs) in mine {
+            let fixed = FIXED_CULPRITS.contains(&label.as_str());
+            let label = if fixed || self.blame.contains_key(&label) {
                 label
             } else {
-                "other".to_owned()
+                ranked += 1;
+                let named = self
+                    .blame
+                    .keys()
+                    .filter(|l| !FIXED_CULPRITS.contains(&l.as_str()))
+                    .count();
+                if ranked <= TOP_CULPRITS_PER_WINDOW && named < MAX_NAMED_CULPRITS {
+                    label
+                } else {
+                    "other".to_owned()
+                }
             };
             *self.blame.entry(label).or_insert(0.0) += secs;
         }
@@ -398,8 +417,6 @@ impl Exporter {
 mod tests {
     use super::*;
 
-    const S_NS: u64 = 1_000_000_000;
-
     fn delta(switches: u64) -> CgroupWindow {
         let mut w = CgroupWindow::ZERO;
         w.sched.voluntary_switches = switches;
@@ -448,20 +465,30 @@ mod tests {
     }
 
     #[test]
-    fn blamed_waits_name_a_containers_first_culprits_and_the_rest_as_other() {
+    fn blamed_waits_name_a_containers_largest_culprits_and_the_rest_as_other() {
         use stormwatch_common::{RunqBlameKey, RunqBlameValue, culprit};
         let mut w = World::new();
-        for (id, path) in [(1, "/victim"), (2, "/a"), (3, "/b"), (4, "/c"), (5, "/d")] {
+        let cgroups = [
+            (1, "/victim"),
+            (2, "/a"),
+            (3, "/b"),
+            (4, "/c"),
+            (5, "/d"),
+            (6, "/e"),
+            (7, "/f"),
+        ];
+        for (id, path) in cgroups {
             w.add(id, path);
         }
         let mut c = Cgroups::new(10, Duration::from_secs(60));
         let tick = |c: &mut Cgroups, pairs: &[(u64, u64)]| {
             let mut window = Window::empty();
             window.cgroups.insert(1, delta(1));
-            for &(culprit, ns) in pairs {
-                window
-                    .runq_blame
-                    .insert(RunqBlameKey { victim: 1, culprit }, RunqBlameValue { ns });
+            for &(culprit, ms) in pairs {
+                window.runq_blame.insert(
+                    RunqBlameKey { victim: 1, culprit },
+                    RunqBlameValue { ns: ms * 1_000_000 },
+                );
             }
             // Another victim's pairs are not this one's.
             window.runq_blame.insert(
@@ -469,7 +496,7 @@ mod tests {
                     victim: 2,
                     culprit: 1,
                 },
-                RunqBlameValue { ns: 7 * S_NS },
+                RunqBlameValue { ns: 7_000_000_000 },
             );
             let tick = Tick {
                 window: &window,
@@ -480,31 +507,43 @@ mod tests {
             };
             c.apply(&tick, |id| w.alive.contains(&id));
         };
+        // The window's three largest others are named (`/a`, `/c`, `/d`); `/b`, fourth, and a
+        // cgroup whose path is not known are `other`; its own threads are `self`.
         tick(
             &mut c,
             &[
-                (2, S_NS),
-                (3, S_NS),
-                (4, S_NS),
-                (1, S_NS / 2),
-                (culprit::KERNEL, S_NS / 4),
-                (99, S_NS),
+                (2, 1000),
+                (3, 100),
+                (4, 500),
+                (5, 400),
+                (1, 500),
+                (culprit::KERNEL, 250),
+                (99, 1000),
             ],
         );
-        tick(&mut c, &[(5, 2 * S_NS), (2, S_NS), (culprit::IDLE, S_NS)]);
+        // Named ones keep their series; two more may be named (`/e`, `/f`); then no more: `/b`
+        // stays `other` although it is the largest of this window.
+        tick(
+            &mut c,
+            &[(6, 200), (7, 100), (2, 1000), (culprit::IDLE, 1000)],
+        );
+        tick(&mut c, &[(3, 3000), (4, 1000)]);
         let blame = &c.series()["/victim"].blame;
-        let got: Vec<(&str, f64)> = blame.iter().map(|(k, v)| (k.as_str(), *v)).collect();
-        // Three other containers by path; a fourth (and one whose path is not known) as
-        // `other`; its own threads as `self`.
+        let got: Vec<(&str, f64)> = blame
+            .iter()
+            .map(|(k, v)| (k.as_str(), (v * 1e6).round() / 1e6))
+            .collect();
         assert_eq!(
             got,
             vec![
                 ("/a", 2.0),
-                ("/b", 1.0),
-                ("/c", 1.0),
+                ("/c", 1.5),
+                ("/d", 0.4),
+                ("/e", 0.2),
+                ("/f", 0.1),
                 ("idle", 1.0),
                 ("kernel", 0.25),
-                ("other", 3.0),
+                ("other", 4.1),
                 ("self", 0.5),
             ]
         );

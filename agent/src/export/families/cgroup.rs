@@ -78,8 +78,8 @@ pub static FAMILIES: &[Family] = &[
     Family {
         name: "stormwatch_runqueue_wait_blamed_seconds",
         help: "Run-queue wait of the cgroup's tasks, by what held the CPU while they waited: \
-               `self` (its own tasks), another cgroup by path (its first three; later ones \
-               add to `other`), `kernel` (kernel threads), `idle` (an idle CPU yet to wake), \
+               `self` (its own tasks), another cgroup by path (a window's three largest, \
+               at most five per cgroup; the rest add to `other`), `kernel` (kernel threads), `idle` (an idle CPU yet to wake), \
                `stolen` (the hypervisor, or interrupts the kernel accounts apart), `unseen` \
                (began before the runs the CPU remembers). Counted while the switch program \
                blames waits (with runqueue_blame = \"on-demand\", while a container's threads \
