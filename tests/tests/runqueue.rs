@@ -217,6 +217,7 @@ fn a_sleeper_alone_on_its_cpu_blames_no_container() {
     let sleeper_cg = TestCgroup::new("runq-blame-alone");
     let (cpu, seconds) = (pinned_cpu(), 2.0);
     let mut agent = Agent::trace(&["--json", "--duration", "4"]);
+    let busy_before = cpu_busy_seconds(cpu);
     let sleeper = run_in_cgroup(
         pinned(cpu, 19, env!("CARGO_BIN_EXE_sleeper")).args([
             "--threads",
@@ -229,6 +230,16 @@ fn a_sleeper_alone_on_its_cpu_blames_no_container() {
         &sleeper_cg,
     );
     let truth = workload_result(sleeper);
+    // The premise: nothing else kept that CPU busy (the host quiet, as CI keeps it).
+    let others_busy = cpu_busy_seconds(cpu)
+        - busy_before
+        - num(&truth, "utime_seconds")
+        - num(&truth, "stime_seconds");
+    assert!(
+        others_busy < 0.05 * seconds,
+        "premise: CPU {cpu} is quiet but for the sleeper; others kept it busy {others_busy:.3} s \
+         of {seconds} s (is something else running on this host?)"
+    );
     agent.assert_still_tracing("the sleeper");
     let done = agent.finish();
     let blame = &done.container(&sleeper_cg)["runqueue_blame"];
@@ -271,6 +282,24 @@ fn a_sleeper_alone_on_its_cpu_blames_no_container() {
         about.is_empty(),
         "a quiet CPU's sleeper is not saturated: {about:?}"
     );
+}
+
+/// Seconds CPU `cpu` was not idle since boot (`/proc/stat`: all but idle and iowait).
+fn cpu_busy_seconds(cpu: usize) -> f64 {
+    let stat = std::fs::read_to_string("/proc/stat").expect("/proc/stat");
+    let name = format!("cpu{cpu}");
+    let ticks: Vec<f64> = stat
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .unwrap_or_else(|| panic!("no {name} in /proc/stat"))
+        .split_whitespace()
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal (guest times are in user already).
+    let busy: f64 = ticks.iter().take(8).sum::<f64>() - ticks[3] - ticks[4];
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    busy / hz
 }
 
 /// The CPU the blame tests pin their workloads to: the last one (the first takes most of the

@@ -142,6 +142,9 @@ impl Snapshot {
         for k in &doomed_hot {
             self.hot_futexes.remove(k);
         }
+        for k in probes.evict_idle_blame(&self.runq_blame) {
+            self.runq_blame.remove(&k);
+        }
         let (idle_hot, idle_sites) = probes.evict_idle(&self.hot_futexes, &self.lock_sites);
         for k in &idle_hot {
             self.hot_futexes.remove(k);

@@ -305,6 +305,7 @@ impl Probes {
             switch_caches: sched::SwitchCaches::default(),
             idle_hot_futexes: IdleKeys::new(IDLE_READS_BEFORE_EVICTION),
             idle_lock_sites: IdleKeys::new(IDLE_READS_BEFORE_EVICTION),
+            idle_blame_pairs: IdleKeys::new(IDLE_READS_BEFORE_EVICTION),
             init_netns,
             check_attach,
             handoff_samples,

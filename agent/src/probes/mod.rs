@@ -131,6 +131,7 @@ pub struct Probes {
     switch_caches: sched::SwitchCaches,
     idle_hot_futexes: IdleKeys<HotFutexKey>,
     idle_lock_sites: IdleKeys<LockSiteKey>,
+    idle_blame_pairs: IdleKeys<stormwatch_common::RunqBlameKey>,
     /// The host's network namespace inode where the kernel fixes it (`NET_NS_INIT_INO`, from
     /// BTF: 6.18 and later).
     pub init_netns: Option<u64>,
@@ -344,6 +345,24 @@ impl Probes {
     /// Deletes contended call sites (of removed cgroups), by key.
     pub fn forget_lock_sites(&mut self, keys: &[LockSiteKey]) {
         locks::forget_sites(&mut self.ebpf, keys);
+    }
+
+    /// Deletes the run-queue blame pairs whose time has not moved for
+    /// [`IDLE_READS_BEFORE_EVICTION`] reads (given this read's pairs), so that the bounded map
+    /// holds the pairs of now (not a loss: a pair that comes back counts from zero). Returns the
+    /// deleted keys.
+    pub fn evict_idle_blame(
+        &mut self,
+        pairs: &HashMap<stormwatch_common::RunqBlameKey, stormwatch_common::RunqBlameValue>,
+    ) -> Vec<stormwatch_common::RunqBlameKey> {
+        if !self.runq_blame.available {
+            return Vec::new();
+        }
+        let idle = self
+            .idle_blame_pairs
+            .idle(pairs.iter().map(|(k, v)| (*k, v.ns)));
+        sched::forget_blame_pairs(&mut self.ebpf, &idle);
+        idle
     }
 
     /// Deletes the hot futexes and call sites whose counts have not moved for

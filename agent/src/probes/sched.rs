@@ -313,6 +313,14 @@ pub fn read_blame(ebpf: &Ebpf) -> anyhow::Result<HashMap<RunqBlameKey, RunqBlame
     })
 }
 
+/// Deletes the given pairs (idle ones).
+pub fn forget_blame_pairs(ebpf: &mut Ebpf, pairs: &[RunqBlameKey]) {
+    if pairs.is_empty() {
+        return;
+    }
+    remove_per_cpu_keys::<RunqBlameKey, RunqBlameValue>(ebpf, maps::RUNQ_BLAME, pairs);
+}
+
 /// Deletes the pairs of removed cgroups, as victim or as culprit.
 pub fn forget_blame(ebpf: &mut Ebpf, cgroups: &[u64]) {
     super::remove_per_cpu_matching::<RunqBlameKey, RunqBlameValue>(ebpf, maps::RUNQ_BLAME, |k| {

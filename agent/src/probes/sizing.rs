@@ -72,6 +72,14 @@ fn plan(cpus: u32, max_cgroups: usize) -> Vec<MapPlan> {
             per_cpu(size_of::<LockSiteValue>(), size_of::<LockSiteKey>()),
         ),
         (
+            maps::RUNQ_BLAME,
+            4096,
+            per_cpu(
+                size_of::<stormwatch_common::RunqBlameValue>(),
+                size_of::<stormwatch_common::RunqBlameKey>(),
+            ),
+        ),
+        (
             net::maps::CGROUP_NET,
             4096,
             size_of::<net::CgroupNetStats>(),

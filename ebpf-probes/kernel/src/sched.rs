@@ -84,8 +84,9 @@ static ON_CPU: PerCpuArray<OnCpu> = PerCpuArray::with_max_entries(1, 0);
 static PENDING_WAKEUPS: HashMap<u32, u64> = HashMap::with_max_entries(MAX_PENDING_WAKEUPS, 0);
 
 /// (victim, culprit) pairs: containers waiting times what held their CPUs. Preallocated, as
-/// `CGROUP_SCHED` is, for the same reason (inserts from `sched_switch`).
-const MAX_BLAME_PAIRS: u32 = 16384;
+/// `CGROUP_SCHED` is, for the same reason (inserts from `sched_switch`); the agent sizes it to
+/// the host's CPUs (`probes::sizing`) and deletes the pairs of removed cgroups and idle ones.
+const MAX_BLAME_PAIRS: u32 = 4096;
 
 #[map(name = "RUNQ_BLAME")]
 static RUNQ_BLAME: PerCpuHashMap<RunqBlameKey, RunqBlameValue> =
