@@ -221,7 +221,9 @@ pub enum Check {
     LockBound,
     /// Its counterfactual does ≤ [`NO_CLEAR_GAIN`]× the work per second.
     NotLockBound,
-    /// Not lock-bound, or the thread count costs and `thread_oversubscription` names it.
+    /// Not lock-bound, or the thread count costs and the agent names it:
+    /// `thread_oversubscription`, or `runtime_sizing` (a runtime sized for more CPUs than the
+    /// container may use).
     NotLockBoundOrOversubscribed,
     /// A storm by construction (the tuning storms): its counterfactual does more than
     /// [`NO_CLEAR_GAIN`]× the work per second.
@@ -868,7 +870,8 @@ pub fn cases() -> Vec<Case> {
             program: go(64, 1000, 10000, true),
             quota: None,
             split: HeldOut,
-            checks: &[NotLockBound],
+            // Its pool of 2 did 1.12–1.15× the work on the Intel VM (tests/CORPUS.md).
+            checks: &[NotLockBoundOrOversubscribed],
             miss: None,
             counterfactual: Some(go(2, 1000, 10000, true)),
         },
