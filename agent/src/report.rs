@@ -389,8 +389,13 @@ pub fn container_report(
             .then(|| handoffs::lock_call_sites(window.handoff_sites.get(&cgroup_id))),
         network: network::network_summary(&w.net, a.net),
         runqueue_blame: a.runq_blame.then(|| {
-            crate::diagnose::RunqBlame::of(cgroup_id, &window.runq_blame, ctx.paths)
-                .unwrap_or_default()
+            let pairs: Vec<(u64, u64)> = window
+                .runq_blame
+                .iter()
+                .filter(|(k, _)| k.victim == cgroup_id)
+                .map(|(k, v)| (k.culprit, v.ns))
+                .collect();
+            crate::diagnose::RunqBlame::of(cgroup_id, &pairs, ctx.paths).unwrap_or_default()
         }),
     }
 }

@@ -454,6 +454,16 @@ impl Window {
         }
     }
 
+    /// The blamed run-queue waits by victim: its (culprit, ns) pairs, grouped once so that a
+    /// reader per cgroup does not scan every pair for each.
+    pub fn blame_by_victim(&self) -> HashMap<u64, Vec<(u64, u64)>> {
+        let mut by: HashMap<u64, Vec<(u64, u64)>> = HashMap::new();
+        for (k, v) in &self.runq_blame {
+            by.entry(k.victim).or_default().push((k.culprit, v.ns));
+        }
+        by
+    }
+
     /// Adds a later, adjacent window to this one.
     pub fn extend(&mut self, later: &Window) {
         self.extend_figures(later);

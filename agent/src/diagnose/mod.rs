@@ -10,9 +10,7 @@ pub mod session;
 use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
-use stormwatch_common::{
-    FutexStats, LockStats, RunqBlameKey, RunqBlameValue, SchedStats, culprit, lock_kind,
-};
+use stormwatch_common::{FutexStats, LockStats, SchedStats, culprit, lock_kind};
 
 use crate::{
     collect::Window,
@@ -112,19 +110,14 @@ pub struct Culprit {
 }
 
 impl RunqBlame {
-    /// The victim's blame from a window's (victim, culprit) pairs, culprits named by `paths`.
-    pub fn of(
-        victim: u64,
-        pairs: &HashMap<RunqBlameKey, RunqBlameValue>,
-        paths: &HashMap<u64, String>,
-    ) -> Option<Self> {
+    /// The victim's blame from its (culprit, ns) pairs of a window
+    /// ([`Window::blame_by_victim`]), culprits named by `paths`; `None` without any.
+    pub fn of(victim: u64, pairs: &[(u64, u64)], paths: &HashMap<u64, String>) -> Option<Self> {
         let mut b = Self::default();
-        let mut any = false;
-        for (k, v) in pairs.iter().filter(|(k, _)| k.victim == victim) {
-            any = true;
-            let secs = v.ns as f64 / 1e9;
+        for &(culprit, ns) in pairs {
+            let secs = ns as f64 / 1e9;
             b.wait_seconds += secs;
-            match k.culprit {
+            match culprit {
                 c if c == victim => b.own_seconds += secs,
                 culprit::KERNEL => b.kernel_seconds += secs,
                 culprit::IDLE => b.idle_seconds += secs,
@@ -145,7 +138,7 @@ impl RunqBlame {
                 .total_cmp(&a.seconds)
                 .then(a.cgroup.cmp(&b.cgroup))
         });
-        any.then_some(b)
+        (!pairs.is_empty()).then_some(b)
     }
 
     /// The other cgroup that held the CPU most, with its share of the wait.
@@ -673,6 +666,7 @@ pub struct FactsContext<'a> {
 /// figures and `ctx`.
 pub fn facts(window: &Window, mut ctx: FactsContext<'_>) -> Vec<Facts> {
     let window_seconds = window.duration.as_secs_f64();
+    let blame = window.blame_by_victim();
     window
         .cgroups
         .iter()
@@ -709,7 +703,9 @@ pub fn facts(window: &Window, mut ctx: FactsContext<'_>) -> Vec<Facts> {
                 runtimes,
                 sites: window.handoff_sites.get(id).cloned(),
                 go_mutex: (ctx.go_mutex)(*id),
-                runq_blame: RunqBlame::of(*id, &window.runq_blame, ctx.paths),
+                runq_blame: blame
+                    .get(id)
+                    .and_then(|pairs| RunqBlame::of(*id, pairs, ctx.paths)),
             })
         })
         .collect()

@@ -76,14 +76,12 @@ impl Series {
     /// Adds a window's blamed waits of this container: the window's largest other culprits
     /// (its first [`TOP_CULPRITS_PER_WINDOW`]) by path while fewer than
     /// [`MAX_NAMED_CULPRITS`] are named, those named before by path, the rest as `other`.
-    fn add_blame(&mut self, id: u64, window: &Window, paths: &HashMap<u64, String>) {
-        let mut mine: Vec<(String, f64)> = window
-            .runq_blame
+    fn add_blame(&mut self, id: u64, pairs: &[(u64, u64)], paths: &HashMap<u64, String>) {
+        let mut mine: Vec<(String, f64)> = pairs
             .iter()
-            .filter(|(k, _)| k.victim == id)
-            .map(|(k, v)| {
-                let label = blame_label(id, k.culprit, paths).unwrap_or_else(|| "other".to_owned());
-                (label, v.ns as f64 / 1e9)
+            .map(|&(culprit, ns)| {
+                let label = blame_label(id, culprit, paths).unwrap_or_else(|| "other".to_owned());
+                (label, ns as f64 / 1e9)
             })
             .collect();
         mine.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
@@ -196,6 +194,7 @@ impl Cgroups {
         // Admission in id order (ids are inode numbers: roughly creation order), so that which
         // cgroups are refused when there is no room does not depend on hash order.
         ids.sort_unstable_by_key(|(id, _)| **id);
+        let blame = tick.window.blame_by_victim();
         for (&id, delta) in ids {
             let path = match self.ids.get(&id) {
                 Some(path) => path.clone(),
@@ -243,7 +242,9 @@ impl Cgroups {
             }
             series.removed_at = None;
             series.totals.add(delta);
-            series.add_blame(id, tick.window, tick.paths);
+            if let Some(pairs) = blame.get(&id) {
+                series.add_blame(id, pairs, tick.paths);
+            }
             if let Some(identity) = tick.identities.get(&id) {
                 series.labels = Labels::of(Some(identity));
             }

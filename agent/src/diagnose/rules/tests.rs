@@ -4,11 +4,7 @@ use crate::diagnose::{HostFacts, check_all, diagnose};
 use crate::identity::cpumanager::CpuPinning;
 use crate::identity::limits::CpuCounters;
 use crate::symbolize::handoffs::HandoffSites;
-use std::collections::HashMap;
-use stormwatch_common::{
-    FutexStats, LockStats, Log2Histogram, RunqBlameKey, RunqBlameValue, SchedStats, culprit,
-    lock_kind,
-};
+use stormwatch_common::{FutexStats, LockStats, Log2Histogram, SchedStats, culprit, lock_kind};
 
 const S: u64 = 1_000_000_000;
 
@@ -954,22 +950,12 @@ fn saturation_names_the_noisy_neighbour() {
 
 /// A blame of `victim`'s wait: (culprit, seconds) pairs as the switch program counts them.
 fn blamed(victim: &Facts, paths: &[(u64, &str)], pairs: &[(u64, f64)]) -> Option<RunqBlame> {
-    let window: HashMap<RunqBlameKey, RunqBlameValue> = pairs
+    let pairs: Vec<(u64, u64)> = pairs
         .iter()
-        .map(|&(culprit, secs)| {
-            (
-                RunqBlameKey {
-                    victim: victim.cgroup_id,
-                    culprit,
-                },
-                RunqBlameValue {
-                    ns: (secs * 1e9) as u64,
-                },
-            )
-        })
+        .map(|&(culprit, secs)| (culprit, (secs * 1e9) as u64))
         .collect();
     let paths = paths.iter().map(|(id, p)| (*id, p.to_string())).collect();
-    RunqBlame::of(victim.cgroup_id, &window, &paths)
+    RunqBlame::of(victim.cgroup_id, &pairs, &paths)
 }
 
 #[test]
