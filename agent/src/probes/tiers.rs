@@ -161,12 +161,7 @@ impl Probes {
         } else {
             0
         };
-        let mut flag: aya::maps::Array<_, u32> = self
-            .ebpf
-            .map_mut(maps::RUNQ_BLAME_ON)
-            .ok_or_else(|| anyhow::anyhow!("map {} missing", maps::RUNQ_BLAME_ON))?
-            .try_into()?;
-        flag.set(0, &epoch, 0)?;
+        set_epoch(&mut self.ebpf, maps::RUNQ_BLAME_ON, epoch)?;
         if on {
             self.runq_blame.last_epoch = epoch;
         }
@@ -197,12 +192,7 @@ impl Probes {
         }
         if tier == Tier::Futex && on && !self.tier_attached(tier) {
             let next = self.futex_epoch + 1;
-            let mut epoch: aya::maps::Array<_, u32> = self
-                .ebpf
-                .map_mut(maps::FUTEX_EPOCH)
-                .ok_or_else(|| anyhow::anyhow!("map {} missing", maps::FUTEX_EPOCH))?
-                .try_into()?;
-            epoch.set(0, &next, 0)?;
+            set_epoch(&mut self.ebpf, maps::FUTEX_EPOCH, next)?;
             self.futex_epoch = next;
         }
         let notes = match tier {
@@ -225,6 +215,17 @@ impl Probes {
 /// The globals of the kernel crate's shared code, whichever families load: from a task to its
 /// cgroup v2 id (`task->cgroups->dfl_cgrp->kn->id`), which the scheduler, futex and lock probes
 /// read by loads rather than a helper call (`shared::task_cgroup_id`).
+/// Writes the one u32 slot of the array map `map`: an on-demand tier's epoch (the futex
+/// probes' attach epoch, the run-queue blame's switch).
+fn set_epoch(ebpf: &mut Ebpf, map: &str, value: u32) -> anyhow::Result<()> {
+    let mut slot: aya::maps::Array<_, u32> = ebpf
+        .map_mut(map)
+        .ok_or_else(|| anyhow::anyhow!("map {map} missing"))?
+        .try_into()?;
+    slot.set(0, &value, 0)?;
+    Ok(())
+}
+
 /// A program loaded at start and attached only on demand.
 #[derive(Debug)]
 pub(super) struct OnDemand {
