@@ -828,6 +828,11 @@ pub fn cases() -> Vec<Case> {
         // Held out from the Go storm's line (chosen on go-mutex-storm and its counterfactual):
         // other critical sections, and pools of goroutines waiting for work on a sync.Cond
         // whose queue's mutex they take (the Go shape of the pools issue #41 reports).
+        // A named miss on some machines (tests/CORPUS.md, "The Go storm near its line"): its
+        // counterfactual does 2.1–2.7×, so lock-bound, but on the Intel guest the runtime's
+        // clock counts 2.4 goroutines per CPU waiting for the mutex (21 on the AMD one), near
+        // the line, and the rule says only `possible` in 3 of 4 runs. No test asks its verdict
+        // until the rule tells it.
         Case {
             name: "go-mutex-tiny-cs",
             what: "Go sync.Mutex, 64 goroutines, GOMAXPROCS=16 on 2 CPUs, a one-iteration \
@@ -838,7 +843,12 @@ pub fn cases() -> Vec<Case> {
             quota: None,
             split: HeldOut,
             checks: &[LockBound, GoStorm],
-            miss: None,
+            miss: Some(
+                "lock-bound (a mutex per goroutine does 2.1–2.7×), yet on the Intel guest the \
+                 runtime's clock counts 2.4 goroutines per CPU waiting for the mutex, within \
+                 the near-line band of its line of 2, and 7% of the goroutines' time: the rule \
+                 says `possible` (tests/CORPUS.md, \"The Go storm near its line\")",
+            ),
             counterfactual: Some(go_tiny_cs.uncontended()),
         },
         // A named miss (tests/CORPUS.md): its counterfactual does 0.97–1.09× (medians 1.03,
