@@ -23,8 +23,8 @@ use anyhow::{Context as _, Result, bail};
 
 use crate::{
     bench_common::{
-        BPFTRACE_EMPTY_FUTEX, BPFTRACE_FUTEX, BPFTRACE_SCHED, Starter, bpftrace, free_port,
-        go_corpus_program, median, run_command, start_until, stormwatch, stormwatch_run,
+        BPFTRACE_FUTEX, BPFTRACE_SCHED, Starter, bpftrace, free_port, go_corpus_program, median,
+        run_command, start_until, stormwatch, stormwatch_run,
     },
     build_release, cargo, root, run_cmd, say,
 };
@@ -226,8 +226,8 @@ pub fn futex(bin: &Path, rounds: u32, seconds: u32) -> Result<String> {
                 start: None,
             },
             Tracer {
-                name: "empty programs on sys_enter/exit_futex (floor, bpftrace)",
-                start: Some(bpftrace(BPFTRACE_EMPTY_FUTEX)),
+                name: "empty tracepoint programs on sys_enter/exit_futex (floor)",
+                start: Some(stormwatch("empty-futex")),
             },
             Tracer {
                 name: "stormwatch --probes futex,locks",

@@ -168,13 +168,6 @@ tracepoint:syscalls:sys_exit_futex /@start[tid]/ {
 }
 "#;
 
-/// Empty programs on the futex syscall's tracepoints: what attaching there costs by itself
-/// (every thread's every system call takes the kernel's slow path while they are attached).
-pub(crate) const BPFTRACE_EMPTY_FUTEX: &str = r#"
-tracepoint:syscalls:sys_enter_futex { }
-tracepoint:syscalls:sys_exit_futex { }
-"#;
-
 /// The median (the mean of the middle two for an even count; NaN of nothing). The tests'
 /// (`tests/src/stats.rs`) is the upper of the middle two instead, and xtask does not depend on
 /// that crate: the benchmarks keep this one.

@@ -205,6 +205,8 @@ const FLOOR_OF: &[(&str, &str)] = &[
     ("net_kfree_skb_btf", "bench_empty_kfree_skb"),
     ("lock_contention_begin_btf", "bench_empty_lock_begin"),
     ("lock_contention_end_btf", "bench_empty_lock_end"),
+    ("futex_enter", "bench_empty_futex_enter"),
+    ("futex_exit", "bench_empty_futex_exit"),
 ];
 
 /// The median ns per run of `program`'s floor among `rows` (the floor tracer's programs).
@@ -307,8 +309,8 @@ fn futex(bin: &Path, seconds: u32, repeats: u32) -> Result<String> {
         &["stress-ng", "--futex", "2"],
         vec![
             (
-                "empty programs on sys_enter/exit_futex (floor, bpftrace)",
-                bench::bpftrace(bench::BPFTRACE_EMPTY_FUTEX),
+                "empty tracepoint programs on sys_enter/exit_futex (floor)",
+                bench::stormwatch("empty-futex"),
             ),
             ("stormwatch --probes futex", bench::stormwatch("futex")),
             (

@@ -114,6 +114,9 @@ pub enum Family {
     /// Empty tp_btf programs on the lock probes' tracepoints.
     #[value(hide = true)]
     EmptyLocks,
+    /// Empty classic tracepoint programs on `sys_enter_futex` and `sys_exit_futex`.
+    #[value(hide = true)]
+    EmptyFutex,
 }
 
 impl Family {
@@ -348,13 +351,15 @@ fn families(options: &LoadOptions) -> Vec<Box<dyn ProbeFamily>> {
                 Family::EmptySched => Box::new(EmptyProbes(EMPTY_SCHED)),
                 Family::EmptyNet => Box::new(EmptyProbes(EMPTY_NET)),
                 Family::EmptyLocks => Box::new(EmptyProbes(EMPTY_LOCKS)),
+                Family::EmptyFutex => Box::new(EmptyProbes(EMPTY_FUTEX)),
             }
         })
         .collect()
 }
 
-/// The benchmark's floor: empty tp_btf programs, each on the tracepoint of one of ours
-/// (`(tracepoint, program)`).
+/// The benchmark's floor: empty programs, each on the tracepoint of one of ours
+/// (`(tracepoint, program)`), tp_btf except on the system calls' tracepoints (which have no
+/// tp_btf form: the futex probes there are classic tracepoints too).
 pub(super) struct EmptyProbes(&'static [(&'static str, &'static str)]);
 
 /// The scheduler probes' four tracepoints.
@@ -391,6 +396,16 @@ const EMPTY_LOCKS: &[(&str, &str)] = {
     ]
 };
 
+/// The futex probes' commonest pair (`futex(2)`'s entry and exit); the futex2 calls' are the
+/// same kind of hook.
+const EMPTY_FUTEX: &[(&str, &str)] = {
+    use stormwatch_common::programs::{BENCH_EMPTY_FUTEX_ENTER, BENCH_EMPTY_FUTEX_EXIT};
+    &[
+        (futex::PROGRAMS[0].0, BENCH_EMPTY_FUTEX_ENTER),
+        (futex::PROGRAMS[1].0, BENCH_EMPTY_FUTEX_EXIT),
+    ]
+};
+
 impl ProbeFamily for EmptyProbes {
     fn name(&self) -> &'static str {
         "empty (benchmark floor)"
@@ -404,11 +419,16 @@ impl ProbeFamily for EmptyProbes {
         self.0
             .iter()
             .map(|&(tracepoint, program)| {
-                let (_, event) = tracepoint.split_once(':').expect("category:event");
-                let result = attach_btf(ebpf, program, event, facts);
+                let (category, event) = tracepoint.split_once(':').expect("category:event");
+                let (result, kind) = if category == "syscalls" {
+                    let r = attach_classic(ebpf, program, category, event);
+                    (r, AttachKind::Tracepoint)
+                } else {
+                    (attach_btf(ebpf, program, event, facts), AttachKind::TpBtf)
+                };
                 ProbeStatus {
                     tracepoint,
-                    kind: result.is_ok().then_some(AttachKind::TpBtf),
+                    kind: result.is_ok().then_some(kind),
                     note: result.err().map(|e| one_line(&e)),
                 }
             })

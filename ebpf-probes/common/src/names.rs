@@ -201,4 +201,6 @@ pub mod programs {
     pub const BENCH_EMPTY_KFREE_SKB: &str = "bench_empty_kfree_skb";
     pub const BENCH_EMPTY_LOCK_BEGIN: &str = "bench_empty_lock_begin";
     pub const BENCH_EMPTY_LOCK_END: &str = "bench_empty_lock_end";
+    pub const BENCH_EMPTY_FUTEX_ENTER: &str = "bench_empty_futex_enter";
+    pub const BENCH_EMPTY_FUTEX_EXIT: &str = "bench_empty_futex_exit";
 }

@@ -1,9 +1,14 @@
-//! Empty programs on every tracepoint the probes attach with tp_btf: the benchmark's floor,
-//! i.e. what merely attaching a tp_btf program to a hook costs (`xtask bench --programs`
-//! measures each of our programs against the empty one on its hook). Never attached by the
-//! agent in normal use (the hidden families `empty-sched`, `empty-net`, `empty-locks`).
+//! Empty programs on every tracepoint the probes attach: the benchmark's floor, i.e. what
+//! merely attaching a program to a hook costs (`xtask bench --programs` measures each of our
+//! programs against the empty one on its hook) — tp_btf programs where ours are tp_btf, classic
+//! tracepoint programs on the futex system calls, whose probes are classic. Never attached by
+//! the agent in normal use (the hidden families `empty-sched`, `empty-net`, `empty-locks`,
+//! `empty-futex`).
 
-use aya_ebpf::{macros::btf_tracepoint, programs::BtfTracePointContext};
+use aya_ebpf::{
+    macros::{btf_tracepoint, tracepoint},
+    programs::{BtfTracePointContext, TracePointContext},
+};
 
 #[btf_tracepoint(function = "sched_switch")]
 pub fn bench_empty_switch(_ctx: BtfTracePointContext) -> i32 {
@@ -47,5 +52,15 @@ pub fn bench_empty_lock_begin(_ctx: BtfTracePointContext) -> i32 {
 
 #[btf_tracepoint(function = "contention_end")]
 pub fn bench_empty_lock_end(_ctx: BtfTracePointContext) -> i32 {
+    0
+}
+
+#[tracepoint]
+pub fn bench_empty_futex_enter(_ctx: TracePointContext) -> i32 {
+    0
+}
+
+#[tracepoint]
+pub fn bench_empty_futex_exit(_ctx: TracePointContext) -> i32 {
     0
 }
