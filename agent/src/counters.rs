@@ -89,6 +89,42 @@ all_u64_counters!(
 
 all_u64_counters!(NetDropStats => NetDropStats { packets: 0 });
 
+all_u64_counters!(GoMutexFigures);
+
+/// A cgroup's Go `sync.Mutex` contention as its uprobes counted it (`probes::gomutex`), in
+/// bursts: the entries of the mutex's slow paths while they were attached, and for how long.
+/// Cumulative like every counter here; a window's are rates over its `probed_ns`, never totals
+/// of the window.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GoMutexFigures {
+    /// How long the uprobes were attached while the cgroup had Go mutex contention on record
+    /// (every burst since its first contended `Lock`).
+    pub probed_ns: u64,
+    /// `Lock` calls that found the mutex held (`lockSlow`).
+    pub contended_locks: u64,
+    /// `Unlock` calls that had waiters (or flags) to hand on (`unlockSlow`).
+    pub handing_unlocks: u64,
+}
+
+impl GoMutexFigures {
+    pub const ZERO: Self = Self {
+        probed_ns: 0,
+        contended_locks: 0,
+        handing_unlocks: 0,
+    };
+
+    /// Contended `Lock` calls per second of the time the uprobes were attached.
+    pub fn contended_locks_per_second(&self) -> Option<f64> {
+        (self.probed_ns > 0).then(|| self.contended_locks as f64 * 1e9 / self.probed_ns as f64)
+    }
+
+    /// Handing `Unlock` calls per second of the time the uprobes were attached.
+    pub fn handing_unlocks_per_second(&self) -> Option<f64> {
+        (self.probed_ns > 0).then(|| self.handing_unlocks as f64 * 1e9 / self.probed_ns as f64)
+    }
+}
+
 /// `max_wait_ns` is a maximum since attach, not a counter: a window carries the latest. `comm`
 /// is the first waiter's name.
 /// A thread's hand-off counters; its cgroup and process are the latest ones, not counters.
@@ -245,11 +281,46 @@ mod tests {
     use super::*;
 
     #[test]
+    fn go_mutex_figures_add_up_and_rate_over_the_probed_time() {
+        let mut a = GoMutexFigures {
+            probed_ns: 100_000_000,
+            contended_locks: 300,
+            handing_unlocks: 600,
+        };
+        let b = GoMutexFigures {
+            probed_ns: 100_000_000,
+            contended_locks: 100,
+            handing_unlocks: 200,
+        };
+        a.add(&b);
+        assert_eq!(a.contended_locks, 400);
+        assert_eq!(a.contended_locks_per_second(), Some(2000.0));
+        assert_eq!(a.handing_unlocks_per_second(), Some(4000.0));
+        assert_eq!(
+            a.since(&b),
+            Some(GoMutexFigures {
+                probed_ns: 100_000_000,
+                contended_locks: 300,
+                handing_unlocks: 600
+            })
+        );
+        // Never probed: no rate, rather than a rate of zero.
+        assert_eq!(GoMutexFigures::ZERO.contended_locks_per_second(), None);
+        // Probed and quiet: a rate of zero.
+        let quiet = GoMutexFigures {
+            probed_ns: 1,
+            ..GoMutexFigures::ZERO
+        };
+        assert_eq!(quiet.contended_locks_per_second(), Some(0.0));
+    }
+
+    #[test]
     fn all_u64_types_are_only_words() {
         // A field that is not a u64 would make the size differ from the words counted by hand.
         assert_eq!(words(&SchedStats::ZERO).len(), 5 + 3 * (2 + 32));
         assert_eq!(words(&LockStats::ZERO).len(), 2 * 7);
         assert_eq!(words(&FutexStats::ZERO).len(), 6 + 2 + 32);
+        assert_eq!(words(&GoMutexFigures::ZERO).len(), 3);
     }
 
     #[test]

@@ -42,8 +42,6 @@ pub struct Pipeline {
     symbolizer: KernelSymbolizer,
     /// Pairs and names the futex probes' sampled hand-offs.
     handoffs: HandoffNamer,
-    /// Each cgroup's Go mutex slow-path entries at the last read (the kernel's totals).
-    go_mutex_calls: HashMap<u64, stormwatch_common::GoMutexCalls>,
     /// Whether Go's mutex uprobes were wanted at the last tick.
     go_mutexes_watched: bool,
     /// When they run a burst: the on-demand policy's.
@@ -75,7 +73,6 @@ impl Pipeline {
             call_sites: HashMap::new(),
             symbolizer: KernelSymbolizer::new(),
             handoffs: HandoffNamer::new(options.call_site_lines),
-            go_mutex_calls: HashMap::new(),
             go_mutexes_watched: false,
             go_bursts: GoBursts::default(),
             identities: Identities::default(),
@@ -123,9 +120,9 @@ impl Pipeline {
     /// and processes that exited are forgotten by the probes (their last counts are in this
     /// window).
     pub fn tick(&mut self) -> anyhow::Result<Window> {
-        let snapshot = Snapshot::read(&mut self.probes).context("reading the probes' maps")?;
+        let mut snapshot = Snapshot::read(&mut self.probes).context("reading the probes' maps")?;
         let mut window = Window::between(&self.previous, &snapshot);
-        self.burst_go_mutexes(&mut window);
+        self.burst_go_mutexes(&mut snapshot, &mut window);
         self.name_handoffs(&mut window);
         let ids: HashSet<u64> = snapshot.cgroup_ids().copied().collect();
         let active = |id: u64| window.cgroups.get(&id).is_some_and(|w| w.threads_moved());
@@ -221,11 +218,11 @@ impl Pipeline {
     }
 
     /// Looks for Go binaries among the processes new to the futex probes (every process's when
-    /// the futex probes have just been attached), runs a burst of Go's mutex uprobes when one
-    /// is due, and adds each cgroup's slow-path entries in it to `window`, with the time the
-    /// uprobes were attached. Before the hand-off samples are drained: the burst's are named in
-    /// this window.
-    fn burst_go_mutexes(&mut self, window: &mut Window) {
+    /// the futex probes have just been attached), and runs a burst of Go's mutex uprobes when
+    /// one is due: its counts, read into `snapshot`, are `window`'s (with the time the uprobes
+    /// were attached). Before the hand-off samples are drained: the burst's are named in this
+    /// window.
+    fn burst_go_mutexes(&mut self, snapshot: &mut Snapshot, window: &mut Window) {
         let tgids: Vec<u32> = window
             .hot_futexes
             .keys()
@@ -244,24 +241,18 @@ impl Pipeline {
         let Some(span) = self.probes.burst_go_mutexes() else {
             return;
         };
-        let now = self.probes.read_go_mutex_calls();
-        for (id, calls) in &now {
-            let before = self.go_mutex_calls.get(id).copied().unwrap_or_default();
-            // An entry deleted (its cgroup removed) and made again starts from zero.
-            let delta = |a: u64, b: u64| if a >= b { a - b } else { a };
-            let (locks, unlocks) = (
-                delta(calls.lock_slow, before.lock_slow),
-                delta(calls.unlock_slow, before.unlock_slow),
-            );
-            log::debug!(
-                "Go mutex burst of {span:?}: cgroup {id}: {locks} lockSlow, {unlocks} unlockSlow"
-            );
-            let go = &mut window.handoff_sites.entry(*id).or_default().go_mutex;
-            go.probed_ns += span.as_nanos() as u64;
-            go.contended_locks += locks;
-            go.handing_unlocks += unlocks;
+        snapshot.go_mutex = self.probes.read_go_mutex();
+        window.retake_go_mutex(&self.previous, snapshot);
+        for (id, w) in &window.cgroups {
+            let g = w.go_mutex;
+            if g != crate::collect::GoMutexFigures::ZERO {
+                log::debug!(
+                    "Go mutex burst of {span:?}: cgroup {id}: {} lockSlow, {} unlockSlow",
+                    g.contended_locks,
+                    g.handing_unlocks
+                );
+            }
         }
-        self.go_mutex_calls = now;
     }
 
     /// Whether the futex probes sample hand-offs, so that their call sites can be named.

@@ -386,7 +386,7 @@ pub fn container_report(
         hot_futexes: a.futex.then(|| hot_futexes(window, cgroup_id, ctx)),
         kernel_lock_sites: a.locks.then(|| lock_sites(window, cgroup_id, ctx)),
         lock_call_sites: (a.futex && ctx.handoff_sites)
-            .then(|| handoffs::lock_call_sites(window.handoff_sites.get(&cgroup_id))),
+            .then(|| handoffs::lock_call_sites(window.handoff_sites.get(&cgroup_id), w.go_mutex)),
         network: network::network_summary(&w.net, a.net),
         runqueue_blame: a.runq_blame.then(|| {
             let pairs: Vec<(u64, u64)> = window

@@ -17,7 +17,7 @@ use stormwatch_common::{
 mod availability;
 
 pub use self::availability::{Availability, NetAvailability, iface_key};
-pub use crate::counters::Counters;
+pub use crate::counters::{Counters, GoMutexFigures};
 use crate::{
     counters::UserLoss,
     probes::{Probes, futex, locks, net},
@@ -46,6 +46,8 @@ pub struct Snapshot {
     pub net_drops: HashMap<NetDropKey, NetDropStats>,
     /// Run-queue waits by (victim, culprit), while the switch program blames them.
     pub runq_blame: HashMap<RunqBlameKey, RunqBlameValue>,
+    /// Per cgroup: its Go mutexes' contention, as the uprobes' bursts counted it.
+    pub go_mutex: HashMap<u64, GoMutexFigures>,
 }
 
 impl Snapshot {
@@ -63,6 +65,7 @@ impl Snapshot {
             net_ifaces: HashMap::new(),
             net_drops: HashMap::new(),
             runq_blame: HashMap::new(),
+            go_mutex: HashMap::new(),
         }
     }
 
@@ -82,6 +85,7 @@ impl Snapshot {
             net_ifaces: net::read_ifaces(ebpf)?,
             net_drops: net::read_drops(ebpf)?,
             runq_blame: probes.read_runq_blame()?,
+            go_mutex: probes.read_go_mutex(),
         })
     }
 
@@ -161,6 +165,7 @@ impl Snapshot {
         self.futex.remove(&id);
         self.locks.remove(&id);
         self.net.remove(&id);
+        self.go_mutex.remove(&id);
         self.hot_futexes.retain(|k, _| k.cgroup_id != id);
         self.lock_sites.retain(|k, _| k.cgroup_id != id);
         self.handoff_threads.retain(|_, v| v.cgroup_id != id);
@@ -176,6 +181,8 @@ pub struct CgroupWindow {
     pub futex: FutexStats,
     pub locks: LockStats,
     pub net: CgroupNetStats,
+    /// Its Go mutexes' contention, over the uprobes' bursts in the window.
+    pub go_mutex: GoMutexFigures,
     /// The CPUs the cgroup's threads ran on in the window.
     pub cpus: CpuSet,
 }
@@ -186,6 +193,7 @@ impl CgroupWindow {
         futex: FutexStats::ZERO,
         locks: LockStats::ZERO,
         net: CgroupNetStats::ZERO,
+        go_mutex: GoMutexFigures::ZERO,
         cpus: CpuSet::EMPTY,
     };
 
@@ -208,12 +216,14 @@ impl CgroupWindow {
             futex,
             locks,
             net,
+            go_mutex,
             cpus,
         } = later;
         self.sched.add(sched);
         self.futex.add(futex);
         self.locks.add(locks);
         self.net.add(net);
+        self.go_mutex.add(go_mutex);
         self.cpus.union(cpus);
     }
 
@@ -392,6 +402,24 @@ impl Window {
         }
     }
 
+    /// Takes the Go mutex part of the window anew from `before` to `after`, after `after`'s
+    /// was read again (the pipeline runs the uprobes' burst once the rest of the window is
+    /// known, and reads its counts then). A key whose counters went backwards was counted as
+    /// a regression by [`Window::between`] and is skipped here too: the kernel's counts only
+    /// grow, and a cgroup's entry is forgotten in the snapshot whenever it is deleted.
+    pub fn retake_go_mutex(&mut self, before: &Snapshot, after: &Snapshot) {
+        for w in self.cgroups.values_mut() {
+            w.go_mutex = GoMutexFigures::ZERO;
+        }
+        let mut counted_before = 0;
+        for (id, d) in deltas(&before.go_mutex, &after.go_mutex, &mut counted_before) {
+            self.cgroups
+                .entry(id)
+                .or_insert(CgroupWindow::ZERO)
+                .go_mutex = d;
+        }
+    }
+
     /// The change from `before` to `after`.
     pub fn between(before: &Snapshot, after: &Snapshot) -> Self {
         let mut regressions = 0;
@@ -409,6 +437,9 @@ impl Window {
         }
         for (id, d) in deltas(&before.net, &after.net, &mut regressions) {
             cgroups.entry(id).or_insert(CgroupWindow::ZERO).net = d;
+        }
+        for (id, d) in deltas(&before.go_mutex, &after.go_mutex, &mut regressions) {
+            cgroups.entry(id).or_insert(CgroupWindow::ZERO).go_mutex = d;
         }
         for (id, cpus) in cpus_used(before, after) {
             cgroups.entry(id).or_insert(CgroupWindow::ZERO).cpus = cpus;

@@ -253,3 +253,40 @@ fn forgetting_a_cgroup_drops_all_its_keys() {
     assert_eq!(a.cgroup_ids().copied().collect::<Vec<_>>(), [2]);
     assert!(a.hot_futexes.is_empty());
 }
+
+/// The Go mutex figures are a part of the snapshot like the others: windowed by the one delta,
+/// added through the cgroup's `add`, and taken anew once a burst's counts are read.
+#[test]
+fn go_mutex_figures_are_windowed_like_every_part() {
+    let go = |probed_ns, contended_locks, handing_unlocks| GoMutexFigures {
+        probed_ns,
+        contended_locks,
+        handing_unlocks,
+    };
+    let t0 = Instant::now();
+    let mut before = Snapshot::empty(t0);
+    before.go_mutex.insert(7, go(100, 10, 5));
+    let mut after = Snapshot::empty(t0 + Duration::from_secs(1));
+    after.go_mutex.insert(7, go(100, 10, 5));
+    // Between bursts nothing moves: no part for the cgroup.
+    let mut w = Window::between(&before, &after);
+    assert!(!w.cgroups.contains_key(&7));
+    // A burst in the tick: its counts are read into the snapshot, and the window's part is
+    // theirs; a cgroup new to the map contributes everything it has.
+    after.go_mutex.insert(7, go(200, 30, 12));
+    after.go_mutex.insert(9, go(100, 4, 1));
+    w.retake_go_mutex(&before, &after);
+    assert_eq!(w.cgroups[&7].go_mutex, go(100, 20, 7));
+    assert_eq!(w.cgroups[&9].go_mutex, go(100, 4, 1));
+    assert_eq!(
+        w.cgroups[&7].go_mutex.contended_locks_per_second(),
+        Some(2e8)
+    );
+    // Two windows add up, as every part does.
+    let mut total = w.cgroups[&7];
+    total.add(&w.cgroups[&7]);
+    assert_eq!(total.go_mutex, go(200, 40, 14));
+    // A forgotten cgroup starts from zero.
+    after.forget_cgroup(7);
+    assert!(!after.go_mutex.contains_key(&7));
+}

@@ -7,7 +7,7 @@ use serde::Serialize;
 use stormwatch_common::{FutexStats, LockStats, SchedStats, culprit, lock_kind};
 
 use crate::{
-    collect::Window,
+    collect::{GoMutexFigures, Window},
     host::{Host, Steal},
     identity::{
         limits::{CpuCounters, Limits},
@@ -60,6 +60,9 @@ pub struct Facts {
     /// The call sites of the window's sampled hand-offs, where they are sampled and there were
     /// any.
     pub sites: Option<HandoffSites>,
+    /// Its Go mutexes' contention as the uprobes counted it in the window's bursts (zero where
+    /// they never watched it); the code is in `sites`.
+    pub go_uprobes: GoMutexFigures,
     /// The container's Go runtimes' own clock of their goroutines' `sync.Mutex` waits over
     /// the window, where it has Go processes whose clock could be read (the session reads it
     /// at the window's edges: [`crate::identity::goclock`]).
@@ -454,6 +457,7 @@ pub fn facts(window: &Window, mut ctx: FactsContext<'_>) -> Vec<Facts> {
                 handoffs,
                 runtimes,
                 sites: window.handoff_sites.get(id).cloned(),
+                go_uprobes: w.go_mutex,
                 go_mutex: (ctx.go_mutex)(*id),
                 runq_blame: blame
                     .get(id)

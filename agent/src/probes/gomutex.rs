@@ -33,6 +33,8 @@ use aya::{
 use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
 use stormwatch_common::{GoMutexCalls, maps, programs};
 
+use crate::counters::GoMutexFigures;
+
 use super::map_io::read_per_cpu_hash;
 
 /// How long the uprobes stay attached at a time.
@@ -84,6 +86,9 @@ pub struct GoMutexProbes {
     passed: HashMap<FileId, HashSet<u32>>,
     /// Processes already looked at.
     seen: HashSet<u32>,
+    /// Per cgroup with Go mutex contention on record: how long the uprobes have been attached
+    /// since its first contended `Lock` (the bursts' spans), the time its counts are over.
+    probed_ns: HashMap<u64, u64>,
 }
 
 /// The most processes remembered as looked at, and binaries as passed over.
@@ -310,7 +315,42 @@ impl GoMutexProbes {
             "Go mutex burst (CLOCK_MONOTONIC ns): counting from {on_before}, surely from \
              {on_after}, surely until {off_before}, at most until {off_after}"
         );
+        // The burst's span is every contended cgroup's probed time: each that has an entry now
+        // (a contended Lock since its cgroup was last forgotten) was counted over all of it.
+        match read_calls(ebpf) {
+            Ok(calls) => {
+                for id in calls.keys() {
+                    *self.probed_ns.entry(*id).or_default() += span.as_nanos() as u64;
+                }
+            }
+            Err(e) => log::warn!("cannot read the Go mutex counts: {e:#}"),
+        }
         Some(span)
+    }
+
+    /// Each contended cgroup's figures so far: the kernel's counts of the slow paths' entries
+    /// with the time the uprobes were attached.
+    pub fn read(&self, ebpf: &Ebpf) -> anyhow::Result<HashMap<u64, GoMutexFigures>> {
+        Ok(read_calls(ebpf)?
+            .into_iter()
+            .map(|(id, c)| {
+                let figures = GoMutexFigures {
+                    probed_ns: self.probed_ns.get(&id).copied().unwrap_or(0),
+                    contended_locks: c.lock_slow,
+                    handing_unlocks: c.unlock_slow,
+                };
+                (id, figures)
+            })
+            .collect())
+    }
+
+    /// Forgets removed cgroups: their entries in the kernel's map and their probed time, so
+    /// that a cgroup id seen again starts from zero on both.
+    pub fn forget_cgroups(&mut self, ebpf: &mut Ebpf, cgroups: &[u64]) {
+        for id in cgroups {
+            self.probed_ns.remove(id);
+        }
+        forget(ebpf, cgroups);
     }
 }
 
@@ -372,7 +412,7 @@ fn detach(ebpf: &mut Ebpf, links: Vec<(&'static str, UProbeLinkId)>) {
 }
 
 /// Each cgroup's slow-path entries so far (summed over the CPUs).
-pub fn read_calls(ebpf: &Ebpf) -> anyhow::Result<HashMap<u64, GoMutexCalls>> {
+fn read_calls(ebpf: &Ebpf) -> anyhow::Result<HashMap<u64, GoMutexCalls>> {
     read_per_cpu_hash(
         ebpf,
         maps::GO_MUTEX_CALLS,
@@ -385,7 +425,7 @@ pub fn read_calls(ebpf: &Ebpf) -> anyhow::Result<HashMap<u64, GoMutexCalls>> {
 }
 
 /// Deletes removed cgroups' entries.
-pub fn forget(ebpf: &mut Ebpf, cgroups: &[u64]) {
+fn forget(ebpf: &mut Ebpf, cgroups: &[u64]) {
     let Some(map) = ebpf.map_mut(maps::GO_MUTEX_CALLS) else {
         return;
     };

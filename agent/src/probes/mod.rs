@@ -266,12 +266,13 @@ impl Probes {
         self.go_mutexes.cache_sizes()
     }
 
-    /// Each cgroup's entries of Go's mutex slow paths so far (nothing when not loaded).
-    pub fn read_go_mutex_calls(&self) -> HashMap<u64, stormwatch_common::GoMutexCalls> {
+    /// Each contended cgroup's Go mutex figures so far (nothing when the uprobes are not
+    /// loaded).
+    pub fn read_go_mutex(&self) -> HashMap<u64, crate::counters::GoMutexFigures> {
         if !self.go_mutexes.loaded() {
             return HashMap::new();
         }
-        gomutex::read_calls(&self.ebpf).unwrap_or_else(|e| {
+        self.go_mutexes.read(&self.ebpf).unwrap_or_else(|e| {
             log::warn!("cannot read the Go mutex counts: {e:#}");
             HashMap::new()
         })
@@ -298,7 +299,7 @@ impl Probes {
         locks::forget(&mut self.ebpf, cgroups);
         futex::forget(&mut self.ebpf, cgroups);
         if self.go_mutexes.loaded() {
-            gomutex::forget(&mut self.ebpf, cgroups);
+            self.go_mutexes.forget_cgroups(&mut self.ebpf, cgroups);
         }
         net::forget(&mut self.ebpf, cgroups);
         if self.runq_blame.available {

@@ -5,6 +5,7 @@
 
 use serde::Serialize;
 
+use crate::collect::GoMutexFigures;
 use crate::symbolize::{
     handoffs::{GoMutexSites, HandoffSites, PairStats},
     user::UserSite,
@@ -110,8 +111,10 @@ pub struct GoMutexReport {
 }
 
 impl GoMutexReport {
-    pub fn of(g: &GoMutexSites) -> Option<Self> {
-        if g.is_empty() {
+    /// The uprobes' figures of the window with the code its samples named; `None` where they
+    /// never watched the container (nothing probed, nothing sampled).
+    pub fn of(figures: GoMutexFigures, g: &GoMutexSites) -> Option<Self> {
+        if figures.probed_ns == 0 && g.is_empty() {
             return None;
         }
         let sites = |by| {
@@ -125,25 +128,27 @@ impl GoMutexReport {
                 .collect()
         };
         Some(Self {
-            probed_seconds: g.probed_ns as f64 / 1e9,
-            contended_locks: g.contended_locks,
-            contended_locks_per_second: g.contended_locks_per_second(),
-            handing_unlocks: g.handing_unlocks,
-            handing_unlocks_per_second: g.handing_unlocks_per_second(),
+            probed_seconds: figures.probed_ns as f64 / 1e9,
+            contended_locks: figures.contended_locks,
+            contended_locks_per_second: figures.contended_locks_per_second(),
+            handing_unlocks: figures.handing_unlocks,
+            handing_unlocks_per_second: figures.handing_unlocks_per_second(),
             lock_sites: sites(&g.lock_sites),
             unlock_sites: sites(&g.unlock_sites),
         })
     }
 }
 
-pub fn lock_call_sites(sites: Option<&HandoffSites>) -> LockCallSites {
+/// The call sites of a container's sampled hand-offs, with its Go mutexes' figures over the
+/// window (`go`) and their sampled code.
+pub fn lock_call_sites(sites: Option<&HandoffSites>, go: GoMutexFigures) -> LockCallSites {
     let Some(sites) = sites else {
         return LockCallSites {
             sampled_handoffs: 0,
             slow: SlowHandoffs::of(&PairStats::default()),
             pairs: Vec::new(),
             hints: Vec::new(),
-            go_mutex: None,
+            go_mutex: GoMutexReport::of(go, &GoMutexSites::default()),
         };
     };
     let total = sites.total();
@@ -162,6 +167,6 @@ pub fn lock_call_sites(sites: Option<&HandoffSites>) -> LockCallSites {
             })
             .collect(),
         hints: sites.hints.iter().cloned().collect(),
-        go_mutex: GoMutexReport::of(&sites.go_mutex),
+        go_mutex: GoMutexReport::of(go, &sites.go_mutex),
     }
 }

@@ -114,18 +114,11 @@ impl PairStats {
     }
 }
 
-/// A cgroup's Go `sync.Mutex` contention (`ebpf-probes/kernel/src/gomutex.rs`), over the time
-/// the uprobes were attached (in bursts: `agent/src/probes/gomutex.rs`): its slow paths'
-/// entries, counted (all of them in that time), and the code that entered them (a sample).
+/// The code that entered a cgroup's Go `sync.Mutex` slow paths (`ebpf-probes/kernel/src/gomutex.rs`),
+/// by the samples of the uprobes' bursts (`agent/src/probes/gomutex.rs`): names, not figures
+/// (the counts of the entries are the window's, [`crate::counters::GoMutexFigures`]).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct GoMutexSites {
-    /// How long the uprobes were attached while the cgroup had Go mutex contention on record
-    /// (every burst since its first contended `Lock`).
-    pub probed_ns: u64,
-    /// `Lock` calls that found the mutex held (`lockSlow`).
-    pub contended_locks: u64,
-    /// `Unlock` calls that had waiters (or flags) to hand on (`unlockSlow`).
-    pub handing_unlocks: u64,
     /// Sampled entries of `lockSlow`, by the site that called `Lock`.
     pub lock_sites: HashMap<UserSite, u64>,
     /// Sampled entries of `unlockSlow`, by the site that called `Unlock`.
@@ -134,9 +127,6 @@ pub struct GoMutexSites {
 
 impl GoMutexSites {
     pub fn add(&mut self, o: &Self) {
-        self.probed_ns += o.probed_ns;
-        self.contended_locks += o.contended_locks;
-        self.handing_unlocks += o.handing_unlocks;
         for (k, v) in &o.lock_sites {
             *self.lock_sites.entry(k.clone()).or_default() += v;
         }
@@ -146,17 +136,7 @@ impl GoMutexSites {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.probed_ns == 0 && self.lock_sites.is_empty() && self.unlock_sites.is_empty()
-    }
-
-    /// Contended `Lock` calls per second of the time the uprobes were attached.
-    pub fn contended_locks_per_second(&self) -> Option<f64> {
-        (self.probed_ns > 0).then(|| self.contended_locks as f64 * 1e9 / self.probed_ns as f64)
-    }
-
-    /// Handing `Unlock` calls per second of the time the uprobes were attached.
-    pub fn handing_unlocks_per_second(&self) -> Option<f64> {
-        (self.probed_ns > 0).then(|| self.handing_unlocks as f64 * 1e9 / self.probed_ns as f64)
+        self.lock_sites.is_empty() && self.unlock_sites.is_empty()
     }
 
     /// The `n` sites with the most samples (ties by name), with the samples of all sites.
@@ -446,39 +426,19 @@ mod tests {
     }
 
     #[test]
-    fn go_mutex_figures_add_up_and_rate_over_the_probed_time() {
-        let mut a = GoMutexSites {
-            probed_ns: 100_000_000,
-            contended_locks: 300,
-            handing_unlocks: 600,
-            ..Default::default()
-        };
+    fn go_mutex_sites_add_up_and_the_top_ones_lead() {
+        let mut a = GoMutexSites::default();
         a.lock_sites.insert(site("main.a"), 3);
-        let mut b = GoMutexSites {
-            probed_ns: 100_000_000,
-            contended_locks: 100,
-            handing_unlocks: 200,
-            ..Default::default()
-        };
+        let mut b = GoMutexSites::default();
         b.lock_sites.insert(site("main.a"), 1);
         b.lock_sites.insert(site("main.b"), 2);
+        b.unlock_sites.insert(site("main.a"), 5);
         a.add(&b);
-        assert_eq!(a.contended_locks, 400);
-        assert_eq!(a.contended_locks_per_second(), Some(2000.0));
-        assert_eq!(a.handing_unlocks_per_second(), Some(4000.0));
         let (top, all) = GoMutexSites::top(&a.lock_sites, 1);
         assert_eq!((top, all), (vec![(&site("main.a"), 4)], 6));
-        // Never probed: no rate, rather than a rate of zero.
-        let none = GoMutexSites::default();
-        assert!(none.is_empty());
-        assert_eq!(none.contended_locks_per_second(), None);
-        // Probed and quiet: a rate of zero, and not empty.
-        let quiet = GoMutexSites {
-            probed_ns: 1,
-            ..Default::default()
-        };
-        assert!(!quiet.is_empty());
-        assert_eq!(quiet.contended_locks_per_second(), Some(0.0));
+        assert_eq!(a.unlock_sites[&site("main.a")], 5);
+        assert!(GoMutexSites::default().is_empty());
+        assert!(!a.is_empty());
     }
 
     #[test]

@@ -137,11 +137,12 @@ pub(super) struct GoMutexWords {
 /// named it.
 pub(super) fn go_mutex_named(f: &Facts) -> Option<GoMutexWords> {
     use crate::symbolize::handoffs::GoMutexSites;
-    let g = &f.sites.as_ref()?.go_mutex;
-    if g.contended_locks == 0 {
+    let figures = f.go_uprobes;
+    if figures.contended_locks == 0 {
         return None;
     }
-    let per_second = g.contended_locks_per_second()?;
+    let per_second = figures.contended_locks_per_second()?;
+    let g = &f.sites.as_ref()?.go_mutex;
     let (locks, sampled) = GoMutexSites::top(&g.lock_sites, 1);
     let (unlocks, _) = GoMutexSites::top(&g.unlock_sites, 1);
     let (lock, n) = locks.first().copied()?;
@@ -151,8 +152,8 @@ pub(super) fn go_mutex_named(f: &Facts) -> Option<GoMutexWords> {
         "its goroutines contend on a sync.Mutex: {per_second:.0} Lock calls/s find it held \
          ({:.0} unlocks/s hand it on, over {:.1} s probed); {:.0}% of {sampled} sampled are \
          taken in {}",
-        g.handing_unlocks_per_second().unwrap_or(0.0),
-        g.probed_ns as f64 / 1e9,
+        figures.handing_unlocks_per_second().unwrap_or(0.0),
+        figures.probed_ns as f64 / 1e9,
         100.0 * top_share,
         lock.describe()
     );

@@ -31,6 +31,7 @@ fn base(cgroup: &str) -> Facts {
         handoffs: Handoffs::default(),
         runtimes: Vec::new(),
         sites: None,
+        go_uprobes: crate::collect::GoMutexFigures::ZERO,
         go_mutex: None,
         runq_blame: None,
     }
@@ -504,9 +505,11 @@ fn hand_offs_of_work_are_not_a_lock() {
         unnamed: None,
     };
     let mut sites = crate::symbolize::handoffs::HandoffSites::default();
-    sites.go_mutex.probed_ns = 5_000_000_000;
-    sites.go_mutex.contended_locks = 50_000;
-    sites.go_mutex.handing_unlocks = 40_000;
+    contended.go_uprobes = crate::collect::GoMutexFigures {
+        probed_ns: 5_000_000_000,
+        contended_locks: 50_000,
+        handing_unlocks: 40_000,
+    };
     sites
         .go_mutex
         .lock_sites
