@@ -1,7 +1,9 @@
 //! The agent's reading of Go's own mutex-wait clock (`stormwatch::identity::goclock`), from
 //! outside a live Go program, against the same program's `runtime/metrics` reading of it
 //! (`/sync/mutex/wait/total:seconds`, printed every second by tests/corpus/gomutex): the clock
-//! the Go storm verdict rests on.
+//! the Go storm verdict rests on. The runtime publishes it with its own locks' waits added
+//! (Go ≥ 1.22), so the agent's reader also reads those (`runtime_lock_wait_ns`), for this
+//! check only: the two, read between two of the program's lines, lie between the lines'.
 
 use std::{
     io::{BufRead as _, BufReader},
@@ -13,13 +15,36 @@ use serde_json::Value;
 use stormwatch::identity::goclock;
 use stormwatch_tests::corpus::built_programs;
 
+/// The program prints its figure in seconds to the microsecond.
+const PRINTED: f64 = 1e-6;
+
 /// How long a process whose memory could not be read is given to finish exiting.
 const EXIT_GRACE: Duration = Duration::from_secs(2);
 
+/// One read of the clock from outside, between two of the program's own readings.
+#[derive(Clone, Copy, Debug)]
+struct Reading {
+    /// The program's `/sync/mutex/wait/total:seconds` at line k.
+    before: f64,
+    /// The agent's read after it: the mutexes' waits (what the storm verdict reads)…
+    mutex: f64,
+    /// …and the runtime's own locks' waits, which the program's figure adds to them.
+    runtime_locks: f64,
+    /// The program's figure at line k+1.
+    after: f64,
+}
+
+impl Reading {
+    /// What the runtime's published figure counts, as read from outside.
+    fn published(&self) -> f64 {
+        self.mutex + self.runtime_locks
+    }
+}
+
 /// Runs gomutex with `args`, and after each of its progress lines reads the clock from
-/// outside: returns (the program's own figure at line k, the agent's read after it, the
-/// program's at line k+1) for each k, and the agent's cgroup-level edges.
-fn readings(args: &[&str]) -> Vec<(f64, f64, f64)> {
+/// outside: returns a [`Reading`] for each pair of lines, and checks the agent's cgroup-level
+/// edges against the process's clock.
+fn readings(args: &[&str]) -> Vec<Reading> {
     let bin = built_programs().join("gomutex");
     let layout = goclock::layout_of(&std::fs::read(&bin).expect("reading gomutex"))
         .expect("gomutex (Go ≥ 1.20, not stripped) has the clock's layout");
@@ -33,7 +58,7 @@ fn readings(args: &[&str]) -> Vec<(f64, f64, f64)> {
     let exe = goclock::exe_id(pid).expect("the process's executable");
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let mut out = Vec::new();
-    let mut previous: Option<(f64, f64)> = None;
+    let mut previous: Option<(f64, f64, f64)> = None;
     // The same process through the cgroup-level reader the session uses: its figure counts
     // from its first read.
     let mut clocks = goclock::GoClocks::default();
@@ -45,8 +70,13 @@ fn readings(args: &[&str]) -> Vec<(f64, f64, f64)> {
         let Some(own) = v.get("mutex_wait_seconds").and_then(Value::as_f64) else {
             break; // the last line
         };
-        if let Some((before, agent)) = previous {
-            out.push((before, agent, own));
+        if let Some((before, mutex, runtime_locks)) = previous {
+            out.push(Reading {
+                before,
+                mutex,
+                runtime_locks,
+                after: own,
+            });
         }
         // The program prints its last lines as it exits: a read that fails because the
         // process is going ends the readings (a failed read of a live one fails the test).
@@ -69,7 +99,14 @@ fn readings(args: &[&str]) -> Vec<(f64, f64, f64)> {
             assert!(gone(&mut child), "reading the live process failed");
             break;
         };
-        previous = Some((own, read.mutex_wait_ns as f64 / 1e9));
+        let runtime_locks = read
+            .runtime_lock_wait_ns
+            .expect("Go 1.22 and later keep the runtime's lock waits apart");
+        previous = Some((
+            own,
+            read.mutex_wait_ns as f64 / 1e9,
+            runtime_locks as f64 / 1e9,
+        ));
         let edge = clocks
             .read_cgroup(1, &[pid])
             .expect("a Go process with the clock");
@@ -128,28 +165,40 @@ fn the_agent_reads_the_clock_the_runtime_keeps() {
         "5",
     ]);
     assert!(r.len() >= 3, "progress lines: {r:?}");
-    for (before, agent, after) in &r {
-        // The runtime's metric adds its internal locks' waits to the same clock (Go ≥ 1.22),
-        // so the agent's read, made between the two lines, is at most the later line's and
-        // about the earlier's: 0.75–0.86 of it in ten runs on the AMD guest (2026-11-29), the
-        // lowest at the first line, when the runtime's start-up adds most of its own waits.
-        assert!(
-            *agent <= after + 1e-9,
-            "agent {agent} s above the program's later {after} s: {r:?}"
-        );
-        assert!(
-            *agent >= 0.7 * before,
-            "agent {agent} s below the program's earlier {before} s: {r:?}"
-        );
+    eprintln!("readings: {r:?}");
+    for x in &r {
+        // The runtime publishes its mutexes' waits and its own locks' together (Go ≥ 1.22):
+        // read from outside between two of its lines, the two clocks add up to a figure
+        // between the two lines' (the mutexes' alone were 0.60–0.86 of the earlier line's:
+        // on the Intel guest the runtime's own locks took up to 40% of the published figure,
+        // 2026-11-29).
+        published_between_lines(x);
     }
     // The runtime samples one wait in eight (gTrackingPeriod) and scales it, and how many of
     // the 64 wait at once depends on what else the 2 CPUs run: the figure only has to show
     // a contended mutex, which a mutex per goroutine (below) reads as ~0.
-    let (first, last) = (r[0].1, r[r.len() - 1].1);
+    let (first, last) = (r[0].mutex, r[r.len() - 1].mutex);
     let mean_waiting = (last - first) / (r.len() - 1) as f64;
     assert!(
         mean_waiting > 1.0,
         "goroutines waiting on average, by the agent's reads a second apart: {mean_waiting:.1} ({r:?})"
+    );
+}
+
+/// The clocks read from outside between two lines add up to the runtime's published figure.
+#[track_caller]
+fn published_between_lines(x: &Reading) {
+    assert!(
+        x.published() <= x.after + PRINTED,
+        "read {:.6} s above the program's later {:.6} s: {x:?}",
+        x.published(),
+        x.after
+    );
+    assert!(
+        x.published() >= x.before - PRINTED,
+        "read {:.6} s below the program's earlier {:.6} s: {x:?}",
+        x.published(),
+        x.before
     );
 }
 
@@ -167,14 +216,12 @@ fn a_mutex_per_goroutine_waits_for_none() {
         "-own",
     ]);
     assert!(r.len() >= 2, "progress lines: {r:?}");
-    for (before, agent, after) in &r {
+    for x in &r {
+        published_between_lines(x);
         assert!(
-            *agent <= after + 1e-9 && *agent >= 0.8 * before - 1e-3,
-            "{r:?}"
-        );
-        assert!(
-            *agent < 0.05,
-            "uncontended mutexes: {agent} s of waits ({r:?})"
+            x.mutex < 0.05,
+            "uncontended mutexes: {} s of waits ({r:?})",
+            x.mutex
         );
     }
 }

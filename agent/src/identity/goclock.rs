@@ -43,6 +43,11 @@ pub type FileId = (u64, u64);
 pub struct GoLayout {
     /// `runtime.sched.totalMutexWaitTime`'s value.
     pub mutex_wait: u64,
+    /// Where the runtime keeps its own locks' waits (Go 1.22 and later), which
+    /// `runtime/metrics` adds to the mutexes' in `/sync/mutex/wait/total:seconds`. Not the
+    /// program's mutexes: read only so that the runtime's published figure can be checked
+    /// against ours (tests/tests/goclock.rs).
+    pub runtime_locks: Option<RuntimeLockClock>,
     /// `runtime.allglen`.
     pub allglen: u64,
     /// `runtime.gomaxprocs`, when the symbol is there.
@@ -54,11 +59,32 @@ pub struct GoLayout {
     pub first_vaddr: u64,
 }
 
+/// The runtime's own locks' wait clock: `sched.totalRuntimeLockWaitTime` (the Ms that have
+/// exited) plus each live M's `mLockProfile.waitTime`, the Ms listed from `runtime.allm`
+/// through `m.alllink` (what `runtime.totalMutexWaitTimeNanos` adds up).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RuntimeLockClock {
+    /// `sched.totalRuntimeLockWaitTime`'s value.
+    pub exited: u64,
+    /// `runtime.allm`: the first M.
+    pub allm: u64,
+    /// `alllink`'s offset in `runtime.m`.
+    pub alllink: u64,
+    /// `mLockProfile.waitTime`'s value's offset in `runtime.m`.
+    pub wait: u64,
+}
+
+/// The most Ms walked in one read (a Go program has one per thread it ever ran Go code on).
+const MAX_MS: usize = 100_000;
+
 /// One read of a Go process's figures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GoReading {
     /// Cumulative time its goroutines waited for `sync.Mutex`/`RWMutex`, in nanoseconds.
     pub mutex_wait_ns: u64,
+    /// Cumulative time its Ms waited for the runtime's own locks, where the binary has the
+    /// clock ([`GoLayout::runtime_lock_wait`]).
+    pub runtime_lock_wait_ns: Option<u64>,
     /// Goroutines the runtime holds (an upper bound of the live ones).
     pub goroutines: u64,
     pub gomaxprocs: Option<u32>,
@@ -71,18 +97,27 @@ pub fn layout_of(data: &[u8]) -> Option<GoLayout> {
     let mut sched = None;
     let mut allglen = None;
     let mut gomaxprocs = None;
+    let mut allm = None;
     for sym in file.symbols() {
         match sym.name() {
             Ok("runtime.sched") => sched = Some(sym.address()),
+            Ok("runtime.allm") => allm = Some(sym.address()),
             Ok("runtime.allglen") => allglen = Some(sym.address()),
             Ok("runtime.gomaxprocs") => gomaxprocs = Some(sym.address()),
             _ => {}
         }
     }
-    let offset = mutex_wait_offset(&file)?;
+    let (offset, runtime_locks) = mutex_wait_offsets(&file)?;
     let first_vaddr = file.segments().map(|s| s.address()).min().unwrap_or(0);
+    let sched = sched?;
     Some(GoLayout {
-        mutex_wait: sched? + offset,
+        mutex_wait: sched + offset,
+        runtime_locks: runtime_locks.zip(allm).map(|(o, allm)| RuntimeLockClock {
+            exited: sched + o.exited,
+            allm,
+            alllink: o.alllink,
+            wait: o.wait,
+        }),
         allglen: allglen?,
         gomaxprocs,
         pie: file.kind() == object::ObjectKind::Dynamic,
@@ -108,9 +143,17 @@ fn section_bytes(file: &object::File<'_>, name: &str) -> Option<Vec<u8>> {
     }
 }
 
+/// Offsets of the runtime's own locks' clock ([`RuntimeLockClock`]): `exited` in
+/// `runtime.schedt`, the others in `runtime.m`.
+struct RuntimeLockOffsets {
+    exited: u64,
+    alllink: u64,
+    wait: u64,
+}
+
 /// `totalMutexWaitTime`'s offset in `runtime.schedt` (plus its `v` field's, inside the atomic
-/// wrapper), from the DWARF.
-fn mutex_wait_offset(file: &object::File<'_>) -> Option<u64> {
+/// wrapper), and the runtime's own locks' clock where the runtime has it, from the DWARF.
+fn mutex_wait_offsets(file: &object::File<'_>) -> Option<(u64, Option<RuntimeLockOffsets>)> {
     let endian = if file.is_little_endian() {
         RunTimeEndian::Little
     } else {
@@ -139,7 +182,16 @@ fn mutex_wait_offset(file: &object::File<'_>) -> Option<u64> {
             continue;
         };
         if let Some(off) = member_offset(&dwarf, &unit, "runtime.schedt", "totalMutexWaitTime") {
-            return Some(off);
+            let member = |s: &str, m: &str| member_offset(&dwarf, &unit, s, m);
+            let runtime_locks = (|| {
+                Some(RuntimeLockOffsets {
+                    exited: member("runtime.schedt", "totalRuntimeLockWaitTime")?,
+                    alllink: member("runtime.m", "alllink")?,
+                    wait: member("runtime.m", "mLockProfile")?
+                        + member("runtime.mLockProfile", "waitTime")?,
+                })
+            })();
+            return Some((off, runtime_locks));
         }
     }
     None
@@ -240,6 +292,25 @@ pub fn read_process(tgid: u32, layout: &GoLayout, exe: FileId) -> Option<GoReadi
         Some(u64::from_ne_bytes(b))
     };
     let mutex_wait_ns = read_u64(layout.mutex_wait)?;
+    // The runtime's own locks' clock, as `totalMutexWaitTimeNanos` adds it up: a pointer
+    // read as 0 ends the walk (a PIE's pointers are run-time addresses, not biased).
+    let runtime_lock_wait_ns = layout.runtime_locks.and_then(|c| {
+        let read_at = |addr: u64| {
+            let mut b = [0u8; 8];
+            mem.read_exact_at(&mut b, addr).ok()?;
+            Some(u64::from_ne_bytes(b))
+        };
+        let mut total = read_u64(c.exited)?;
+        let mut m = read_u64(c.allm)?;
+        for _ in 0..MAX_MS {
+            if m == 0 {
+                return Some(total);
+            }
+            total = total.wrapping_add(read_at(m + c.wait)?);
+            m = read_at(m + c.alllink)?;
+        }
+        None
+    });
     let goroutines = read_u64(layout.allglen)?;
     let gomaxprocs = layout.gomaxprocs.and_then(|a| {
         let mut b = [0u8; 4];
@@ -249,6 +320,7 @@ pub fn read_process(tgid: u32, layout: &GoLayout, exe: FileId) -> Option<GoReadi
     // The runtime adds non-negative amounts; a negative value would be a misread.
     (mutex_wait_ns <= i64::MAX as u64).then_some(GoReading {
         mutex_wait_ns,
+        runtime_lock_wait_ns: runtime_lock_wait_ns.filter(|n| *n <= i64::MAX as u64),
         goroutines,
         gomaxprocs,
     })
