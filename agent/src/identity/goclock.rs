@@ -83,7 +83,7 @@ pub struct GoReading {
     /// Cumulative time its goroutines waited for `sync.Mutex`/`RWMutex`, in nanoseconds.
     pub mutex_wait_ns: u64,
     /// Cumulative time its Ms waited for the runtime's own locks, where the binary has the
-    /// clock ([`GoLayout::runtime_lock_wait`]).
+    /// clock ([`GoLayout::runtime_locks`]).
     pub runtime_lock_wait_ns: Option<u64>,
     /// Goroutines the runtime holds (an upper bound of the live ones).
     pub goroutines: u64,
