@@ -302,11 +302,10 @@ fn run_stays_right_under_thread_and_cgroup_churn() {
         within(invol, want_invol, 0.05),
         "involuntary switches: {invol} vs getrusage {want_invol} (5%); lost events: {lost_total}"
     );
-    // Flat: the second half adds at most 10% (allocator noise), whatever the churn.
-    assert!(
-        rss_end as f64 <= rss_half as f64 * 1.10,
-        "RSS grew from {rss_half} KiB at half time to {rss_end} KiB"
-    );
+    // Flat memory is asked below, of the medians of the scrapes' readings: one reading at half
+    // time against one at the end compared two points of a series that swings by a tenth
+    // between scrapes as the allocator returns memory (24–33 MiB through one run, the caches
+    // flat at 3.3 MiB): a CI run failed there at +12.9% (2026-11-29) with the medians flat.
 
     // The call-site caches were filled (the storms' stacks were read and named), and stayed
     // within their bounds (checked at every scrape above).
