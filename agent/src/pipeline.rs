@@ -160,7 +160,7 @@ impl Pipeline {
     /// The interfaces the probes saw, by (namespace inode, ifindex): the kernel's record of
     /// each, with its MTU at its last packet (from the latest snapshot).
     pub fn seen_interfaces(&self) -> HashMap<NetIfKey, SeenInterface> {
-        let mtus = &self.previous.net_ifaces;
+        let mtus = &self.previous.net.ifaces;
         self.interfaces
             .iter()
             .map(|(k, info)| {
@@ -241,7 +241,7 @@ impl Pipeline {
         let Some(span) = self.probes.burst_go_mutexes() else {
             return;
         };
-        snapshot.go_mutex = self.probes.read_go_mutex();
+        snapshot.go_mutex = self.probes.go_mutex_part();
         window.retake_go_mutex(&self.previous, snapshot);
         for (id, w) in &window.cgroups {
             let g = w.go_mutex;

@@ -20,157 +20,111 @@ pub use self::availability::{Availability, NetAvailability, iface_key};
 pub use crate::counters::{Counters, GoMutexFigures};
 use crate::{
     counters::UserLoss,
-    probes::{Probes, futex, locks, net},
+    probes::{
+        Families, GoMutexPart, Gone, Probes, ReadsPart as _, futex::FutexPart, locks::LockPart,
+        net::NetPart, sched::SchedPart,
+    },
     symbolize::handoffs::HandoffSites,
 };
 
-/// Cumulative counters at one instant. Counters start at zero when the probes attach, so a
-/// key seen for the first time contributes everything it has.
+/// Cumulative counters at one instant, one part per probe family (each family reads and
+/// forgets its own: [`crate::probes::ReadsPart`]). Counters start at zero when the probes
+/// attach, so a key seen for the first time contributes everything it has.
 #[derive(Clone, Debug)]
 pub struct Snapshot {
     pub taken_at: Instant,
-    pub sched: HashMap<u64, SchedStats>,
-    /// Per cgroup, its on-CPU time on each CPU (index = CPU number): which CPUs it ran on.
-    pub oncpu_by_cpu: HashMap<u64, Vec<u64>>,
-    pub futex: HashMap<u64, FutexStats>,
-    pub locks: HashMap<u64, LockStats>,
-    pub hot_futexes: HashMap<HotFutexKey, HotFutexValue>,
-    pub lock_sites: HashMap<LockSiteKey, LockSiteValue>,
-    /// Per thread id: its part in futex hand-offs.
-    pub handoff_threads: HashMap<u32, ThreadHandoff>,
-    /// Per cgroup: what its sockets sent and received.
-    pub net: HashMap<u64, CgroupNetStats>,
-    /// Per interface (namespace inode, ifindex).
-    pub net_ifaces: HashMap<NetIfKey, NetIfStats>,
-    /// Drops by interface and reason.
-    pub net_drops: HashMap<NetDropKey, NetDropStats>,
-    /// Run-queue waits by (victim, culprit), while the switch program blames them.
-    pub runq_blame: HashMap<RunqBlameKey, RunqBlameValue>,
-    /// Per cgroup: its Go mutexes' contention, as the uprobes' bursts counted it.
-    pub go_mutex: HashMap<u64, GoMutexFigures>,
+    pub sched: SchedPart,
+    pub futex: FutexPart,
+    pub locks: LockPart,
+    pub net: NetPart,
+    pub go_mutex: GoMutexPart,
 }
 
 impl Snapshot {
     pub fn empty(taken_at: Instant) -> Self {
         Self {
             taken_at,
-            sched: HashMap::new(),
-            oncpu_by_cpu: HashMap::new(),
-            futex: HashMap::new(),
-            locks: HashMap::new(),
-            hot_futexes: HashMap::new(),
-            lock_sites: HashMap::new(),
-            handoff_threads: HashMap::new(),
-            net: HashMap::new(),
-            net_ifaces: HashMap::new(),
-            net_drops: HashMap::new(),
-            runq_blame: HashMap::new(),
-            go_mutex: HashMap::new(),
+            sched: SchedPart::default(),
+            futex: FutexPart::default(),
+            locks: LockPart::default(),
+            net: NetPart::default(),
+            go_mutex: GoMutexPart::default(),
         }
     }
 
+    /// Each family's part. The scheduler's first: the instant is taken after it (its read
+    /// settles the switch caches, the longest).
     pub fn read(probes: &mut Probes) -> anyhow::Result<Self> {
-        let (sched, oncpu_by_cpu) = probes.read_sched()?;
-        let ebpf = probes.ebpf();
+        let (ebpf, families) = probes.families_mut();
+        let Families {
+            sched,
+            futex,
+            locks,
+            net,
+            go_mutex,
+        } = families;
+        let sched = sched.read(ebpf)?;
         Ok(Self {
             taken_at: Instant::now(),
             sched,
-            oncpu_by_cpu,
-            futex: futex::read(ebpf)?,
-            locks: locks::read(ebpf)?,
-            hot_futexes: futex::read_hot(ebpf)?,
-            lock_sites: locks::read_sites(ebpf)?,
-            handoff_threads: futex::read_handoff_threads(ebpf)?,
-            net: net::read(ebpf)?,
-            net_ifaces: net::read_ifaces(ebpf)?,
-            net_drops: net::read_drops(ebpf)?,
-            runq_blame: probes.read_runq_blame()?,
-            go_mutex: probes.read_go_mutex(),
+            futex: futex.read(ebpf)?,
+            locks: locks.read(ebpf)?,
+            net: net.read(ebpf)?,
+            go_mutex: go_mutex.read(ebpf)?,
         })
+    }
+
+    /// Drops a removed cgroup from every part, so that the next window does not subtract from
+    /// it (what each family's forget does to its part, without the maps).
+    pub fn forget_cgroup(&mut self, id: u64) {
+        let Snapshot {
+            taken_at: _,
+            sched,
+            futex,
+            locks,
+            net,
+            go_mutex,
+        } = self;
+        sched.forget_cgroup(id);
+        futex.forget_cgroup(id);
+        locks.forget_cgroup(id);
+        net.forget_cgroup(id);
+        go_mutex.forget_cgroup(id);
     }
 
     /// Every cgroup id with figures.
     pub fn cgroup_ids(&self) -> impl Iterator<Item = &u64> {
         self.sched
+            .cgroups
             .keys()
-            .chain(self.futex.keys())
-            .chain(self.locks.keys())
-            .chain(self.net.keys())
+            .chain(self.futex.cgroups.keys())
+            .chain(self.locks.cgroups.keys())
+            .chain(self.net.cgroups.keys())
     }
 
     /// Forgets, in the probes' maps and in this (latest) snapshot alike, so that the next window
-    /// counts a re-created entry from zero: the `gone` cgroups (each map entry deleted by key),
-    /// the hot futexes of processes that have exited, and the hot futexes and call sites idle
-    /// for many reads (the bounded maps' eviction, counted). `moved`: the threads whose hand-off
-    /// entry moved in the window that ended at this snapshot (alive, so not looked up).
+    /// counts a re-created entry from zero: the `gone` cgroups, the processes and threads that
+    /// have exited, and what the bounded maps hold idle — each family its own
+    /// ([`crate::probes::ReadsPart::forget`]). `moved`: the threads whose hand-off entry moved
+    /// in the window that ended at this snapshot (alive, so not looked up).
     pub fn forget(&mut self, probes: &mut Probes, gone: &[u64], moved: impl Fn(u32) -> bool) {
-        probes.forget_cgroups(gone);
-        let exited = |tgid: u32| !std::path::Path::new(&format!("/proc/{tgid}")).exists();
-        let mut tgids: HashMap<u32, bool> = HashMap::new();
-        let doomed_hot: Vec<HotFutexKey> = self
-            .hot_futexes
-            .keys()
-            .filter(|k| {
-                gone.contains(&k.cgroup_id)
-                    || *tgids.entry(k.tgid).or_insert_with(|| exited(k.tgid))
-            })
-            .copied()
-            .collect();
-        let doomed_sites: Vec<LockSiteKey> = self
-            .lock_sites
-            .keys()
-            .filter(|k| gone.contains(&k.cgroup_id))
-            .copied()
-            .collect();
-        probes.forget_hot_futexes(&doomed_hot);
-        probes.forget_lock_sites(&doomed_sites);
-        // Threads that have exited (an entry that moves belongs to a live thread, so only the
-        // still ones are looked up).
-        let doomed_threads: Vec<u32> = self
-            .handoff_threads
-            .iter()
-            .filter(|(tid, v)| {
-                gone.contains(&v.cgroup_id)
-                    || (!moved(**tid)
-                        && !std::path::Path::new(&format!("/proc/{}/task/{tid}", v.tgid)).exists())
-            })
-            .map(|(tid, _)| *tid)
-            .collect();
-        futex::forget_handoff_threads(probes.ebpf_mut(), &doomed_threads);
-        for tid in &doomed_threads {
-            self.handoff_threads.remove(tid);
-        }
-        for id in gone {
-            self.forget_cgroup(*id);
-        }
-        for k in &doomed_hot {
-            self.hot_futexes.remove(k);
-        }
-        for k in probes.evict_idle_blame(&self.runq_blame) {
-            self.runq_blame.remove(&k);
-        }
-        let (idle_hot, idle_sites) = probes.evict_idle(&self.hot_futexes, &self.lock_sites);
-        for k in &idle_hot {
-            self.hot_futexes.remove(k);
-        }
-        for k in &idle_sites {
-            self.lock_sites.remove(k);
-        }
-    }
-
-    /// Drops a removed cgroup, so that the next window does not subtract from it.
-    pub fn forget_cgroup(&mut self, id: u64) {
-        self.sched.remove(&id);
-        self.oncpu_by_cpu.remove(&id);
-        self.futex.remove(&id);
-        self.locks.remove(&id);
-        self.net.remove(&id);
-        self.go_mutex.remove(&id);
-        self.hot_futexes.retain(|k, _| k.cgroup_id != id);
-        self.lock_sites.retain(|k, _| k.cgroup_id != id);
-        self.handoff_threads.retain(|_, v| v.cgroup_id != id);
-        self.runq_blame
-            .retain(|k, _| k.victim != id && k.culprit != id);
+        let gone = Gone {
+            cgroups: gone,
+            moved_thread: &moved,
+        };
+        let (ebpf, families) = probes.families_mut();
+        let Families {
+            sched,
+            futex,
+            locks,
+            net,
+            go_mutex,
+        } = families;
+        sched.forget(ebpf, &gone, &mut self.sched);
+        locks.forget(ebpf, &gone, &mut self.locks);
+        futex.forget(ebpf, &gone, &mut self.futex);
+        go_mutex.forget(ebpf, &gone, &mut self.go_mutex);
+        net.forget(ebpf, &gone, &mut self.net);
     }
 }
 
@@ -275,7 +229,7 @@ impl CpuSet {
 }
 
 /// Per cgroup, the CPUs whose on-CPU time for it moved between the snapshots.
-fn cpus_used(before: &Snapshot, after: &Snapshot) -> Vec<(u64, CpuSet)> {
+fn cpus_used(before: &SchedPart, after: &SchedPart) -> Vec<(u64, CpuSet)> {
     after
         .oncpu_by_cpu
         .iter()
@@ -379,6 +333,11 @@ fn deltas<'a, K: Copy + Eq + Hash, V: Counters>(
     })
 }
 
+/// A cgroup's window in `cgroups`, zero when new.
+fn slot(cgroups: &mut HashMap<u64, CgroupWindow>, id: u64) -> &mut CgroupWindow {
+    cgroups.entry(id).or_insert(CgroupWindow::ZERO)
+}
+
 fn add_all<K: Copy + Eq + Hash, V: Counters>(into: &mut HashMap<K, V>, from: &HashMap<K, V>) {
     for (k, v) in from {
         into.entry(*k).or_insert(V::ZERO).add(v);
@@ -412,7 +371,11 @@ impl Window {
             w.go_mutex = GoMutexFigures::ZERO;
         }
         let mut counted_before = 0;
-        for (id, d) in deltas(&before.go_mutex, &after.go_mutex, &mut counted_before) {
+        for (id, d) in deltas(
+            &before.go_mutex.cgroups,
+            &after.go_mutex.cgroups,
+            &mut counted_before,
+        ) {
             self.cgroups
                 .entry(id)
                 .or_insert(CgroupWindow::ZERO)
@@ -420,58 +383,64 @@ impl Window {
         }
     }
 
-    /// The change from `before` to `after`.
+    /// The change from `before` to `after`, part by part (every part named: one left out
+    /// does not compile).
     pub fn between(before: &Snapshot, after: &Snapshot) -> Self {
+        let Snapshot {
+            taken_at,
+            sched,
+            futex,
+            locks,
+            net,
+            go_mutex,
+        } = after;
         let mut regressions = 0;
+        let r = &mut regressions;
         // Sized once: growing a map of thousands of these (over a kilobyte each) costs copies
         // and fresh pages at every collection.
-        let mut cgroups: HashMap<u64, CgroupWindow> = HashMap::with_capacity(after.sched.len());
-        for (id, d) in deltas(&before.sched, &after.sched, &mut regressions) {
-            cgroups.entry(id).or_insert(CgroupWindow::ZERO).sched = d;
+        let mut cgroups: HashMap<u64, CgroupWindow> = HashMap::with_capacity(sched.cgroups.len());
+        for (id, d) in deltas(&before.sched.cgroups, &sched.cgroups, r) {
+            slot(&mut cgroups, id).sched = d;
         }
-        for (id, d) in deltas(&before.futex, &after.futex, &mut regressions) {
-            cgroups.entry(id).or_insert(CgroupWindow::ZERO).futex = d;
+        for (id, d) in deltas(&before.futex.cgroups, &futex.cgroups, r) {
+            slot(&mut cgroups, id).futex = d;
         }
-        for (id, d) in deltas(&before.locks, &after.locks, &mut regressions) {
-            cgroups.entry(id).or_insert(CgroupWindow::ZERO).locks = d;
+        for (id, d) in deltas(&before.locks.cgroups, &locks.cgroups, r) {
+            slot(&mut cgroups, id).locks = d;
         }
-        for (id, d) in deltas(&before.net, &after.net, &mut regressions) {
-            cgroups.entry(id).or_insert(CgroupWindow::ZERO).net = d;
+        for (id, d) in deltas(&before.net.cgroups, &net.cgroups, r) {
+            slot(&mut cgroups, id).net = d;
         }
-        for (id, d) in deltas(&before.go_mutex, &after.go_mutex, &mut regressions) {
-            cgroups.entry(id).or_insert(CgroupWindow::ZERO).go_mutex = d;
+        for (id, d) in deltas(&before.go_mutex.cgroups, &go_mutex.cgroups, r) {
+            slot(&mut cgroups, id).go_mutex = d;
         }
-        for (id, cpus) in cpus_used(before, after) {
-            cgroups.entry(id).or_insert(CgroupWindow::ZERO).cpus = cpus;
+        for (id, cpus) in cpus_used(&before.sched, sched) {
+            slot(&mut cgroups, id).cpus = cpus;
         }
-        let hot_futexes = deltas(&before.hot_futexes, &after.hot_futexes, &mut regressions)
+        let runq_blame = deltas(&before.sched.runq_blame, &sched.runq_blame, r)
+            .filter(|(_, v)| v.ns > 0)
+            .collect();
+        let hot_futexes = deltas(&before.futex.hot, &futex.hot, r)
             .filter(|(_, v)| v.waits > 0)
             .collect();
         let process_words = process_words(&hot_futexes);
-        let lock_sites = deltas(&before.lock_sites, &after.lock_sites, &mut regressions)
+        let handoff_threads = deltas(&before.futex.handoff_threads, &futex.handoff_threads, r)
+            .filter(|(_, v)| v.woken_waits + v.wakes > 0)
+            .collect();
+        let lock_sites = deltas(&before.locks.sites, &locks.sites, r)
             .filter(|(_, v)| v.count > 0)
             .collect();
-        let handoff_threads = deltas(
-            &before.handoff_threads,
-            &after.handoff_threads,
-            &mut regressions,
-        )
-        .filter(|(_, v)| v.woken_waits + v.wakes > 0)
-        .collect();
         // The MTU alone changes nothing: only interfaces that handled packets.
-        let net_ifaces = deltas(&before.net_ifaces, &after.net_ifaces, &mut regressions)
+        let net_ifaces = deltas(&before.net.ifaces, &net.ifaces, r)
             .filter(|(_, v)| v.tx.packets + v.rx.packets > 0)
             .collect();
-        let net_drops = deltas(&before.net_drops, &after.net_drops, &mut regressions).collect();
-        let runq_blame = deltas(&before.runq_blame, &after.runq_blame, &mut regressions)
-            .filter(|(_, v)| v.ns > 0)
-            .collect();
+        let net_drops = deltas(&before.net.drops, &net.drops, r).collect();
         if regressions > 0 {
             log::debug!("{regressions} counter(s) went backwards; their change is skipped");
             UserLoss::CounterRegression.add(regressions);
         }
         Self {
-            duration: after.taken_at.saturating_duration_since(before.taken_at),
+            duration: taken_at.saturating_duration_since(before.taken_at),
             cgroups,
             hot_futexes,
             lock_sites,

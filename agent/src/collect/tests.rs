@@ -73,10 +73,10 @@ fn stats(vol: u64, invol: u64, runq: &[u64]) -> SchedStats {
 fn window_is_the_difference_and_new_cgroups_count_whole() {
     let t0 = Instant::now();
     let mut before = Snapshot::empty(t0);
-    before.sched.insert(1, stats(10, 2, &[100]));
+    before.sched.cgroups.insert(1, stats(10, 2, &[100]));
     let mut after = Snapshot::empty(t0 + Duration::from_secs(1));
-    after.sched.insert(1, stats(15, 3, &[100, 5000]));
-    after.sched.insert(2, stats(4, 0, &[]));
+    after.sched.cgroups.insert(1, stats(15, 3, &[100, 5000]));
+    after.sched.cgroups.insert(2, stats(4, 0, &[]));
     let w = Window::between(&before, &after);
     assert_eq!(w.duration, Duration::from_secs(1));
     let one = &w.cgroups[&1].sched;
@@ -93,12 +93,12 @@ fn window_is_the_difference_and_new_cgroups_count_whole() {
 fn unchanged_cgroups_are_left_out_and_windows_add_up() {
     let t0 = Instant::now();
     let mut a = Snapshot::empty(t0);
-    a.sched.insert(1, stats(10, 2, &[100]));
+    a.sched.cgroups.insert(1, stats(10, 2, &[100]));
     let mut b = a.clone();
     b.taken_at = t0 + Duration::from_secs(1);
     let mut c = b.clone();
     c.taken_at = t0 + Duration::from_secs(2);
-    c.sched.insert(1, stats(12, 2, &[100, 7]));
+    c.sched.cgroups.insert(1, stats(12, 2, &[100, 7]));
     let w_ab = Window::between(&a, &b);
     assert!(w_ab.cgroups.is_empty());
     let mut total = w_ab.clone();
@@ -111,14 +111,14 @@ fn unchanged_cgroups_are_left_out_and_windows_add_up() {
 fn a_regressed_counter_is_counted_and_skipped_not_re_added() {
     let t0 = Instant::now();
     let mut a = Snapshot::empty(t0);
-    a.sched.insert(1, stats(10, 2, &[]));
-    a.sched.insert(2, stats(1, 0, &[]));
+    a.sched.cgroups.insert(1, stats(10, 2, &[]));
+    a.sched.cgroups.insert(2, stats(1, 0, &[]));
     let mut b = Snapshot::empty(t0);
     // Cgroup 1 went backwards in one word only; cgroup 2 moved forward.
     let mut one = stats(10, 2, &[]);
     one.migrations = 0;
-    b.sched.insert(1, one);
-    b.sched.insert(2, stats(4, 0, &[]));
+    b.sched.cgroups.insert(1, one);
+    b.sched.cgroups.insert(2, stats(4, 0, &[]));
     let before = UserLoss::CounterRegression.total();
     let w = Window::between(&a, &b);
     assert_eq!(w.counter_regressions, 1);
@@ -133,7 +133,7 @@ fn a_regressed_counter_is_counted_and_skipped_not_re_added() {
     let mut c = Snapshot::empty(t0);
     let mut later = one;
     later.voluntary_switches += 5;
-    c.sched.insert(1, later);
+    c.sched.cgroups.insert(1, later);
     let w = Window::between(&b, &c);
     assert_eq!(w.counter_regressions, 0);
     assert_eq!(w.cgroups[&1].sched.voluntary_switches, 5);
@@ -147,16 +147,16 @@ fn a_regressed_counter_is_counted_and_skipped_not_re_added() {
 fn cpus_used_are_the_cpus_whose_oncpu_time_moved() {
     let t0 = Instant::now();
     let mut a = Snapshot::empty(t0);
-    a.oncpu_by_cpu.insert(1, vec![100, 0, 50, 0]);
+    a.sched.oncpu_by_cpu.insert(1, vec![100, 0, 50, 0]);
     let mut b = Snapshot::empty(t0);
-    b.oncpu_by_cpu.insert(1, vec![100, 10, 70, 0]);
-    b.oncpu_by_cpu.insert(2, vec![0, 0, 0, 5]);
+    b.sched.oncpu_by_cpu.insert(1, vec![100, 10, 70, 0]);
+    b.sched.oncpu_by_cpu.insert(2, vec![0, 0, 0, 5]);
     let w = Window::between(&a, &b);
     assert_eq!(w.cgroups[&1].cpus_used(), 2);
     assert_eq!(w.cgroups[&2].cpus_used(), 1);
     // Over two windows, distinct CPUs, not a sum.
     let mut c = b.clone();
-    c.oncpu_by_cpu.insert(1, vec![200, 20, 70, 0]);
+    c.sched.oncpu_by_cpu.insert(1, vec![200, 20, 70, 0]);
     let mut total = w.clone();
     total.extend(&Window::between(&b, &c));
     assert_eq!(total.cgroups[&1].cpus_used(), 3);
@@ -192,14 +192,14 @@ fn futex_and_lock_figures_join_the_cgroup_window() {
     let mut f = FutexStats::ZERO;
     f.wait.record(1000);
     f.wakes = 3;
-    b.futex.insert(5, f);
+    b.futex.cgroups.insert(5, f);
     let mut l = LockStats::ZERO;
     l.count[0] = 2;
     l.wait_ns[0] = 900;
-    a.locks.insert(5, l);
+    a.locks.cgroups.insert(5, l);
     l.count[0] = 7;
     l.wait_ns[0] = 1900;
-    b.locks.insert(5, l);
+    b.locks.cgroups.insert(5, l);
     let w = Window::between(&a, &b);
     let c = &w.cgroups[&5];
     assert_eq!(c.futex.wait.count, 1);
@@ -219,10 +219,10 @@ fn hot_futexes_without_new_waits_are_not_activity() {
     };
     let t0 = Instant::now();
     let mut a = Snapshot::empty(t0);
-    a.hot_futexes.insert(key, hot(10, 500, 90));
+    a.futex.hot.insert(key, hot(10, 500, 90));
     let mut b = a.clone();
     assert!(Window::between(&a, &b).hot_futexes.is_empty());
-    b.hot_futexes.insert(key, hot(14, 900, 200));
+    b.futex.hot.insert(key, hot(14, 900, 200));
     let w = Window::between(&a, &b);
     assert_eq!(w.hot_futexes[&key].waits, 4);
     assert_eq!(w.hot_futexes[&key].wait_ns, 400);
@@ -237,9 +237,9 @@ fn hot_futexes_without_new_waits_are_not_activity() {
 #[test]
 fn forgetting_a_cgroup_drops_all_its_keys() {
     let mut a = Snapshot::empty(Instant::now());
-    a.sched.insert(1, stats(1, 1, &[]));
-    a.futex.insert(1, FutexStats::ZERO);
-    a.hot_futexes.insert(
+    a.sched.cgroups.insert(1, stats(1, 1, &[]));
+    a.futex.cgroups.insert(1, FutexStats::ZERO);
+    a.futex.hot.insert(
         HotFutexKey {
             cgroup_id: 1,
             uaddr: 1,
@@ -248,10 +248,10 @@ fn forgetting_a_cgroup_drops_all_its_keys() {
         },
         hot(1, 1, 1),
     );
-    a.sched.insert(2, stats(1, 1, &[]));
+    a.sched.cgroups.insert(2, stats(1, 1, &[]));
     a.forget_cgroup(1);
     assert_eq!(a.cgroup_ids().copied().collect::<Vec<_>>(), [2]);
-    assert!(a.hot_futexes.is_empty());
+    assert!(a.futex.hot.is_empty());
 }
 
 /// The Go mutex figures are a part of the snapshot like the others: windowed by the one delta,
@@ -265,16 +265,16 @@ fn go_mutex_figures_are_windowed_like_every_part() {
     };
     let t0 = Instant::now();
     let mut before = Snapshot::empty(t0);
-    before.go_mutex.insert(7, go(100, 10, 5));
+    before.go_mutex.cgroups.insert(7, go(100, 10, 5));
     let mut after = Snapshot::empty(t0 + Duration::from_secs(1));
-    after.go_mutex.insert(7, go(100, 10, 5));
+    after.go_mutex.cgroups.insert(7, go(100, 10, 5));
     // Between bursts nothing moves: no part for the cgroup.
     let mut w = Window::between(&before, &after);
     assert!(!w.cgroups.contains_key(&7));
     // A burst in the tick: its counts are read into the snapshot, and the window's part is
     // theirs; a cgroup new to the map contributes everything it has.
-    after.go_mutex.insert(7, go(200, 30, 12));
-    after.go_mutex.insert(9, go(100, 4, 1));
+    after.go_mutex.cgroups.insert(7, go(200, 30, 12));
+    after.go_mutex.cgroups.insert(9, go(100, 4, 1));
     w.retake_go_mutex(&before, &after);
     assert_eq!(w.cgroups[&7].go_mutex, go(100, 20, 7));
     assert_eq!(w.cgroups[&9].go_mutex, go(100, 4, 1));
@@ -288,5 +288,5 @@ fn go_mutex_figures_are_windowed_like_every_part() {
     assert_eq!(total.go_mutex, go(200, 40, 14));
     // A forgotten cgroup starts from zero.
     after.forget_cgroup(7);
-    assert!(!after.go_mutex.contains_key(&7));
+    assert!(!after.go_mutex.cgroups.contains_key(&7));
 }

@@ -9,10 +9,10 @@ use stormwatch_common::{
 };
 
 use super::{
-    KernelFacts, ProbeFamily, ProbeStatus, attach_classic, read_per_cpu_hash, remove_per_cpu_keys,
-    tracefs, tracepoint_offsets,
+    Gone, IDLE_READS_BEFORE_EVICTION, IdleKeys, KernelFacts, Loaded, ProbeFamily, ProbeStatus,
+    ReadsPart, attach_classic, read_per_cpu_hash, remove_per_cpu_keys, tracefs, tracepoint_offsets,
 };
-use crate::counters::Counters as _;
+use crate::counters::{Counters as _, UserLoss};
 
 /// (tracepoint, program). Exits share one program: all `sys_exit_*` records are alike.
 pub const PROGRAMS: [(&str, &str); 8] = [
@@ -38,12 +38,138 @@ pub const ON_DEMAND_DETACHED: &str = "loaded, attached on demand (futex_probes =
 pub const ON_DEMAND_ATTACHED: &str =
     "attached on demand, while a cgroup's scheduler figures look like a lock storm";
 
+/// The futex family, with what it keeps: its attach epoch, the hand-off samples' ring buffer,
+/// and which hot futex words have been idle.
 pub struct FutexProbes {
     /// Load (verify) the programs at start but attach them only when asked
     /// ([`super::Probes::set`]).
-    pub on_demand: bool,
+    on_demand: bool,
     /// Sample hand-offs with their user stacks.
-    pub call_sites: bool,
+    call_sites: bool,
+    /// The globals set up sampling (`HAVE_HANDOFF_SAMPLES`).
+    sampling: bool,
+    /// The sampled hand-offs' ring buffer, where the probes sample them.
+    samples: Option<aya::maps::RingBuf<aya::maps::MapData>>,
+    /// The attach epoch (`maps::FUTEX_EPOCH`), raised before each attach on demand.
+    epoch: u32,
+    idle_hot: IdleKeys<HotFutexKey>,
+}
+
+impl FutexProbes {
+    pub fn new(on_demand: bool, call_sites: bool) -> Self {
+        Self {
+            on_demand,
+            call_sites,
+            sampling: false,
+            samples: None,
+            epoch: 1,
+            idle_hot: IdleKeys::new(IDLE_READS_BEFORE_EVICTION),
+        }
+    }
+
+    /// Whether the probes sample hand-offs (with their user stacks).
+    pub fn samples_handoffs(&self) -> bool {
+        self.samples.is_some()
+    }
+
+    /// The sides of sampled hand-offs written since the last call.
+    pub fn drain_samples(&mut self) -> Vec<stormwatch_common::HandoffSample> {
+        self.samples.as_mut().map(drain_samples).unwrap_or_default()
+    }
+
+    /// Raises the attach epoch before the programs attach on demand, so that a call whose
+    /// entry was seen before the last detach is never paired with an exit seen now.
+    pub(super) fn raise_epoch(&mut self, ebpf: &mut Ebpf) -> anyhow::Result<()> {
+        let next = self.epoch + 1;
+        super::tiers::set_epoch(ebpf, maps::FUTEX_EPOCH, next)?;
+        self.epoch = next;
+        Ok(())
+    }
+}
+
+/// Whether process `tgid` has exited.
+fn exited(tgid: u32) -> bool {
+    !std::path::Path::new(&format!("/proc/{tgid}")).exists()
+}
+
+/// The futex family's part of a snapshot.
+#[derive(Clone, Debug, Default)]
+pub struct FutexPart {
+    pub cgroups: HashMap<u64, FutexStats>,
+    pub hot: HashMap<HotFutexKey, HotFutexValue>,
+    /// Per thread id: its part in futex hand-offs.
+    pub handoff_threads: HashMap<u32, ThreadHandoff>,
+}
+
+impl FutexPart {
+    /// Drops a removed cgroup: its figures, hot futexes and threads' hand-offs.
+    pub fn forget_cgroup(&mut self, id: u64) {
+        self.cgroups.remove(&id);
+        self.hot.retain(|k, _| k.cgroup_id != id);
+        self.handoff_threads.retain(|_, v| v.cgroup_id != id);
+    }
+}
+
+impl ReadsPart for FutexProbes {
+    type Part = FutexPart;
+
+    fn read(&mut self, ebpf: &mut Ebpf) -> anyhow::Result<FutexPart> {
+        Ok(FutexPart {
+            cgroups: read(ebpf)?,
+            hot: read_hot(ebpf)?,
+            handoff_threads: read_handoff_threads(ebpf)?,
+        })
+    }
+
+    /// Removed cgroups' figures, the hot futexes of processes that have exited and the
+    /// hand-offs of threads that have, then the hot futexes idle for
+    /// [`IDLE_READS_BEFORE_EVICTION`] reads (the bounded map's eviction, counted as
+    /// `hot_futex_idle_evicted`).
+    fn forget(&mut self, ebpf: &mut Ebpf, gone: &Gone, part: &mut FutexPart) {
+        if !gone.cgroups.is_empty() {
+            remove_per_cpu_keys::<u64, FutexStats>(ebpf, maps::CGROUP_FUTEX, gone.cgroups);
+        }
+        let mut tgids: HashMap<u32, bool> = HashMap::new();
+        let doomed_hot: Vec<HotFutexKey> = part
+            .hot
+            .keys()
+            .filter(|k| {
+                gone.cgroup(k.cgroup_id) || *tgids.entry(k.tgid).or_insert_with(|| exited(k.tgid))
+            })
+            .copied()
+            .collect();
+        forget_hot(ebpf, &doomed_hot);
+        // Threads that have exited (an entry that moves belongs to a live thread, so only the
+        // still ones are looked up).
+        let doomed_threads: Vec<u32> = part
+            .handoff_threads
+            .iter()
+            .filter(|(tid, v)| {
+                gone.cgroup(v.cgroup_id)
+                    || (!(gone.moved_thread)(**tid)
+                        && !std::path::Path::new(&format!("/proc/{}/task/{tid}", v.tgid)).exists())
+            })
+            .map(|(tid, _)| *tid)
+            .collect();
+        forget_handoff_threads(ebpf, &doomed_threads);
+        for tid in &doomed_threads {
+            part.handoff_threads.remove(tid);
+        }
+        for id in gone.cgroups {
+            part.forget_cgroup(*id);
+        }
+        for k in &doomed_hot {
+            part.hot.remove(k);
+        }
+        let idle = self
+            .idle_hot
+            .idle(part.hot.iter().map(|(k, v)| (*k, v.waits)));
+        let n = forget_hot(ebpf, &idle);
+        UserLoss::HotFutexIdleEvicted.add(n as u64);
+        for k in &idle {
+            part.hot.remove(k);
+        }
+    }
 }
 
 impl ProbeFamily for FutexProbes {
@@ -51,12 +177,22 @@ impl ProbeFamily for FutexProbes {
         "futex"
     }
 
-    fn globals(&self, facts: &KernelFacts) -> Vec<(&'static str, u32)> {
+    /// Keeps the samples' ring buffer open where the globals set up sampling.
+    fn settle(&mut self, ebpf: &mut Ebpf, _loaded: &Loaded) {
+        if self.sampling {
+            self.samples = take_samples(ebpf);
+        }
+    }
+
+    fn globals(&mut self, facts: &KernelFacts) -> Vec<(&'static str, u32)> {
         let mut values = if self.call_sites {
             sample_globals(facts)
         } else {
             Vec::new()
         };
+        self.sampling = values
+            .iter()
+            .any(|(g, v)| *g == globals::HAVE_HANDOFF_SAMPLES && *v == 1);
         values.extend(tracepoint_offsets(&[
             (
                 globals::TP_FUTEX_UADDR_OFFSET,
@@ -98,7 +234,7 @@ impl ProbeFamily for FutexProbes {
         values
     }
 
-    fn attach(&self, ebpf: &mut Ebpf, _facts: &KernelFacts) -> Vec<ProbeStatus> {
+    fn attach(&mut self, ebpf: &mut Ebpf, _facts: &KernelFacts) -> Vec<ProbeStatus> {
         let mut status = Vec::new();
         for (tracepoint, program) in PROGRAMS {
             let (category, event) = tracepoint.split_once(':').expect("category:event");
@@ -198,18 +334,18 @@ fn load_on_demand(ebpf: &mut Ebpf, tracepoint: &'static str, program: &str) -> P
     }
 }
 
-pub fn read(ebpf: &Ebpf) -> anyhow::Result<HashMap<u64, FutexStats>> {
+fn read(ebpf: &Ebpf) -> anyhow::Result<HashMap<u64, FutexStats>> {
     read_per_cpu_hash(ebpf, maps::CGROUP_FUTEX, FutexStats::ZERO, |t, v| t.add(v))
 }
 
-pub fn read_hot(ebpf: &Ebpf) -> anyhow::Result<HashMap<HotFutexKey, HotFutexValue>> {
+fn read_hot(ebpf: &Ebpf) -> anyhow::Result<HashMap<HotFutexKey, HotFutexValue>> {
     read_per_cpu_hash(ebpf, maps::HOT_FUTEXES, HotFutexValue::ZERO, |t, v| {
         t.add(v)
     })
 }
 
 /// Each thread's part in hand-offs, by thread id (cumulative since its entry was made).
-pub fn read_handoff_threads(ebpf: &Ebpf) -> anyhow::Result<HashMap<u32, ThreadHandoff>> {
+fn read_handoff_threads(ebpf: &Ebpf) -> anyhow::Result<HashMap<u32, ThreadHandoff>> {
     let map = ebpf
         .map(maps::HANDOFF_THREADS)
         .ok_or_else(|| anyhow::anyhow!("map {} missing from the object", maps::HANDOFF_THREADS))?;
@@ -219,7 +355,7 @@ pub fn read_handoff_threads(ebpf: &Ebpf) -> anyhow::Result<HashMap<u32, ThreadHa
 }
 
 /// Deletes the hand-off entries of threads that have exited.
-pub fn forget_handoff_threads(ebpf: &mut Ebpf, tids: &[u32]) {
+fn forget_handoff_threads(ebpf: &mut Ebpf, tids: &[u32]) {
     let Some(map) = ebpf.map_mut(maps::HANDOFF_THREADS) else {
         return;
     };
@@ -232,7 +368,7 @@ pub fn forget_handoff_threads(ebpf: &mut Ebpf, tids: &[u32]) {
 }
 
 /// Takes the hand-off samples' ring buffer out of the object, for the agent to keep open.
-pub fn take_samples(ebpf: &mut Ebpf) -> Option<aya::maps::RingBuf<aya::maps::MapData>> {
+fn take_samples(ebpf: &mut Ebpf) -> Option<aya::maps::RingBuf<aya::maps::MapData>> {
     let map = ebpf.take_map(maps::HANDOFF_SAMPLES)?;
     match aya::maps::RingBuf::try_from(map) {
         Ok(ring) => Some(ring),
@@ -245,7 +381,7 @@ pub fn take_samples(ebpf: &mut Ebpf) -> Option<aya::maps::RingBuf<aya::maps::Map
 
 /// The samples in the ring buffer, oldest first (at most a few thousand: the kernel side is
 /// rate-limited).
-pub fn drain_samples(
+fn drain_samples(
     ring: &mut aya::maps::RingBuf<aya::maps::MapData>,
 ) -> Vec<stormwatch_common::HandoffSample> {
     let mut out = Vec::new();
@@ -261,12 +397,7 @@ pub fn drain_samples(
     out
 }
 
-/// Forgets removed cgroups (by key).
-pub fn forget(ebpf: &mut Ebpf, cgroups: &[u64]) {
-    remove_per_cpu_keys::<u64, FutexStats>(ebpf, maps::CGROUP_FUTEX, cgroups);
-}
-
 /// Deletes hot-futex entries; returns how many were there.
-pub fn forget_hot(ebpf: &mut Ebpf, keys: &[HotFutexKey]) -> usize {
+fn forget_hot(ebpf: &mut Ebpf, keys: &[HotFutexKey]) -> usize {
     remove_per_cpu_keys::<HotFutexKey, HotFutexValue>(ebpf, maps::HOT_FUTEXES, keys)
 }

@@ -89,6 +89,47 @@ pub struct GoMutexProbes {
     /// Per cgroup with Go mutex contention on record: how long the uprobes have been attached
     /// since its first contended `Lock` (the bursts' spans), the time its counts are over.
     probed_ns: HashMap<u64, u64>,
+    /// Each contended cgroup's figures as the last burst left them: the kernel's counts move
+    /// only while a burst counts, so they are read once, after each burst.
+    figures: HashMap<u64, GoMutexFigures>,
+}
+
+/// The Go mutexes' part of a snapshot: per cgroup, their contention as the uprobes' bursts
+/// counted it.
+#[derive(Clone, Debug, Default)]
+pub struct GoMutexPart {
+    pub cgroups: HashMap<u64, GoMutexFigures>,
+}
+
+impl GoMutexPart {
+    /// Drops a removed cgroup's figures.
+    pub fn forget_cgroup(&mut self, id: u64) {
+        self.cgroups.remove(&id);
+    }
+}
+
+impl super::ReadsPart for GoMutexProbes {
+    type Part = GoMutexPart;
+
+    /// The figures as of the last burst, without reading the map: nothing moves it between
+    /// bursts (the programs count only while `GO_MUTEX_ON` is set, inside a burst).
+    fn read(&mut self, _ebpf: &mut Ebpf) -> anyhow::Result<GoMutexPart> {
+        Ok(self.part())
+    }
+
+    /// Removed cgroups: their entries in the kernel's map, their figures and their probed
+    /// time, so that a cgroup id seen again starts from zero on all.
+    fn forget(&mut self, ebpf: &mut Ebpf, gone: &super::Gone, part: &mut GoMutexPart) {
+        if !self.loaded || gone.cgroups.is_empty() {
+            return;
+        }
+        for id in gone.cgroups {
+            self.probed_ns.remove(id);
+            self.figures.remove(id);
+            part.forget_cgroup(*id);
+        }
+        forget(ebpf, gone.cgroups);
+    }
 }
 
 /// The most processes remembered as looked at, and binaries as passed over.
@@ -317,40 +358,35 @@ impl GoMutexProbes {
         );
         // The burst's span is every contended cgroup's probed time: each that has an entry now
         // (a contended Lock since its cgroup was last forgotten) was counted over all of it.
+        // The one read of the counts per burst: the figures until the next.
         match read_calls(ebpf) {
             Ok(calls) => {
                 for id in calls.keys() {
                     *self.probed_ns.entry(*id).or_default() += span.as_nanos() as u64;
                 }
+                self.figures = calls
+                    .into_iter()
+                    .map(|(id, c)| {
+                        let figures = GoMutexFigures {
+                            probed_ns: self.probed_ns.get(&id).copied().unwrap_or(0),
+                            contended_locks: c.lock_slow,
+                            handing_unlocks: c.unlock_slow,
+                        };
+                        (id, figures)
+                    })
+                    .collect();
             }
             Err(e) => log::warn!("cannot read the Go mutex counts: {e:#}"),
         }
         Some(span)
     }
 
-    /// Each contended cgroup's figures so far: the kernel's counts of the slow paths' entries
-    /// with the time the uprobes were attached.
-    pub fn read(&self, ebpf: &Ebpf) -> anyhow::Result<HashMap<u64, GoMutexFigures>> {
-        Ok(read_calls(ebpf)?
-            .into_iter()
-            .map(|(id, c)| {
-                let figures = GoMutexFigures {
-                    probed_ns: self.probed_ns.get(&id).copied().unwrap_or(0),
-                    contended_locks: c.lock_slow,
-                    handing_unlocks: c.unlock_slow,
-                };
-                (id, figures)
-            })
-            .collect())
-    }
-
-    /// Forgets removed cgroups: their entries in the kernel's map and their probed time, so
-    /// that a cgroup id seen again starts from zero on both.
-    pub fn forget_cgroups(&mut self, ebpf: &mut Ebpf, cgroups: &[u64]) {
-        for id in cgroups {
-            self.probed_ns.remove(id);
+    /// Each contended cgroup's figures as of the last burst: the kernel's counts of the slow
+    /// paths' entries with the time the uprobes were attached.
+    pub fn part(&self) -> GoMutexPart {
+        GoMutexPart {
+            cgroups: self.figures.clone(),
         }
-        forget(ebpf, cgroups);
     }
 }
 

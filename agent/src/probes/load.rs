@@ -197,14 +197,31 @@ impl Probes {
         if options.waits_from_wakeups {
             facts.sched_info = false;
         }
-        let families = families(options);
+        let mut families = Families {
+            sched: sched::SchedProbes::new(options.wake_kinds, options.runq_blame),
+            futex: futex::FutexProbes::new(
+                options.futex == FutexTier::OnDemand,
+                options.call_sites,
+            ),
+            locks: locks::LockProbes::default(),
+            net: net::NetProbes {
+                packets_on_demand: options.net_packets == NetPacketTier::OnDemand,
+            },
+            go_mutex: super::gomutex::GoMutexProbes::default(),
+        };
+        let mut empties: Vec<EmptyProbes> = options
+            .families
+            .iter()
+            .filter_map(|f| EmptyProbes::of(*f))
+            .collect();
+        let mut chosen = families.chosen(&options.families, &mut empties);
 
         // Globals must all be set before the single load of the object. Names come from the
         // shared crate; a missing one is set to 0 and the family that needs it degrades.
-        let values: Vec<(&'static str, u32)> = shared_globals(&facts)
-            .into_iter()
-            .chain(families.iter().flat_map(|f| f.globals(&facts)))
-            .collect();
+        let mut values: Vec<(&'static str, u32)> = shared_globals(&facts);
+        for family in chosen.iter_mut() {
+            values.extend(family.globals(&facts));
+        }
         // Our parse of the kernel's BTF is only for offsets: free it before the loader works.
         // The loader reuses aya's parse (kernel BTF is several MB; three copies at once would
         // set the agent's peak memory).
@@ -231,7 +248,7 @@ impl Probes {
         }
 
         let mut status = Vec::new();
-        for family in &families {
+        for family in chosen.iter_mut() {
             let family_status = family.attach(&mut ebpf, &facts);
             for s in &family_status {
                 match (&s.kind, &s.note) {
@@ -255,6 +272,18 @@ impl Probes {
             return Err(LoadError::NothingAttached);
         }
         let waits_from_switch = sched::waits_from_switch(&facts, &status);
+        let loaded = Loaded {
+            status: &status,
+            waits_from_switch,
+        };
+        for family in chosen.iter_mut() {
+            family.settle(&mut ebpf, &loaded);
+        }
+        drop(chosen);
+        // Go's mutex uprobes go with the futex family's hand-off sampler.
+        if families.futex.samples_handoffs() {
+            families.go_mutex = super::gomutex::GoMutexProbes::load(&mut ebpf);
+        }
         // The programs the families loaded for later (none unless on demand).
         let loaded_for_later = |programs: &[(&'static str, &'static str)]| -> Vec<OnDemand> {
             programs
@@ -275,25 +304,6 @@ impl Probes {
         let tiers = Tier::ALL.map(|tier| loaded_for_later(tier.programs()));
         let init_netns = facts.init_netns;
         let check_attach = facts.btf_external;
-        // Hand-off samples: only when the futex family loaded and set up sampling.
-        let samples_on = values
-            .iter()
-            .any(|(g, v)| *g == stormwatch_common::globals::HAVE_HANDOFF_SAMPLES && *v == 1);
-        let handoff_samples = if samples_on {
-            futex::take_samples(&mut ebpf)
-        } else {
-            None
-        };
-        let blame_available = waits_from_switch
-            && options.runq_blame.is_some()
-            && values
-                .iter()
-                .any(|(g, v)| *g == stormwatch_common::globals::HAVE_RUNQ_BLAME && *v == 1);
-        let go_mutexes = if handoff_samples.is_some() {
-            super::gomutex::GoMutexProbes::load(&mut ebpf)
-        } else {
-            super::gomutex::GoMutexProbes::default()
-        };
         drop(facts);
         // Parsing the kernel's BTF (several MB, for the loader and tp_btf) is the agent's
         // largest allocation and it is over now: give the memory back to the system instead of
@@ -304,63 +314,38 @@ impl Probes {
             status,
             waits_from_switch,
             tiers,
-            futex_epoch: 1,
-            switch_caches: sched::SwitchCaches::default(),
-            idle_hot_futexes: IdleKeys::new(IDLE_READS_BEFORE_EVICTION),
-            idle_lock_sites: IdleKeys::new(IDLE_READS_BEFORE_EVICTION),
-            idle_blame_pairs: IdleKeys::new(IDLE_READS_BEFORE_EVICTION),
+            families,
             init_netns,
             check_attach,
-            handoff_samples,
-            go_mutexes,
-            runq_blame: super::RunqBlame {
-                available: blame_available,
-                on_demand: options.runq_blame == Some(super::RunqBlameTier::OnDemand),
-                ..Default::default()
-            },
         };
-        if blame_available
+        if probes.can_blame_runqueue()
             && options.runq_blame == Some(super::RunqBlameTier::Always)
             && let Err(err) = probes.set(Tier::RunqBlame, true)
         {
             log::warn!("cannot turn the run-queue blame on: {err:#}; waits are not blamed");
-            probes.runq_blame.available = false;
+            probes.families.sched.blame.available = false;
         }
         Ok(probes)
     }
-}
-
-/// The families `options` asks for, each configured for its tier.
-fn families(options: &LoadOptions) -> Vec<Box<dyn ProbeFamily>> {
-    options
-        .families
-        .iter()
-        .map(|f| -> Box<dyn ProbeFamily> {
-            match f {
-                Family::Sched => Box::new(sched::SchedProbes {
-                    wake_kinds: options.wake_kinds,
-                }),
-                Family::Futex => Box::new(futex::FutexProbes {
-                    on_demand: options.futex == FutexTier::OnDemand,
-                    call_sites: options.call_sites,
-                }),
-                Family::Locks => Box::new(locks::LockProbes),
-                Family::Net => Box::new(net::NetProbes {
-                    packets_on_demand: options.net_packets == NetPacketTier::OnDemand,
-                }),
-                Family::EmptySched => Box::new(EmptyProbes(EMPTY_SCHED)),
-                Family::EmptyNet => Box::new(EmptyProbes(EMPTY_NET)),
-                Family::EmptyLocks => Box::new(EmptyProbes(EMPTY_LOCKS)),
-                Family::EmptyFutex => Box::new(EmptyProbes(EMPTY_FUTEX)),
-            }
-        })
-        .collect()
 }
 
 /// The benchmark's floor: empty programs, each on the tracepoint of one of ours
 /// (`(tracepoint, program)`), tp_btf except on the system calls' tracepoints (which have no
 /// tp_btf form: the futex probes there are classic tracepoints too).
 pub(super) struct EmptyProbes(&'static [(&'static str, &'static str)]);
+
+impl EmptyProbes {
+    /// The empty programs of a benchmark family; `None` for a real family.
+    fn of(family: Family) -> Option<Self> {
+        match family {
+            Family::EmptySched => Some(Self(EMPTY_SCHED)),
+            Family::EmptyNet => Some(Self(EMPTY_NET)),
+            Family::EmptyLocks => Some(Self(EMPTY_LOCKS)),
+            Family::EmptyFutex => Some(Self(EMPTY_FUTEX)),
+            Family::Sched | Family::Futex | Family::Locks | Family::Net => None,
+        }
+    }
+}
 
 /// The scheduler probes' four tracepoints.
 const EMPTY_SCHED: &[(&str, &str)] = {
@@ -411,11 +396,11 @@ impl ProbeFamily for EmptyProbes {
         "empty (benchmark floor)"
     }
 
-    fn globals(&self, _facts: &KernelFacts) -> Vec<(&'static str, u32)> {
+    fn globals(&mut self, _facts: &KernelFacts) -> Vec<(&'static str, u32)> {
         Vec::new()
     }
 
-    fn attach(&self, ebpf: &mut Ebpf, facts: &KernelFacts) -> Vec<ProbeStatus> {
+    fn attach(&mut self, ebpf: &mut Ebpf, facts: &KernelFacts) -> Vec<ProbeStatus> {
         self.0
             .iter()
             .map(|&(tracepoint, program)| {

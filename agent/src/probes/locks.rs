@@ -7,22 +7,86 @@ use aya::{Ebpf, maps::StackTraceMap};
 use stormwatch_common::{LockSiteKey, LockSiteValue, LockStats, globals, maps, programs};
 
 use super::{
-    KernelFacts, ProbeFamily, ProbeStatus, attach_preferring_btf, read_per_cpu_hash,
-    remove_per_cpu_keys, tracepoint_offsets,
+    Gone, IDLE_READS_BEFORE_EVICTION, IdleKeys, KernelFacts, ProbeFamily, ProbeStatus, ReadsPart,
+    attach_preferring_btf, read_per_cpu_hash, remove_per_cpu_keys, tracepoint_offsets,
 };
-use crate::counters::Counters as _;
+use crate::counters::{Counters as _, UserLoss};
 
 pub const BEGIN: &str = "lock:contention_begin";
 pub const END: &str = "lock:contention_end";
 
-pub struct LockProbes;
+/// The kernel lock family, with which contended call sites have been idle.
+pub struct LockProbes {
+    idle_sites: IdleKeys<LockSiteKey>,
+}
+
+impl Default for LockProbes {
+    fn default() -> Self {
+        Self {
+            idle_sites: IdleKeys::new(IDLE_READS_BEFORE_EVICTION),
+        }
+    }
+}
+
+/// The kernel locks' part of a snapshot.
+#[derive(Clone, Debug, Default)]
+pub struct LockPart {
+    pub cgroups: HashMap<u64, LockStats>,
+    pub sites: HashMap<LockSiteKey, LockSiteValue>,
+}
+
+impl LockPart {
+    /// Drops a removed cgroup: its figures and call sites.
+    pub fn forget_cgroup(&mut self, id: u64) {
+        self.cgroups.remove(&id);
+        self.sites.retain(|k, _| k.cgroup_id != id);
+    }
+}
+
+impl ReadsPart for LockProbes {
+    type Part = LockPart;
+
+    fn read(&mut self, ebpf: &mut Ebpf) -> anyhow::Result<LockPart> {
+        Ok(LockPart {
+            cgroups: read(ebpf)?,
+            sites: read_sites(ebpf)?,
+        })
+    }
+
+    /// Removed cgroups' figures and call sites, then the call sites idle for
+    /// [`IDLE_READS_BEFORE_EVICTION`] reads (the bounded map's eviction, counted as
+    /// `lock_site_idle_evicted`).
+    fn forget(&mut self, ebpf: &mut Ebpf, gone: &Gone, part: &mut LockPart) {
+        if !gone.cgroups.is_empty() {
+            remove_per_cpu_keys::<u64, LockStats>(ebpf, maps::CGROUP_LOCKS, gone.cgroups);
+        }
+        let doomed: Vec<LockSiteKey> = part
+            .sites
+            .keys()
+            .filter(|k| gone.cgroup(k.cgroup_id))
+            .copied()
+            .collect();
+        forget_sites(ebpf, &doomed);
+        for id in gone.cgroups {
+            part.forget_cgroup(*id);
+        }
+        let idle = self
+            .idle_sites
+            .idle(part.sites.iter().map(|(k, v)| (*k, v.count)));
+        let n = forget_sites(ebpf, &idle);
+        UserLoss::LockSiteIdleEvicted.add(n as u64);
+        for k in &idle {
+            part.sites.remove(k);
+        }
+    }
+}
 
 impl ProbeFamily for LockProbes {
     fn name(&self) -> &'static str {
         "kernel locks"
     }
 
-    fn globals(&self, _facts: &KernelFacts) -> Vec<(&'static str, u32)> {
+    fn globals(&mut self, _facts: &KernelFacts) -> Vec<(&'static str, u32)> {
         tracepoint_offsets(&[
             (
                 globals::TP_LOCK_ADDR_OFFSET,
@@ -39,7 +103,7 @@ impl ProbeFamily for LockProbes {
         ])
     }
 
-    fn attach(&self, ebpf: &mut Ebpf, facts: &KernelFacts) -> Vec<ProbeStatus> {
+    fn attach(&mut self, ebpf: &mut Ebpf, facts: &KernelFacts) -> Vec<ProbeStatus> {
         // End first: a begin without its end would fill the in-flight slots.
         let end = attach_preferring_btf(
             ebpf,
@@ -67,11 +131,11 @@ impl ProbeFamily for LockProbes {
     }
 }
 
-pub fn read(ebpf: &Ebpf) -> anyhow::Result<HashMap<u64, LockStats>> {
+fn read(ebpf: &Ebpf) -> anyhow::Result<HashMap<u64, LockStats>> {
     read_per_cpu_hash(ebpf, maps::CGROUP_LOCKS, LockStats::ZERO, |t, v| t.add(v))
 }
 
-pub fn read_sites(ebpf: &Ebpf) -> anyhow::Result<HashMap<LockSiteKey, LockSiteValue>> {
+fn read_sites(ebpf: &Ebpf) -> anyhow::Result<HashMap<LockSiteKey, LockSiteValue>> {
     let zero = LockSiteValue {
         count: 0,
         wait_ns: 0,
@@ -87,12 +151,7 @@ pub fn stack(ebpf: &Ebpf, stack_id: u32) -> Option<Vec<u64>> {
     Some(trace.frames().iter().map(|f| f.ip).collect())
 }
 
-/// Forgets removed cgroups (by key).
-pub fn forget(ebpf: &mut Ebpf, cgroups: &[u64]) {
-    remove_per_cpu_keys::<u64, LockStats>(ebpf, maps::CGROUP_LOCKS, cgroups);
-}
-
 /// Deletes contended call sites; returns how many were there.
-pub fn forget_sites(ebpf: &mut Ebpf, keys: &[LockSiteKey]) -> usize {
+fn forget_sites(ebpf: &mut Ebpf, keys: &[LockSiteKey]) -> usize {
     remove_per_cpu_keys::<LockSiteKey, LockSiteValue>(ebpf, maps::LOCK_SITES, keys)
 }

@@ -1,13 +1,16 @@
 //! Loading and attaching the eBPF probes, with per-probe degradation: a probe whose tracepoint
 //! or program type is missing is reported and left out; the rest of the agent carries on.
 //!
-//! Each probe family (scheduler, futex, kernel locks, network) is a [`ProbeFamily`]: a name,
-//! what it needs from the kernel, how to attach, and how its maps turn into figures.
+//! Each probe family (scheduler, futex, kernel locks, network, Go mutexes) is one object that
+//! keeps its state ([`family`]): what it needs from the kernel, how it attaches, its part of
+//! the snapshot and what it forgets; [`Probes`] loops over them. What adding a family touches
+//! is listed in [`family`].
 
 pub mod attach;
 pub mod batch;
 pub mod btf;
 pub mod demand;
+pub mod family;
 pub mod futex;
 pub mod gomutex;
 pub mod load;
@@ -35,10 +38,8 @@ use aya::{
         BtfTracePoint, TracePoint, tp_btf::BtfTracePointLinkId, trace_point::TracePointLinkId,
     },
 };
-use stormwatch_common::{ProbeError as KernelProbeError, SchedStats, globals, maps};
+use stormwatch_common::{ProbeError as KernelProbeError, globals, maps};
 use thiserror::Error;
-
-use stormwatch_common::{HotFutexKey, HotFutexValue, LockSiteKey, LockSiteValue};
 
 use self::btf::{Btf, VMLINUX_BTF};
 use crate::counters::UserLoss;
@@ -46,7 +47,8 @@ use crate::counters::UserLoss;
 use self::tiers::OnDemand;
 pub use self::{
     attach::{AttachKind, ProbeStatus},
-    gomutex::GoMutexWatch,
+    family::{Families, Gone, Loaded, ProbeFamily, ReadsPart},
+    gomutex::{GoMutexPart, GoMutexWatch},
     load::{Family, KernelFacts, LoadError, LoadOptions},
     map_io::{IDLE_READS_BEFORE_EVICTION, IdleKeys, ProgramStats},
     sizing::{CGROUP_MAP_MIN_ENTRIES, PER_CPU_MAP_BUDGET_BYTES, per_cpu_map_sizes},
@@ -107,15 +109,6 @@ pub fn one_line(err: &anyhow::Error) -> String {
     format!("{head}; the verifier says: {verdict}")
 }
 
-/// A probe family: a name, the globals it needs set before load, and how it attaches.
-pub trait ProbeFamily {
-    fn name(&self) -> &'static str;
-    /// Read-only globals to set before load (name, value). Errors name what is missing.
-    fn globals(&self, facts: &KernelFacts) -> Vec<(&'static str, u32)>;
-    /// Loads and attaches the family's programs, one status per tracepoint.
-    fn attach(&self, ebpf: &mut Ebpf, facts: &KernelFacts) -> Vec<ProbeStatus>;
-}
-
 /// The loaded probes. Dropping this detaches everything.
 pub struct Probes {
     ebpf: Ebpf,
@@ -125,25 +118,14 @@ pub struct Probes {
     pub waits_from_switch: bool,
     /// The programs of each [`Tier`] loaded but attached only on demand ([`Probes::set`]).
     tiers: [Vec<OnDemand>; Tier::COUNT],
-    /// The futex probes' attach epoch (`maps::FUTEX_EPOCH`), raised before each attach.
-    futex_epoch: u32,
-    /// The CPUs' switch caches, as the last read left them.
-    switch_caches: sched::SwitchCaches,
-    idle_hot_futexes: IdleKeys<HotFutexKey>,
-    idle_lock_sites: IdleKeys<LockSiteKey>,
-    idle_blame_pairs: IdleKeys<stormwatch_common::RunqBlameKey>,
+    /// The families, each with its state.
+    families: Families,
     /// The host's network namespace inode where the kernel fixes it (`NET_NS_INIT_INO`, from
     /// BTF: 6.18 and later).
     pub init_netns: Option<u64>,
     /// The BTF came from a file the user gave: each on-demand tp_btf attach is checked
     /// (`check_attached_to`) as the first ones were.
     check_attach: bool,
-    /// The sampled hand-offs' ring buffer, where the futex probes sample them.
-    handoff_samples: Option<aya::maps::RingBuf<aya::maps::MapData>>,
-    /// Go's `sync.Mutex` uprobes (loaded with the hand-off sampler).
-    go_mutexes: gomutex::GoMutexProbes,
-    /// The switch program's run-queue blame, and whether it is on.
-    runq_blame: RunqBlame,
 }
 
 /// Whether the kernel attached tp_btf program `prog` to `event`. The type id aya takes from a
@@ -199,13 +181,10 @@ impl Probes {
             .any(|s| s.tracepoint == tracepoint && s.attached())
     }
 
-    /// The scheduler figures of every cgroup and its on-CPU time on each CPU
-    /// ([`sched::read`]).
-    #[allow(clippy::type_complexity)]
-    pub fn read_sched(
-        &mut self,
-    ) -> anyhow::Result<(HashMap<u64, SchedStats>, HashMap<u64, Vec<u64>>)> {
-        sched::read(&mut self.ebpf, &mut self.switch_caches)
+    /// The object and the families, for reading and forgetting each family's part of a
+    /// snapshot.
+    pub fn families_mut(&mut self) -> (&mut Ebpf, &mut Families) {
+        (&mut self.ebpf, &mut self.families)
     }
 
     pub fn ebpf(&self) -> &Ebpf {
@@ -218,7 +197,7 @@ impl Probes {
 
     /// Whether the futex probes sample hand-offs (with their user stacks).
     pub fn samples_handoffs(&self) -> bool {
-        self.handoff_samples.is_some()
+        self.families.futex.samples_handoffs()
     }
 
     /// Whether the futex probes watch every process now: attached for good, or on demand and
@@ -236,87 +215,45 @@ impl Probes {
     /// wanted now (the futex probes watch), and whether there are Go binaries to attach them
     /// to; when to run a burst is the on-demand policy's ([`demand::GoBursts`]).
     pub fn find_go_mutexes(&mut self, tgids: Option<&[u32]>) -> GoMutexWatch {
-        if !self.go_mutexes.loaded() {
+        if !self.families.go_mutex.loaded() {
             return GoMutexWatch::default();
         }
         if !self.futex_watching() {
-            self.go_mutexes.forget_all();
+            self.families.go_mutex.forget_all();
             return GoMutexWatch::default();
         }
-        self.go_mutexes
+        self.families
+            .go_mutex
             .retain_processes(|t| std::path::Path::new(&format!("/proc/{t}")).exists());
         match tgids {
-            Some(t) => self.go_mutexes.watch(t.iter().copied()),
-            None => self.go_mutexes.watch_all(),
+            Some(t) => self.families.go_mutex.watch(t.iter().copied()),
+            None => self.families.go_mutex.watch_all(),
         }
         GoMutexWatch {
             watching: true,
-            binaries: self.go_mutexes.has_binaries(),
+            binaries: self.families.go_mutex.has_binaries(),
         }
     }
 
     /// Attaches Go's `sync.Mutex` uprobes to every Go binary found for a burst (blocking for
     /// [`gomutex::BURST`]); the time they counted, if they could be attached.
     pub fn burst_go_mutexes(&mut self) -> Option<std::time::Duration> {
-        self.go_mutexes.burst(&mut self.ebpf)
+        self.families.go_mutex.burst(&mut self.ebpf)
     }
 
     /// The sizes of what the Go mutex uprobes' finder remembers of processes and binaries.
     pub fn go_mutex_cache_sizes(&self) -> [crate::memory::CacheSize; 3] {
-        self.go_mutexes.cache_sizes()
+        self.families.go_mutex.cache_sizes()
     }
 
-    /// Each contended cgroup's Go mutex figures so far (nothing when the uprobes are not
-    /// loaded).
-    pub fn read_go_mutex(&self) -> HashMap<u64, crate::counters::GoMutexFigures> {
-        if !self.go_mutexes.loaded() {
-            return HashMap::new();
-        }
-        self.go_mutexes.read(&self.ebpf).unwrap_or_else(|e| {
-            log::warn!("cannot read the Go mutex counts: {e:#}");
-            HashMap::new()
-        })
+    /// The Go mutex figures as the last burst left them.
+    pub fn go_mutex_part(&self) -> GoMutexPart {
+        self.families.go_mutex.part()
     }
 
     /// The sides of sampled hand-offs written since the last call.
     pub fn drain_handoff_samples(&mut self) -> Vec<stormwatch_common::HandoffSample> {
-        self.handoff_samples
-            .as_mut()
-            .map(futex::drain_samples)
-            .unwrap_or_default()
-    }
-
-    /// Forgets what the probes keep about removed cgroups: their entries in the per-cgroup
-    /// maps, deleted by key. (Their hot futexes and call sites are deleted by the caller, who
-    /// knows their keys from the last snapshot: see [`Probes::forget_hot_futexes`].)
-    pub fn forget_cgroups(&mut self, cgroups: &[u64]) {
-        if cgroups.is_empty() {
-            return;
-        }
-        if let Err(err) = sched::forget(&mut self.ebpf, &mut self.switch_caches, cgroups) {
-            log::warn!("cannot give up the switch caches of removed cgroups: {err:#}");
-        }
-        locks::forget(&mut self.ebpf, cgroups);
-        futex::forget(&mut self.ebpf, cgroups);
-        if self.go_mutexes.loaded() {
-            self.go_mutexes.forget_cgroups(&mut self.ebpf, cgroups);
-        }
-        net::forget(&mut self.ebpf, cgroups);
-        if self.runq_blame.available {
-            sched::forget_blame(&mut self.ebpf, cgroups);
-        }
-    }
-
-    /// Each (victim, culprit) pair's run-queue wait so far (nothing where the switch program
-    /// cannot blame).
-    pub fn read_runq_blame(
-        &self,
-    ) -> anyhow::Result<HashMap<stormwatch_common::RunqBlameKey, stormwatch_common::RunqBlameValue>>
-    {
-        if !self.runq_blame.available {
-            return Ok(HashMap::new());
-        }
-        sched::read_blame(&self.ebpf)
+        self.families.futex.drain_samples()
     }
 
     /// Tells the network receive probe which container each network namespace belongs to
@@ -336,56 +273,6 @@ impl Probes {
         } else {
             Vec::new()
         }
-    }
-
-    /// Deletes hot-futex entries (of exited processes, of removed cgroups), by key.
-    pub fn forget_hot_futexes(&mut self, keys: &[HotFutexKey]) {
-        futex::forget_hot(&mut self.ebpf, keys);
-    }
-
-    /// Deletes contended call sites (of removed cgroups), by key.
-    pub fn forget_lock_sites(&mut self, keys: &[LockSiteKey]) {
-        locks::forget_sites(&mut self.ebpf, keys);
-    }
-
-    /// Deletes the run-queue blame pairs whose time has not moved for
-    /// [`IDLE_READS_BEFORE_EVICTION`] reads (given this read's pairs), so that the bounded map
-    /// holds the pairs of now (not a loss: a pair that comes back counts from zero). Returns the
-    /// deleted keys.
-    pub fn evict_idle_blame(
-        &mut self,
-        pairs: &HashMap<stormwatch_common::RunqBlameKey, stormwatch_common::RunqBlameValue>,
-    ) -> Vec<stormwatch_common::RunqBlameKey> {
-        if !self.runq_blame.available {
-            return Vec::new();
-        }
-        let idle = self
-            .idle_blame_pairs
-            .idle(pairs.iter().map(|(k, v)| (*k, v.ns)));
-        sched::forget_blame_pairs(&mut self.ebpf, &idle);
-        idle
-    }
-
-    /// Deletes the hot futexes and call sites whose counts have not moved for
-    /// [`IDLE_READS_BEFORE_EVICTION`] reads (given this read's entries), so that these bounded
-    /// maps hold what is current; counted as `hot_futex_idle_evicted`/`lock_site_idle_evicted`.
-    /// Returns the deleted keys.
-    pub fn evict_idle(
-        &mut self,
-        hot: &HashMap<HotFutexKey, HotFutexValue>,
-        sites: &HashMap<LockSiteKey, LockSiteValue>,
-    ) -> (Vec<HotFutexKey>, Vec<LockSiteKey>) {
-        let idle_hot = self
-            .idle_hot_futexes
-            .idle(hot.iter().map(|(k, v)| (*k, v.waits)));
-        let idle_sites = self
-            .idle_lock_sites
-            .idle(sites.iter().map(|(k, v)| (*k, v.count)));
-        let n = futex::forget_hot(&mut self.ebpf, &idle_hot);
-        UserLoss::HotFutexIdleEvicted.add(n as u64);
-        let n = locks::forget_sites(&mut self.ebpf, &idle_sites);
-        UserLoss::LockSiteIdleEvicted.add(n as u64);
-        (idle_hot, idle_sites)
     }
 
     /// Events the probes could not record, by kind, summed over CPUs; then what the agent

@@ -21,7 +21,8 @@ use stormwatch_common::net::{
 };
 
 use super::{
-    AttachKind, KernelFacts, ProbeFamily, ProbeStatus, attach_btf, attach_preferring_btf,
+    AttachKind, Gone, KernelFacts, ProbeFamily, ProbeStatus, ReadsPart, attach_btf,
+    attach_preferring_btf,
     btf::{Btf, VMLINUX_BTF},
     read_per_cpu_hash, remove_per_cpu_keys, remove_per_cpu_matching, tracefs, tracepoint_offsets,
 };
@@ -248,12 +249,54 @@ pub struct NetProbes {
     pub packets_on_demand: bool,
 }
 
+/// The network's part of a snapshot.
+#[derive(Clone, Debug, Default)]
+pub struct NetPart {
+    /// Per cgroup: what its sockets sent and received.
+    pub cgroups: HashMap<u64, CgroupNetStats>,
+    /// Per interface (namespace inode, ifindex).
+    pub ifaces: HashMap<NetIfKey, NetIfStats>,
+    /// Drops by interface and reason.
+    pub drops: HashMap<NetDropKey, NetDropStats>,
+}
+
+impl NetPart {
+    /// Drops a removed cgroup's figures (its namespaces' interfaces and drops are keyed by
+    /// namespace: the family's forget deletes them in the maps).
+    pub fn forget_cgroup(&mut self, id: u64) {
+        self.cgroups.remove(&id);
+    }
+}
+
+impl ReadsPart for NetProbes {
+    type Part = NetPart;
+
+    fn read(&mut self, ebpf: &mut Ebpf) -> anyhow::Result<NetPart> {
+        Ok(NetPart {
+            cgroups: read(ebpf)?,
+            ifaces: read_ifaces(ebpf)?,
+            drops: read_drops(ebpf)?,
+        })
+    }
+
+    /// Removed cgroups, with their namespaces' interfaces and drops in the maps.
+    fn forget(&mut self, ebpf: &mut Ebpf, gone: &Gone, part: &mut NetPart) {
+        if gone.cgroups.is_empty() {
+            return;
+        }
+        forget(ebpf, gone.cgroups);
+        for id in gone.cgroups {
+            part.forget_cgroup(*id);
+        }
+    }
+}
+
 impl ProbeFamily for NetProbes {
     fn name(&self) -> &'static str {
         "network"
     }
 
-    fn globals(&self, facts: &KernelFacts) -> Vec<(&'static str, u32)> {
+    fn globals(&mut self, facts: &KernelFacts) -> Vec<(&'static str, u32)> {
         let mut values = tracepoint_offsets(&[
             (
                 globals::TP_XMIT_SKB_OFFSET,
@@ -305,7 +348,7 @@ impl ProbeFamily for NetProbes {
         values
     }
 
-    fn attach(&self, ebpf: &mut Ebpf, facts: &KernelFacts) -> Vec<ProbeStatus> {
+    fn attach(&mut self, ebpf: &mut Ebpf, facts: &KernelFacts) -> Vec<ProbeStatus> {
         let mut status = Vec::new();
         let why_not = kernel_net_of(facts).offsets.as_ref().err();
         for (tracepoint, btf_program, classic, fields) in TRACEPOINTS {
@@ -450,14 +493,14 @@ pub fn set_netns_owners(ebpf: &mut Ebpf, owners: &HashMap<u32, u64>) -> anyhow::
     Ok(())
 }
 
-pub fn read(ebpf: &Ebpf) -> anyhow::Result<HashMap<u64, CgroupNetStats>> {
+fn read(ebpf: &Ebpf) -> anyhow::Result<HashMap<u64, CgroupNetStats>> {
     read_per_cpu_hash(ebpf, maps::CGROUP_NET, CgroupNetStats::ZERO, |t, v| {
         t.add(v)
     })
 }
 
 /// Per-interface figures. The per-CPU values' `mtu` is the last one any CPU saw.
-pub fn read_ifaces(ebpf: &Ebpf) -> anyhow::Result<HashMap<NetIfKey, NetIfStats>> {
+fn read_ifaces(ebpf: &Ebpf) -> anyhow::Result<HashMap<NetIfKey, NetIfStats>> {
     read_per_cpu_hash(ebpf, maps::NET_IFACES, NetIfStats::ZERO, |t, v| t.add(v))
 }
 
@@ -472,7 +515,7 @@ pub fn read_iface_info(ebpf: &Ebpf) -> HashMap<NetIfKey, NetIfInfo> {
     map.iter().filter_map(Result::ok).collect()
 }
 
-pub fn read_drops(ebpf: &Ebpf) -> anyhow::Result<HashMap<NetDropKey, NetDropStats>> {
+fn read_drops(ebpf: &Ebpf) -> anyhow::Result<HashMap<NetDropKey, NetDropStats>> {
     read_per_cpu_hash(
         ebpf,
         maps::NET_DROPS,
@@ -483,7 +526,7 @@ pub fn read_drops(ebpf: &Ebpf) -> anyhow::Result<HashMap<NetDropKey, NetDropStat
 
 /// Forgets removed cgroups, and with them (containers come and go with their namespaces) the
 /// interfaces and drops of namespaces that no longer exist.
-pub fn forget(ebpf: &mut Ebpf, cgroups: &[u64]) {
+fn forget(ebpf: &mut Ebpf, cgroups: &[u64]) {
     for id in cgroups {
         remove_per_cpu_keys::<u64, CgroupNetStats>(ebpf, maps::CGROUP_NET, &[*id]);
     }

@@ -17,7 +17,8 @@ use stormwatch_common::{
 };
 
 use super::{
-    AttachKind, KernelFacts, ProbeFamily, ProbeStatus, WakeKinds, attach_btf_only,
+    AttachKind, Gone, IDLE_READS_BEFORE_EVICTION, IdleKeys, KernelFacts, Loaded, ProbeFamily,
+    ProbeStatus, ReadsPart, RunqBlame, RunqBlameTier, WakeKinds, attach_btf_only,
     attach_preferring_btf, btf_offsets, load_btf, pointer_path, read_per_cpu_hash_with,
     remove_per_cpu_keys, tracepoint_offsets,
 };
@@ -73,8 +74,115 @@ pub fn waits_from_switch(facts: &KernelFacts, status: &[ProbeStatus]) -> bool {
             .any(|s| s.tracepoint == SWITCH && s.kind == Some(AttachKind::TpBtf))
 }
 
+/// The scheduler family, with what it keeps between reads: the CPUs' switch caches, the
+/// run-queue blame's switch and its idle pairs.
 pub struct SchedProbes {
-    pub wake_kinds: WakeKinds,
+    wake_kinds: WakeKinds,
+    /// When the switch program blames run-queue waits (`None`: never).
+    blame_tier: Option<RunqBlameTier>,
+    /// The globals made blaming possible (`HAVE_RUNQ_BLAME`): the offsets were found.
+    blame_globals: bool,
+    /// The switch program's run-queue blame, and whether it is on.
+    pub(super) blame: RunqBlame,
+    /// The CPUs' switch caches, as the last read left them.
+    caches: SwitchCaches,
+    idle_blame_pairs: IdleKeys<RunqBlameKey>,
+}
+
+impl SchedProbes {
+    pub fn new(wake_kinds: WakeKinds, blame_tier: Option<RunqBlameTier>) -> Self {
+        Self {
+            wake_kinds,
+            blame_tier,
+            blame_globals: false,
+            blame: RunqBlame::default(),
+            caches: SwitchCaches::default(),
+            idle_blame_pairs: IdleKeys::new(IDLE_READS_BEFORE_EVICTION),
+        }
+    }
+
+    /// Turns the switch program's run-queue blame on (a new epoch) or off.
+    pub(super) fn turn_blame(&mut self, ebpf: &mut Ebpf, on: bool) -> anyhow::Result<()> {
+        if !self.blame.available || on == (self.blame.epoch != 0) {
+            return Ok(());
+        }
+        let epoch = if on {
+            self.blame.last_epoch.wrapping_add(1).max(1)
+        } else {
+            0
+        };
+        super::tiers::set_epoch(ebpf, maps::RUNQ_BLAME_ON, epoch)?;
+        if on {
+            self.blame.last_epoch = epoch;
+        }
+        self.blame.epoch = epoch;
+        Ok(())
+    }
+}
+
+/// The scheduler's part of a snapshot.
+#[derive(Clone, Debug, Default)]
+pub struct SchedPart {
+    pub cgroups: HashMap<u64, SchedStats>,
+    /// Per cgroup, its on-CPU time on each CPU (index = CPU number): which CPUs it ran on.
+    pub oncpu_by_cpu: HashMap<u64, Vec<u64>>,
+    /// Run-queue waits by (victim, culprit), while the switch program blames them.
+    pub runq_blame: HashMap<RunqBlameKey, RunqBlameValue>,
+}
+
+impl SchedPart {
+    /// Drops a removed cgroup (as victim or culprit of a blamed wait too), so that the next
+    /// window does not subtract from it.
+    pub fn forget_cgroup(&mut self, id: u64) {
+        self.cgroups.remove(&id);
+        self.oncpu_by_cpu.remove(&id);
+        self.runq_blame
+            .retain(|k, _| k.victim != id && k.culprit != id);
+    }
+}
+
+impl ReadsPart for SchedProbes {
+    type Part = SchedPart;
+
+    fn read(&mut self, ebpf: &mut Ebpf) -> anyhow::Result<SchedPart> {
+        let (cgroups, oncpu_by_cpu) = read(ebpf, &mut self.caches)?;
+        let runq_blame = if self.blame.available {
+            read_blame(ebpf)?
+        } else {
+            HashMap::new()
+        };
+        Ok(SchedPart {
+            cgroups,
+            oncpu_by_cpu,
+            runq_blame,
+        })
+    }
+
+    /// Removed cgroups' figures and blame pairs (as victim or culprit), then the pairs whose
+    /// time has not moved for [`IDLE_READS_BEFORE_EVICTION`] reads, so that the bounded map
+    /// holds the pairs of now (not a loss: a pair that comes back counts from zero).
+    fn forget(&mut self, ebpf: &mut Ebpf, gone: &Gone, part: &mut SchedPart) {
+        if !gone.cgroups.is_empty() {
+            if let Err(err) = forget(ebpf, &mut self.caches, gone.cgroups) {
+                log::warn!("cannot give up the switch caches of removed cgroups: {err:#}");
+            }
+            if self.blame.available {
+                forget_blame(ebpf, gone.cgroups);
+            }
+        }
+        for id in gone.cgroups {
+            part.forget_cgroup(*id);
+        }
+        if self.blame.available {
+            let idle = self
+                .idle_blame_pairs
+                .idle(part.runq_blame.iter().map(|(k, v)| (*k, v.ns)));
+            forget_blame_pairs(ebpf, &idle);
+            for k in &idle {
+                part.runq_blame.remove(k);
+            }
+        }
+    }
 }
 
 impl ProbeFamily for SchedProbes {
@@ -82,7 +190,17 @@ impl ProbeFamily for SchedProbes {
         "scheduler"
     }
 
-    fn globals(&self, facts: &KernelFacts) -> Vec<(&'static str, u32)> {
+    /// Blaming is possible where the family's globals allowed it, the switch times the waits,
+    /// and the options ask for it at some time.
+    fn settle(&mut self, _ebpf: &mut Ebpf, loaded: &Loaded) {
+        self.blame = RunqBlame {
+            available: self.blame_globals && loaded.waits_from_switch && self.blame_tier.is_some(),
+            on_demand: self.blame_tier == Some(RunqBlameTier::OnDemand),
+            ..RunqBlame::default()
+        };
+    }
+
+    fn globals(&mut self, facts: &KernelFacts) -> Vec<(&'static str, u32)> {
         let mut values = btf_offsets(
             facts,
             &[
@@ -177,6 +295,7 @@ impl ProbeFamily for SchedProbes {
                 if super::load::shared_globals(facts).is_empty() {
                     log::info!("no task cgroup path in BTF: run-queue waits are not blamed");
                 } else {
+                    self.blame_globals = !blame.is_empty();
                     values.extend(blame);
                 }
             } else {
@@ -217,7 +336,7 @@ impl ProbeFamily for SchedProbes {
         values
     }
 
-    fn attach(&self, ebpf: &mut Ebpf, facts: &KernelFacts) -> Vec<ProbeStatus> {
+    fn attach(&mut self, ebpf: &mut Ebpf, facts: &KernelFacts) -> Vec<ProbeStatus> {
         // tp_btf needs the task_struct offsets as well as BTF itself.
         let have_offsets = facts.task_offsets;
         let [switch, wakeups @ ..] = &PROGRAMS;
@@ -307,14 +426,14 @@ impl ProbeFamily for SchedProbes {
 }
 
 /// Each (victim, culprit) pair's run-queue wait so far, summed over CPUs (`RUNQ_BLAME`).
-pub fn read_blame(ebpf: &Ebpf) -> anyhow::Result<HashMap<RunqBlameKey, RunqBlameValue>> {
+fn read_blame(ebpf: &Ebpf) -> anyhow::Result<HashMap<RunqBlameKey, RunqBlameValue>> {
     super::read_per_cpu_hash(ebpf, maps::RUNQ_BLAME, RunqBlameValue::ZERO, |t, v| {
         t.ns = t.ns.wrapping_add(v.ns)
     })
 }
 
 /// Deletes the given pairs (idle ones).
-pub fn forget_blame_pairs(ebpf: &mut Ebpf, pairs: &[RunqBlameKey]) {
+fn forget_blame_pairs(ebpf: &mut Ebpf, pairs: &[RunqBlameKey]) {
     if pairs.is_empty() {
         return;
     }
@@ -322,7 +441,7 @@ pub fn forget_blame_pairs(ebpf: &mut Ebpf, pairs: &[RunqBlameKey]) {
 }
 
 /// Deletes the pairs of removed cgroups, as victim or as culprit.
-pub fn forget_blame(ebpf: &mut Ebpf, cgroups: &[u64]) {
+fn forget_blame(ebpf: &mut Ebpf, cgroups: &[u64]) {
     super::remove_per_cpu_matching::<RunqBlameKey, RunqBlameValue>(ebpf, maps::RUNQ_BLAME, |k| {
         cgroups.contains(&k.victim) || cgroups.contains(&k.culprit)
     });
@@ -426,7 +545,7 @@ const CACHE_MIN_SWITCHES: u64 = 1_000;
 /// caches that hold it (the counters only grow), and its on-CPU time on each CPU (which CPUs it
 /// ran on). Then asks each CPU's cache for the cgroup that switches out most there.
 #[allow(clippy::type_complexity)]
-pub fn read(
+fn read(
     ebpf: &mut Ebpf,
     caches: &mut SwitchCaches,
 ) -> anyhow::Result<(HashMap<u64, SchedStats>, HashMap<u64, Vec<u64>>)> {
@@ -650,7 +769,7 @@ impl SwitchCaches {
 /// Forgets removed cgroups: their `CGROUP_SCHED` entries are deleted now, or, for one a CPU's
 /// cache holds, once no cache does (its caches are given up now; its figures are left out of
 /// every read meanwhile).
-pub fn forget(ebpf: &mut Ebpf, caches: &mut SwitchCaches, cgroups: &[u64]) -> anyhow::Result<()> {
+fn forget(ebpf: &mut Ebpf, caches: &mut SwitchCaches, cgroups: &[u64]) -> anyhow::Result<()> {
     let (held, now): (Vec<u64>, Vec<u64>) = cgroups.iter().partition(|id| {
         caches.wanted.contains(id) || caches.held.contains(id) || caches.forgetting.contains(id)
     });

@@ -2,6 +2,7 @@
 //! followed cgroups, within a memory budget.
 
 use super::*;
+use stormwatch_common::{HotFutexKey, HotFutexValue, LockSiteKey, LockSiteValue};
 
 /// Kernel memory each preallocated per-CPU map may take. Per-CPU hash maps are preallocated
 /// for every possible CPU unless created with `BPF_F_NO_PREALLOC`: `HOT_FUTEXES` at its

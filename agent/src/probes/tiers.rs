@@ -128,7 +128,8 @@ impl Probes {
     /// Whether the programs of `tier` wait to be attached on demand.
     pub fn on_demand(&self, tier: Tier) -> bool {
         if tier == Tier::RunqBlame {
-            return self.runq_blame.available && self.runq_blame.on_demand;
+            let blame = &self.families.sched.blame;
+            return blame.available && blame.on_demand;
         }
         !self.tiers[tier.index()].is_empty()
     }
@@ -136,37 +137,19 @@ impl Probes {
     /// Whether the on-demand programs of `tier` are attached now.
     pub fn tier_attached(&self, tier: Tier) -> bool {
         if tier == Tier::RunqBlame {
-            return self.runq_blame.epoch != 0;
+            return self.families.sched.blame.epoch != 0;
         }
         self.tiers[tier.index()].iter().any(|p| p.link.is_some())
     }
 
     /// Whether `sched_switch` can blame run-queue waits (now, or when asked).
     pub fn can_blame_runqueue(&self) -> bool {
-        self.runq_blame.available
+        self.families.sched.blame.available
     }
 
     /// Whether `sched_switch` blames run-queue waits now.
     pub fn blames_runqueue(&self) -> bool {
-        self.runq_blame.epoch != 0
-    }
-
-    /// Turns the switch program's run-queue blame on (a new epoch) or off.
-    fn turn_runq_blame(&mut self, on: bool) -> anyhow::Result<()> {
-        if !self.runq_blame.available || on == (self.runq_blame.epoch != 0) {
-            return Ok(());
-        }
-        let epoch = if on {
-            self.runq_blame.last_epoch.wrapping_add(1).max(1)
-        } else {
-            0
-        };
-        set_epoch(&mut self.ebpf, maps::RUNQ_BLAME_ON, epoch)?;
-        if on {
-            self.runq_blame.last_epoch = epoch;
-        }
-        self.runq_blame.epoch = epoch;
-        Ok(())
+        self.families.sched.blame.epoch != 0
     }
 
     /// Detaches the on-demand programs of `tier` for good (after an error), their status
@@ -174,8 +157,9 @@ impl Probes {
     pub fn abandon(&mut self, tier: Tier, why: &str) {
         let _ = self.set(tier, false);
         if tier == Tier::RunqBlame {
-            self.runq_blame.on_demand = false;
-            self.runq_blame.available = false;
+            let blame = &mut self.families.sched.blame;
+            blame.on_demand = false;
+            blame.available = false;
             return;
         }
         abandon(&mut self.tiers[tier.index()], &mut self.status, why);
@@ -188,12 +172,10 @@ impl Probes {
     /// detach is never paired with an exit seen now (it is counted as unpaired instead).
     pub fn set(&mut self, tier: Tier, on: bool) -> anyhow::Result<()> {
         if tier == Tier::RunqBlame {
-            return self.turn_runq_blame(on);
+            return self.families.sched.turn_blame(&mut self.ebpf, on);
         }
         if tier == Tier::Futex && on && !self.tier_attached(tier) {
-            let next = self.futex_epoch + 1;
-            set_epoch(&mut self.ebpf, maps::FUTEX_EPOCH, next)?;
-            self.futex_epoch = next;
+            self.families.futex.raise_epoch(&mut self.ebpf)?;
         }
         let notes = match tier {
             Tier::WakeKinds => (sched::ON_DEMAND_ATTACHED, sched::ON_DEMAND_DETACHED),
@@ -217,7 +199,7 @@ impl Probes {
 /// read by loads rather than a helper call (`shared::task_cgroup_id`).
 /// Writes the one u32 slot of the array map `map`: an on-demand tier's epoch (the futex
 /// probes' attach epoch, the run-queue blame's switch).
-fn set_epoch(ebpf: &mut Ebpf, map: &str, value: u32) -> anyhow::Result<()> {
+pub(super) fn set_epoch(ebpf: &mut Ebpf, map: &str, value: u32) -> anyhow::Result<()> {
     let mut slot: aya::maps::Array<_, u32> = ebpf
         .map_mut(map)
         .ok_or_else(|| anyhow::anyhow!("map {map} missing"))?
