@@ -45,7 +45,7 @@
 //!   May import: `collect`, `probes`, `identity`, `netinfo`, `host`, `symbolize` (the named
 //!   call sites of hand-offs), `memory` (its caches' sizes), `files`.
 //! - [`pipeline`]: one tick: probes → collect → identity → a window, with the cgroups,
-//!   processes and call sites in it named.
+//!   processes and call sites in it named; each family's user-space half a stage it steps.
 //!   May import: `collect`, `probes`, `identity`, `netinfo`, `symbolize`, `memory` (the
 //!   caches' sizes), `files`.
 //! - [`collect`]: snapshots (the probes' maps read into cumulative counters per cgroup),
@@ -53,7 +53,8 @@
 //!   exist (the availability every layer above reads); a window carries the named call sites of
 //!   its sampled hand-offs.
 //!   May import: `probes`, `counters`, `symbolize`, `files`.
-//! - [`probes`]: loading, attaching and reading the eBPF programs, one module per family; the
+//! - [`probes`]: loading, attaching and reading the eBPF programs, one module per family, each
+//!   family one object that keeps its state (what adding one touches: [`probes::family`]); the
 //!   one BTF reader; the tiers attached on demand.
 //!   May import: `counters`, `memory`, `files`.
 //! - [`counters`]: the counter types the probes produce and every layer above reads, each with

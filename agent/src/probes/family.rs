@@ -7,16 +7,21 @@
 //! # What adding a family touches
 //!
 //! 1. Its kernel programs: `ebpf-probes/kernel/src/<family>.rs`.
-//! 2. Its ABI types and map names: `ebpf-probes/common/src/<family>.rs`.
-//! 3. Its probes module, `agent/src/probes/<family>.rs`: the family object (`ProbeFamily`,
-//!    `ReadsPart`) and its snapshot part; a field in [`Families`] (the compiler then asks for it
-//!    wherever the families are listed: the load, the snapshot's read and forget).
-//! 4. Its part in `collect`: a field of `Snapshot`, and its deltas in `Window::between` (both
-//!    destructure every part, so a part left out does not compile); its per-cgroup figures a
-//!    field of `CgroupWindow` (summed by its one `add`, which names every field).
-//! 5. Its metric rows: `agent/src/export/families/`.
-//! 6. Its rule, if it judges: `agent/src/diagnose/rules/`, listed in the one registry.
-//! 7. Its test against an oracle: `tests/tests/`.
+//! 2. Its ABI types: `ebpf-probes/common/src/<family>.rs`, its maps' and programs' names in
+//!    `names.rs`.
+//! 3. Its probes module, `agent/src/probes/<family>.rs`: the family object ([`ProbeFamily`],
+//!    [`ReadsPart`]) and its snapshot part; a field of [`Families`] (built in `Probes::load`)
+//!    and, if it can be asked for by name, a variant of [`Family`]. The compiler then asks for
+//!    it wherever the families are listed: `Families::chosen`, the snapshot's read and
+//!    forget. A per-cgroup map is sized in `sizing.rs`.
+//! 4. Its part in `collect`: a field of `Snapshot` and its deltas in `Window::between` (both
+//!    destructure every part, so a part left out does not compile); its per-cgroup figures, a
+//!    field of `CgroupWindow` (summed by the one `add`, which names every field).
+//! 5. Its user-space stage, if it reads more than its maps or names what it sees:
+//!    `agent/src/pipeline/stages.rs`.
+//! 6. Its metric rows: `agent/src/export/families/`.
+//! 7. Its rule, if it judges: `agent/src/diagnose/rules/`, listed in `diagnose::RULES`.
+//! 8. Its test against an oracle: `tests/tests/`.
 
 use aya::Ebpf;
 
