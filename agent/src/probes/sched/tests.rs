@@ -1,5 +1,7 @@
 use std::collections::{BTreeMap, VecDeque};
 
+use stormwatch_common::SchedCache;
+
 use super::*;
 
 fn cache(generation: u64, cgroup_id: u64, switches: u64, oncpu_ns: u64) -> SchedCache {
