@@ -148,7 +148,7 @@ impl Pipeline {
             .iter()
             .flat_map(|s| s.cache_sizes())
             .collect();
-        sizes.extend(self.probes.go_mutex_cache_sizes());
+        sizes.extend(self.probes.families().go_mutex.cache_sizes());
         sizes.extend(self.resolver.cache_sizes());
         sizes.push(CacheSize::live("cgroup_paths", self.paths.len()));
         sizes

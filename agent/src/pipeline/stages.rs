@@ -146,10 +146,11 @@ impl Stage for GoMutexStage {
         if !self.bursts.due(watch, Instant::now()) {
             return;
         }
-        let Some(span) = tick.probes.burst_go_mutexes() else {
+        let (ebpf, families) = tick.probes.families_mut();
+        let Some(span) = families.go_mutex.burst(ebpf) else {
             return;
         };
-        tick.snapshot.go_mutex = tick.probes.go_mutex_part();
+        tick.snapshot.go_mutex = families.go_mutex.part();
         window.retake_go_mutex(tick.previous, tick.snapshot);
         for (id, w) in &window.cgroups {
             let g = w.go_mutex;
@@ -211,11 +212,12 @@ impl Stage for FutexStage {
 impl FutexStage {
     /// Names the call sites of the hand-offs sampled since the last tick, into `window`.
     fn name_handoffs(&mut self, probes: &mut Probes, window: &mut Window) {
-        if !probes.samples_handoffs() {
+        let futex = &mut probes.families_mut().1.futex;
+        if !futex.samples_handoffs() {
             return;
         }
-        let sides: Vec<HandoffSide> = probes
-            .drain_handoff_samples()
+        let sides: Vec<HandoffSide> = futex
+            .drain_samples()
             .iter()
             .map(HandoffSide::from)
             .collect();

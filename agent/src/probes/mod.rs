@@ -235,25 +235,9 @@ impl Probes {
         }
     }
 
-    /// Attaches Go's `sync.Mutex` uprobes to every Go binary found for a burst (blocking for
-    /// [`gomutex::BURST`]); the time they counted, if they could be attached.
-    pub fn burst_go_mutexes(&mut self) -> Option<std::time::Duration> {
-        self.families.go_mutex.burst(&mut self.ebpf)
-    }
-
-    /// The sizes of what the Go mutex uprobes' finder remembers of processes and binaries.
-    pub fn go_mutex_cache_sizes(&self) -> [crate::memory::CacheSize; 3] {
-        self.families.go_mutex.cache_sizes()
-    }
-
-    /// The Go mutex figures as the last burst left them.
-    pub fn go_mutex_part(&self) -> GoMutexPart {
-        self.families.go_mutex.part()
-    }
-
-    /// The sides of sampled hand-offs written since the last call.
-    pub fn drain_handoff_samples(&mut self) -> Vec<stormwatch_common::HandoffSample> {
-        self.families.futex.drain_samples()
+    /// The families, to read (what each keeps).
+    pub fn families(&self) -> &Families {
+        &self.families
     }
 
     /// Tells the network receive probe which container each network namespace belongs to
