@@ -1,6 +1,6 @@
 //! The agent as a process (`trace` or `diagnose`): started and returned once its probes are
 //! attached; its pid, memory and output lines (with the time each arrived) visible while it
-//! runs; at the end either its JSON document ([`Agent::finish`]) or its raw output
+//! runs; at the end either its JSON document, typed ([`Agent::finish`]), or its raw output
 //! ([`Agent::finish_output`]). The one wrapper every test uses.
 
 use std::{
@@ -13,7 +13,7 @@ use std::{
 
 use serde_json::Value;
 
-use crate::{TestCgroup, agent_bin};
+use crate::{TestCgroup, agent_bin, report::Trace};
 
 /// Starting a workload and joining its threads takes a moment: a trace of a workload lasts
 /// this much longer than the workload — two seconds, eight under the kernel matrix's
@@ -51,7 +51,10 @@ pub struct Agent {
 pub struct Finished {
     pub status: ExitStatus,
     pub stderr: Vec<String>,
-    pub report: Value,
+    /// The document, typed.
+    pub trace: Trace,
+    /// The same document, untyped: for the few tests that check its raw shape.
+    pub json: Value,
 }
 
 /// What a finished agent left.
@@ -245,10 +248,14 @@ impl Agent {
             out.status,
             out.stderr.join("\n")
         );
-        let report: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+        let json: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
             panic!("stormwatch {args:?} printed no JSON document ({e}):\n{stdout}")
         });
-        if let (Some(covers), Some(end)) = (covers, report["window"]["end_unix_seconds"].as_f64()) {
+        let trace: Trace = serde_json::from_value(json.clone()).unwrap_or_else(|e| {
+            panic!("stormwatch {args:?} printed a document of another shape ({e}):\n{stdout}")
+        });
+        if let Some(covers) = covers {
+            let end = trace.window.end_unix_seconds;
             let ended = covers
                 .duration_since(std::time::UNIX_EPOCH)
                 .expect("after 1970")
@@ -263,7 +270,8 @@ impl Agent {
         Finished {
             status: out.status,
             stderr: out.stderr,
-            report,
+            trace,
+            json,
         }
     }
 

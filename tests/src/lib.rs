@@ -401,48 +401,6 @@ pub fn require_bpf() {
     }
 }
 
-impl Finished {
-    /// The `containers` entries of the report.
-    pub fn containers(&self) -> &[Value] {
-        self.report["containers"]
-            .as_array()
-            .map(Vec::as_slice)
-            .unwrap_or_else(|| panic!("report has no `containers` array: {}", self.report))
-    }
-
-    /// The entry of the cgroup at `rel_path` (relative to the v2 root, e.g. `/sw-test-…`).
-    pub fn container_by_path(&self, rel_path: &str) -> Option<&Value> {
-        self.containers()
-            .iter()
-            .find(|c| c["cgroup"].as_str() == Some(rel_path))
-    }
-
-    /// The entry of the cgroup with this id.
-    pub fn container_by_id(&self, id: u64) -> Option<&Value> {
-        self.containers()
-            .iter()
-            .find(|c| c["cgroup_id"].as_u64() == Some(id))
-    }
-
-    /// The entry of a test cgroup, found by path; panics with the report's cgroups otherwise.
-    pub fn container(&self, cgroup: &TestCgroup) -> &Value {
-        self.container_by_path(cgroup.rel_path())
-            .unwrap_or_else(|| {
-                let seen: Vec<String> = self
-                    .containers()
-                    .iter()
-                    .map(|c| format!("{} (id {})", c["cgroup"], c["cgroup_id"]))
-                    .collect();
-                panic!(
-                    "cgroup {} (id {}) is not in the report; it has: {}",
-                    cgroup.rel_path(),
-                    cgroup.id(),
-                    seen.join(", ")
-                )
-            })
-    }
-}
-
 /// Tolerance of on-CPU time against the kernel's CPU time (`getrusage`, `cpu.stat`). The probes
 /// credit what the scheduler charged (`se.sum_exec_runtime`), which is what both of those add
 /// up, so only edges remain: a thread's slice in progress at attach or detach, and an exiting

@@ -24,13 +24,14 @@ use std::{
     time::Duration,
 };
 
-use serde_json::Value;
 use stormwatch_tests::{
     Agent, TestCgroup,
     bpftrace::Bpftrace,
     corpus::{Quota, built_programs},
     daemon::{Daemon, basic, finding, http_get_bytes, sample_with, tool, wait_for, write_file},
-    join_before_exec, require_bpf,
+    join_before_exec,
+    report::{self, Diagnosis, HandoffPair, LockCallSites},
+    require_bpf,
 };
 
 /// A workload in a cgroup of its own, killed (with its process group) on drop.
@@ -67,12 +68,12 @@ fn start(name: &str, mut cmd: Command, quota: Option<f64>) -> Workload {
 }
 
 /// `trace --json` of the workload's cgroup for `seconds`: its `lock_call_sites`.
-fn sites(w: &Workload, seconds: u32) -> Value {
+fn sites(w: &Workload, seconds: u32) -> LockCallSites {
     sites_with(w, seconds, &[])
 }
 
 /// [`sites`], with more arguments to `trace`.
-fn sites_with(w: &Workload, seconds: u32, extra: &[&str]) -> Value {
+fn sites_with(w: &Workload, seconds: u32, extra: &[&str]) -> LockCallSites {
     let seconds = seconds.to_string();
     let mut args = vec![
         "--json",
@@ -83,17 +84,13 @@ fn sites_with(w: &Workload, seconds: u32, extra: &[&str]) -> Value {
     ];
     args.extend_from_slice(extra);
     let done = Agent::trace(&args).finish();
-    let c = done.report["containers"]
-        .as_array()
-        .and_then(|cs| cs.iter().find(|c| c["cgroup"] == w.cgroup.rel_path()))
-        .unwrap_or_else(|| panic!("{} is not in the document", w.cgroup.rel_path()))
-        .clone();
-    assert!(
-        c["lock_call_sites"].is_object(),
-        "hand-offs are not sampled here: {}",
-        c["lock_call_sites"]
-    );
-    c["lock_call_sites"].clone()
+    let c = done
+        .trace
+        .container_by_path(w.cgroup.rel_path())
+        .unwrap_or_else(|| panic!("{} is not in the document", w.cgroup.rel_path()));
+    c.lock_call_sites
+        .clone()
+        .unwrap_or_else(|| panic!("hand-offs are not sampled here: {c:#?}"))
 }
 
 fn lockbench(binary: &str, args: &[&str]) -> Command {
@@ -118,12 +115,20 @@ fn line_of(source: &str, needle: &str) -> String {
     format!("{source}:{}", hits[0])
 }
 
+/// Checks there were at least `min_sampled` sampled hand-offs, enough to judge.
+#[track_caller]
+fn enough_sampled(s: &LockCallSites, min_sampled: u64) {
+    let n = s.sampled_handoffs;
+    assert!(n >= min_sampled, "only {n} sampled hand-offs: {s:#?}");
+}
+
 /// The pair with the most sampled hand-offs, after checking there were enough to judge.
 #[track_caller]
-fn top_pair(s: &Value, min_sampled: u64) -> &Value {
-    let n = s["sampled_handoffs"].as_u64().expect("sampled_handoffs");
-    assert!(n >= min_sampled, "only {n} sampled hand-offs: {s:#}");
-    &s["pairs"][0]
+fn top_pair(s: &LockCallSites, min_sampled: u64) -> &HandoffPair {
+    enough_sampled(s, min_sampled);
+    s.pairs
+        .first()
+        .unwrap_or_else(|| panic!("no pair of sites: {s:#?}"))
 }
 
 #[test]
@@ -137,16 +142,36 @@ fn native_lock_sites_are_named_with_and_without_frame_pointers() {
         let s = sites(&w, 4);
         let top = top_pair(&s, 20);
         assert!(
-            top["share"].as_f64().unwrap() >= 0.9,
-            "{binary}: the top pair has only part of the hand-offs: {s:#}"
+            top.share >= 0.9,
+            "{binary}: the top pair has only part of the hand-offs: {s:#?}"
         );
-        let (waiter, waker) = (&top["waiter"], &top["waker"]);
-        assert_eq!(waiter["function"], "worker", "{binary}: {s:#}");
-        assert_eq!(waiter["lock_function"], "pthread_mutex_lock", "{binary}");
-        assert_eq!(waiter["location"], lock_line.as_str(), "{binary}");
-        assert_eq!(waiter["module"], binary);
-        assert_eq!(waker["function"], "worker", "{binary}: {s:#}");
-        assert_eq!(waker["location"], unlock_line.as_str(), "{binary}");
+        let (waiter, waker) = (&top.waiter, &top.waker);
+        assert_eq!(
+            waiter.function.as_deref(),
+            Some("worker"),
+            "{binary}: {s:#?}"
+        );
+        assert_eq!(
+            waiter.lock_function.as_deref(),
+            Some("pthread_mutex_lock"),
+            "{binary}"
+        );
+        assert_eq!(
+            waiter.location.as_deref(),
+            Some(lock_line.as_str()),
+            "{binary}"
+        );
+        assert_eq!(waiter.module.as_deref(), Some(binary));
+        assert_eq!(
+            waker.function.as_deref(),
+            Some("worker"),
+            "{binary}: {s:#?}"
+        );
+        assert_eq!(
+            waker.location.as_deref(),
+            Some(unlock_line.as_str()),
+            "{binary}"
+        );
     }
 }
 
@@ -162,25 +187,17 @@ fn diagnose_names_the_lock_in_the_storm_finding() {
     let out = Agent::start(&["diagnose", "--json", "--duration", "6"]).finish_output();
     // Exit 3: findings.
     assert_eq!(out.status.code(), Some(3), "{}", out.stderr.join("\n"));
-    let doc: Value = serde_json::from_str(&out.stdout_text()).expect("diagnose --json");
-    let findings = doc["findings"].as_array().expect("findings");
-    let storm = findings
-        .iter()
-        .find(|f| f["kind"] == "lock_storm" && f["cgroup"] == w.cgroup.rel_path())
-        .unwrap_or_else(|| panic!("no lock_storm for lockbench: {doc:#}"));
+    let doc: Diagnosis = report::parse("diagnose --json", &out.stdout_text());
+    let storm = report::find(&doc.findings, "lock_storm", w.cgroup.rel_path())
+        .unwrap_or_else(|| panic!("no lock_storm for lockbench: {doc:#?}"));
     let lock_line = line_of("lockbench.c", "pthread_mutex_lock(&s->lock.mutex)");
     assert_eq!(
-        storm["context"]["waiter_site"],
-        format!("`worker` ({lock_line}) via `pthread_mutex_lock`").as_str()
+        storm.context("waiter_site"),
+        Some(format!("`worker` ({lock_line}) via `pthread_mutex_lock`").as_str())
     );
-    assert!(storm["evidence"]["sampled_handoffs"].as_f64().unwrap() >= 10.0);
-    assert!(storm["evidence"]["top_waiter_site_share"].as_f64().unwrap() >= 0.9);
-    let recs: Vec<&str> = storm["recommendations"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
+    assert!(storm.evidence("sampled_handoffs").unwrap() >= 10.0);
+    assert!(storm.evidence("top_waiter_site_share").unwrap() >= 0.9);
+    let recs = &storm.recommendations;
     assert!(
         recs.iter()
             .any(|r| r.starts_with("Change the code that takes the lock")
@@ -207,32 +224,34 @@ fn a_third_party_interpreter_names_its_own_lock() {
     let w = start("cpython", cmd, None);
     std::thread::sleep(Duration::from_secs(1));
     let s = sites(&w, 6);
-    top_pair(&s, 10);
+    enough_sampled(&s, 10);
     // Both directions are the GIL's hand-offs: a thread waiting in take_gil is handed the GIL
     // by drop_gil; one that dropped it on request waits in drop_gil until take_gil confirms.
     let gil = ["take_gil", "drop_gil"];
     let mut take_from_drop = 0;
-    for pair in s["pairs"].as_array().unwrap() {
-        let (waiter, waker) = (&pair["waiter"], &pair["waker"]);
+    for pair in &s.pairs {
+        let (waiter, waker) = (&pair.waiter, &pair.waker);
         for side in [waiter, waker] {
-            if let Some(f) = side["function"].as_str() {
-                assert!(gil.contains(&f), "{f} is not the GIL's: {s:#}");
+            if let Some(f) = side.function.as_deref() {
+                assert!(gil.contains(&f), "{f} is not the GIL's: {s:#?}");
                 assert!(
-                    side["location"]
-                        .as_str()
+                    side.location
+                        .as_deref()
                         .is_some_and(|l| l.starts_with("ceval_gil.h:")),
-                    "{s:#}"
+                    "{s:#?}"
                 );
             }
         }
-        if waiter["function"] == "take_gil" && waker["function"] == "drop_gil" {
-            take_from_drop += pair["sampled_handoffs"].as_u64().unwrap();
+        if waiter.function.as_deref() == Some("take_gil")
+            && waker.function.as_deref() == Some("drop_gil")
+        {
+            take_from_drop += pair.sampled_handoffs;
         }
     }
-    let sampled = s["sampled_handoffs"].as_u64().unwrap();
+    let sampled = s.sampled_handoffs;
     assert!(
         take_from_drop * 10 >= sampled * 3,
-        "only {take_from_drop} of {sampled} sampled hand-offs wait in take_gil for drop_gil: {s:#}"
+        "only {take_from_drop} of {sampled} sampled hand-offs wait in take_gil for drop_gil: {s:#?}"
     );
 }
 
@@ -258,19 +277,13 @@ fn a_stripped_binary_and_gos_runtime_are_not_misnamed() {
     // hand-offs. 10 s sample enough to name the pair.
     let s = sites(&w, 10);
     let top = top_pair(&s, 5);
-    assert_eq!(top["waiter"]["function"], Value::Null, "{s:#}");
+    assert_eq!(top.waiter.function, None, "{s:#?}");
     assert_eq!(
-        top["waiter"]["unnamed"], "a stripped binary without symbols",
-        "{s:#}"
+        top.waiter.unnamed.as_deref(),
+        Some("a stripped binary without symbols"),
+        "{s:#?}"
     );
-    assert!(
-        s["hints"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|h| h.as_str().unwrap().contains("(sysbench,")),
-        "{s:#}"
-    );
+    assert!(s.hints.iter().any(|h| h.contains("(sysbench,")), "{s:#?}");
     drop(w);
 
     // Go parks goroutines in its own scheduler: most futex waits are its idle threads', named
@@ -284,27 +297,23 @@ fn a_stripped_binary_and_gos_runtime_are_not_misnamed() {
     std::thread::sleep(Duration::from_secs(1));
     let s = sites(&w, 4);
     let mut named = 0;
-    for pair in s["pairs"].as_array().unwrap() {
-        for side in ["waiter", "waker"] {
-            let site = &pair[side];
-            match site["function"].as_str() {
+    for pair in &s.pairs {
+        for site in [&pair.waiter, &pair.waker] {
+            match site.function.as_deref() {
                 Some(f) => {
-                    assert_eq!(f, "main.worker", "{s:#}");
-                    named += pair["sampled_handoffs"].as_u64().unwrap();
+                    assert_eq!(f, "main.worker", "{s:#?}");
+                    named += pair.sampled_handoffs;
                 }
                 None => assert!(
-                    site["unnamed"]
-                        .as_str()
-                        .unwrap()
-                        .starts_with("Go's runtime"),
-                    "{s:#}"
+                    site.unnamed.as_deref().unwrap().starts_with("Go's runtime"),
+                    "{s:#?}"
                 ),
             }
         }
     }
     assert!(
         named > 0,
-        "the sync.Mutex's function was never named: {s:#}"
+        "the sync.Mutex's function was never named: {s:#?}"
     );
 }
 
@@ -388,55 +397,68 @@ fn go_sync_mutex_contention_is_counted_and_its_code_named() {
             })
             .sum()
     };
-    let c = done.report["containers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["cgroup"] == w.cgroup.rel_path())
+    let c = done
+        .trace
+        .container_by_path(w.cgroup.rel_path())
         .expect("the workload's cgroup");
-    let go = &c["lock_call_sites"]["go_mutex"];
-    assert!(go.is_object(), "no Go mutex figures: {c:#}");
-    for (name, times) in [("contended_locks", &locks), ("handing_unlocks", &unlocks)] {
-        let counted = go[name].as_u64().unwrap();
+    let go = c
+        .lock_call_sites
+        .as_ref()
+        .and_then(|s| s.go_mutex.as_ref())
+        .unwrap_or_else(|| panic!("no Go mutex figures: {c:#?}"));
+    for (name, counted, times) in [
+        ("contended_locks", go.contended_locks, &locks),
+        ("handing_unlocks", go.handing_unlocks, &unlocks),
+    ] {
         let (surely, maybe) = (between(times, 1, 2), between(times, 0, 3));
         assert!(
             surely <= counted && counted <= maybe,
             "{name}: the agent counted {counted}; bpftrace saw {surely} while it surely counted \
-             and {maybe} while it may have: {go:#}"
+             and {maybe} while it may have: {go:#?}"
         );
         assert!(
             surely >= 100 && maybe - surely <= surely / 10,
             "{name}: {surely}, {maybe}"
         );
     }
-    let probed = go["probed_seconds"].as_f64().unwrap();
-    assert!((0.2..0.3).contains(&probed), "two bursts of 0.1 s: {go:#}");
+    let probed = go.probed_seconds;
+    assert!((0.2..0.3).contains(&probed), "two bursts of 0.1 s: {go:#?}");
 
-    let lock = &go["lock_sites"][0];
-    assert_eq!(lock["site"]["function"], "main.lockCounting", "{go:#}");
+    let lock = go
+        .lock_sites
+        .first()
+        .unwrap_or_else(|| panic!("no Lock site: {go:#?}"));
     assert_eq!(
-        lock["site"]["location"],
-        go_line("gomutex", "main.go", "the contended Lock").as_str(),
-        "{go:#}"
+        lock.site.function.as_deref(),
+        Some("main.lockCounting"),
+        "{go:#?}"
     );
-    assert_eq!(lock["site"]["lock_function"], "sync.(*Mutex).Lock");
     assert_eq!(
-        lock["share"], 1.0,
-        "every Lock goes through lockCounting: {go:#}"
+        lock.site.location.as_deref(),
+        Some(go_line("gomutex", "main.go", "the contended Lock").as_str()),
+        "{go:#?}"
     );
-    assert!(lock["sampled"].as_u64().unwrap() >= 20, "{go:#}");
-    let unlocks = go["unlock_sites"].as_array().unwrap();
+    assert_eq!(
+        lock.site.lock_function.as_deref(),
+        Some("sync.(*Mutex).Lock")
+    );
+    assert_eq!(
+        lock.share, 1.0,
+        "every Lock goes through lockCounting: {go:#?}"
+    );
+    assert!(lock.sampled >= 20, "{go:#?}");
+    let unlocks = &go.unlock_sites;
     let holder = go_line("gomutex", "main.go", "the holder hands on");
     assert!(
         unlocks
             .iter()
-            .any(|u| u["site"]["function"] == "main.holder"
-                && u["site"]["location"] == holder.as_str()),
-        "the holder's Unlock hands the mutex on to waiting takers: {go:#}"
+            .any(|u| u.site.function.as_deref() == Some("main.holder")
+                && u.site.location.as_deref() == Some(holder.as_str())),
+        "the holder's Unlock hands the mutex on to waiting takers: {go:#?}"
     );
     for u in unlocks {
-        let f = u["site"]["function"].as_str().unwrap_or("");
-        assert!(["main.holder", "main.taker"].contains(&f), "{go:#}");
+        let f = u.site.function.as_deref().unwrap_or("");
+        assert!(["main.holder", "main.taker"].contains(&f), "{go:#?}");
     }
 }
 
@@ -461,41 +483,33 @@ fn diagnose_names_a_go_programs_contended_mutex() {
     ])
     .finish_output();
     assert_eq!(out.status.code(), Some(3), "{}", out.stderr.join("\n"));
-    let doc: Value = serde_json::from_str(&out.stdout_text()).expect("diagnose --json");
-    let sizing = doc["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["kind"] == "runtime_sizing" && f["cgroup"] == w.cgroup.rel_path())
-        .unwrap_or_else(|| panic!("no runtime_sizing for gomutex: {doc:#}"));
+    let doc: Diagnosis = report::parse("diagnose --json", &out.stdout_text());
+    let sizing = report::find(&doc.findings, "runtime_sizing", w.cgroup.rel_path())
+        .unwrap_or_else(|| panic!("no runtime_sizing for gomutex: {doc:#?}"));
     let lock = go_line("gomutex", "main.go", "the storm's Lock");
     let unlock = go_line("gomutex", "main.go", "the storm's Unlock");
     assert_eq!(
-        sizing["context"]["waiter_site"],
-        format!("`main.worker` ({lock}) via `sync.(*Mutex).Lock`").as_str(),
-        "{sizing:#}"
+        sizing.context("waiter_site"),
+        Some(format!("`main.worker` ({lock}) via `sync.(*Mutex).Lock`").as_str()),
+        "{sizing:#?}"
     );
     assert_eq!(
-        sizing["context"]["waker_site"],
-        format!("`main.worker` ({unlock}) via `sync.(*Mutex).Unlock`").as_str(),
-        "{sizing:#}"
+        sizing.context("waker_site"),
+        Some(format!("`main.worker` ({unlock}) via `sync.(*Mutex).Unlock`").as_str()),
+        "{sizing:#?}"
     );
     assert!(
-        sizing["evidence"]["go_mutex_contended_locks_per_second"]
-            .as_f64()
+        sizing
+            .evidence("go_mutex_contended_locks_per_second")
             .unwrap()
             > 1000.0
     );
     assert!(
-        sizing["recommendations"]
-            .as_array()
-            .unwrap()
+        sizing
+            .recommendations
             .iter()
-            .any(|r| r
-                .as_str()
-                .unwrap()
-                .starts_with("Change the code that takes the sync.Mutex in `main.worker`")),
-        "{sizing:#}"
+            .any(|r| r.starts_with("Change the code that takes the sync.Mutex in `main.worker`")),
+        "{sizing:#?}"
     );
     // Its lock profile (`diagnose --pprof`): by default the Go mutex's sampled slow paths,
     // `main.worker` first for both sides.
@@ -562,8 +576,8 @@ fn lock_free_cpu_bound_work_names_nothing() {
     let w = start("cpu-bound", cmd, None);
     std::thread::sleep(Duration::from_secs(1));
     let s = sites(&w, 3);
-    assert_eq!(s["sampled_handoffs"], 0, "{s:#}");
-    assert_eq!(s["pairs"], Value::Array(Vec::new()));
+    assert_eq!(s.sampled_handoffs, 0, "{s:#?}");
+    assert!(s.pairs.is_empty(), "{s:#?}");
 }
 
 /// `go tool pprof -top` of a lock profile (a file or a URL) for `sample_index` (`None`: the
@@ -619,13 +633,18 @@ fn profile_of(dir: &Path, w: &Workload) -> std::path::PathBuf {
 
 /// The shares of the document's sampled hand-offs by waiter (or waker) function, over its
 /// pairs: what a profile's flat shares of `waits` (or `wakes`) are to match.
-fn shares_by(s: &Value, side: &str, function: &str) -> f64 {
-    s["pairs"]
-        .as_array()
-        .unwrap()
+fn shares_by(s: &LockCallSites, side: &str, function: &str) -> f64 {
+    s.pairs
         .iter()
-        .filter(|p| p[side]["function"] == function)
-        .map(|p| p["share"].as_f64().unwrap())
+        .filter(|p| {
+            let site = match side {
+                "waiter" => &p.waiter,
+                "waker" => &p.waker,
+                _ => panic!("no side {side}"),
+            };
+            site.function.as_deref() == Some(function)
+        })
+        .map(|p| p.share)
         .sum()
 }
 
@@ -645,21 +664,17 @@ fn lock_profiles_put_the_locks_code_first_in_go_tool_pprof() {
     let out = dir.path().join("native");
     let s = sites_with(&w, 4, &["--pprof", out.to_str().unwrap()]);
     let file = profile_of(&out, &w);
-    let sampled = top_pair(&s, 20);
-    assert!(sampled.is_object());
+    top_pair(&s, 20);
     let (header, waits) = pprof_top(&file, Some("waits"));
     assert_eq!(waits[0].0, "worker", "{header}{waits:?}");
     let want = shares_by(&s, "waiter", "worker");
     assert!(
         (waits[0].1 - want).abs() <= 0.01,
-        "pprof's flat share {} against the document's {want}: {s:#}",
+        "pprof's flat share {} against the document's {want}: {s:#?}",
         waits[0].1
     );
     assert!(
-        header.contains(&format!(
-            "Total samples = {} ",
-            s["sampled_handoffs"].as_u64().unwrap()
-        )),
+        header.contains(&format!("Total samples = {} ", s.sampled_handoffs)),
         "the profile counts the document's sampled hand-offs: {header}"
     );
     let (_, wakes) = pprof_top(&file, Some("wakes"));
@@ -687,7 +702,7 @@ fn lock_profiles_put_the_locks_code_first_in_go_tool_pprof() {
         write_perf_map(&w);
         let _ = std::fs::remove_dir_all(&out);
         let s = sites_with(&w, 6, &["--pprof", out.to_str().unwrap()]);
-        if top_pair(&s, 10)["waiter"]["function"] == "Corpus.monitorWorker" {
+        if top_pair(&s, 10).waiter.function.as_deref() == Some("Corpus.monitorWorker") {
             named = Some(s);
             break;
         }
@@ -699,7 +714,7 @@ fn lock_profiles_put_the_locks_code_first_in_go_tool_pprof() {
     let want = shares_by(&s, "waiter", "Corpus.monitorWorker");
     assert!(
         (waits[0].1 - want).abs() <= 0.01,
-        "{} against {want}: {s:#}",
+        "{} against {want}: {s:#?}",
         waits[0].1
     );
     assert!(
@@ -812,22 +827,32 @@ fn jvm_lock_sites_are_named_from_its_perf_map() {
         // still recompile them afterwards (a higher tier, deoptimization): their new code is in
         // no map until it is written again — which the hint says, and which names them then.
         std::thread::sleep(Duration::from_secs(5));
-        let mut s = Value::Null;
+        let mut s = None;
         for _ in 0..3 {
             write_perf_map(&w);
-            s = sites(&w, 6);
-            let top = top_pair(&s, 10);
-            let recompiled = [&top["waiter"], &top["waker"]]
-                .iter()
-                .any(|side| side["unnamed"] == "JIT-compiled Java code without a perf map entry");
+            let got = sites(&w, 6);
+            let top = top_pair(&got, 10);
+            let recompiled = [&top.waiter, &top.waker].iter().any(|side| {
+                side.unnamed.as_deref() == Some("JIT-compiled Java code without a perf map entry")
+            });
+            s = Some(got);
             if !recompiled {
                 break;
             }
         }
+        let s = s.expect("three tries");
         let top = top_pair(&s, 10);
-        assert_eq!(top["waiter"]["function"], worker, "{mode}: {s:#}");
-        assert_eq!(top["waker"]["function"], worker, "{mode}: {s:#}");
-        assert_eq!(top["waiter"]["module"], "JIT");
+        assert_eq!(
+            top.waiter.function.as_deref(),
+            Some(worker),
+            "{mode}: {s:#?}"
+        );
+        assert_eq!(
+            top.waker.function.as_deref(),
+            Some(worker),
+            "{mode}: {s:#?}"
+        );
+        assert_eq!(top.waiter.module.as_deref(), Some("JIT"));
     }
     // Without frame pointers in its compiled code the Java frames cannot be walked: nothing is
     // named, and the hint says which flag would name them.
@@ -836,14 +861,12 @@ fn jvm_lock_sites_are_named_from_its_perf_map() {
     write_perf_map(&w);
     let s = sites(&w, 4);
     let top = top_pair(&s, 10);
-    assert_eq!(top["waiter"]["function"], Value::Null, "{s:#}");
+    assert_eq!(top.waiter.function, None, "{s:#?}");
     assert!(
-        s["hints"]
-            .as_array()
-            .unwrap()
+        s.hints
             .iter()
-            .any(|h| h.as_str().unwrap().contains("-XX:+PreserveFramePointer")),
-        "{s:#}"
+            .any(|h| h.contains("-XX:+PreserveFramePointer")),
+        "{s:#?}"
     );
 }
 
@@ -861,18 +884,18 @@ fn holder_shares(name: &str, extra: &[&str], quota: Option<f64>) -> (f64, f64, u
     let w = start(name, lockbench("lockbench", &args), quota);
     std::thread::sleep(Duration::from_secs(1));
     let s = sites(&w, if quota.is_some() { 10 } else { 6 });
-    let holds = s["holds"].as_u64().unwrap_or(0);
+    let holds = s.holds;
     eprintln!(
-        "{name}: {} sampled, {holds} holds, asleep {}, preempted {}, runnable {}",
-        s["sampled_handoffs"],
-        s["holder_asleep_share"],
-        s["holder_preempted_share"],
-        s["holder_runnable_share"]
+        "{name}: {} sampled, {holds} holds, asleep {:?}, preempted {:?}, runnable {:?}",
+        s.sampled_handoffs,
+        s.holder_asleep_share,
+        s.holder_preempted_share,
+        s.holder_runnable_share
     );
-    assert!(holds >= 5, "{name}: only {holds} holds on record: {s:#}");
+    assert!(holds >= 5, "{name}: only {holds} holds on record: {s:#?}");
     (
-        s["holder_asleep_share"].as_f64().unwrap(),
-        s["holder_runnable_share"].as_f64().unwrap(),
+        s.holder_asleep_share.unwrap(),
+        s.holder_runnable_share.unwrap(),
         holds,
     )
 }

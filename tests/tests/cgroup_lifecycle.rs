@@ -20,29 +20,32 @@ use std::{process::Command, time::Duration};
 
 use serde_json::Value;
 use stormwatch_tests::{
-    Agent, ONCPU_TOLERANCE, TestCgroup, assert_within, num, require_bpf, run_in_cgroup,
-    workload_result,
+    Agent, ONCPU_TOLERANCE, TestCgroup, assert_within, num, report::Container, require_bpf,
+    run_in_cgroup, workload_result,
 };
 
 /// Worker threads of each workload.
 const THREADS: &str = "32";
 
-fn check_figures(what: &str, c: &Value, truth: &Value) {
-    eprintln!("{what}: reported {c}\n  workload {truth}");
-    let sw = &c["context_switches"];
-    for (kind, field) in [("voluntary", "nvcsw"), ("involuntary", "nivcsw")] {
+fn check_figures(what: &str, c: &Container, truth: &Value) {
+    eprintln!("{what}: reported {c:?}\n  workload {truth}");
+    let sw = c.switches();
+    for (kind, got, field) in [
+        ("voluntary", sw.voluntary, "nvcsw"),
+        ("involuntary", sw.involuntary, "nivcsw"),
+    ] {
         let want = num(truth, field);
         let slack = 0.02 * want + 5.0 + THREADS.parse::<f64>().unwrap();
         assert_within(
             &format!("{what}: {kind} switches"),
-            num(sw, kind),
+            got as f64,
             want,
             slack / want.max(1.0),
         );
     }
     assert_within(
         &format!("{what}: on-CPU seconds"),
-        num(c, "oncpu_seconds"),
+        c.oncpu(),
         num(truth, "utime_seconds") + num(truth, "stime_seconds"),
         ONCPU_TOLERANCE,
     );
@@ -103,20 +106,23 @@ fn removed_cgroups_keep_their_figures_in_the_report() {
     assert!(errors.is_empty(), "the trace reported errors: {errors:?}");
 
     let long = done
+        .trace
         .container_by_id(long_id)
         .unwrap_or_else(|| panic!("removed cgroup {long_path} (id {long_id}) not in the report"));
     assert_eq!(
-        long["cgroup"], long_path,
+        long.cgroup.as_deref(),
+        Some(long_path.as_str()),
         "a cgroup that lived across several ticks is reported with its path"
     );
     check_figures("long-lived removed cgroup", long, &long_truth);
 
     let short = done
+        .trace
         .container_by_id(short_id)
         .unwrap_or_else(|| panic!("removed cgroup {short_path} (id {short_id}) not in the report"));
     assert!(
-        short["cgroup"].is_null() || short["cgroup"] == short_path,
-        "the short-lived cgroup is reported with its own path or none: {short}"
+        short.cgroup.as_ref().is_none_or(|p| *p == short_path),
+        "the short-lived cgroup is reported with its own path or none: {short:?}"
     );
     check_figures("short-lived removed cgroup", short, &short_truth);
 }

@@ -36,6 +36,7 @@ use stormwatch_tests::{
     netns::{self, OuterDf, Overlay, PingDf, ping_node_b},
     pinned,
     prometheus::{Prometheus, value_of},
+    report::{self, Diagnosis, Finding},
     require_bpf, run_in_cgroup, workload_result,
 };
 
@@ -635,22 +636,19 @@ fn a_storm_after_calm_is_flagged_by_run_as_by_diagnose() {
     }
 
     let diagnosis = diagnose.finish_output();
-    let report: Value = serde_json::from_str(&diagnosis.stdout_text())
-        .unwrap_or_else(|e| panic!("diagnose --json: {e}\n{}", diagnosis.stdout_text()));
-    let kinds = |findings: &Value| -> Vec<String> {
+    let report: Diagnosis = report::parse("diagnose --json", &diagnosis.stdout_text());
+    let kinds = |findings: &[Finding]| -> Vec<String> {
         findings
-            .as_array()
-            .expect("findings is a list")
             .iter()
-            .filter(|f| f["cgroup"] == rel.as_str())
-            .map(|f| f["kind"].as_str().unwrap_or_default().to_owned())
+            .filter(|f| f.cgroup == rel)
+            .map(|f| f.kind.clone())
             .collect()
     };
     // The premise: the storm is one by diagnose's own account over the same stretch (a busy
     // machine can starve it below the rule's rates; then this test cannot judge the daemon).
     assert!(
-        kinds(&report["findings"]).contains(&"lock_storm".to_owned()),
-        "premise: diagnose flags the storm: {report}"
+        kinds(&report.findings).contains(&"lock_storm".to_owned()),
+        "premise: diagnose flags the storm: {report:#?}"
     );
     let flagged_after = flagged_after.unwrap_or_else(|| {
         panic!(
@@ -689,9 +687,9 @@ fn a_storm_after_calm_is_flagged_by_run_as_by_diagnose() {
     eprintln!("wake-ups told local or remote while the storm lasted: {told}");
     let traced = trace.finish();
     assert!(
-        kinds(&traced.report["findings"]).contains(&"lock_storm".to_owned()),
-        "trace --json carries the same finding: {}",
-        traced.report["findings"]
+        kinds(&traced.trace.findings).contains(&"lock_storm".to_owned()),
+        "trace --json carries the same finding: {:#?}",
+        traced.trace.findings
     );
     workload_result(storm);
     // The calm process has done its part.

@@ -15,8 +15,9 @@ use std::{
 
 use serde_json::Value;
 use stormwatch_tests::{
-    Agent, TestCgroup, cgroupfs, cpus, join_before_exec, num, require_bpf, run_in_cgroup, v2_root,
-    workload_result,
+    Agent, TestCgroup, cgroupfs, cpus, join_before_exec, num,
+    report::{self, Finding, Futex, StormCheck},
+    require_bpf, run_in_cgroup, v2_root, workload_result,
 };
 
 const DIAGNOSE_SECONDS: f64 = 10.0;
@@ -41,38 +42,29 @@ const RULES: [&str; 5] = [
 /// A finished diagnosis: exit status and JSON document.
 struct Diagnosis {
     code: i32,
-    report: Value,
+    report: report::Diagnosis,
 }
 
 impl Diagnosis {
-    fn findings(&self) -> &[Value] {
-        self.report["findings"]
-            .as_array()
-            .map(Vec::as_slice)
-            .unwrap_or_else(|| panic!("diagnosis without a `findings` list: {}", self.report))
-    }
-
     /// The findings about one cgroup.
-    fn about(&self, cgroup: &TestCgroup) -> Vec<&Value> {
-        self.findings()
+    fn about(&self, cgroup: &TestCgroup) -> Vec<&Finding> {
+        self.report
+            .findings
             .iter()
-            .filter(|f| f["cgroup"] == cgroup.rel_path())
+            .filter(|f| f.cgroup == cgroup.rel_path())
             .collect()
     }
 
     fn kinds_about(&self, cgroup: &TestCgroup) -> Vec<String> {
-        self.about(cgroup)
-            .iter()
-            .map(|f| f["kind"].as_str().unwrap_or("?").to_owned())
-            .collect()
+        self.about(cgroup).iter().map(|f| f.kind.clone()).collect()
     }
 
     /// The finding of `kind` about `cgroup`, or a panic listing what was found instead.
     #[track_caller]
-    fn finding(&self, cgroup: &TestCgroup, kind: &str) -> &Value {
+    fn finding(&self, cgroup: &TestCgroup, kind: &str) -> &Finding {
         self.about(cgroup)
             .into_iter()
-            .find(|f| f["kind"] == kind)
+            .find(|f| f.kind == kind)
             .unwrap_or_else(|| {
                 panic!(
                     "no {kind} finding for {}; findings about it: {:?}",
@@ -95,9 +87,8 @@ fn finish_diagnose(agent: Agent) -> Diagnosis {
         "diagnose exits 0 (no findings) or 3 (findings), not {code}; stderr:\n{}\nstdout:\n{text}",
         out.stderr.join("\n")
     );
-    let report: Value = serde_json::from_str(&text)
-        .unwrap_or_else(|e| panic!("diagnose --json printed no JSON document ({e}):\n{text}"));
-    let findings = report["findings"].as_array().map_or(0, Vec::len);
+    let report: report::Diagnosis = report::parse("diagnose --json", &text);
+    let findings = report.findings.len();
     assert_eq!(
         code == EXIT_FINDINGS,
         findings > 0,
@@ -178,7 +169,7 @@ fn pin_to_cpu0(cmd: &mut Command, cgroup: &TestCgroup) -> Option<V1Cpuset> {
 struct StormRun {
     diagnosis: Diagnosis,
     /// The agent's futex figures over the workload's whole life (trace --json).
-    futex: Value,
+    futex: Futex,
     /// The workload's JSON line.
     truth: Value,
 }
@@ -212,7 +203,7 @@ fn storm(cgroup: &TestCgroup, pinned: bool) -> StormRun {
     trace.assert_still_tracing("the mutex storm");
     let diagnosis = finish_diagnose(diagnose);
     let done = trace.finish();
-    let futex = done.container(cgroup)["futex"].clone();
+    let futex = *done.trace.container(cgroup).futex();
     StormRun {
         diagnosis,
         futex,
@@ -220,47 +211,35 @@ fn storm(cgroup: &TestCgroup, pinned: bool) -> StormRun {
     }
 }
 
-#[track_caller]
-fn evidence(finding: &Value, key: &str) -> f64 {
-    finding["evidence"][key]
-        .as_f64()
-        .unwrap_or_else(|| panic!("evidence `{key}` missing or not a number: {finding}"))
-}
-
 /// Checks the lock_storm finding about `cgroup` and returns it.
 #[track_caller]
-fn assert_lock_storm<'a>(run: &'a StormRun, cgroup: &TestCgroup, allowed: f64) -> &'a Value {
+fn assert_lock_storm<'a>(run: &'a StormRun, cgroup: &TestCgroup, allowed: f64) -> &'a Finding {
     let d = &run.diagnosis;
     assert_eq!(d.code, EXIT_FINDINGS, "a lock storm is a finding: exit 3");
     let f = d.finding(cgroup, "lock_storm");
     for key in ["futex_wait_share", "threads", "allowed_cpus"] {
-        evidence(f, key);
+        f.figure(key);
     }
     // Threads: the 64 workers and the main thread, sampled every second of the window.
-    let threads = evidence(f, "threads");
+    let threads = f.figure("threads");
     assert!(
         (STORM_THREADS as f64..=STORM_THREADS as f64 + 1.0).contains(&threads),
         "evidence threads = {threads}, the storm has {STORM_THREADS} workers + its main thread"
     );
     assert_eq!(
-        evidence(f, "allowed_cpus"),
+        f.figure("allowed_cpus"),
         allowed,
-        "allowed_cpus of the storm: {f}"
+        "allowed_cpus of the storm: {f:#?}"
     );
-    let share = evidence(f, "futex_wait_share");
+    let share = f.figure("futex_wait_share");
     assert!(
         (0.25..=1.0).contains(&share),
         "a lock storm's futex_wait_share is at least the rule's 25% and at most 100%: {share}"
     );
-    let recs = f["recommendations"]
-        .as_array()
-        .unwrap_or_else(|| panic!("recommendations should be a list: {f}"));
+    let recs = &f.recommendations;
     assert!(
-        !recs.is_empty()
-            && recs
-                .iter()
-                .all(|r| r.as_str().is_some_and(|s| !s.is_empty())),
-        "a lock storm comes with recommendations: {f}"
+        !recs.is_empty() && recs.iter().all(|r| !r.is_empty()),
+        "a lock storm comes with recommendations: {f:#?}"
     );
     f
 }
@@ -289,13 +268,20 @@ fn mutex_storm_is_a_lock_storm_and_pinning_cuts_its_futex_handoffs() {
     let pinned = TestCgroup::new("diag-storm-pinned");
     let pinned_run = storm(&pinned, true);
 
-    let per_op = |run: &StormRun, key: &str| num(&run.futex, key) / num(&run.truth, "ops");
+    let per_op = |run: &StormRun, key: &str| {
+        let figure = match key {
+            "waits" => run.futex.waits as f64,
+            "wait_seconds" => run.futex.wait_seconds,
+            _ => panic!("no futex figure {key}"),
+        };
+        figure / num(&run.truth, "ops")
+    };
     for (name, cg, run) in [
         ("unpinned", &free, &free_run),
         ("pinned", &pinned, &pinned_run),
     ] {
         eprintln!(
-            "{name} storm: findings {}; trace futex {}; workload {}; futex waits/op {:.3e}, \
+            "{name} storm: findings {}; trace futex {:?}; workload {}; futex waits/op {:.3e}, \
              wait s/op {:.3e}",
             compact(&run.diagnosis.about(cg)),
             run.futex,
@@ -307,9 +293,9 @@ fn mutex_storm_is_a_lock_storm_and_pinning_cuts_its_futex_handoffs() {
     let free_storm = assert_lock_storm(&free_run, &free, cpus() as f64);
     let pinned_storm = assert_lock_storm(&pinned_run, &pinned, 1.0);
     assert_eq!(
-        evidence(pinned_storm, "cpuset_cpus"),
+        pinned_storm.figure("cpuset_cpus"),
         1.0,
-        "the pinned storm's cpuset has one CPU: {pinned_storm}"
+        "the pinned storm's cpuset has one CPU: {pinned_storm:#?}"
     );
 
     // Pinned: fewer futex hand-offs per operation (trace + the workload's own count) ...
@@ -321,8 +307,8 @@ fn mutex_storm_is_a_lock_storm_and_pinning_cuts_its_futex_handoffs() {
     );
     // ... and the diagnosis says so: far fewer futex waits per second, with no migrations.
     let (free_rate, pinned_rate) = (
-        evidence(free_storm, "futex_waits_per_second"),
-        evidence(pinned_storm, "futex_waits_per_second"),
+        free_storm.figure("futex_waits_per_second"),
+        pinned_storm.figure("futex_waits_per_second"),
     );
     assert!(
         pinned_rate <= 0.75 * free_rate,
@@ -330,16 +316,16 @@ fn mutex_storm_is_a_lock_storm_and_pinning_cuts_its_futex_handoffs() {
          {free_rate}"
     );
     assert!(
-        evidence(pinned_storm, "migrations_per_second") < 1.0,
-        "pinned to one CPU the storm's threads cannot migrate: {pinned_storm}"
+        pinned_storm.figure("migrations_per_second") < 1.0,
+        "pinned to one CPU the storm's threads cannot migrate: {pinned_storm:#?}"
     );
 }
 
 /// Findings as `kind {evidence}` lines, for messages.
-fn compact(findings: &[&Value]) -> String {
+fn compact(findings: &[&Finding]) -> String {
     findings
         .iter()
-        .map(|f| format!("{} {}", f["kind"], f["evidence"]))
+        .map(|f| format!("{} {:?}", f.kind, f.evidence))
         .collect::<Vec<_>>()
         .join("; ")
 }
@@ -439,33 +425,25 @@ fn diagnose_without_a_special_workload_says_what_it_checked() {
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
-    let report: Value = serde_json::from_str(&text)
-        .unwrap_or_else(|e| panic!("diagnose --json printed no JSON document ({e}):\n{text}"));
-    let checked = &report["checked"];
-    let rules: Vec<&str> = checked["rules"]
-        .as_array()
-        .unwrap_or_else(|| panic!("`checked.rules` should be a list: {checked}"))
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
+    let report: report::Diagnosis = report::parse("diagnose --json", &text);
+    let checked = &report.checked;
+    let rules = &checked.rules;
     for rule in RULES {
         assert!(
-            rules.contains(&rule),
+            rules.iter().any(|r| r == rule),
             "rule {rule} not in checked.rules: {rules:?}"
         );
     }
     assert_eq!(
-        num(checked, "host_cpus"),
-        cpus() as f64,
-        "checked.host_cpus: {checked}"
+        checked.host_cpus,
+        cpus() as u64,
+        "checked.host_cpus: {checked:#?}"
     );
     assert!(
-        num(checked, "duration_seconds") >= 1.9,
-        "checked.duration_seconds covers the 2 s asked for: {checked}"
+        checked.duration_seconds >= 1.9,
+        "checked.duration_seconds covers the 2 s asked for: {checked:#?}"
     );
-    let findings = report["findings"]
-        .as_array()
-        .unwrap_or_else(|| panic!("`findings` should be a list: {report}"));
+    let findings = &report.findings;
     assert_eq!(
         code == Some(EXIT_FINDINGS),
         !findings.is_empty(),
@@ -475,15 +453,14 @@ fn diagnose_without_a_special_workload_says_what_it_checked() {
 }
 
 /// The lock-storm rule's figures for `cgroup` (`checked.lock_storm`).
-fn storm_figures<'a>(d: &'a Diagnosis, cgroup: &TestCgroup) -> &'a Value {
-    d.report["checked"]["lock_storm"]
-        .as_array()
-        .and_then(|l| l.iter().find(|c| c["cgroup"] == cgroup.rel_path()))
+fn storm_figures(d: &Diagnosis, cgroup: &TestCgroup) -> StormCheck {
+    d.report
+        .storm_figures(cgroup.rel_path())
         .unwrap_or_else(|| {
             panic!(
-                "no lock-storm figures for {}: {}",
+                "no lock-storm figures for {}: {:#?}",
                 cgroup.rel_path(),
-                d.report["checked"]["lock_storm"]
+                d.report.checked.lock_storm
             )
         })
 }
@@ -520,7 +497,7 @@ fn a_process_that_exits_inside_the_window_keeps_its_identity() {
         storm_figures(&lived, &lived_cgroup),
         storm_figures(&short, &short_cgroup),
     );
-    eprintln!("alive through the window: {lived_f}\nexited inside it: {short_f}");
+    eprintln!("alive through the window: {lived_f:?}\nexited inside it: {short_f:?}");
     for (d, cgroup) in [(&lived, &lived_cgroup), (&short, &short_cgroup)] {
         assert!(
             !d.kinds_about(cgroup).iter().any(|k| k == "lock_storm"),
@@ -528,18 +505,21 @@ fn a_process_that_exits_inside_the_window_keeps_its_identity() {
             d.about(cgroup)
         );
     }
-    let runtime = |f: &Value| num(f, "runtime_handoffs_per_cpu_second");
-    let queue = |f: &Value| num(f, "handoff_threads");
+    let runtime = |f: &StormCheck| {
+        f.runtime_handoffs_per_cpu_second
+            .unwrap_or_else(|| panic!("runtime_handoffs_per_cpu_second is null: {f:?}"))
+    };
+    let queue = |f: &StormCheck| f.handoff_threads as f64;
     assert!(
-        runtime(lived_f) > 0.0 && runtime(short_f) > 0.0,
+        runtime(&lived_f) > 0.0 && runtime(&short_f) > 0.0,
         "the JVM's service threads are the runtime's, whether it exits or not: {} and {}",
-        runtime(lived_f),
-        runtime(short_f)
+        runtime(&lived_f),
+        runtime(&short_f)
     );
     assert!(
-        queue(short_f) <= queue(lived_f) + 2.0,
+        queue(&short_f) <= queue(&lived_f) + 2.0,
         "the lock's queue of a JVM that exited ({}) should be the one it has alive ({})",
-        queue(short_f),
-        queue(lived_f)
+        queue(&short_f),
+        queue(&lived_f)
     );
 }

@@ -21,8 +21,11 @@ use std::process::Command;
 
 use serde_json::Value;
 use stormwatch_tests::{
-    Agent, Finished, TestCgroup, assert_within, bpftrace::Bpftrace, cpus, num, require_bpf,
-    run_in_cgroup, run_workload, workload_result,
+    Agent, Finished, TestCgroup, assert_within,
+    bpftrace::Bpftrace,
+    cpus,
+    report::{Futex, KernelLockSite},
+    require_bpf, run_in_cgroup, run_workload, workload_result,
 };
 
 const STORM_THREADS: usize = 32;
@@ -61,10 +64,11 @@ fn run_storm(cgroup: &TestCgroup, seconds: f64) -> Value {
 }
 
 /// The agent's futex figures of the cgroup.
-fn futex_of<'a>(done: &'a Finished, cgroup: &TestCgroup) -> &'a Value {
-    let f = &done.container(cgroup)["futex"];
-    assert!(f.is_object(), "futex figures missing or null: {f}");
-    f
+fn futex_of<'a>(done: &'a Finished, cgroup: &TestCgroup) -> &'a Futex {
+    let c = done.trace.container(cgroup);
+    c.futex
+        .as_ref()
+        .unwrap_or_else(|| panic!("futex figures missing or null: {c:#?}"))
 }
 
 #[test]
@@ -83,11 +87,12 @@ fn mutex_storm_futex_waits_match_bpftrace_and_name_the_mutex() {
         maps.require("@waits") as f64,
         maps.require("@wait_ns") as f64 / 1e9,
     );
-    let (waits, wait_s) = (num(f, "waits"), num(f, "wait_seconds"));
+    let (waits, wait_s) = (f.waits as f64, f.wait_seconds);
+    let c = done.trace.container(&cgroup);
     eprintln!(
         "mutex storm {STORM_THREADS} threads: agent futex waits {waits}, {wait_s} s; \
-         bpftrace {bt_waits}, {bt_wait_s} s; workload {truth}\n  futex {f}\n  hot {}",
-        done.container(&cgroup)["hot_futexes"]
+         bpftrace {bt_waits}, {bt_wait_s} s; workload {truth}\n  futex {f:?}\n  hot {:?}",
+        c.hot_futexes
     );
     // The workload's design, not the agent: the comparison must be about many real waits.
     assert!(
@@ -100,26 +105,26 @@ fn mutex_storm_futex_waits_match_bpftrace_and_name_the_mutex() {
     assert_within("futex waits", waits, bt_waits, 0.10);
 
     // The hottest futex is the storm's mutex, in the storm's process.
-    let hot = done.container(&cgroup)["hot_futexes"]
-        .as_array()
+    let hot = c
+        .hot_futexes
+        .as_ref()
         .and_then(|h| h.first())
-        .unwrap_or_else(|| panic!("no hot_futexes in {}", done.container(&cgroup)));
+        .unwrap_or_else(|| panic!("no hot_futexes in {c:#?}"));
     let mutex_addr = truth["mutex_addr"].as_str().expect("workload's mutex_addr");
     assert_eq!(
-        hot["uaddr"].as_str(),
-        Some(mutex_addr),
-        "hottest futex should be the workload's mutex {mutex_addr}: {hot}"
+        hot.uaddr, mutex_addr,
+        "hottest futex should be the workload's mutex {mutex_addr}: {hot:?}"
     );
     assert_eq!(
-        hot["tgid"].as_u64(),
+        Some(hot.tgid),
         truth["pid"].as_u64(),
-        "hottest futex's process: {hot}"
+        "hottest futex's process: {hot:?}"
     );
-    assert_eq!(hot["comm"], "mutex_storm", "hottest futex's comm: {hot}");
+    assert_eq!(hot.comm, "mutex_storm", "hottest futex's comm: {hot:?}");
     // Nearly every wait of the storm is on its one mutex (the rest: joins at the end).
     assert!(
-        num(hot, "waits") >= 0.9 * waits,
-        "the mutex should account for nearly all {waits} waits: {hot}"
+        hot.waits as f64 >= 0.9 * waits,
+        "the mutex should account for nearly all {waits} waits: {hot:?}"
     );
 }
 
@@ -173,26 +178,26 @@ fn futex_wakes_timeouts_and_eagain_match_the_calls_made() {
     let maps = bt.stop();
     let done = agent.finish();
     let f = futex_of(&done, &cgroup);
-    eprintln!("futex calls: agent {f}; workload {truth}; bpftrace {maps:?}");
+    eprintln!("futex calls: agent {f:?}; workload {truth}; bpftrace {maps:?}");
     // The workload's own counts, from its calls' return values.
     assert_eq!(truth["timeouts"], 20, "{truth}");
     assert_eq!(truth["eagain"], 300, "{truth}");
     assert_eq!(truth["woken"], 100, "{truth}");
-    for (agent_field, bt_map, workload_field) in [
-        ("waits", "@waits", "wait_calls"),
-        ("wakes", "@wakes", "wake_calls"),
-        ("woken", "@woken", "woken"),
-        ("timeouts", "@timeouts", "timeouts"),
-        ("eagain", "@eagain", "eagain"),
+    for (agent_field, agent_count, bt_map, workload_field) in [
+        ("waits", f.waits, "@waits", "wait_calls"),
+        ("wakes", f.wakes, "@wakes", "wake_calls"),
+        ("woken", f.woken, "@woken", "woken"),
+        ("timeouts", f.timeouts, "@timeouts", "timeouts"),
+        ("eagain", f.eagain, "@eagain", "eagain"),
     ] {
-        let agent_count = num(f, agent_field);
+        let agent_count = agent_count as f64;
         let bt_count = maps.require(bt_map) as f64;
         let made = truth[workload_field]
             .as_f64()
             .unwrap_or_else(|| panic!("workload's {workload_field}: {truth}"));
         assert_eq!(
             agent_count, bt_count,
-            "futex {agent_field}: agent {agent_count}, bpftrace {bt_count} ({f})"
+            "futex {agent_field}: agent {agent_count}, bpftrace {bt_count} ({f:?})"
         );
         assert!(
             agent_count >= made,
@@ -212,8 +217,9 @@ fn lost_events_list_every_reason() {
     let truth = run_storm(&cgroup, seconds);
     agent.assert_still_tracing("the mutex storm");
     let done = agent.finish();
-    let lost = &done.report["lost_events"];
-    eprintln!("lost_events {lost}; storm {truth}");
+    // Typed, every reason is a count (`u64`): one that is not fails the parse in `finish`.
+    let lost = &done.trace.lost_events;
+    eprintln!("lost_events {lost:?}; storm {truth}");
     let reasons = [
         "cgroup_map_full",
         "counter_regression",
@@ -232,15 +238,23 @@ fn lost_events_list_every_reason() {
     ];
     for r in reasons {
         assert!(
-            lost[r].is_u64(),
-            "lost_events.{r} should be a count: {lost}"
+            lost.contains_key(r),
+            "lost_events.{r} should be a count: {lost:?}"
         );
     }
-    // Other probe families add their own reasons; each must be a count too.
-    for (reason, n) in lost.as_object().expect("lost_events is an object") {
-        assert!(n.is_u64(), "lost_events.{reason} should be a count: {lost}");
+    // Other probe families add their own reasons; each must be a count too. (The typed map
+    // already refuses a value that is not one when `finish` parses the document; this says
+    // so by name.)
+    let raw = done.json["lost_events"]
+        .as_object()
+        .expect("lost_events is an object");
+    for (reason, n) in raw {
+        assert!(
+            n.is_u64(),
+            "lost_events.{reason} should be a count: {lost:?}"
+        );
     }
-    let storm_waits = num(futex_of(&done, &cgroup), "waits");
+    let storm_waits = futex_of(&done, &cgroup).waits as f64;
     assert!(
         storm_waits >= 200.0,
         "premise: the storm should make hundreds of futex waits at least: {storm_waits}"
@@ -274,13 +288,15 @@ fn waits_begun_before_attach_are_unpaired_exits() {
     let truth = workload_result(child);
     agent.assert_still_tracing("the parked threads");
     let done = agent.finish();
-    let lost = &done.report["lost_events"];
-    eprintln!("parked {parked}: lost_events {lost}; workload {truth}");
+    let lost = &done.trace.lost_events;
+    eprintln!("parked {parked}: lost_events {lost:?}; workload {truth}");
     assert_eq!(truth["parked"], parked, "{truth}");
-    let unpaired = num(lost, "futex_unpaired_exit");
+    let unpaired = *lost
+        .get("futex_unpaired_exit")
+        .unwrap_or_else(|| panic!("no futex_unpaired_exit in {lost:?}"));
     assert!(
-        unpaired >= parked as f64,
-        "{parked} waits began before attach, yet futex_unpaired_exit is {unpaired}: {lost}"
+        unpaired >= parked,
+        "{parked} waits began before attach, yet futex_unpaired_exit is {unpaired}: {lost:?}"
     );
 }
 
@@ -296,9 +312,9 @@ fn spin_workload_shows_next_to_no_futex_waiting() {
     agent.assert_still_tracing("the spin workload");
     let done = agent.finish();
     let f = futex_of(&done, &cgroup);
-    let (waits, wait_s) = (num(f, "waits"), num(f, "wait_seconds"));
+    let (waits, wait_s) = (f.waits as f64, f.wait_seconds);
     let thread_seconds = threads as f64 * seconds;
-    eprintln!("spin {threads} threads: futex {f}; workload {truth}");
+    eprintln!("spin {threads} threads: futex {f:?}; workload {truth}");
     assert!(
         wait_s < 0.01 * thread_seconds,
         "spin: {wait_s} s of futex wait is not < 1% of its {thread_seconds} thread-seconds"
@@ -357,25 +373,29 @@ fn mmap_storm_contends_mmap_lock(force_tracepoints: bool) {
     } else {
         "tp_btf"
     };
-    let probes = done.report["probes"].as_array().expect("`probes` array");
     for tp in ["lock:contention_begin", "lock:contention_end"] {
-        let p = probes
-            .iter()
-            .find(|p| p["tracepoint"] == tp)
-            .unwrap_or_else(|| panic!("probe {tp} missing from the report: {probes:?}"));
-        assert_eq!(p["kind"], how, "probe {tp} attached as {how}: {p}");
+        assert_eq!(
+            done.trace.probe_kind(tp),
+            Some(how),
+            "probe {tp} attached as {how}: {:?}",
+            done.trace.probes
+        );
     }
-    let c = done.container(&cgroup);
-    let w = &c["kernel_locks"]["rwsem_write"];
-    let sites = &c["kernel_lock_sites"];
+    let c = done.trace.container(&cgroup);
+    let w = c
+        .kernel_locks
+        .as_ref()
+        .and_then(|k| k.get("rwsem_write"))
+        .unwrap_or_else(|| panic!("no kernel_locks.rwsem_write: {c:#?}"));
+    let sites = &c.kernel_lock_sites;
     let (bt_waits, bt_wait_s) = (
         maps.require("@waits") as f64,
         maps.require("@wait_ns") as f64 / 1e9,
     );
     eprintln!(
-        "mmap storm {threads} threads ({how}): agent rwsem_write {w}; bpftrace {bt_waits} \
-         waits, {bt_wait_s} s; workload {truth}\n  kernel_locks {}\n  sites {sites}",
-        c["kernel_locks"]
+        "mmap storm {threads} threads ({how}): agent rwsem_write {w:?}; bpftrace {bt_waits} \
+         waits, {bt_wait_s} s; workload {truth}\n  kernel_locks {:?}\n  sites {sites:?}",
+        c.kernel_locks
     );
     assert!(
         bt_waits >= 100.0,
@@ -383,10 +403,10 @@ fn mmap_storm_contends_mmap_lock(force_tracepoints: bool) {
          (bpftrace saw {bt_waits}): {truth}",
         cpus()
     );
-    let (count, wait_s) = (num(w, "count"), num(w, "wait_seconds"));
+    let (count, wait_s) = (w.count as f64, w.wait_seconds);
     assert!(
         count > 0.0 && wait_s > 0.0,
-        "rwsem_write figures should be non-zero: {w}"
+        "rwsem_write figures should be non-zero: {w:?}"
     );
     assert_within("rwsem_write contentions", count, bt_waits, 0.10);
     assert_within("rwsem_write wait seconds", wait_s, bt_wait_s, 0.10);
@@ -396,19 +416,18 @@ fn mmap_storm_contends_mmap_lock(force_tracepoints: bool) {
     // called a `down_write*` function. The stable property: kind rwsem_write, locking function
     // down_write…, and a caller whose name is about mapping memory.
     let sites = sites
-        .as_array()
-        .unwrap_or_else(|| panic!("kernel_lock_sites should be a list: {c}"));
+        .as_ref()
+        .unwrap_or_else(|| panic!("kernel_lock_sites should be a list: {c:#?}"));
     let mm_site = sites.iter().find(|s| {
-        let function = s["function"].as_str().unwrap_or("");
-        let name = function.split('+').next().unwrap_or("");
-        s["kind"] == "rwsem_write"
-            && s["lock_function"]
-                .as_str()
+        let name = s.function.split('+').next().unwrap_or("");
+        s.kind == "rwsem_write"
+            && s.lock_function
+                .as_deref()
                 .is_some_and(|l| l.starts_with("down_write"))
             && (name.contains("mmap") || name.contains("munmap") || name.contains("mprotect"))
     });
     assert!(
-        mm_site.is_some_and(|s| num(s, "count") > 0.0 && num(s, "wait_seconds") > 0.0),
+        mm_site.is_some_and(|s| s.count > 0 && s.wait_seconds > 0.0),
         "kernel_lock_sites should name an mmap/munmap caller of down_write* (rwsem_write): \
          {sites:?}"
     );
@@ -418,11 +437,9 @@ fn mmap_storm_contends_mmap_lock(force_tracepoints: bool) {
     // at least that long.
     let bt_long = maps.require("@long_waits") as f64;
     let long_s = stormwatch_common::LOCK_SITE_MIN_WAIT_NS as f64 / 1e9;
-    let write_sites: Vec<&Value> = sites
-        .iter()
-        .filter(|s| s["kind"] == "rwsem_write")
-        .collect();
-    let site_count: f64 = write_sites.iter().map(|s| num(s, "count")).sum();
+    let write_sites: Vec<&KernelLockSite> =
+        sites.iter().filter(|s| s.kind == "rwsem_write").collect();
+    let site_count: f64 = write_sites.iter().map(|s| s.count as f64).sum();
     eprintln!("rwsem_write waits >= {long_s} s: sites {site_count}, bpftrace {bt_long}");
     assert!(
         bt_long >= 50.0,
@@ -437,8 +454,8 @@ fn mmap_storm_contends_mmap_lock(force_tracepoints: bool) {
     );
     for s in &write_sites {
         assert!(
-            num(s, "max_wait_seconds") >= long_s,
-            "a call site's longest wait is at least {long_s} s: {s}"
+            s.max_wait_seconds >= long_s,
+            "a call site's longest wait is at least {long_s} s: {s:?}"
         );
     }
 }

@@ -9,10 +9,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use serde_json::Value;
 use stormwatch_tests::{
     Agent,
     daemon::{Daemon, sample, wait_for},
+    report::{self, Diagnosis, Host, Trace},
     require_bpf,
 };
 
@@ -95,7 +95,7 @@ fn clock_ticks_per_second() -> f64 {
 /// test's own readings: `lower` is steal between two instants surely inside the agent's window
 /// (after it said it was attached — its window had begun — and half the duration later, well
 /// before it can end), `upper` is steal from before the agent started to after it exited.
-fn run_bracketed(command: &str, duration: Duration) -> (Value, f64, f64) {
+fn run_bracketed(command: &str, duration: Duration) -> (Host, f64, f64) {
     require_bpf();
     let before = steal_ticks();
     let d = format!("{}", duration.as_secs_f64());
@@ -117,43 +117,42 @@ fn run_bracketed(command: &str, duration: Duration) -> (Value, f64, f64) {
         out.status,
         out.stderr.join("\n")
     );
-    let report: Value = serde_json::from_str(&out.stdout_text())
-        .unwrap_or_else(|e| panic!("{command} --json is not JSON ({e}):\n{}", out.stdout_text()));
+    let what = format!("{command} --json");
+    let host = match command {
+        "trace" => report::parse::<Trace>(&what, &out.stdout_text()).host,
+        "diagnose" => report::parse::<Diagnosis>(&what, &out.stdout_text()).host,
+        _ => panic!("no document of `stormwatch {command}`"),
+    };
     let hz = clock_ticks_per_second();
     let lower = inside_to.saturating_sub(inside_from) as f64 / hz;
     let upper = after.saturating_sub(before) as f64 / hz;
     eprintln!(
         "{command}: steal inside the window >= {lower:.2} s, around the run <= {upper:.2} s; \
-         the agent says {}",
-        report["host"]["steal_seconds"]
+         the agent says {:?}",
+        host.steal_seconds
     );
-    (report, lower, upper)
+    (host, lower, upper)
 }
 
 /// The static parts of `"host"` against their independent sources.
-fn check_static(host: &Value) {
+fn check_static(host: &Host) {
     let want = systemd_hypervisor();
     assert_eq!(
-        host["hypervisor"].as_str().map(str::to_owned),
-        want,
-        "hypervisor: the agent says {}, systemd-detect-virt --vm says {want:?}",
-        host["hypervisor"]
+        host.hypervisor, want,
+        "hypervisor: the agent says {:?}, systemd-detect-virt --vm says {want:?}",
+        host.hypervisor
     );
     if let Some(kernel_says) = kernel_hypervisor() {
-        assert_eq!(host["hypervisor"].as_str(), Some(kernel_says.as_str()));
+        assert_eq!(host.hypervisor.as_deref(), Some(kernel_says.as_str()));
     }
 
     let (ok, online) = command_output("getconf", &["_NPROCESSORS_ONLN"], "libc-bin");
     assert!(ok);
-    assert_eq!(
-        host["cpus"].as_u64(),
-        Some(online.parse().unwrap()),
-        "{host}"
-    );
+    assert_eq!(host.cpus, online.parse::<u64>().unwrap(), "{host:?}");
 
     let (ok, release) = command_output("uname", &["-r"], "coreutils");
     assert!(ok);
-    assert_eq!(host["kernel"].as_str(), Some(release.as_str()));
+    assert_eq!(host.kernel, release);
 
     // One directory per node the kernel registered (what the agent reads is the `online` list).
     let nodes = std::fs::read_dir("/sys/devices/system/node")
@@ -166,15 +165,15 @@ fn check_static(host: &Value) {
                 .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
         })
         .count();
-    assert_eq!(host["numa_nodes"].as_u64(), Some(nodes as u64), "{host}");
+    assert_eq!(host.numa_nodes, Some(nodes as u64), "{host:?}");
 }
 
 /// Steal within the bracket, to one clock tick (the agent's readings are ticks too).
-fn check_steal(host: &Value, lower: f64, upper: f64) {
+fn check_steal(host: &Host, lower: f64, upper: f64) {
     let tick = 1.0 / clock_ticks_per_second();
-    let steal = host["steal_seconds"]
-        .as_f64()
-        .unwrap_or_else(|| panic!("no steal_seconds: {host}"));
+    let steal = host
+        .steal_seconds
+        .unwrap_or_else(|| panic!("no steal_seconds: {host:?}"));
     assert!(
         steal >= lower - tick && steal <= upper + tick,
         "steal_seconds {steal} outside [{lower}, {upper}] measured from /proc/stat"
@@ -183,18 +182,16 @@ fn check_steal(host: &Value, lower: f64, upper: f64) {
 
 #[test]
 fn trace_json_names_this_hosts_hypervisor_cpus_kernel_and_steal() {
-    let (report, lower, upper) = run_bracketed("trace", Duration::from_secs(6));
-    let host = &report["host"];
-    check_static(host);
-    check_steal(host, lower, upper);
+    let (host, lower, upper) = run_bracketed("trace", Duration::from_secs(6));
+    check_static(&host);
+    check_steal(&host, lower, upper);
 }
 
 #[test]
 fn diagnose_json_has_the_same_host() {
-    let (report, lower, upper) = run_bracketed("diagnose", Duration::from_secs(6));
-    let host = &report["host"];
-    check_static(host);
-    check_steal(host, lower, upper);
+    let (host, lower, upper) = run_bracketed("diagnose", Duration::from_secs(6));
+    check_static(&host);
+    check_steal(&host, lower, upper);
 }
 
 fn unix_now() -> f64 {

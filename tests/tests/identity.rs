@@ -21,7 +21,7 @@ use std::{
 };
 
 use serde_json::Value;
-use stormwatch_tests::{Agent, TestCgroup, cgroupfs, num, require_bpf, run_in_cgroup, v2_root};
+use stormwatch_tests::{Agent, TestCgroup, cgroupfs, require_bpf, run_in_cgroup, v2_root};
 
 const NAMESPACE: &str = "sw-test";
 const CONTAINER: &str = "busy";
@@ -333,32 +333,34 @@ fn runc_container_in_kubepods_layout_is_named_and_its_switches_attributed() {
     let _ = rival_child.wait_with_output();
 
     let c = done
+        .trace
         .container_by_path(&cgroup_rel)
         .unwrap_or_else(|| {
-            let seen: Vec<String> = done
-                .containers()
-                .iter()
-                .map(|c| c["cgroup"].to_string())
-                .collect();
-            panic!("the container's cgroup {cgroup_rel} is not in the report: {seen:?}")
-        })
-        .clone();
-    let cs = &c["context_switches"];
-    let got = num(cs, "voluntary") + num(cs, "involuntary");
+            panic!(
+                "the container's cgroup {cgroup_rel} is not in the report: {}",
+                done.trace.cgroups()
+            )
+        });
+    let cs = c.switches();
+    let got = cs.total() as f64;
     let (lower, upper) = (
         (inner_after - inner_before) as f64,
         (outer_after - outer_before) as f64,
     );
     eprintln!(
-        "container {}: namespace {} pod {} container {} runtime {} id {}; switches {cs} = {got}, \
-         /proc inner {lower}, outer {upper}",
-        c["cgroup"], c["namespace"], c["pod"], c["container"], c["runtime"], c["container_id"]
+        "container {:?}: namespace {:?} pod {:?} container {:?} runtime {} id {:?}; switches \
+         {cs:?} = {got}, /proc inner {lower}, outer {upper}",
+        c.cgroup, c.namespace, c.pod, c.container, c.runtime, c.container_id
     );
-    assert_eq!(c["namespace"], NAMESPACE, "namespace: {c}");
-    assert_eq!(c["pod"], pod_name.as_str(), "pod: {c}");
-    assert_eq!(c["container"], CONTAINER, "container: {c}");
-    assert_eq!(c["runtime"], "containerd", "runtime: {c}");
-    assert_eq!(c["container_id"], id.as_str(), "container_id: {c}");
+    assert_eq!(c.namespace.as_deref(), Some(NAMESPACE), "namespace: {c:#?}");
+    assert_eq!(c.pod.as_deref(), Some(pod_name.as_str()), "pod: {c:#?}");
+    assert_eq!(c.container.as_deref(), Some(CONTAINER), "container: {c:#?}");
+    assert_eq!(c.runtime, "containerd", "runtime: {c:#?}");
+    assert_eq!(
+        c.container_id.as_deref(),
+        Some(id.as_str()),
+        "container_id: {c:#?}"
+    );
 
     // The premise: the container switched measurably inside the trace, so attribution is
     // checked on real events. Sharing one CPU with a rival, the busy loop is preempted every

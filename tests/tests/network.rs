@@ -14,7 +14,6 @@
 
 use std::collections::HashMap;
 
-use serde_json::Value;
 use stormwatch_tests::{
     Agent, TestCgroup, assert_within,
     daemon::{Daemon, assert_promtool_clean, sample_with, wait_for, write_file},
@@ -22,7 +21,8 @@ use stormwatch_tests::{
         NODE_B_OVERLAY_IP, Netns, OVERLAY_DEV, OuterDf, Overlay, POD_DEV, PingDf, UNDERLAY_A,
         delta, ping_counts, ping_node_b, require_tools, underlay_between,
     },
-    num, require_bpf, run_in_cgroup,
+    report::{self, Diagnosis, Finding, Interface, NetworkSummary, Trace},
+    require_bpf, run_in_cgroup,
 };
 
 /// The agent runs this long: long enough for the traffic below, which starts once it attached.
@@ -42,13 +42,13 @@ impl Watch {
     }
 
     /// (trace report, diagnose report).
-    fn finish(mut self, what: &str) -> (Value, Value) {
+    fn finish(mut self, what: &str) -> (Trace, Diagnosis) {
         self.trace.assert_still_tracing(what);
         assert!(
             self.diagnose.is_running(),
             "the diagnosis ended before {what} did"
         );
-        let report = self.trace.finish().report;
+        let report = self.trace.finish().trace;
         let out = self.diagnose.finish_output();
         // 3: findings; 0: none.
         let code = out.status.code();
@@ -58,9 +58,7 @@ impl Watch {
             out.status,
             out.stderr.join("\n")
         );
-        let text = out.stdout_text();
-        let diag: Value = serde_json::from_str(&text)
-            .unwrap_or_else(|e| panic!("diagnose printed no JSON ({e}):\n{text}"));
+        let diag: Diagnosis = report::parse("stormwatch diagnose --json", &out.stdout_text());
         (report, diag)
     }
 }
@@ -76,77 +74,37 @@ fn run_in(
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-fn interfaces_of(report: &Value, netns: u64) -> Vec<&Value> {
-    report["interfaces"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no `interfaces` list: {report}"))
-        .iter()
-        .filter(|i| i["netns"].as_u64() == Some(netns))
-        .collect()
-}
-
-fn interface<'a>(report: &'a Value, netns: u64, name: &str) -> &'a Value {
-    interfaces_of(report, netns)
+/// The sum of `figure` over a namespace's interfaces.
+fn sum_over(report: &Trace, netns: u64, figure: impl Fn(&Interface) -> u64) -> f64 {
+    report
+        .interfaces_of(netns)
         .into_iter()
-        .find(|i| i["name"] == name)
-        .unwrap_or_else(|| {
-            panic!(
-                "no interface {name} in netns {netns}: {}",
-                report["interfaces"]
-            )
-        })
-}
-
-fn namespace(report: &Value, netns: u64) -> &Value {
-    report["network_namespaces"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no `network_namespaces` list: {report}"))
-        .iter()
-        .find(|n| n["netns"].as_u64() == Some(netns))
-        .unwrap_or_else(|| panic!("netns {netns} not in {}", report["network_namespaces"]))
-}
-
-/// The sum of `dir.field` over a namespace's interfaces.
-fn sum_over(report: &Value, netns: u64, dir: &str, field: &str) -> f64 {
-    interfaces_of(report, netns)
-        .iter()
-        .map(|i| num(&i[dir], field))
+        .map(|i| figure(i) as f64)
         .sum()
 }
 
 /// All drops at a namespace's interfaces, every reason.
-fn drops_in(report: &Value, netns: u64) -> f64 {
-    interfaces_of(report, netns)
-        .iter()
-        .flat_map(|i| {
-            i["drops"]
-                .as_object()
-                .unwrap_or_else(|| panic!("no drops object on {i}"))
-                .values()
-                .map(|v| v.as_f64().unwrap())
-        })
-        .sum()
+fn drops_in(report: &Trace, netns: u64) -> f64 {
+    sum_over(report, netns, Interface::drops_total)
 }
 
 /// The `mtu_mismatch` findings about the given namespaces.
-fn mtu_findings(diag: &Value, inodes: &[u64]) -> Vec<Value> {
-    diag["findings"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no findings list: {diag}"))
+fn mtu_findings(diag: &Diagnosis, inodes: &[u64]) -> Vec<Finding> {
+    diag.findings
         .iter()
-        .filter(|f| f["kind"] == "mtu_mismatch")
+        .filter(|f| f.kind == "mtu_mismatch")
         .filter(|f| {
-            let ns = f["evidence"]["netns"].as_f64().map(|n| n as u64);
+            let ns = f.evidence("netns").map(|n| n as u64);
             ns.is_some_and(|n| inodes.contains(&n))
         })
         .cloned()
         .collect()
 }
 
-fn finding_for(findings: &[Value], netns: u64) -> &Value {
+fn finding_for(findings: &[Finding], netns: u64) -> &Finding {
     findings
         .iter()
-        .find(|f| f["evidence"]["netns"].as_f64() == Some(netns as f64))
+        .find(|f| f.evidence("netns") == Some(netns as f64))
         .unwrap_or_else(|| panic!("no mtu_mismatch finding for netns {netns}: {findings:#?}"))
 }
 
@@ -193,8 +151,8 @@ fn overlay_as_large_as_its_underlay_fragments_and_is_found() {
     );
 
     // The interface probes see each fragment leave and arrive.
-    let tx_frags = sum_over(&report, a_ns, "tx", "fragments");
-    let rx_frags = sum_over(&report, a_ns, "rx", "fragments");
+    let tx_frags = sum_over(&report, a_ns, |i| i.tx().fragments);
+    let rx_frags = sum_over(&report, a_ns, |i| i.rx().fragments);
     eprintln!("agent: node A fragments sent {tx_frags}, received {rx_frags}");
     assert_within(
         "fragments sent by node A's interfaces",
@@ -209,59 +167,65 @@ fn overlay_as_large_as_its_underlay_fragments_and_is_found() {
         0.02,
     );
     // The namespace's own counters, as the agent read them over its window.
-    let counters = &namespace(&report, a_ns)["counters"];
+    let counters = snmp_of(&report, a_ns);
     assert_within(
         "node A's FragCreates as the agent reports it",
-        num(counters, "fragments_created"),
+        counters.fragments_created.expect("fragments_created") as f64,
         frag_a,
         0.02,
     );
 
     // The inventory: the overlay, its overhead and its underlay.
-    let ov = interface(&report, a_ns, OVERLAY_DEV);
-    assert_eq!(ov["kind"], "vxlan", "{ov}");
-    assert_eq!(ov["mtu"], 1500);
-    assert_eq!(ov["encapsulation_overhead"], 50);
-    assert_eq!(ov["underlay"]["name"], UNDERLAY_A, "{ov}");
-    assert_eq!(ov["underlay"]["path_mtu"], 1500);
-    assert!(num(&ov["tx"], "packets") >= sent as f64, "{ov}");
-    let ul = interface(&report, a_ns, UNDERLAY_A);
-    assert_eq!(ul["kind"], "veth");
-    assert_eq!(ul["encapsulation_overhead"], 0);
+    let ov = report.interface(a_ns, OVERLAY_DEV);
+    assert_eq!(ov.kind, "vxlan", "{ov:#?}");
+    assert_eq!(ov.mtu, 1500);
+    assert_eq!(ov.encapsulation_overhead, Some(50));
+    let underlay = ov.underlay.as_ref();
     assert_eq!(
-        ul["peer"]["netns"], b_ns,
-        "the veth's peer is node B's: {ul}"
+        underlay.map(|u| u.name.as_str()),
+        Some(UNDERLAY_A),
+        "{ov:#?}"
     );
-    let decoy = interface(&report, decoy_a.inode(), UNDERLAY_A);
+    assert_eq!(underlay.map(|u| u.path_mtu), Some(1500));
+    assert!(ov.tx().packets >= sent, "{ov:#?}");
+    let ul = report.interface(a_ns, UNDERLAY_A);
+    assert_eq!(ul.kind, "veth");
+    assert_eq!(ul.encapsulation_overhead, Some(0));
     assert_eq!(
-        (&decoy["ifindex"], &decoy["peer"]["ifindex"]),
-        (&ul["ifindex"], &ul["peer"]["ifindex"]),
-        "the decoy pair is numbered as the underlay is: {decoy}"
+        ul.peer.as_ref().map(|p| p.netns),
+        Some(b_ns),
+        "the veth's peer is node B's: {ul:#?}"
+    );
+    let decoy = report.interface(decoy_a.inode(), UNDERLAY_A);
+    assert_eq!(
+        (decoy.ifindex, decoy.peer.as_ref().map(|p| p.ifindex)),
+        (ul.ifindex, ul.peer.as_ref().map(|p| p.ifindex)),
+        "the decoy pair is numbered as the underlay is: {decoy:#?}"
     );
     assert_eq!(
-        decoy["peer"]["netns"],
-        decoy_b.inode(),
-        "the decoy's peer is its own: {decoy}"
+        decoy.peer.as_ref().map(|p| p.netns),
+        Some(decoy_b.inode()),
+        "the decoy's peer is its own: {decoy:#?}"
     );
 
     // The container: what ping sent and received, whole packets (before fragmentation).
     let c = container_network(&report, &cg);
-    eprintln!("agent: container network {c}");
+    eprintln!("agent: container network {c:?}");
     assert_within(
         "packets the container sent",
-        num(c, "packets_sent"),
+        c.packets_sent as f64,
         sent as f64,
         0.02,
     );
     assert_within(
         "packets the container received",
-        num(c, "packets_received"),
+        c.packets_received as f64,
         received as f64,
         0.02,
     );
     assert_within(
         "bytes the container sent",
-        num(c, "bytes_sent"),
+        c.bytes_sent as f64,
         1500.0 * sent as f64,
         0.02,
     );
@@ -270,19 +234,18 @@ fn overlay_as_large_as_its_underlay_fragments_and_is_found() {
     let findings = mtu_findings(&diag, &[a_ns, b_ns]);
     eprintln!("findings: {findings:#?}");
     let f = finding_for(&findings, a_ns);
-    let e = &f["evidence"];
-    assert_eq!(f["severity"], "warning", "fragments, nothing lost: {f}");
-    assert_eq!(num(e, "overlay_mtu"), 1500.0);
-    assert_eq!(num(e, "underlay_mtu"), 1500.0);
-    assert_eq!(num(e, "encapsulation_overhead"), 50.0);
-    assert_eq!(num(e, "allowed_mtu"), 1450.0);
+    assert_eq!(f.severity, "warning", "fragments, nothing lost: {f:#?}");
+    assert_eq!(f.figure("overlay_mtu"), 1500.0);
+    assert_eq!(f.figure("underlay_mtu"), 1500.0);
+    assert_eq!(f.figure("encapsulation_overhead"), 50.0);
+    assert_eq!(f.figure("allowed_mtu"), 1450.0);
     assert_within(
         "fragments in the finding",
-        num(e, "fragments_created"),
+        f.figure("fragments_created"),
         frag_a,
         0.02,
     );
-    let fix = f["recommendations"][0].as_str().unwrap();
+    let fix = f.recommendations.first().expect("a recommendation");
     assert!(fix.contains("mtu 1450"), "{fix}");
     assert!(fix.contains(OVERLAY_DEV), "{fix}");
     finding_for(&findings, b_ns);
@@ -324,15 +287,10 @@ fn pod_traffic_into_a_too_large_overlay_is_blackholed_and_found() {
 
     // Every "fragmentation needed" node A sends (to itself: the outer source) is seen leaving
     // and arriving; here every ICMP unreachable is one.
-    let ptb_tx = sum_over(&report, a_ns, "tx", "packet_too_big");
-    let ptb_rx = sum_over(&report, a_ns, "rx", "packet_too_big");
+    let ptb_tx = sum_over(&report, a_ns, |i| i.tx().packet_too_big);
+    let ptb_rx = sum_over(&report, a_ns, |i| i.rx().packet_too_big);
     let drops = drops_in(&report, a_ns);
-    let ul_drops: f64 = interface(&report, a_ns, UNDERLAY_A)["drops"]
-        .as_object()
-        .unwrap()
-        .values()
-        .map(|v| v.as_f64().unwrap())
-        .sum();
+    let ul_drops = report.interface(a_ns, UNDERLAY_A).drops_total() as f64;
     eprintln!(
         "agent: node A PTB sent {ptb_tx} received {ptb_rx}; drops {drops} ({ul_drops} at the underlay)"
     );
@@ -350,28 +308,30 @@ fn pod_traffic_into_a_too_large_overlay_is_blackholed_and_found() {
         0.02,
     );
     assert!(drops >= ul_drops);
-    let counters = &namespace(&report, a_ns)["counters"];
+    let counters = snmp_of(&report, a_ns);
     assert_within(
         "node A's FragFails as the agent reports it",
-        num(counters, "fragmentation_failures"),
+        counters
+            .fragmentation_failures
+            .expect("fragmentation_failures") as f64,
         frag_fails,
         0.02,
     );
     let c = container_network(&report, &cg);
     assert_within(
         "packets the pod sent",
-        num(c, "packets_sent"),
+        c.packets_sent as f64,
         sent as f64,
         0.02,
     );
-    assert_eq!(num(c, "packets_received"), 0.0, "{c}");
+    assert_eq!(c.packets_received, 0, "{c:?}");
     // The pod's namespace and its path.
-    let eth0 = interface(&report, pod_ns, POD_DEV);
-    assert_eq!(eth0["peer"]["netns"], a_ns, "{eth0}");
+    let eth0 = report.interface(pod_ns, POD_DEV);
+    assert_eq!(eth0.peer.as_ref().map(|p| p.netns), Some(a_ns), "{eth0:#?}");
     assert!(
-        namespace(&report, pod_ns)["cgroups"]
-            .as_array()
-            .unwrap()
+        report
+            .namespace(pod_ns)
+            .cgroups
             .iter()
             .any(|p| p == cg.rel_path()),
         "the pod's namespace belongs to the container"
@@ -381,29 +341,29 @@ fn pod_traffic_into_a_too_large_overlay_is_blackholed_and_found() {
     let findings = mtu_findings(&diag, &[a_ns, pod_ns]);
     eprintln!("findings: {findings:#?}");
     let overlay = finding_for(&findings, a_ns);
-    assert_eq!(overlay["severity"], "critical", "{overlay}");
+    assert_eq!(overlay.severity, "critical", "{overlay:#?}");
     assert_within(
         "FragFails in the overlay finding",
-        num(&overlay["evidence"], "fragmentation_failures"),
+        overlay.figure("fragmentation_failures"),
         frag_fails,
         0.02,
     );
     assert_within(
         "PTB sent in the overlay finding",
-        num(&overlay["evidence"], "packet_too_big_sent"),
+        overlay.figure("packet_too_big_sent"),
         unreach_out,
         0.02,
     );
     let pod = finding_for(&findings, pod_ns);
-    assert_eq!(pod["severity"], "critical", "{pod}");
+    assert_eq!(pod.severity, "critical", "{pod:#?}");
     assert_eq!(
-        pod["cgroup"],
+        pod.cgroup,
         cg.rel_path(),
         "the pod's finding names its container"
     );
-    assert_eq!(num(&pod["evidence"], "container_mtu"), 1500.0);
-    assert_eq!(num(&pod["evidence"], "allowed_mtu"), 1450.0);
-    assert_eq!(num(&pod["evidence"], "encapsulation_overhead"), 50.0);
+    assert_eq!(pod.figure("container_mtu"), 1500.0);
+    assert_eq!(pod.figure("allowed_mtu"), 1450.0);
+    assert_eq!(pod.figure("encapsulation_overhead"), 50.0);
     cg.remove();
 }
 
@@ -418,33 +378,43 @@ fn full_size_pings(net: &Overlay, cg: &TestCgroup, count: u32) -> String {
 }
 
 /// The `network` figures of the test's container in a report.
-fn container_network<'a>(report: &'a Value, cg: &TestCgroup) -> &'a Value {
-    &report["containers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["cgroup"] == cg.rel_path())
-        .unwrap_or_else(|| panic!("{} not in the report", cg.rel_path()))["network"]
+#[track_caller]
+fn container_network<'a>(report: &'a Trace, cg: &TestCgroup) -> &'a NetworkSummary {
+    let c = report
+        .container_by_path(cg.rel_path())
+        .unwrap_or_else(|| panic!("{} not in the report", cg.rel_path()));
+    c.network
+        .as_ref()
+        .unwrap_or_else(|| panic!("no network figures: {c:#?}"))
+}
+
+/// A namespace's kernel counters as the agent read them over its window.
+#[track_caller]
+fn snmp_of(report: &Trace, netns: u64) -> &stormwatch_tests::report::Snmp {
+    let ns = report.namespace(netns);
+    ns.counters
+        .as_ref()
+        .unwrap_or_else(|| panic!("no counters of netns {netns}: {ns:#?}"))
 }
 
 /// The pod's eth0 as the agent saw it against the driver's counters over the same time
 /// (`driver`: a counter's change), with `sent` full-size pings at the MTU.
-fn assert_eth0_matches_its_driver(eth0: &Value, driver: impl Fn(&str) -> f64, sent: u64) {
+fn assert_eth0_matches_its_driver(eth0: &Interface, driver: impl Fn(&str) -> f64, sent: u64) {
     assert_within(
         "eth0 packets sent",
-        num(&eth0["tx"], "packets"),
+        eth0.tx().packets as f64,
         driver("tx_packets"),
         0.02,
     );
     assert_within(
         "eth0 packets received",
-        num(&eth0["rx"], "packets"),
+        eth0.rx().packets as f64,
         driver("rx_packets"),
         0.02,
     );
     assert_within(
         "eth0 packets at the MTU",
-        num(&eth0["tx"]["lengths"], "at_mtu"),
+        eth0.tx().lengths.at_mtu.expect("at_mtu") as f64,
         sent as f64,
         0.02,
     );
@@ -496,47 +466,42 @@ fn right_mtus_give_no_finding_and_counts_match_the_interfaces() {
     // The container's traffic is what its namespace's only interface carried (the driver's
     // counters also count a couple of ARP packets, and link-layer headers in bytes).
     let c = container_network(&report, &cg);
-    eprintln!("agent: container network {c}");
-    assert_within(
-        "packets sent",
-        num(c, "packets_sent"),
-        d("tx_packets"),
-        0.02,
-    );
+    eprintln!("agent: container network {c:?}");
+    assert_within("packets sent", c.packets_sent as f64, d("tx_packets"), 0.02);
     assert_within(
         "packets received",
-        num(c, "packets_received"),
+        c.packets_received as f64,
         d("rx_packets"),
         0.02,
     );
     const ETH_HLEN: f64 = 14.0;
     assert_within(
         "bytes sent (+ Ethernet headers)",
-        num(c, "bytes_sent") + ETH_HLEN * num(c, "packets_sent"),
+        c.bytes_sent as f64 + ETH_HLEN * c.packets_sent as f64,
         d("tx_bytes"),
         0.02,
     );
     assert_within(
         "bytes received (+ Ethernet headers)",
-        num(c, "bytes_received") + ETH_HLEN * num(c, "packets_received"),
+        c.bytes_received as f64 + ETH_HLEN * c.packets_received as f64,
         d("rx_bytes"),
         0.02,
     );
     // The interface probes against the driver's counters, and the MTU bucket.
-    let eth0 = interface(&report, pod_ns, POD_DEV);
-    eprintln!("agent: pod eth0 {eth0}");
+    let eth0 = report.interface(pod_ns, POD_DEV);
+    eprintln!("agent: pod eth0 {eth0:?}");
     assert_eth0_matches_its_driver(eth0, d, sent);
-    assert_eq!(num(&eth0["tx"]["lengths"], "over_mtu"), 0.0);
-    assert_eq!(num(&eth0["tx"], "fragments"), 0.0);
+    assert_eq!(eth0.tx().lengths.over_mtu, Some(0));
+    assert_eq!(eth0.tx().fragments, 0);
     // Forwarded by node A into the overlay: at its MTU too, and nothing fragmented.
-    let ov = interface(&report, a_ns, OVERLAY_DEV);
+    let ov = report.interface(a_ns, OVERLAY_DEV);
     assert_within(
         "overlay packets at the MTU",
-        num(&ov["tx"]["lengths"], "at_mtu"),
+        ov.tx().lengths.at_mtu.expect("at_mtu") as f64,
         sent as f64,
         0.02,
     );
-    assert_eq!(sum_over(&report, a_ns, "tx", "fragments"), 0.0);
+    assert_eq!(sum_over(&report, a_ns, |i| i.tx().fragments), 0.0);
     cg.remove();
 }
 
@@ -587,37 +552,37 @@ fn tcp_super_packets_count_as_their_segments() {
     let retrans = delta(&p0, &p1, "Tcp.RetransSegs") as f64;
     let in_segs = delta(&p0, &p1, "Tcp.InSegs") as f64;
     let c = container_network(&report, &cg);
-    eprintln!("pod TCP: OutSegs {out_segs} RetransSegs {retrans} InSegs {in_segs}; agent: {c}");
+    eprintln!("pod TCP: OutSegs {out_segs} RetransSegs {retrans} InSegs {in_segs}; agent: {c:?}");
     assert!(out_segs > 10_000.0, "iperf3 sent little: {out_segs}");
     assert!(
-        num(c, "gso_packets_sent") > 0.0,
-        "TCP over veth sends GSO super-packets: {c}"
+        c.gso_packets_sent > 0,
+        "TCP over veth sends GSO super-packets: {c:?}"
     );
     assert_within(
         "segments the container sent",
-        num(c, "packets_sent"),
+        c.packets_sent as f64,
         out_segs + retrans,
         0.02,
     );
     assert_within(
         "segments the container received",
-        num(c, "packets_received"),
+        c.packets_received as f64,
         in_segs,
         0.02,
     );
     assert_eq!(
-        num(c, "tcp_retransmits"),
+        c.tcp_retransmits.expect("tcp_retransmits") as f64,
         retrans,
         "retransmitted segments: the kernel's RetransSegs"
     );
     // Super-packets are counted apart at the interfaces, never as over the MTU.
-    let eth0 = interface(&report, pod_ns, POD_DEV);
-    assert!(num(&eth0["tx"], "gso_packets") > 0.0, "{eth0}");
-    assert!(num(&eth0["tx"], "gso_segments") > num(&eth0["tx"], "gso_packets"));
-    assert_eq!(num(&eth0["tx"]["lengths"], "over_mtu"), 0.0, "{eth0}");
-    let ov = interface(&report, a_ns, OVERLAY_DEV);
-    assert_eq!(num(&ov["tx"]["lengths"], "over_mtu"), 0.0, "{ov}");
-    assert_eq!(sum_over(&report, a_ns, "tx", "fragments"), 0.0);
+    let eth0 = report.interface(pod_ns, POD_DEV);
+    assert!(eth0.tx().gso_packets > 0, "{eth0:#?}");
+    assert!(eth0.tx().gso_segments > eth0.tx().gso_packets);
+    assert_eq!(eth0.tx().lengths.over_mtu, Some(0), "{eth0:#?}");
+    let ov = report.interface(a_ns, OVERLAY_DEV);
+    assert_eq!(ov.tx().lengths.over_mtu, Some(0), "{ov:#?}");
+    assert_eq!(sum_over(&report, a_ns, |i| i.tx().fragments), 0.0);
     cg.remove();
 }
 
@@ -641,15 +606,14 @@ fn classic_tracepoint_fallback_counts_the_same() {
     let (sent, _) = ping_counts(&stdout);
     let s1 = if_stats(net.pod(), POD_DEV);
     trace.assert_still_tracing("the ping");
-    let report = trace.finish().report;
-    let kinds: Vec<(&str, &str)> = report["probes"]
-        .as_array()
-        .unwrap()
+    let report = trace.finish().trace;
+    let kinds: Vec<(&str, &str)> = report
+        .probes
         .iter()
         .map(|p| {
             (
-                p["tracepoint"].as_str().unwrap(),
-                p["kind"].as_str().unwrap_or("not attached"),
+                p.tracepoint.as_str(),
+                p.kind.as_deref().unwrap_or("not attached"),
             )
         })
         .collect();
@@ -659,9 +623,9 @@ fn classic_tracepoint_fallback_counts_the_same() {
         "{kinds:?}"
     );
     let d = |k: &str| (s1[k] - s0[k]) as f64;
-    let eth0 = interface(&report, pod_ns, POD_DEV);
+    let eth0 = report.interface(pod_ns, POD_DEV);
     eprintln!(
-        "classic: pod eth0 tx {} rx {} (driver); agent {eth0}",
+        "classic: pod eth0 tx {} rx {} (driver); agent {eth0:?}",
         d("tx_packets"),
         d("rx_packets")
     );

@@ -19,8 +19,9 @@
 use std::process::Command;
 
 use stormwatch_tests::{
-    Agent, TestCgroup, assert_within, cpus, num, pinned, require_bpf, run_in_cgroup,
-    workload_result,
+    Agent, TestCgroup, assert_within, cpus, num, pinned,
+    report::{self, Finding},
+    require_bpf, run_in_cgroup, workload_result,
 };
 
 #[test]
@@ -69,21 +70,24 @@ fn overloaded_and_idle(extra: &[&str]) {
     agent.assert_still_tracing("the workloads");
     let done = agent.finish();
 
-    let busy_q = &done.container(&busy)["runqueue_latency"];
-    let idle_q = &done.container(&idle)["runqueue_latency"];
+    let busy_q = done.trace.container(&busy).runqueue();
+    let idle_q = done.trace.container(&idle).runqueue();
     eprintln!(
-        "run queue: busy ({threads} threads on {} CPUs) {busy_q}; idle (sleeper, {} wake-ups) \
-         {idle_q};\n  spin {spin_truth}\n  sleeper {sleeper_truth}",
+        "run queue: busy ({threads} threads on {} CPUs) {busy_q:?}; idle (sleeper, {} wake-ups) \
+         {idle_q:?};\n  spin {spin_truth}\n  sleeper {sleeper_truth}",
         cpus(),
         sleeper_truth["ops"],
     );
     for (name, q) in [("busy", busy_q), ("idle", idle_q)] {
         assert!(
-            num(q, "count") >= 50.0,
-            "{name} cgroup: at least 50 run-queue samples expected: {q}"
+            q.count >= 50,
+            "{name} cgroup: at least 50 run-queue samples expected: {q:?}"
         );
     }
-    let (busy_p50, idle_p50) = (num(busy_q, "p50_seconds"), num(idle_q, "p50_seconds"));
+    let (busy_p50, idle_p50) = (
+        busy_q.p50_seconds.expect("busy p50_seconds"),
+        idle_q.p50_seconds.expect("idle p50_seconds"),
+    );
     assert!(
         busy_p50 >= 10.0 * idle_p50,
         "run-queue p50 of the overloaded cgroup ({busy_p50} s) should be at least 10 × that of \
@@ -92,9 +96,9 @@ fn overloaded_and_idle(extra: &[&str]) {
     // Every sleep ends with a wake-up and a wait in the run queue: the idle cgroup's sample
     // count is at least its number of sleeps (the agent may see a few more switches).
     assert!(
-        num(idle_q, "count") >= num(&sleeper_truth, "ops"),
+        idle_q.count as f64 >= num(&sleeper_truth, "ops"),
         "idle cgroup: {} run-queue samples for {} wake-ups",
-        idle_q["count"],
+        idle_q.count,
         sleeper_truth["ops"]
     );
     // Against the kernel's own sched_info: one sample per time slice (give or take the few of
@@ -110,19 +114,19 @@ fn overloaded_and_idle(extra: &[&str]) {
     // agree on µs waits depends on the attach kind.
     assert_within(
         "busy cgroup: run-queue samples vs time slices",
-        num(busy_q, "count"),
+        busy_q.count as f64,
         num(&spin_truth, "timeslices"),
         0.02,
     );
     assert_within(
         "idle cgroup: run-queue samples vs time slices",
-        num(idle_q, "count"),
+        idle_q.count as f64,
         num(&sleeper_truth, "timeslices"),
         0.05,
     );
     assert_within(
         "busy cgroup: run-queue wait (s) vs run_delay",
-        num(busy_q, "sum_seconds"),
+        busy_q.sum_seconds,
         num(&spin_truth, "run_delay_seconds"),
         0.05,
     );
@@ -166,16 +170,16 @@ fn a_sleepers_wait_is_blamed_on_the_spinner_sharing_its_cpu() {
     agent.assert_still_tracing("the workloads");
     let done = agent.finish();
 
-    let blame = &done.container(&sleeper_cg)["runqueue_blame"];
-    eprintln!("sleeper on CPU {cpu} beside a spinner: blame {blame}; truth {truth}");
-    let wait = num(blame, "wait_seconds");
-    let top = &blame["others"][0];
+    let blame = done.trace.container(&sleeper_cg).blame();
+    eprintln!("sleeper on CPU {cpu} beside a spinner: blame {blame:?}; truth {truth}");
+    let wait = blame.wait_seconds;
+    let top = blame.others.first();
     assert_eq!(
-        top["cgroup"].as_str(),
+        top.map(|c| c.cgroup.as_str()),
         Some(spinner.rel_path()),
-        "the spinner's cgroup is the first other culprit: {blame}"
+        "the spinner's cgroup is the first other culprit: {blame:?}"
     );
-    let share = num(top, "seconds") / wait;
+    let share = top.expect("a culprit").seconds / wait;
     assert!(
         share >= 0.9,
         "the sleeper's wait is blamed on the spinner for {:.1}% of it, at least 90% expected",
@@ -190,23 +194,15 @@ fn a_sleepers_wait_is_blamed_on_the_spinner_sharing_its_cpu() {
         num(&truth, "run_delay_seconds"),
         0.05,
     );
-    let finding = done.report["findings"]
-        .as_array()
-        .expect("findings")
-        .iter()
-        .find(|f| f["kind"] == "runqueue_saturation" && f["cgroup"] == sleeper_cg.rel_path())
-        .unwrap_or_else(|| {
-            panic!(
-                "no runqueue_saturation for the sleeper: {}",
-                done.report["findings"]
-            )
-        });
+    let findings = &done.trace.findings;
+    let finding = report::find(findings, "runqueue_saturation", sleeper_cg.rel_path())
+        .unwrap_or_else(|| panic!("no runqueue_saturation for the sleeper: {findings:#?}"));
     assert_eq!(
-        finding["context"]["runqueue_culprit"].as_str(),
+        finding.context("runqueue_culprit"),
         Some(spinner.rel_path()),
-        "the finding names the spinner: {finding}"
+        "the finding names the spinner: {finding:#?}"
     );
-    assert!(num(&finding["evidence"], "runqueue_top_culprit_share") >= 0.9);
+    assert!(finding.figure("runqueue_top_culprit_share") >= 0.9);
 }
 
 /// The same sleeper alone on its CPU: nobody else was put on it, so no container is named for
@@ -242,28 +238,27 @@ fn a_sleeper_alone_on_its_cpu_blames_no_container() {
     );
     agent.assert_still_tracing("the sleeper");
     let done = agent.finish();
-    let blame = &done.container(&sleeper_cg)["runqueue_blame"];
-    eprintln!("sleeper alone on CPU {cpu}: blame {blame}; truth {truth}");
+    let blame = done.trace.container(&sleeper_cg).blame();
+    eprintln!("sleeper alone on CPU {cpu}: blame {blame:?}; truth {truth}");
     assert!(
-        num(blame, "wait_seconds") > 0.0,
-        "its wake-ups waited, and were blamed: {blame}"
+        blame.wait_seconds > 0.0,
+        "its wake-ups waited, and were blamed: {blame:?}"
     );
     // The host's own processes (the root cgroup: this test, the agent) still take that CPU
     // for microseconds now and then; no container does, and no wake-up waits long for it.
     let others = |keep: &dyn Fn(&str) -> bool| -> f64 {
-        blame["others"]
-            .as_array()
-            .expect("others")
+        blame
+            .others
             .iter()
-            .filter(|c| keep(c["cgroup"].as_str().unwrap_or("")))
-            .map(|c| num(c, "seconds"))
+            .filter(|c| keep(&c.cgroup))
+            .map(|c| c.seconds)
             .sum()
     };
     let containers = others(&|path| path != "/");
     assert!(
         containers < 0.01 * seconds,
         "other containers blamed for {containers} s of the sleeper's {seconds} s on a CPU \
-         nobody else was put on: {blame}"
+         nobody else was put on: {blame:?}"
     );
     let per_wakeup = others(&|_| true) / num(&truth, "ops");
     assert!(
@@ -272,11 +267,11 @@ fn a_sleeper_alone_on_its_cpu_blames_no_container() {
          (1 ms) at most on a quiet CPU",
         per_wakeup * 1e6
     );
-    let about: Vec<&serde_json::Value> = done.report["findings"]
-        .as_array()
-        .expect("findings")
+    let about: Vec<&Finding> = done
+        .trace
+        .findings
         .iter()
-        .filter(|f| f["kind"] == "runqueue_saturation" && f["cgroup"] == sleeper_cg.rel_path())
+        .filter(|f| f.kind == "runqueue_saturation" && f.cgroup == sleeper_cg.rel_path())
         .collect();
     assert!(
         about.is_empty(),

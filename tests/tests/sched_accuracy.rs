@@ -23,26 +23,29 @@
 
 use serde_json::Value;
 use stormwatch_tests::{
-    Agent, ONCPU_TOLERANCE, TestCgroup, agent_proc::trace_margin_seconds, assert_within, corpus,
-    cpus, num, require_bpf, run_workload,
+    Agent, ONCPU_TOLERANCE, TestCgroup,
+    agent_proc::trace_margin_seconds,
+    assert_within, corpus, cpus, num,
+    report::{ContextSwitches, Trace},
+    require_bpf, run_workload,
 };
 
 const STORM_THREADS: usize = 32;
 const STORM_SECONDS: f64 = 3.0;
 
 /// The three scheduler probes are in the report's `probes`, attached as `kind`.
-fn sched_probes_attached_as(report: &Value, kind: &str) {
-    let probes = report["probes"].as_array().expect("`probes` array");
+fn sched_probes_attached_as(report: &Trace, kind: &str) {
     for tp in [
         "sched:sched_switch",
         "sched:sched_wakeup",
         "sched:sched_wakeup_new",
     ] {
-        let p = probes
-            .iter()
-            .find(|p| p["tracepoint"] == tp)
-            .unwrap_or_else(|| panic!("probe {tp} missing from the report: {probes:?}"));
-        assert_eq!(p["kind"], kind, "probe {tp} attached as {kind}: {p}");
+        assert_eq!(
+            report.probe_kind(tp),
+            Some(kind),
+            "probe {tp} attached as {kind}: {:?}",
+            report.probes
+        );
     }
 }
 
@@ -60,7 +63,7 @@ fn mutex_storm_switches_match_rusage(force_tracepoints: bool) {
     agent.assert_still_tracing("the mutex storm");
     let done = agent.finish();
     sched_probes_attached_as(
-        &done.report,
+        &done.trace,
         if force_tracepoints {
             "tracepoint"
         } else {
@@ -68,21 +71,22 @@ fn mutex_storm_switches_match_rusage(force_tracepoints: bool) {
         },
     );
     // --cgroup limits the report to that cgroup (and descendants; it has none).
-    for c in done.containers() {
-        assert_eq!(c["cgroup"], cgroup.rel_path(), "filtered report: {c}");
+    for c in &done.trace.containers {
+        assert_eq!(
+            c.cgroup.as_deref(),
+            Some(cgroup.rel_path()),
+            "filtered report: {c:#?}"
+        );
     }
-    let c = done.container(&cgroup);
+    let c = done.trace.container(&cgroup);
     assert_eq!(
-        c["cgroup_id"],
+        c.cgroup_id,
         cgroup.id(),
         "cgroup id is the directory's inode"
     );
 
     let (nvcsw, nivcsw) = (num(&truth, "nvcsw"), num(&truth, "nivcsw"));
-    let (vol, invol) = (
-        num(&c["context_switches"], "voluntary"),
-        num(&c["context_switches"], "involuntary"),
-    );
+    let (vol, invol) = (c.switches().voluntary, c.switches().involuntary);
     eprintln!(
         "mutex storm ({}): voluntary {vol} vs nvcsw {nvcsw}, involuntary {invol} vs nivcsw \
          {nivcsw}, oncpu {} vs cpu {} s, migrations {} vs nr_migrations {}, ops {}",
@@ -91,20 +95,15 @@ fn mutex_storm_switches_match_rusage(force_tracepoints: bool) {
         } else {
             "tp_btf"
         },
-        num(c, "oncpu_seconds"),
+        c.oncpu(),
         num(&truth, "utime_seconds") + num(&truth, "stime_seconds"),
-        c["migrations"],
+        c.migrations(),
         truth["nr_migrations"],
         truth["ops"],
     );
-    switches_match_rusage(c, &truth);
+    switches_match_rusage(c.switches(), &truth);
     let cpu = num(&truth, "utime_seconds") + num(&truth, "stime_seconds");
-    assert_within(
-        "on-CPU seconds",
-        num(c, "oncpu_seconds"),
-        cpu,
-        ONCPU_TOLERANCE,
-    );
+    assert_within("on-CPU seconds", c.oncpu(), cpu, ONCPU_TOLERANCE);
 
     // Migrations against the kernel's se.nr_migrations, summed over the threads (each read
     // its own from /proc/thread-self/sched as its last act). They are not the same count: the
@@ -115,7 +114,7 @@ fn mutex_storm_switches_match_rusage(force_tracepoints: bool) {
     // per thread (a thread moved after its read, just before exiting).
     if let Some(nr) = truth["nr_migrations"].as_f64() {
         let threads = STORM_THREADS as f64;
-        let got = num(c, "migrations");
+        let got = c.migrations() as f64;
         assert!(
             got <= nr + threads && got >= 0.9 * nr - threads,
             "migrations: agent reported {got}, kernel's nr_migrations {nr} for {threads} threads \
@@ -128,7 +127,7 @@ fn mutex_storm_switches_match_rusage(force_tracepoints: bool) {
 
 /// A mutex storm's voluntary and involuntary switches against its rusage, within 2%, once the
 /// storm is shown to switch often enough each way for 2% to mean something.
-fn switches_match_rusage(c: &Value, truth: &Value) {
+fn switches_match_rusage(switches: ContextSwitches, truth: &Value) {
     let (nvcsw, nivcsw) = (num(truth, "nvcsw"), num(truth, "nivcsw"));
     // The workload's design, not the agent: 2% must be meaningful.
     assert!(
@@ -136,16 +135,10 @@ fn switches_match_rusage(c: &Value, truth: &Value) {
         "the mutex storm should switch thousands of times each way on {} CPUs: {truth}",
         cpus()
     );
-    let switches = &c["context_switches"];
-    assert_within(
-        "voluntary switches",
-        num(switches, "voluntary"),
-        nvcsw,
-        0.02,
-    );
+    assert_within("voluntary switches", switches.voluntary as f64, nvcsw, 0.02);
     assert_within(
         "involuntary switches",
-        num(switches, "involuntary"),
+        switches.involuntary as f64,
         nivcsw,
         0.02,
     );
@@ -193,13 +186,13 @@ fn mutex_storm_switches_match_rusage_with_the_kernels_btf_hidden() {
     let stolen = steal_seconds() - steal_before;
     agent.assert_still_tracing("the mutex storm");
     let done = agent.finish();
-    sched_probes_attached_as(&done.report, "tracepoint");
-    let c = done.container(&cgroup);
+    sched_probes_attached_as(&done.trace, "tracepoint");
+    let c = done.trace.container(&cgroup);
     let (nvcsw, nivcsw) = (num(&truth, "nvcsw"), num(&truth, "nivcsw"));
-    let switches = &c["context_switches"];
-    let (vol, invol) = (num(switches, "voluntary"), num(switches, "involuntary"));
+    let switches = c.switches();
+    let (vol, invol) = (switches.voluntary as f64, switches.involuntary as f64);
     let cpu = num(&truth, "utime_seconds") + num(&truth, "stime_seconds");
-    let oncpu = num(c, "oncpu_seconds");
+    let oncpu = c.oncpu();
     eprintln!(
         "mutex storm, kernel BTF hidden: voluntary {vol} vs nvcsw {nvcsw}, involuntary {invol} \
          vs nivcsw {nivcsw}, oncpu {oncpu} vs cpu {cpu} s ({stolen:.3} s stolen meanwhile)"
@@ -354,16 +347,16 @@ fn storms_one_after_another_keep_their_switches_as_the_cache_moves() {
     agent.assert_still_tracing("the second mutex storm");
     let done = agent.finish();
     for (cgroup, truth) in [&first, &second].into_iter().zip(&truths) {
-        let c = done.container(cgroup);
+        let c = done.trace.container(cgroup);
         eprintln!(
-            "{}: voluntary {} vs nvcsw {}, involuntary {} vs nivcsw {}",
+            "{}: voluntary {:?} vs nvcsw {}, involuntary {:?} vs nivcsw {}",
             cgroup.rel_path(),
-            c["context_switches"]["voluntary"],
+            c.context_switches.map(|s| s.voluntary),
             truth["nvcsw"],
-            c["context_switches"]["involuntary"],
+            c.context_switches.map(|s| s.involuntary),
             truth["nivcsw"]
         );
-        switches_match_rusage(c, truth);
+        switches_match_rusage(c.switches(), truth);
     }
 }
 
@@ -384,7 +377,7 @@ fn counters_never_go_down_while_the_caches_flush_during_reads() {
     use std::time::{Duration, Instant};
 
     use aya::maps::{PerCpuArray, PerCpuValues};
-    use stormwatch::probes::{Family, LoadOptions, Probes};
+    use stormwatch::probes::{Family, LoadOptions, Probes, ReadsPart as _};
     use stormwatch_common::{SchedCache, SchedStats, maps};
 
     const SECONDS: f64 = 2.0;
@@ -428,6 +421,15 @@ fn counters_never_go_down_while_the_caches_flush_during_reads() {
         ]
     };
 
+    // The scheduler family's part of a snapshot, as the agent reads it.
+    let read_sched = |probes: &mut Probes| {
+        let (ebpf, families) = probes.families_mut();
+        families
+            .sched
+            .read(ebpf)
+            .map(|part| (part.cgroups, part.oncpu_by_cpu))
+    };
+
     let flushes_before = flushes(&probes);
     let mut last: Option<(SchedStats, Vec<u64>)> = None;
     let (mut reads, mut failed, mut turns) = (0u64, 0u64, 0u64);
@@ -442,7 +444,7 @@ fn counters_never_go_down_while_the_caches_flush_during_reads() {
             turned = Instant::now();
         }
         ask(&mut probes, if turns % 2 == 0 { id } else { 0 });
-        let read = probes.read_sched();
+        let read = read_sched(&mut probes);
         std::thread::sleep(Duration::from_micros(100));
         let (totals, by_cpu) = match read {
             Ok(read) => read,
@@ -480,7 +482,7 @@ fn counters_never_go_down_while_the_caches_flush_during_reads() {
     // The ping-pong is over: give the caches up and read what the cgroup kept.
     ask(&mut probes, 0);
     std::thread::sleep(Duration::from_millis(100));
-    let (totals, _) = probes.read_sched().expect("a read after the ping-pong");
+    let (totals, _) = read_sched(&mut probes).expect("a read after the ping-pong");
     let flushes = flushes(&probes) - flushes_before;
     eprintln!(
         "{reads} reads ({failed} found a flush in each attempt), {turns} turns, {flushes} \
@@ -500,11 +502,11 @@ fn counters_never_go_down_while_the_caches_flush_during_reads() {
         t.involuntary_switches,
         truth["nivcsw"]
     );
-    let c = serde_json::json!({"context_switches": {
-        "voluntary": t.voluntary_switches,
-        "involuntary": t.involuntary_switches,
-    }});
-    switches_match_rusage(&c, &truth);
+    let switches = ContextSwitches {
+        voluntary: t.voluntary_switches,
+        involuntary: t.involuntary_switches,
+    };
+    switches_match_rusage(switches, &truth);
 }
 
 /// On-CPU time of CPU-bound threads against the process's own CPU time (`ru_utime + ru_stime`,
@@ -521,18 +523,18 @@ fn spin_oncpu_matches_cpu_time() {
     let truth = run_workload(env!("CARGO_BIN_EXE_spin"), threads, seconds, &[], &cgroup);
     agent.assert_still_tracing("the spin workload");
     let done = agent.finish();
-    sched_probes_attached_as(&done.report, "tp_btf");
-    let c = done.container(&cgroup);
+    sched_probes_attached_as(&done.trace, "tp_btf");
+    let c = done.trace.container(&cgroup);
     let cpu = num(&truth, "utime_seconds") + num(&truth, "stime_seconds");
-    let oncpu = num(c, "oncpu_seconds");
+    let oncpu = c.oncpu();
     eprintln!(
-        "spin {threads} threads: oncpu {oncpu} s vs cpu {cpu} s; migrations {} vs nr_migrations \
-         {}; involuntary {} vs nivcsw {}; voluntary {} vs nvcsw {}",
-        c["migrations"],
+        "spin {threads} threads: oncpu {oncpu} s vs cpu {cpu} s; migrations {:?} vs nr_migrations \
+         {}; involuntary {:?} vs nivcsw {}; voluntary {:?} vs nvcsw {}",
+        c.migrations,
         truth["nr_migrations"],
-        c["context_switches"]["involuntary"],
+        c.context_switches.map(|s| s.involuntary),
         truth["nivcsw"],
-        c["context_switches"]["voluntary"],
+        c.context_switches.map(|s| s.voluntary),
         truth["nvcsw"],
     );
     assert!(
@@ -540,17 +542,18 @@ fn spin_oncpu_matches_cpu_time() {
         "the spin workload should have used CPU: {truth}"
     );
     assert_within("on-CPU seconds", oncpu, cpu, ONCPU_TOLERANCE);
+    // A count: `migrations` is a `u64` in the typed report, so a fraction fails the parse.
     assert!(
-        c["migrations"].is_u64(),
-        "migrations must be reported as a count: {c}"
+        c.migrations.is_some(),
+        "migrations must be reported as a count: {c:#?}"
     );
     assert!(
-        num(c, "offcpu_seconds") >= 0.0,
-        "off-CPU seconds must be a figure: {c}"
+        c.offcpu_seconds.is_some_and(|s| s >= 0.0),
+        "off-CPU seconds must be a figure: {c:#?}"
     );
     assert_within(
         "involuntary switches",
-        num(&c["context_switches"], "involuntary"),
+        c.switches().involuntary as f64,
         num(&truth, "nivcsw"),
         0.02,
     );
@@ -592,8 +595,8 @@ fn sleeper_offcpu(extra: &[&str]) {
     );
     agent.assert_still_tracing("the sleeper");
     let done = agent.finish();
-    let c = done.container(&cgroup);
-    let offcpu = num(c, "offcpu_seconds");
+    let c = done.trace.container(&cgroup);
+    let offcpu = c.offcpu();
     let timed = num(&truth, "slept_seconds") + num(&truth, "joined_seconds");
     let run_delay = num(&truth, "run_delay_seconds");
     let cpu = num(&truth, "utime_seconds") + num(&truth, "stime_seconds");
@@ -612,6 +615,6 @@ fn sleeper_offcpu(extra: &[&str]) {
     assert!(
         (low..=high).contains(&offcpu),
         "off-CPU {offcpu} s outside [{low:.4}, {high:.4}] (timed waits {timed} s, run_delay \
-         {run_delay} s): {c}"
+         {run_delay} s): {c:#?}"
     );
 }

@@ -35,11 +35,11 @@ fn thread_churn_switches_match_rusage_and_nothing_is_lost() {
     let truth = run_workload(env!("CARGO_BIN_EXE_thread_churn"), 8, seconds, &[], &cgroup);
     agent.assert_still_tracing("the thread churn");
     let done = agent.finish();
-    let c = done.container(&cgroup);
-    let lost = &done.report["lost_events"];
+    let c = done.trace.container(&cgroup);
+    let lost = &done.trace.lost_events;
     eprintln!(
-        "thread churn: switches {} vs nvcsw {} nivcsw {}; lost {lost}; workload {truth}",
-        c["context_switches"], truth["nvcsw"], truth["nivcsw"]
+        "thread churn: switches {:?} vs nvcsw {} nivcsw {}; lost {lost:?}; workload {truth}",
+        c.context_switches, truth["nvcsw"], truth["nivcsw"]
     );
     assert!(
         num(&truth, "threads_started") >= 1000.0,
@@ -50,39 +50,36 @@ fn thread_churn_switches_match_rusage_and_nothing_is_lost() {
         "premise: the churn's threads sleep on the mutex: {truth}"
     );
     for reason in LOSSES {
-        assert_eq!(lost[reason], 0, "lost_events.{reason}: {lost}");
+        assert_eq!(lost.get(reason), Some(&0), "lost_events.{reason}: {lost:?}");
     }
-    let switches = &c["context_switches"];
+    let switches = c.switches();
     assert_within(
         "voluntary switches",
-        num(switches, "voluntary"),
+        switches.voluntary as f64,
         num(&truth, "nvcsw"),
         0.02,
     );
     assert_within(
         "involuntary switches",
-        num(switches, "involuntary"),
+        switches.involuntary as f64,
         num(&truth, "nivcsw"),
         0.05,
     );
     // Intervals lost to a busy task storage: each is one slice of one thread, a tiny fraction
     // of the thousands of switches; the on-CPU time still matches the CPU time the kernel
     // charged to the cgroup.
-    let busy = num(lost, "task_storage_busy");
+    let busy = *lost
+        .get("task_storage_busy")
+        .unwrap_or_else(|| panic!("no task_storage_busy in {lost:?}")) as f64;
     let all_switches = num(&truth, "nvcsw") + num(&truth, "nivcsw");
     assert!(
         busy <= 0.01 * all_switches,
-        "task_storage_busy {busy} is not rare against {all_switches} switches: {lost}"
+        "task_storage_busy {busy} is not rare against {all_switches} switches: {lost:?}"
     );
     // Not getrusage's utime + stime: an exiting thread's time from the moment its counters are
     // folded into the process's (`__exit_signal`) to its final switch is in no rusage total, and
     // with thousands of short threads that exit path adds up (seen: 0.56 s of 4.4 s). The
     // cgroup is charged every nanosecond, and holds only this workload.
     let cpu = cgroup.cpu_usage_seconds();
-    assert_within(
-        "on-CPU seconds",
-        num(c, "oncpu_seconds"),
-        cpu,
-        ONCPU_TOLERANCE,
-    );
+    assert_within("on-CPU seconds", c.oncpu(), cpu, ONCPU_TOLERANCE);
 }

@@ -18,13 +18,14 @@ use std::{
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
-use serde_json::Value;
 use stormwatch_tests::{
     Agent, TestCgroup,
     corpus::{self, Quota},
     cpus,
     daemon::tool,
-    join_before_exec, require_bpf,
+    join_before_exec,
+    report::{self, Limits, Trace},
+    require_bpf,
 };
 
 /// One read of a quota's `cpu.stat`.
@@ -185,33 +186,31 @@ fn throttling_over_a_window_is_cpu_stat_between_its_edges() {
         let _ = child.wait();
     }
 
-    let doc: Value = serde_json::from_str(&out.stdout_text()).unwrap_or_else(|e| {
-        panic!(
-            "trace --json printed no document ({e}): {}",
-            out.stderr.join("\n")
-        )
-    });
-    let edges = (
-        doc["window"]["start_unix_seconds"]
-            .as_f64()
-            .expect("the window's start"),
-        doc["window"]["end_unix_seconds"]
-            .as_f64()
-            .expect("the window's end"),
+    let doc: Trace = report::parse(
+        &format!("trace --json (stderr: {})", out.stderr.join("\n")),
+        &out.stdout_text(),
     );
+    let edges = (doc.window.start_unix_seconds, doc.window.end_unix_seconds);
+    // A quota's limits over the window, which it must have.
+    let limits_of = |cgroup: &TestCgroup| -> &Limits {
+        doc.container_by_path(cgroup.rel_path())
+            .unwrap_or_else(|| panic!("{} is not in the document", cgroup.rel_path()))
+            .limits()
+    };
+    let counts = |l: &Limits| -> (f64, f64) {
+        (
+            l.periods.expect("periods") as f64,
+            l.throttled_periods.expect("throttled periods") as f64,
+        )
+    };
     // One period's throttled time: the period on every CPU.
     let period_seconds = 0.1 * cpus() as f64;
     for (i, (cgroup, _, _)) in running.iter().enumerate() {
-        let c = doc["containers"]
-            .as_array()
-            .and_then(|cs| cs.iter().find(|c| c["cgroup"] == cgroup.rel_path()))
-            .unwrap_or_else(|| panic!("{} is not in the document", cgroup.rel_path()));
-        let l = &c["limits"];
+        let l = limits_of(cgroup);
         let name = cases[i].name;
         let r = &reads[i];
-        let periods = l["periods"].as_f64().expect("periods");
-        let throttled = l["throttled_periods"].as_f64().expect("throttled periods");
-        let seconds = l["throttled_seconds"].as_f64().expect("throttled seconds");
+        let (periods, throttled) = counts(l);
+        let seconds = l.throttled_seconds.expect("throttled seconds");
         eprintln!("{name}: periods {periods}, throttled {throttled}, {seconds:.3} s");
         let slack = |v: f64, one: f64| (0.02 * v).max(one);
         assert_between_edges(
@@ -255,31 +254,19 @@ fn throttling_over_a_window_is_cpu_stat_between_its_edges() {
         );
     }
     // The window's words: a quota throttled in every period it ran in is "100%".
-    let through = doc["findings"]
-        .as_array()
-        .and_then(|fs| {
-            fs.iter()
-                .find(|f| f["kind"] == "cpu_throttling" && f["cgroup"] == running[0].0.rel_path())
-        })
+    let through = report::find(&doc.findings, "cpu_throttling", running[0].0.rel_path())
         .expect("the quota that runs through the window is cpu_throttling");
-    let share = through["evidence"]["throttled_period_share"]
-        .as_f64()
+    let share = through
+        .evidence("throttled_period_share")
         .expect("the share of periods");
-    let l = &doc["containers"]
-        .as_array()
-        .and_then(|cs| cs.iter().find(|c| c["cgroup"] == running[0].0.rel_path()))
-        .expect("the quota that runs through the window")["limits"];
-    let (periods, throttled) = (
-        l["periods"].as_f64().expect("periods"),
-        l["throttled_periods"].as_f64().expect("throttled periods"),
-    );
+    let (periods, throttled) = counts(limits_of(&running[0].0));
     // The share is of the periods (checked above against cpu.stat), never throttled time
     // over wall time, and the summary says so in those words.
     assert!(
         (share - throttled / periods).abs() < 1e-9,
         "the share {share} is not {throttled} of {periods} periods"
     );
-    let summary = through["summary"].as_str().unwrap_or_default();
+    let summary = &through.summary;
     assert!(
         summary.contains(&format!("ran out in {:.0}% of the periods", 100.0 * share))
             && summary.contains(&format!("({throttled} of {periods})")),

@@ -13,11 +13,15 @@
 
 use std::{os::unix::process::CommandExt as _, process::Command};
 
-use stormwatch_tests::{Agent, TestCgroup, cpus, num, require_bpf, run_in_cgroup, workload_result};
+use stormwatch_tests::{
+    Agent, TestCgroup, cpus,
+    report::{Container, Wakeups},
+    require_bpf, run_in_cgroup, workload_result,
+};
 
 const SECONDS: f64 = 3.0;
 
-fn storm(pinned: bool) -> (serde_json::Value, serde_json::Value) {
+fn storm(pinned: bool) -> (Container, serde_json::Value) {
     require_bpf();
     let cgroup = TestCgroup::new(if pinned { "wake-pinned" } else { "wake-spread" });
     let mut agent = Agent::trace_workload(SECONDS, Some(&cgroup), false);
@@ -42,31 +46,38 @@ fn storm(pinned: bool) -> (serde_json::Value, serde_json::Value) {
     let truth = workload_result(run_in_cgroup(&mut command, &cgroup));
     agent.assert_still_tracing("the mutex storm");
     let done = agent.finish();
-    let c = done.container(&cgroup).clone();
+    let c = done.trace.container(&cgroup).clone();
     eprintln!(
-        "mutex storm (pinned: {pinned}): wakeups {}, cpus_used {}; workload {truth}",
-        c["wakeups"], c["cpus_used"]
+        "mutex storm (pinned: {pinned}): wakeups {:?}, cpus_used {:?}; workload {truth}",
+        c.wakeups, c.cpus_used
     );
     (c, truth)
+}
+
+/// The container's wake-up figures, which it must have.
+#[track_caller]
+fn wakeups_of(c: &Container) -> Wakeups {
+    c.wakeups
+        .unwrap_or_else(|| panic!("no wake-up figures: {c:#?}"))
 }
 
 #[test]
 fn a_pinned_storm_has_no_remote_wakeups_and_uses_one_cpu() {
     let (c, _) = storm(true);
-    let w = &c["wakeups"];
-    let count = num(w, "count");
+    let w = wakeups_of(&c);
+    let count = w.count as f64;
     assert!(
         count >= 200.0,
-        "premise: the storm wakes its threads often: {w}"
+        "premise: the storm wakes its threads often: {w:?}"
     );
     // (200: the storm on one CPU of a VM busy with other builds was seen at 300–1,000.)
     // Every waker and every wakee on CPU 0. A wake-up by an interrupt handled on another CPU
     // (a timer of the process) could in principle be remote: a handful at most.
     assert!(
-        num(w, "remote") <= 0.01 * count,
-        "pinned to one CPU, wake-ups should all be local: {w}"
+        w.remote as f64 <= 0.01 * count,
+        "pinned to one CPU, wake-ups should all be local: {w:?}"
     );
-    assert_eq!(c["cpus_used"], 1, "pinned to CPU 0: {c}");
+    assert_eq!(c.cpus_used, Some(1), "pinned to CPU 0: {c:#?}");
 }
 
 #[test]
@@ -78,25 +89,25 @@ fn a_spread_storm_has_many_remote_wakeups_and_uses_every_cpu() {
         );
     }
     let (c, _) = storm(false);
-    let w = &c["wakeups"];
-    let count = num(w, "count");
+    let w = wakeups_of(&c);
+    let count = w.count as f64;
     assert!(
         count >= 200.0,
-        "premise: the storm wakes its threads often: {w}"
+        "premise: the storm wakes its threads often: {w:?}"
     );
-    let share = num(w, "remote_share");
+    let share = w.remote_share.expect("remote_share");
     assert!(
         share >= 0.10,
-        "a storm spread over {} CPUs should hand off across CPUs often: {w}",
+        "a storm spread over {} CPUs should hand off across CPUs often: {w:?}",
         cpus()
     );
     assert_eq!(
-        num(&c, "cpus_used") as usize,
+        c.cpus_used.expect("cpus_used") as usize,
         cpus(),
-        "the storm's threads ran on every CPU: {c}"
+        "the storm's threads ran on every CPU: {c:#?}"
     );
     assert!(
-        w["local_runqueue_p50_seconds"].is_f64() && w["remote_runqueue_p50_seconds"].is_f64(),
-        "both kinds have a run-queue latency: {w}"
+        w.local_runqueue_p50_seconds.is_some() && w.remote_runqueue_p50_seconds.is_some(),
+        "both kinds have a run-queue latency: {w:?}"
     );
 }

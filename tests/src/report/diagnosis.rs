@@ -1,46 +1,26 @@
-//! `diagnose --json`'s document as the tests read it: typed, so that a field the agent renames
-//! or drops fails where the document is parsed, with its name, not as a `null` deep inside an
-//! assertion. Only what tests read is declared (serde skips the rest); a figure the agent could
-//! not compute is `null` in JSON (a NaN), so figures are `Option<f64>`.
-
-use std::collections::BTreeMap;
+//! `diagnose --json`'s document.
 
 use serde::Deserialize;
+
+use super::{Finding, Host};
 
 /// The document `diagnose --json` prints.
 #[derive(Clone, Debug, Deserialize)]
 pub struct Diagnosis {
+    pub host: Host,
     pub findings: Vec<Finding>,
     pub checked: Checked,
-}
-
-/// One finding about one container.
-#[derive(Clone, Debug, Deserialize)]
-pub struct Finding {
-    pub kind: String,
-    pub severity: String,
-    pub cgroup: String,
-    pub summary: String,
-    pub evidence: BTreeMap<String, Option<f64>>,
-    pub context: BTreeMap<String, String>,
-    pub recommendations: Vec<String>,
-}
-
-impl Finding {
-    /// `context[key]`, when the finding has it.
-    pub fn context(&self, key: &str) -> Option<&str> {
-        self.context.get(key).map(String::as_str)
-    }
-
-    /// Whether one of its recommendations says `words`.
-    pub fn recommends(&self, words: &str) -> bool {
-        self.recommendations.iter().any(|r| r.contains(words))
-    }
 }
 
 /// What `diagnose` checked.
 #[derive(Clone, Debug, Deserialize)]
 pub struct Checked {
+    /// Interrupted (SIGINT) before `--duration` was up.
+    pub interrupted: bool,
+    pub duration_seconds: f64,
+    pub host_cpus: u64,
+    /// The rules it ran.
+    pub rules: Vec<String>,
     /// The lock-storm rule's figures for the containers with the most futex hand-offs.
     pub lock_storm: Vec<StormCheck>,
 }
@@ -58,6 +38,10 @@ pub struct StormCheck {
     /// Inside a quota: the CPUs the container wanted.
     pub cpus_wanted: Option<f64>,
     pub handoffs_per_cpu_second_used: Option<f64>,
+    /// Of those, the hand-offs of the runtime's own threads (a JVM's service threads, …).
+    pub runtime_handoffs_per_cpu_second: Option<f64>,
+    /// Threads queued on the lock.
+    pub handoff_threads: u64,
 }
 
 impl Diagnosis {
