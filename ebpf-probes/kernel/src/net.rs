@@ -299,19 +299,85 @@ fn note_iface(dev: u64, key: &NetIfKey) {
     let _ = NET_IFINFO.insert(key, &info, BPF_NOEXIST);
 }
 
+/// How many bytes at an IPv4 header one read takes: the header without options and the first
+/// four of what follows (a transport header's ports; ICMP's type and code).
+const HEAD4_LEN: usize = 24;
+
+/// The bytes at a packet's IPv4 header, read once for the interface's figures and the
+/// container's: every `bpf_probe_read_kernel` a packet saves is ~10 ns (issue #43's
+/// measurements). Every field is always written: it is kept across calls, and the verifier
+/// refuses a spill of an undefined register (kernels before 6.3 any read of unwritten stack).
+#[derive(Clone, Copy)]
+struct Head4 {
+    bytes: [u8; HEAD4_LEN],
+    /// How many of `bytes` were read: `HEAD4_LEN`, 20 when only the header could be (the end
+    /// of a buffer on a page that is not mapped), 0 when it is not an IPv4 packet.
+    read: u32,
+}
+
+impl Head4 {
+    const NONE: Self = Self {
+        bytes: [0; HEAD4_LEN],
+        read: 0,
+    };
+
+    #[inline(always)]
+    fn read(l3: u64, protocol: u16) -> Self {
+        if protocol != ETH_P_IP_BE {
+            return Self::NONE;
+        }
+        if let Some(bytes) = read::<[u8; HEAD4_LEN]>(l3, 0) {
+            return Self {
+                bytes,
+                read: HEAD4_LEN as u32,
+            };
+        }
+        let Some(h) = read::<[u8; 20]>(l3, 0) else {
+            return Self::NONE;
+        };
+        let mut bytes = [0; HEAD4_LEN];
+        let mut i = 0;
+        while i < 20 {
+            bytes[i] = h[i];
+            i += 1;
+        }
+        Self { bytes, read: 20 }
+    }
+
+    /// The IPv4 header, when read and it is one.
+    #[inline(always)]
+    fn header(&self) -> Option<&[u8; 20]> {
+        if self.read < 20 || self.bytes[0] >> 4 != 4 {
+            return None;
+        }
+        // SAFETY: the first 20 of the 24 bytes.
+        Some(unsafe { &*(self.bytes.as_ptr() as *const [u8; 20]) })
+    }
+
+    /// The two bytes at `at` from the header's start (`at` + 2 ≤ 24: an offset into a
+    /// transport header behind a header without options), from what was read or else read now.
+    #[inline(always)]
+    fn pair(&self, l3: u64, at: u32) -> Option<[u8; 2]> {
+        if self.read as usize == HEAD4_LEN && at == 20 {
+            Some([self.bytes[20], self.bytes[21]])
+        } else if self.read as usize == HEAD4_LEN && at == 22 {
+            Some([self.bytes[22], self.bytes[23]])
+        } else {
+            read::<[u8; 2]>(l3, at)
+        }
+    }
+}
+
 /// What the IP header says: (fragment, ICMP packet too big).
 #[inline(always)]
-fn inspect_ip(l3: u64, protocol: u16) -> (bool, bool) {
+fn inspect_ip(l3: u64, protocol: u16, head: &Head4) -> (bool, bool) {
     if protocol == ETH_P_IP_BE {
-        let Some(h) = read::<[u8; 20]>(l3, 0) else {
+        let Some(h) = head.header() else {
             return (false, false);
         };
-        if h[0] >> 4 != 4 {
-            return (false, false);
-        }
-        let c = classify_ipv4(&h);
+        let c = classify_ipv4(h);
         let ptb = c.icmp
-            && match read::<[u8; 2]>(l3, c.l4_offset) {
+            && match head.pair(l3, c.l4_offset) {
                 Some(icmp) => is_ptb(false, icmp[0], icmp[1]),
                 None => false,
             };
@@ -386,7 +452,8 @@ fn on_packet<F: Fields>(skb: u64, dev: u64, tx: bool) {
             }
         }
     }
-    let (fragment, ptb) = inspect_ip(l3, protocol);
+    let head = Head4::read(l3, protocol);
+    let (fragment, ptb) = inspect_ip(l3, protocol, &head);
 
     let stats = match NET_IFACES.get_ptr_mut(&key) {
         Some(stats) => stats,
@@ -440,6 +507,7 @@ fn on_packet<F: Fields>(skb: u64, dev: u64, tx: bool) {
         on_container_packet(
             cgroup,
             l3,
+            &head,
             l3_len,
             protocol,
             gso_size as u32,
@@ -653,13 +721,10 @@ static NET_FRAG_STATE: PerCpuArray<FragState> = PerCpuArray::with_max_entries(2,
 
 /// Parses the IP header at `l3`: `None` for what is not IP.
 #[inline(always)]
-fn ip_packet(l3: u64, protocol: u16) -> Option<IpPacket> {
+fn ip_packet(l3: u64, protocol: u16, head: &Head4) -> Option<IpPacket> {
     if protocol == ETH_P_IP_BE {
-        let h = read::<[u8; 20]>(l3, 0)?;
-        if h[0] >> 4 != 4 {
-            return None;
-        }
-        let c = classify_ipv4(&h);
+        let h = head.header()?;
+        let c = classify_ipv4(h);
         let offset = ((h[6] as u16 & 0x1f) << 8) | h[7] as u16;
         let id = FragId {
             id: ((h[4] as u32) << 8) | h[5] as u32,
@@ -708,10 +773,11 @@ fn ip_packet(l3: u64, protocol: u16) -> Option<IpPacket> {
 
 /// Whether a packet (whole or first fragment) is a tunnel's outer packet.
 #[inline(always)]
-fn is_tunnel_outer(l3: u64, p: &IpPacket) -> bool {
+fn is_tunnel_outer(l3: u64, head: &Head4, p: &IpPacket) -> bool {
     match p.l4_protocol {
         IPPROTO_IPIP | IPPROTO_IPV6 | IPPROTO_GRE | IPPROTO_ESP => true,
-        IPPROTO_UDP => match read::<[u8; 2]>(l3, p.ip_len + 2) {
+        // An IPv6 header is never in `head` (its `read` is 0): the pair is read.
+        IPPROTO_UDP => match head.pair(l3, p.ip_len + 2) {
             Some(port) => TUNNEL_UDP_PORTS.contains(&(((port[0] as u16) << 8) | port[1] as u16)),
             None => false,
         },
@@ -813,24 +879,25 @@ fn learn_sender<F: Fields>(netns: u32, sk: u64, cgroup: u64) {
 fn on_container_packet(
     cgroup: u64,
     l3: u64,
+    head: &Head4,
     len: u32,
     protocol: u16,
     gso_size: u32,
     gso_segs: u32,
     tx: bool,
 ) {
-    let Some(p) = ip_packet(l3, protocol) else {
+    let Some(p) = ip_packet(l3, protocol, head) else {
         return;
     };
     let state = NET_FRAG_STATE.get_ptr_mut(if tx { 0 } else { 1 });
     match p.fragment {
         Fragment::Whole => {
-            if is_tunnel_outer(l3, &p) {
+            if is_tunnel_outer(l3, head, &p) {
                 return;
             }
         }
         Fragment::First(id) => {
-            let outer = is_tunnel_outer(l3, &p);
+            let outer = is_tunnel_outer(l3, head, &p);
             if let Some(state) = state {
                 // SAFETY: this CPU's slot.
                 unsafe {
