@@ -89,10 +89,20 @@ impl NetnsOwners {
         // 0: nobody's (the kernel never claims a namespace that has an entry). The host's
         // services send from the host's namespace: without this, the first one seen sending
         // would be credited with everything the node receives.
-        for nobodys in [host, namespaces::own_inode()].into_iter().flatten() {
-            owners.insert(nobodys as u32, 0);
+        for nobodys in Self::nobodys(host) {
+            owners.insert(nobodys, 0);
         }
         owners
+    }
+
+    /// The namespaces no container can own, whatever sends from them: the host's (`host`,
+    /// when known) and this process's.
+    pub fn nobodys(host: Option<u64>) -> Vec<u32> {
+        [host, namespaces::own_inode()]
+            .into_iter()
+            .flatten()
+            .map(|n| n as u32)
+            .collect()
     }
 }
 
@@ -142,5 +152,17 @@ mod tests {
             path_of,
         );
         assert_eq!(owners.walked_at, walked);
+    }
+
+    #[test]
+    fn nobodys_namespaces_are_the_hosts_and_our_own_and_the_receive_probe_is_told_them() {
+        let own = namespaces::own_inode().expect("this process's namespace") as u32;
+        assert_eq!(NetnsOwners::nobodys(Some(7)), vec![7, own]);
+        assert_eq!(NetnsOwners::nobodys(None), vec![own]);
+        // What the probe is told fits the kernel's slots.
+        assert!(
+            NetnsOwners::nobodys(Some(7)).len()
+                <= stormwatch_common::net::NOBODYS_NETNS_SLOTS as usize
+        );
     }
 }

@@ -326,7 +326,7 @@ impl NetStage {
             .decide(resolver.root(), self.host_netns, active, &senders, |id| {
                 resolver.path(id).map(str::to_owned)
             });
-        probes.set_netns_owners(&owners);
+        probes.set_netns_owners(&owners, &NetnsOwners::nobodys(self.host_netns));
     }
 
     /// The interfaces the probes saw, by (namespace inode, ifindex): the kernel's record of

@@ -241,10 +241,11 @@ impl Probes {
     }
 
     /// Tells the network receive probe which container each network namespace belongs to
-    /// (namespace inode → cgroup id, 0 for nobody's), when it is attached.
-    pub fn set_netns_owners(&mut self, owners: &HashMap<u32, u64>) {
+    /// (namespace inode → cgroup id, 0 for nobody's) and which namespaces no container can
+    /// own, when it is attached.
+    pub fn set_netns_owners(&mut self, owners: &HashMap<u32, u64>, nobodys: &[u32]) {
         if self.is_attached(net::RECEIVE)
-            && let Err(e) = net::set_netns_owners(&mut self.ebpf, owners)
+            && let Err(e) = net::set_netns_owners(&mut self.ebpf, owners, nobodys)
         {
             log::warn!("cannot tell the receive probe the namespaces' owners: {e:#}");
         }

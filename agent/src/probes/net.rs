@@ -16,8 +16,8 @@ use std::{collections::HashMap, sync::OnceLock};
 
 use aya::Ebpf;
 use stormwatch_common::net::{
-    CgroupNetStats, NetDropKey, NetDropStats, NetIfInfo, NetIfKey, NetIfStats, NetProbeError,
-    NetSenderKey, globals, maps, programs,
+    CgroupNetStats, NOBODYS_NETNS_SLOTS, NetDropKey, NetDropStats, NetIfInfo, NetIfKey, NetIfStats,
+    NetProbeError, NetSenderKey, globals, maps, programs,
 };
 
 use super::{
@@ -481,14 +481,27 @@ pub fn read_senders(ebpf: &Ebpf) -> Vec<NetSenderKey> {
 
 /// Tells the receive hook which container each network namespace's traffic belongs to:
 /// `owners` maps namespace inodes to cgroup ids (0: no one's); namespaces not in it are left
-/// as they are.
-pub fn set_netns_owners(ebpf: &mut Ebpf, owners: &HashMap<u32, u64>) -> anyhow::Result<()> {
+/// as they are. `nobodys` are the namespaces no container can own (the host's, the agent's
+/// own: at most `NOBODYS_NETNS_SLOTS`), which the hook then does not look up at all.
+pub fn set_netns_owners(
+    ebpf: &mut Ebpf,
+    owners: &HashMap<u32, u64>,
+    nobodys: &[u32],
+) -> anyhow::Result<()> {
     let map = ebpf
         .map_mut(maps::NETNS_CGROUP)
         .ok_or_else(|| anyhow::anyhow!("map {} missing from the object", maps::NETNS_CGROUP))?;
     let mut map = aya::maps::HashMap::<_, u32, u64>::try_from(map)?;
     for (netns, cgroup) in owners {
         map.insert(netns, cgroup, 0)?;
+    }
+    let map = ebpf
+        .map_mut(maps::NET_NOBODYS)
+        .ok_or_else(|| anyhow::anyhow!("map {} missing from the object", maps::NET_NOBODYS))?;
+    let mut map = aya::maps::Array::<_, u32>::try_from(map)?;
+    for slot in 0..NOBODYS_NETNS_SLOTS {
+        let netns = nobodys.get(slot as usize).copied().unwrap_or(0);
+        map.set(slot, &netns, 0)?;
     }
     Ok(())
 }

@@ -18,12 +18,21 @@ pub mod maps {
     /// Hash: network namespace inode (u32) → cgroup id (u64) its received traffic is
     /// counted for; written by the agent.
     pub const NETNS_CGROUP: &str = "NETNS_CGROUP";
+    /// Array of [`super::NOBODYS_NETNS_SLOTS`] u32: the namespace inodes that belong to no
+    /// container whatever sends from them (the host's, the agent's own; 0: unset), written by
+    /// the agent with `NETNS_CGROUP`'s owners. The receive hook skips its `NETNS_CGROUP`
+    /// lookup for them (most of a node's received packets: its uplink and the host ends of its
+    /// pods' veth pairs).
+    pub const NET_NOBODYS: &str = "NET_NOBODYS";
     /// Hash: [`super::NetSenderKey`] → 0: which cgroups' processes send from which
     /// namespaces (the transmit hook notes them; the agent decides owners from them).
     pub const NET_SENDERS: &str = "NET_SENDERS";
     /// Per-CPU array: [`super::NetProbeError`] index → events the probes could not record.
     pub const NET_ERRORS: &str = "NET_ERRORS";
 }
+
+/// How many namespaces `NET_NOBODYS` holds: the host's and the agent's own.
+pub const NOBODYS_NETNS_SLOTS: u32 = 2;
 
 /// Read-only globals: struct offsets from the running kernel's BTF, tracepoint record
 /// offsets for the classic fallback.

@@ -20,13 +20,13 @@
 use aya_ebpf::{
     helpers::{bpf_probe_read_kernel, bpf_probe_read_kernel_str_bytes},
     macros::{btf_tracepoint, map, tracepoint},
-    maps::{HashMap, PerCpuArray, PerCpuHashMap},
+    maps::{Array, HashMap, PerCpuArray, PerCpuHashMap},
     programs::{BtfTracePointContext, TracePointContext},
 };
 use stormwatch_common::net::{
-    CgroupNetStats, ETH_P_IP_BE, ETH_P_IPV6_BE, NetDirStats, NetDropKey, NetDropStats, NetIfInfo,
-    NetIfKey, NetIfStats, NetProbeError, NetSenderKey, classify_ipv4, classify_ipv6, is_ptb,
-    len_bucket, len_bucket_of,
+    CgroupNetStats, ETH_P_IP_BE, ETH_P_IPV6_BE, NOBODYS_NETNS_SLOTS, NetDirStats, NetDropKey,
+    NetDropStats, NetIfInfo, NetIfKey, NetIfStats, NetProbeError, NetSenderKey, classify_ipv4,
+    classify_ipv6, is_ptb, len_bucket, len_bucket_of,
 };
 
 use crate::shared::{
@@ -65,6 +65,24 @@ static NET_DROPS: PerCpuHashMap<NetDropKey, NetDropStats> =
 /// namespaces whose processes all belong to one container or pod).
 #[map(name = "NETNS_CGROUP")]
 static NETNS_CGROUP: HashMap<u32, u64> = HashMap::with_max_entries(MAX_NETNS, 0);
+
+/// The namespaces nobody owns, whatever sends from them (`maps::NET_NOBODYS`).
+#[map(name = "NET_NOBODYS")]
+static NET_NOBODYS: Array<u32> = Array::with_max_entries(NOBODYS_NETNS_SLOTS, 0);
+
+/// Whether `netns` belongs to no container (the host's or the agent's): two inlined array
+/// loads, where a `NETNS_CGROUP` lookup is a hash and a bucket walk on every received packet.
+#[inline(always)]
+fn nobodys(netns: u32) -> bool {
+    let mut i = 0;
+    while i < NOBODYS_NETNS_SLOTS {
+        if NET_NOBODYS.get(i).is_some_and(|n| *n == netns) {
+            return true;
+        }
+        i += 1;
+    }
+    false
+}
 
 /// (namespace, cgroup) pairs seen sending: what the agent decides owners from.
 #[map(name = "NET_SENDERS")]
@@ -497,6 +515,8 @@ fn on_packet<F: Fields>(skb: u64, dev: u64, tx: bool) {
             learn_sender::<F>(key.netns, sk, cgroup);
             cgroup
         })
+    } else if nobodys(key.netns) {
+        None
     } else {
         // SAFETY: a map lookup; the value is a plain u64.
         unsafe { NETNS_CGROUP.get(&key.netns) }
