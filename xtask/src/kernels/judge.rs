@@ -13,7 +13,9 @@ use super::{Kernel, Phase, Step, guest::STEP_TIMEOUT_SECONDS};
 pub enum Expect {
     /// The test ran and passed: exit 0 and "1 passed" (a filter that matched nothing fails).
     TestPasses,
-    /// `check` with every probe, the scheduler's as tp_btf.
+    /// `check` with every probe, the scheduler's, the contention end's and the network's as
+    /// tp_btf: a tp_btf program the verifier refuses falls back to its classic tracepoint, which
+    /// every other step would pass (seen: a network program's spill of an undefined register).
     CheckAllTpBtf,
     /// `check` with the kernel's BTF hidden: the scheduler and futex probes attached as classic
     /// tracepoints, exit 0, and what is lost listed (none of it what the storm needs).
@@ -93,10 +95,14 @@ pub(crate) fn judge(expect: Expect, rc: i32, text: &str) -> Result<()> {
             if let Some(l) = lines.iter().find(|l| l.level != "ok") {
                 bail!("{} {}: {}", l.level, l.what, l.detail);
             }
-            for p in SCHED_PROBES
-                .iter()
-                .chain(&["probe sched:sched_waking", "probe lock:contention_end"])
-            {
+            for p in SCHED_PROBES.iter().chain(&[
+                "probe sched:sched_waking",
+                "probe lock:contention_end",
+                "probe net:net_dev_start_xmit",
+                "probe net:netif_receive_skb",
+                "probe skb:kfree_skb",
+                "probe tcp:tcp_retransmit_skb",
+            ]) {
                 attached_as(p, "tp_btf")?;
             }
             if !lines
@@ -316,6 +322,10 @@ ok    probe sched:sched_wakeup_new           attached as tp_btf
 ok    probe sched:sched_waking               attached as tp_btf
 ok    probe syscalls:sys_enter_futex         attached as tracepoint
 ok    probe lock:contention_end              attached as tp_btf
+ok    probe net:net_dev_start_xmit           attached as tp_btf
+ok    probe net:netif_receive_skb            attached as tp_btf
+ok    probe skb:kfree_skb                    attached as tp_btf
+ok    probe tcp:tcp_retransmit_skb           attached as tp_btf
 ok    diagnosis                              every figure and every rule has its probes
 verdict: stormwatch can run here with every probe
 ";
@@ -339,6 +349,13 @@ verdict: stormwatch can run here with every probe
         );
         let e = judge(Expect::CheckAllTpBtf, 0, &classic).unwrap_err();
         assert!(format!("{e}").contains("sched_wakeup"), "{e}");
+        // A network program refused as tp_btf and attached as its classic fallback.
+        let fell_back = CHECK_OK.replace(
+            "net:net_dev_start_xmit           attached as tp_btf",
+            "net:net_dev_start_xmit           attached as tracepoint (tp_btf failed: …)",
+        );
+        let e = judge(Expect::CheckAllTpBtf, 0, &fell_back).unwrap_err();
+        assert!(format!("{e}").contains("net_dev_start_xmit"), "{e}");
         let refused = "FAIL  BTF                                    /tmp/empty.btf: not a BTF \
                        blob: truncated header\nFAIL  probes                                 not \
                        loaded\n";
