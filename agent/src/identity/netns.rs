@@ -28,8 +28,13 @@ const NETNS_WALK_MIN_GAP: Duration = Duration::from_secs(1);
 /// `/proc` is walked when a namespace the last walk did not consider carries traffic or sends,
 /// and at least once a minute (`NETNS_WALK_PERIOD`): not at every collection (thousands of
 /// processes on a busy node).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct NetnsOwners {
+    /// The host's namespace inode, when known.
+    host: Option<u64>,
+    /// The namespaces no container can own, whatever sends from them: the host's and this
+    /// process's, found once (neither changes while the agent runs).
+    nobodys: Vec<u32>,
     /// Namespace inode → cgroup paths of its processes, from the last walk.
     members: HashMap<u64, BTreeSet<String>>,
     /// Namespaces the last walk found or already knew of.
@@ -38,14 +43,27 @@ pub struct NetnsOwners {
 }
 
 impl NetnsOwners {
-    /// Namespace inode → owning cgroup id (0: nobody's), cgroups named under `v2_root`. `host` is
-    /// the host's namespace inode
-    /// when known; `active` the namespaces that carried traffic since the last call; `senders`
-    /// the (namespace, cgroup) pairs the transmit probe saw sending; `path_of` names cgroup ids.
+    /// The owners of a host whose namespace inode is `host`, when known.
+    pub fn new(host: Option<u64>) -> Self {
+        Self {
+            host,
+            nobodys: [host, namespaces::own_inode()]
+                .into_iter()
+                .flatten()
+                .map(|n| n as u32)
+                .collect(),
+            members: HashMap::new(),
+            considered: HashSet::new(),
+            walked_at: None,
+        }
+    }
+
+    /// Namespace inode → owning cgroup id (0: nobody's), cgroups named under `v2_root`.
+    /// `active`: the namespaces that carried traffic since the last call; `senders` the
+    /// (namespace, cgroup) pairs the transmit probe saw sending; `path_of` names cgroup ids.
     pub fn decide(
         &mut self,
         v2_root: &Path,
-        host: Option<u64>,
         active: impl IntoIterator<Item = u64>,
         senders: &[NetSenderKey],
         path_of: impl Fn(u64) -> Option<String>,
@@ -60,7 +78,7 @@ impl NetnsOwners {
         if stale || (news && since.is_none_or(|s| s >= NETNS_WALK_MIN_GAP)) {
             self.members.clear();
             self.considered = seen;
-            for ns in namespaces::discover(host) {
+            for ns in namespaces::discover(self.host) {
                 self.considered.insert(ns.inode);
                 // A namespace known only by name (no process seen in it) says nothing yet.
                 if !ns.host && !ns.cgroups.is_empty() {
@@ -89,20 +107,16 @@ impl NetnsOwners {
         // 0: nobody's (the kernel never claims a namespace that has an entry). The host's
         // services send from the host's namespace: without this, the first one seen sending
         // would be credited with everything the node receives.
-        for nobodys in Self::nobodys(host) {
-            owners.insert(nobodys, 0);
+        for nobodys in &self.nobodys {
+            owners.insert(*nobodys, 0);
         }
         owners
     }
 
-    /// The namespaces no container can own, whatever sends from them: the host's (`host`,
-    /// when known) and this process's.
-    pub fn nobodys(host: Option<u64>) -> Vec<u32> {
-        [host, namespaces::own_inode()]
-            .into_iter()
-            .flatten()
-            .map(|n| n as u32)
-            .collect()
+    /// The namespaces no container can own, whatever sends from them: the host's (when known)
+    /// and this process's.
+    pub fn nobodys(&self) -> &[u32] {
+        &self.nobodys
     }
 }
 
@@ -135,33 +149,27 @@ mod tests {
                 cgroup: 42,
             },
         ];
-        let mut owners = NetnsOwners::default();
+        let mut owners = NetnsOwners::new(Some(u64::from(host)));
         let path_of = |id: u64| (id == 42).then(|| path.clone());
-        let decided = owners.decide(&root, Some(u64::from(host)), [], &senders, path_of);
+        let decided = owners.decide(&root, [], &senders, path_of);
         assert_eq!(decided.get(&host), Some(&0), "the host's: nobody's");
         // A cgroup below the root is an owner; the root itself is nobody.
         let expected = if path == "/" { 0 } else { inode };
         assert_eq!(decided.get(&pod), Some(&expected));
         // Nothing new: no second walk of /proc.
         let walked = owners.walked_at;
-        owners.decide(
-            &root,
-            Some(u64::from(host)),
-            [u64::from(pod)],
-            &senders,
-            path_of,
-        );
+        owners.decide(&root, [u64::from(pod)], &senders, path_of);
         assert_eq!(owners.walked_at, walked);
     }
 
     #[test]
     fn nobodys_namespaces_are_the_hosts_and_our_own_and_the_receive_probe_is_told_them() {
         let own = namespaces::own_inode().expect("this process's namespace") as u32;
-        assert_eq!(NetnsOwners::nobodys(Some(7)), vec![7, own]);
-        assert_eq!(NetnsOwners::nobodys(None), vec![own]);
+        assert_eq!(NetnsOwners::new(Some(7)).nobodys(), [7, own]);
+        assert_eq!(NetnsOwners::new(None).nobodys(), [own]);
         // What the probe is told fits the kernel's slots.
         assert!(
-            NetnsOwners::nobodys(Some(7)).len()
+            NetnsOwners::new(Some(7)).nobodys().len()
                 <= stormwatch_common::net::NOBODYS_NETNS_SLOTS as usize
         );
     }

@@ -85,8 +85,7 @@ impl Stages {
             },
             net: NetStage {
                 interfaces: HashMap::new(),
-                host_netns,
-                owners: NetnsOwners::default(),
+                owners: NetnsOwners::new(host_netns),
             },
         }
     }
@@ -276,8 +275,6 @@ impl Stage for LockStage {
 /// they first saw it), and whose each network namespace is (told to the receive probe).
 pub(super) struct NetStage {
     interfaces: HashMap<NetIfKey, NetIfInfo>,
-    /// The host's network namespace inode, when known.
-    host_netns: Option<u64>,
     owners: NetnsOwners,
 }
 
@@ -321,12 +318,10 @@ impl NetStage {
         active: impl IntoIterator<Item = u64>,
     ) {
         let senders = probes.netns_senders();
-        let owners = self
-            .owners
-            .decide(resolver.root(), self.host_netns, active, &senders, |id| {
-                resolver.path(id).map(str::to_owned)
-            });
-        probes.set_netns_owners(&owners, &NetnsOwners::nobodys(self.host_netns));
+        let owners = self.owners.decide(resolver.root(), active, &senders, |id| {
+            resolver.path(id).map(str::to_owned)
+        });
+        probes.set_netns_owners(&owners, self.owners.nobodys());
     }
 
     /// The interfaces the probes saw, by (namespace inode, ifindex): the kernel's record of
