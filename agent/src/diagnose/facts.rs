@@ -55,7 +55,8 @@ pub struct Facts {
     pub host: Option<HostFacts>,
     /// The futex hand-offs of the window, told apart by who made them (see [`Handoffs`]).
     pub handoffs: Handoffs,
-    /// The processes whose threads took part in hand-offs, with their runtimes.
+    /// The processes whose threads took part in hand-offs, with their runtimes, and the
+    /// native servers that size a spinning pool themselves (Redis's I/O threads).
     pub runtimes: Vec<ProcessRuntime>,
     /// The call sites of the window's sampled hand-offs, where they are sampled and there were
     /// any.

@@ -517,13 +517,16 @@ impl Session {
                 .min(window_seconds),
             _ => 0.0,
         };
-        let handoffs = tell_handoffs_apart(
+        let mut handoffs = tell_handoffs_apart(
             window,
             &mut self
                 .runtimes
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner),
         );
+        if let Some(reader) = self.reader.as_deref() {
+            add_sized_servers(window, paths, reader, &mut handoffs);
+        }
         super::facts(
             window,
             FactsContext {
@@ -687,7 +690,7 @@ pub use self::options::{NetworkOptions, SessionOptions};
 pub use self::resources::{ResourceReader, cgroupfs_reader};
 use self::{
     context::{Context, activity, refresh_period, threads_due},
-    handoffs::{name_while_alive, tell_handoffs_apart},
+    handoffs::{add_sized_servers, name_while_alive, tell_handoffs_apart},
     step::{Step, ThreadTime},
 };
 

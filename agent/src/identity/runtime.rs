@@ -41,10 +41,12 @@ impl Runtime {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CpuSetting {
     /// The setting as a user would write it: `GOMAXPROCS`, `-XX:ActiveProcessorCount`,
-    /// `DOTNET_PROCESSOR_COUNT`, or `CPUs the process may run on` when nothing sets it.
+    /// `DOTNET_PROCESSOR_COUNT`, Redis's `io-threads`, or `CPUs the process may run on` when
+    /// nothing sets it.
     pub name: &'static str,
     pub value: u32,
-    /// `environment`, `command line`, or `affinity` (the runtime's default).
+    /// `environment`, `command line`, `affinity` (the runtime's default), or `threads` (a
+    /// server's threads, named by the setting).
     pub source: &'static str,
 }
 
@@ -90,7 +92,10 @@ pub fn read(tgid: u32) -> Option<ProcessRuntime> {
     let env = nul_separated(&environ);
     let args = nul_separated(&cmdline);
     let gc_threads = (runtime == Runtime::Jvm).then(|| count_threads_named(&proc, "GC Thread#"));
-    let cpus = cpu_setting(&runtime, &env, &args, affinity);
+    let cpus = match runtime {
+        Runtime::Native => server_threads_setting(&comm, &proc),
+        _ => cpu_setting(&runtime, &env, &args, affinity),
+    };
     Some(ProcessRuntime {
         tgid,
         comm,
@@ -151,6 +156,38 @@ fn cpu_setting(
         }),
         Runtime::Native => None,
     }
+}
+
+/// Process `tgid`'s runtime if it is a native server that sizes a spinning pool itself (see
+/// [`server_threads_setting`]) and says how: such threads spin rather than park, so no futex
+/// hand-off brings the process to the diagnosis, which looks at a cgroup's processes for them
+/// instead. Only the name is read of any other process.
+pub fn sized_server(tgid: u32) -> Option<ProcessRuntime> {
+    let comm = crate::files::kernel_text(format!("/proc/{tgid}/comm"))?;
+    if !SPINNING_SERVERS.contains(&comm.trim_end()) {
+        return None;
+    }
+    read(tgid).filter(|p| p.cpus.is_some())
+}
+
+/// The native servers whose threads setting [`server_threads_setting`] reads.
+const SPINNING_SERVERS: [&str; 1] = ["redis-server"];
+
+/// A native server's own setting of how many threads spin for its work, read from its threads:
+/// Redis's `io-threads` (6.0 and later) counts its main thread and the I/O threads it starts,
+/// named `io_thd_1`… (its command line cannot say: Redis rewrites its process title). Its I/O
+/// threads and main thread spin-wait for each other, so more of them than CPUs only take
+/// turns. `None` for any other program, and for a Redis without I/O threads.
+fn server_threads_setting(comm: &str, proc: &Path) -> Option<CpuSetting> {
+    if !SPINNING_SERVERS.contains(&comm) {
+        return None;
+    }
+    let io_threads = count_threads_named(proc, "io_thd_");
+    (io_threads > 0).then(|| CpuSetting {
+        name: "io-threads",
+        value: io_threads + 1,
+        source: "threads",
+    })
 }
 
 /// Whether a thread of `runtime` named `comm` is one of the runtime's own service threads: they

@@ -1,5 +1,5 @@
-//! The runtime-sizing rule: a Go, JVM or .NET runtime sized for more CPUs than the container
-//! may use.
+//! The runtime-sizing rule: a Go, JVM or .NET runtime (or a server's spinning thread pool:
+//! Redis's I/O threads) sized for more CPUs than the container may use.
 
 use std::collections::BTreeMap;
 
@@ -43,6 +43,12 @@ pub fn runtime_sizing(f: &Facts, t: &Thresholds) -> Option<Finding> {
                 "affinity" => format!(
                     "{what} runs {} = {} (the CPUs it may run on: before Go 1.25 the runtime does not read the CPU limit)",
                     c.name, c.value
+                ),
+                "threads" => format!(
+                    "{what} runs {} {} (from its threads: the main thread and {} I/O threads, which spin while they wait for each other)",
+                    c.name,
+                    c.value,
+                    c.value.saturating_sub(1)
                 ),
                 source => format!("{what} runs {}={} (from its {source})", c.name, c.value),
             });
@@ -205,6 +211,10 @@ fn runtime_fix(r: &crate::identity::runtime::Runtime, name: &str, source: &str, 
         ),
         Runtime::DotNet => format!(
             "Set DOTNET_PROCESSOR_COUNT={n}, or unset it: .NET reads the container's CPU limit itself."
+        ),
+        Runtime::Native if name == "io-threads" => format!(
+            "Set io-threads {} (in redis.conf, or --io-threads): Redis's I/O threads and main thread spin-wait for each other, so threaded I/O pays only where they each have a CPU; Redis advises it from 4 cores on, with a core left over, and finds more than 8 threads seldom help.",
+            if n >= 4 { (n - 1).min(8) } else { 1 }
         ),
         Runtime::Native => format!("Size the program's pools to {n} CPU(s)."),
     }

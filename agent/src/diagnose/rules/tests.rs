@@ -446,6 +446,50 @@ fn without_the_figures_the_explanation_is_left_out() {
     assert!(!h.evidence.contains_key("steal_share"));
 }
 
+/// Redis's I/O threads spin while they wait for each other: more of them than CPUs (its
+/// threads say `io-threads`, its command line cannot) is a pool sized for a bigger node, named
+/// with the setting to change, when the container keeps its CPUs saturated.
+#[test]
+fn redis_io_threads_above_the_cpus_are_named() {
+    use crate::identity::runtime::{CpuSetting, ProcessRuntime, Runtime};
+    let t = Thresholds::default();
+    let mut spinning = storm();
+    spinning.handoffs = Default::default();
+    spinning.runtimes = vec![ProcessRuntime {
+        tgid: 7,
+        comm: "redis-server".into(),
+        runtime: Runtime::Native,
+        cpus: Some(CpuSetting {
+            name: "io-threads",
+            value: 4,
+            source: "threads",
+        }),
+        gc_threads: None,
+        threads: Some(9),
+    }];
+    assert!(
+        spinning.runnable_threads() / spinning.allowed_cpus() >= t.storm_saturated_runnable_per_cpu,
+        "the storm's figures keep the CPUs saturated"
+    );
+    let found = runtime_sizing(&spinning, &t).expect("4 spinning threads on 2 CPUs");
+    assert!(
+        found
+            .summary
+            .contains("native process 7 (redis-server) runs io-threads 4 (from its threads"),
+        "{}",
+        found.summary
+    );
+    assert!(
+        found.recommendations[0].starts_with("Set io-threads 1 "),
+        "{:?}",
+        found.recommendations
+    );
+    // As many as the CPUs: not sized above them.
+    let mut fits = spinning.clone();
+    fits.runtimes[0].cpus.as_mut().unwrap().value = 2;
+    assert!(runtime_sizing(&fits, &t).is_none());
+}
+
 /// The same kernel figures, but every hand-off made by a runtime's own parked threads (a Go
 /// program's Ms) or to workers that only wait: no lock's queue, no storm. A Go runtime sized
 /// above the CPUs is named instead, with its flag.

@@ -6,8 +6,12 @@ use std::collections::{HashMap, HashSet};
 use crate::{
     collect::Window,
     diagnose::Handoffs,
-    identity::runtime::{ProcessRuntime, RuntimeCache, is_service_thread, parks_in_its_scheduler},
+    identity::runtime::{
+        ProcessRuntime, RuntimeCache, is_service_thread, parks_in_its_scheduler, sized_server,
+    },
 };
+
+use super::ResourceReader;
 
 /// Reads the runtime of each process in `tick`'s hand-offs, and its threads' names, the first
 /// time they are seen: while they live. Read at the end of the window instead, a process that
@@ -117,6 +121,44 @@ pub(super) fn tell_handoffs_apart(
     out
 }
 
+/// Adds to each cgroup's processes (`out`, from [`tell_handoffs_apart`]) its native servers
+/// that size a spinning pool themselves ([`sized_server`]: Redis's I/O threads). Their threads
+/// spin instead of parking, so no hand-off brings them; each cgroup of the window with a path
+/// has its processes listed once a window, and only their names read but for such a server.
+pub(super) fn add_sized_servers(
+    window: &Window,
+    paths: &HashMap<u64, String>,
+    reader: &dyn ResourceReader,
+    out: &mut HashMap<u64, (Handoffs, Vec<ProcessRuntime>)>,
+) {
+    add_sized_servers_with(window, paths, reader, out, sized_server);
+}
+
+fn add_sized_servers_with(
+    window: &Window,
+    paths: &HashMap<u64, String>,
+    reader: &dyn ResourceReader,
+    out: &mut HashMap<u64, (Handoffs, Vec<ProcessRuntime>)>,
+    server: impl Fn(u32) -> Option<ProcessRuntime>,
+) {
+    for id in window.cgroups.keys() {
+        let Some(path) = paths.get(id) else { continue };
+        for tgid in reader.processes(path) {
+            let known = out
+                .get(id)
+                .is_some_and(|(_, procs)| procs.iter().any(|p| p.tgid == tgid));
+            if known {
+                continue;
+            }
+            if let Some(p) = server(tgid) {
+                let procs = &mut out.entry(*id).or_default().1;
+                procs.push(p);
+                procs.sort_by_key(|p| p.tgid);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use stormwatch_common::{HotFutexKey, HotFutexValue, ThreadHandoff};
@@ -209,5 +251,74 @@ mod tests {
         assert!(parks_on_own_words(&half).is_empty());
         word(&mut half, 0x30, 2, false);
         assert_eq!(parks_on_own_words(&half).len(), 1);
+    }
+
+    /// A cgroup reader that knows only each cgroup's processes.
+    struct Processes(HashMap<&'static str, Vec<u32>>);
+
+    impl ResourceReader for Processes {
+        fn limits(&self, _: &str) -> crate::identity::limits::Limits {
+            Default::default()
+        }
+        fn threads(&self, _: &str) -> Option<u64> {
+            None
+        }
+        fn counters(
+            &self,
+            _: &str,
+            previous: &crate::identity::limits::CpuCounters,
+            _: bool,
+            _: bool,
+        ) -> crate::identity::limits::CpuCounters {
+            *previous
+        }
+        fn processes(&self, path: &str) -> Vec<u32> {
+            self.0.get(path).cloned().unwrap_or_default()
+        }
+    }
+
+    fn native(tgid: u32, comm: &str) -> ProcessRuntime {
+        ProcessRuntime {
+            tgid,
+            comm: comm.into(),
+            runtime: crate::identity::runtime::Runtime::Native,
+            cpus: None,
+            gc_threads: None,
+            threads: None,
+        }
+    }
+
+    /// A spinning server's process is added to its cgroup's, once, from the cgroup's process
+    /// list; other processes, and cgroups of the window without a path, bring nothing.
+    #[test]
+    fn servers_that_spin_are_found_in_their_cgroups_processes() {
+        let mut w = Window::empty();
+        for id in [7, 8, 9] {
+            w.cgroups.insert(id, crate::collect::CgroupWindow::ZERO);
+        }
+        let paths = HashMap::from([(7, "/a".to_owned()), (8, "/b".to_owned())]);
+        let reader = Processes(HashMap::from([
+            ("/a", vec![100, 101, 102]),
+            ("/b", vec![200]),
+        ]));
+        // Process 100 came with the hand-offs already; 101 is the server; the rest are not.
+        let mut out: HashMap<u64, (Handoffs, Vec<ProcessRuntime>)> =
+            HashMap::from([(7, (Handoffs::default(), vec![native(100, "redis-server")]))]);
+        let asked = std::cell::RefCell::new(Vec::new());
+        add_sized_servers_with(&w, &paths, &reader, &mut out, |tgid| {
+            asked.borrow_mut().push(tgid);
+            (tgid == 101).then(|| native(101, "redis-server"))
+        });
+        let tgids = |id: u64| out[&id].1.iter().map(|p| p.tgid).collect::<Vec<_>>();
+        assert_eq!(tgids(7), [100, 101]);
+        assert!(!out.contains_key(&8), "no server in /b");
+        assert!(!out.contains_key(&9), "no path, not looked at");
+        let mut asked = asked.into_inner();
+        asked.sort_unstable();
+        assert_eq!(
+            asked,
+            [101, 102, 200],
+            "a process the hand-offs brought is not read again"
+        );
     }
 }
