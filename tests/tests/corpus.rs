@@ -100,6 +100,12 @@ fn premise(check: Check, case: &Case, o: &Outcome) {
         LockBound => assert_lock_bound(case, o),
         NotLockBound => assert_not_lock_bound(case, o),
         NotLockBoundOrOversubscribed => assert_not_lock_bound_or_oversubscribed(case, o),
+        NoCostlierPerWorkOrOversubscribed => {
+            if !counterfactual_left_out(case) {
+                gain(case, o);
+                assert_no_costlier_per_work_or_oversubscribed(case, o);
+            }
+        }
         StormByConstruction => assert_counterfactual_agrees(case, o),
         ThreadsQueueOnFutexes => assert_threads_queue_on_futexes(case, o),
         ThreadsTakeTurnsOnFutexes => assert_threads_take_turns_on_futexes(case, o),
@@ -488,6 +494,33 @@ fn assert_not_lock_bound_or_oversubscribed(case: &Case, o: &Outcome) {
         "premise of {}: its counterfactual ({:?}) did {gain:.2}× the work per second, more \
          than {NO_CLEAR_GAIN}×: the thread count costs, which the agent should then name \
          (thread_oversubscription, or runtime_sizing); it found {:?}",
+        case.name,
+        case.counterfactual,
+        o.kinds,
+    );
+}
+
+/// A server loaded from outside its cgroup (`Check::NoCostlierPerWorkOrOversubscribed`): its
+/// thread count costs it no more than [`NO_CLEAR_GAIN`]× the CPU per unit of work its
+/// counterfactual (fewer threads) spends, in the median of 3 pairs of runs, or the agent names
+/// that cost as the case with work per second does.
+fn assert_no_costlier_per_work_or_oversubscribed(case: &Case, o: &Outcome) {
+    let ratios = corpus::cpu_per_work_ratios(case, 3);
+    let ratio = corpus::median(ratios.clone());
+    eprintln!(
+        "{}: CPU per unit of work over its counterfactual's: ×{ratio:.2} (median of {ratios:.2?})",
+        case.name
+    );
+    let named = o
+        .kinds
+        .iter()
+        .any(|k| k == "thread_oversubscription" || k == "runtime_sizing");
+    assert!(
+        ratio <= NO_CLEAR_GAIN || named,
+        "premise of {}: it spent {ratio:.2}× the CPU per unit of work its counterfactual ({:?}) \
+         does (median of {ratios:.2?}), more than {NO_CLEAR_GAIN}×: the thread count costs, \
+         which the agent should then name (thread_oversubscription, or runtime_sizing); it \
+         found {:?}",
         case.name,
         case.counterfactual,
         o.kinds,

@@ -59,6 +59,18 @@ pub const TEST_PACKAGES: &[(&str, &str)] = &[
     ),
     ("redis-tools", "redis-benchmark, the corpus server's load"),
     (
+        "memcached",
+        "a third-party server for the lock-storm corpus (issue #41)",
+    ),
+    (
+        "nginx-light",
+        "a third-party server for the lock-storm corpus (issue #41)",
+    ),
+    (
+        "postgresql",
+        "a third-party server and its load (pgbench) for the lock-storm corpus",
+    ),
+    (
         "nodejs",
         "a Node.js service's libuv pool for the lock-storm corpus",
     ),
