@@ -158,8 +158,8 @@ fn cpu_setting(
     }
 }
 
-/// Process `tgid`'s runtime if it is a native server that sizes a spinning pool itself (see
-/// [`server_threads_setting`]) and says how: such threads spin rather than park, so no futex
+/// Process `tgid`'s runtime if it is a native server that sizes a spinning pool itself (Redis's
+/// `io-threads`, counted from its threads) and says how: such threads spin rather than park, so no futex
 /// hand-off brings the process to the diagnosis, which looks at a cgroup's processes for them
 /// instead. Only the name is read of any other process.
 pub fn sized_server(tgid: u32) -> Option<ProcessRuntime> {
