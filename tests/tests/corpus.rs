@@ -483,14 +483,8 @@ fn assert_not_lock_bound_or_oversubscribed(case: &Case, o: &Outcome) {
         return;
     }
     let gain = gain(case, o);
-    // What names the thread count's cost: too many threads runnable for the CPUs, or a runtime
-    // sized for more CPUs than the container has, whose extra threads the workers' waits wake.
-    let named = o
-        .kinds
-        .iter()
-        .any(|k| k == "thread_oversubscription" || k == "runtime_sizing");
     assert!(
-        gain <= NO_CLEAR_GAIN || named,
+        gain <= NO_CLEAR_GAIN || names_thread_cost(o),
         "premise of {}: its counterfactual ({:?}) did {gain:.2}× the work per second, more \
          than {NO_CLEAR_GAIN}×: the thread count costs, which the agent should then name \
          (thread_oversubscription, or runtime_sizing); it found {:?}",
@@ -500,23 +494,35 @@ fn assert_not_lock_bound_or_oversubscribed(case: &Case, o: &Outcome) {
     );
 }
 
-/// A server loaded from outside its cgroup (`Check::NoCostlierPerWorkOrOversubscribed`): its
-/// thread count costs it no more than [`NO_CLEAR_GAIN`]× the CPU per unit of work its
-/// counterfactual (fewer threads) spends, in the median of 3 pairs of runs, or the agent names
-/// that cost as the case with work per second does.
-fn assert_no_costlier_per_work_or_oversubscribed(case: &Case, o: &Outcome) {
+/// Whether the agent names the thread count's cost: too many threads runnable for the CPUs, or
+/// a runtime sized for more CPUs than the container has, whose extra threads the workers' waits
+/// wake.
+fn names_thread_cost(o: &Outcome) -> bool {
+    o.kinds
+        .iter()
+        .any(|k| k == "thread_oversubscription" || k == "runtime_sizing")
+}
+
+/// The CPU time per unit of work the case's program spends over its counterfactual's: the
+/// median of 3 pairs of runs, and the pairs' ratios (printed).
+fn cpu_per_work_ratio(case: &Case) -> (f64, Vec<f64>) {
     let ratios = corpus::cpu_per_work_ratios(case, 3);
     let ratio = corpus::median(ratios.clone());
     eprintln!(
         "{}: CPU per unit of work over its counterfactual's: ×{ratio:.2} (median of {ratios:.2?})",
         case.name
     );
-    let named = o
-        .kinds
-        .iter()
-        .any(|k| k == "thread_oversubscription" || k == "runtime_sizing");
+    (ratio, ratios)
+}
+
+/// A server loaded from outside its cgroup (`Check::NoCostlierPerWorkOrOversubscribed`): its
+/// thread count costs it no more than [`NO_CLEAR_GAIN`]× the CPU per unit of work its
+/// counterfactual (fewer threads) spends, in the median of 3 pairs of runs, or the agent names
+/// that cost as the case with work per second does.
+fn assert_no_costlier_per_work_or_oversubscribed(case: &Case, o: &Outcome) {
+    let (ratio, ratios) = cpu_per_work_ratio(case);
     assert!(
-        ratio <= NO_CLEAR_GAIN || named,
+        ratio <= NO_CLEAR_GAIN || names_thread_cost(o),
         "premise of {}: it spent {ratio:.2}× the CPU per unit of work its counterfactual ({:?}) \
          does (median of {ratios:.2?}), more than {NO_CLEAR_GAIN}×: the thread count costs, \
          which the agent should then name (thread_oversubscription, or runtime_sizing); it \
@@ -567,12 +573,7 @@ fn assert_cpu_per_work(case: &Case, bar: f64) {
     if counterfactual_left_out(case) {
         return;
     }
-    let ratios = corpus::cpu_per_work_ratios(case, 3);
-    let ratio = corpus::median(ratios.clone());
-    eprintln!(
-        "{}: CPU per unit of work over its counterfactual's: ×{ratio:.2} (median of {ratios:.2?})",
-        case.name
-    );
+    let (ratio, ratios) = cpu_per_work_ratio(case);
     assert!(
         ratio >= bar,
         "premise of {}: it should spend ≥ {bar}× the CPU per unit of work its counterfactual \
