@@ -134,7 +134,8 @@ pub(super) fn add_sized_servers(
     add_sized_servers_with(window, paths, reader, out, sized_server);
 }
 
-fn add_sized_servers_with(
+/// [`add_sized_servers`], with `server` reading a process (the tests stand in for `/proc`).
+pub(super) fn add_sized_servers_with(
     window: &Window,
     paths: &HashMap<u64, String>,
     reader: &dyn ResourceReader,
@@ -251,74 +252,5 @@ mod tests {
         assert!(parks_on_own_words(&half).is_empty());
         word(&mut half, 0x30, 2, false);
         assert_eq!(parks_on_own_words(&half).len(), 1);
-    }
-
-    /// A cgroup reader that knows only each cgroup's processes.
-    struct Processes(HashMap<&'static str, Vec<u32>>);
-
-    impl ResourceReader for Processes {
-        fn limits(&self, _: &str) -> crate::identity::limits::Limits {
-            Default::default()
-        }
-        fn threads(&self, _: &str) -> Option<u64> {
-            None
-        }
-        fn counters(
-            &self,
-            _: &str,
-            previous: &crate::identity::limits::CpuCounters,
-            _: bool,
-            _: bool,
-        ) -> crate::identity::limits::CpuCounters {
-            *previous
-        }
-        fn processes(&self, path: &str) -> Vec<u32> {
-            self.0.get(path).cloned().unwrap_or_default()
-        }
-    }
-
-    fn native(tgid: u32, comm: &str) -> ProcessRuntime {
-        ProcessRuntime {
-            tgid,
-            comm: comm.into(),
-            runtime: crate::identity::runtime::Runtime::Native,
-            cpus: None,
-            gc_threads: None,
-            threads: None,
-        }
-    }
-
-    /// A spinning server's process is added to its cgroup's, once, from the cgroup's process
-    /// list; other processes, and cgroups of the window without a path, bring nothing.
-    #[test]
-    fn servers_that_spin_are_found_in_their_cgroups_processes() {
-        let mut w = Window::empty();
-        for id in [7, 8, 9] {
-            w.cgroups.insert(id, crate::collect::CgroupWindow::ZERO);
-        }
-        let paths = HashMap::from([(7, "/a".to_owned()), (8, "/b".to_owned())]);
-        let reader = Processes(HashMap::from([
-            ("/a", vec![100, 101, 102]),
-            ("/b", vec![200]),
-        ]));
-        // Process 100 came with the hand-offs already; 101 is the server; the rest are not.
-        let mut out: HashMap<u64, (Handoffs, Vec<ProcessRuntime>)> =
-            HashMap::from([(7, (Handoffs::default(), vec![native(100, "redis-server")]))]);
-        let asked = std::cell::RefCell::new(Vec::new());
-        add_sized_servers_with(&w, &paths, &reader, &mut out, |tgid| {
-            asked.borrow_mut().push(tgid);
-            (tgid == 101).then(|| native(101, "redis-server"))
-        });
-        let tgids = |id: u64| out[&id].1.iter().map(|p| p.tgid).collect::<Vec<_>>();
-        assert_eq!(tgids(7), [100, 101]);
-        assert!(!out.contains_key(&8), "no server in /b");
-        assert!(!out.contains_key(&9), "no path, not looked at");
-        let mut asked = asked.into_inner();
-        asked.sort_unstable();
-        assert_eq!(
-            asked,
-            [101, 102, 200],
-            "a process the hand-offs brought is not read again"
-        );
     }
 }

@@ -3,10 +3,11 @@ use std::sync::{Arc, Mutex};
 use super::*;
 use crate::diagnose::Thresholds;
 
-/// A cgroupfs of synthetic cgroups: path → limits, with a count of reads.
+/// A cgroupfs of synthetic cgroups: path → limits and processes, with a count of reads.
 #[derive(Default)]
 struct Fake {
     cgroups: Mutex<HashMap<String, Limits>>,
+    processes: Mutex<HashMap<String, Vec<u32>>>,
     reads: Mutex<Vec<&'static str>>,
 }
 
@@ -56,6 +57,14 @@ impl ResourceReader for Arc<Fake> {
             c.cpu_pressure_full_seconds = now.cpu_pressure_full_seconds;
         }
         c
+    }
+    fn processes(&self, path: &str) -> Vec<u32> {
+        self.processes
+            .lock()
+            .unwrap()
+            .get(path)
+            .cloned()
+            .unwrap_or_default()
     }
 }
 
@@ -418,4 +427,52 @@ fn gone_cgroups_are_forgotten_once_out_of_the_window() {
     s.forget(|_| false);
     assert!(!s.contains(1));
     assert!(s.latest_limits([&1]).is_empty());
+}
+
+fn native(tgid: u32, comm: &str) -> crate::identity::runtime::ProcessRuntime {
+    crate::identity::runtime::ProcessRuntime {
+        tgid,
+        comm: comm.into(),
+        runtime: crate::identity::runtime::Runtime::Native,
+        cpus: None,
+        gc_threads: None,
+        threads: None,
+    }
+}
+
+/// A spinning server's process is added to its cgroup's, once, from the cgroup's process
+/// list; other processes, and cgroups of the window without a path, bring nothing.
+#[test]
+fn servers_that_spin_are_found_in_their_cgroups_processes() {
+    let w = tick(1, &[(7, 1), (8, 1), (9, 1)]);
+    let paths = HashMap::from([(7, "/a".to_owned()), (8, "/b".to_owned())]);
+    let fake = Arc::new(Fake::default());
+    fake.processes.lock().unwrap().extend([
+        ("/a".to_owned(), vec![100, 101, 102]),
+        ("/b".to_owned(), vec![200]),
+    ]);
+    // Process 100 came with the hand-offs already; 101 is the server; the rest are not.
+    let mut out = HashMap::from([(
+        7,
+        (
+            crate::diagnose::Handoffs::default(),
+            vec![native(100, "redis-server")],
+        ),
+    )]);
+    let asked = std::cell::RefCell::new(Vec::new());
+    handoffs::add_sized_servers_with(&w, &paths, &fake, &mut out, |tgid| {
+        asked.borrow_mut().push(tgid);
+        (tgid == 101).then(|| native(101, "redis-server"))
+    });
+    let tgids = |id: u64| out[&id].1.iter().map(|p| p.tgid).collect::<Vec<_>>();
+    assert_eq!(tgids(7), [100, 101]);
+    assert!(!out.contains_key(&8), "no server in /b");
+    assert!(!out.contains_key(&9), "no path, not looked at");
+    let mut asked = asked.into_inner();
+    asked.sort_unstable();
+    assert_eq!(
+        asked,
+        [101, 102, 200],
+        "a process the hand-offs brought is not read again"
+    );
 }
