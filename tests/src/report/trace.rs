@@ -143,6 +143,16 @@ pub struct KernelLockSite {
 #[derive(Clone, Debug, Deserialize)]
 pub struct Blame {
     pub wait_seconds: f64,
+    /// The container's own threads held the CPU.
+    pub own_seconds: f64,
+    /// Kernel threads held it.
+    pub kernel_seconds: f64,
+    /// The CPU was idle, yet to wake up.
+    pub idle_seconds: f64,
+    /// The hypervisor (or interrupts accounted apart) had the CPU.
+    pub stolen_seconds: f64,
+    /// Began before the oldest run the CPU remembered.
+    pub unseen_seconds: f64,
     /// Other cgroups that held the CPU, most first.
     pub others: Vec<Culprit>,
 }
