@@ -318,7 +318,10 @@ pub enum WaitKind {
 /// frame that has a name, so the API the application called: a glibc condition wait that
 /// reacquires its mutex is `pthread_cond_wait`, a JVM monitor's entry parks through
 /// `pthread_cond_wait` inside `ObjectMonitor::enter`, whose callers name it). `None` when the
-/// name says neither (a bare `Parker::park`, a raw futex call).
+/// name says neither (a bare `Parker::park`, a raw futex call). Rust's v0 names (the default
+/// of recent toolchains) put an inherent method's type in angle brackets
+/// (`<std::sys::sync::condvar::futex::Condvar>::wait`): they are read without them, as the
+/// legacy names spell the same path.
 pub fn wait_kind(lock_function: &str) -> Option<WaitKind> {
     const CONDITION: &[&str] = &[
         "cond_wait",
@@ -357,9 +360,13 @@ pub fn wait_kind(lock_function: &str) -> Option<WaitKind> {
         "RawMutex::lock",
         "RawRwLock::",
     ];
-    if CONDITION.iter().any(|p| lock_function.contains(p)) {
+    let name: String = lock_function
+        .chars()
+        .filter(|c| !matches!(c, '<' | '>'))
+        .collect();
+    if CONDITION.iter().any(|p| name.contains(p)) {
         Some(WaitKind::Condition)
-    } else if LOCK.iter().any(|p| lock_function.contains(p)) {
+    } else if LOCK.iter().any(|p| name.contains(p)) {
         Some(WaitKind::Lock)
     } else {
         None

@@ -496,6 +496,21 @@ fn what_a_waiter_waited_for_is_read_from_its_machinery() {
         ),
         ("ReentrantReadWriteLock$WriteLock.lock", Some(Lock)),
         ("parking_lot::raw_mutex::RawMutex::lock_slow", Some(Lock)),
+        // Rust's v0 names: the type of an inherent method in angle brackets (tokio's idle
+        // worker parks in std's condition variable).
+        (
+            "<std::sys::sync::condvar::futex::Condvar>::wait",
+            Some(Condition),
+        ),
+        (
+            "<parking_lot::condvar::Condvar>::wait_until_internal",
+            Some(Condition),
+        ),
+        (
+            "<std::sys::sync::rwlock::futex::RwLock>::read_contended",
+            Some(Lock),
+        ),
+        ("<parking_lot::raw_mutex::RawMutex>::lock_slow", Some(Lock)),
         ("Parker::park(bool, long)", None),
         ("sem_wait", None),
         ("futex", None),
