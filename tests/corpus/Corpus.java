@@ -26,6 +26,10 @@
 //          put(). A small pool inside a large runtime: the JVM's own threads are many, the
 //          ones that hand work to one another few. `rate` is the task's iterations here
 //          (default 200): with many workers and long tasks, a busy pool of CPU-bound workers.
+// ownpool  smallpool's work and workers, each worker with a queue of its own (a one-thread
+//          executor; the producer deals the tasks round-robin): the shared queue's lock made
+//          uncontended, each worker still woken for the tasks it waits for. smallpool's
+//          counterfactual for "does the queue's lock limit it".
 //
 // Prints one JSON line at the end: {"mode":…,"threads":…,"ops":…,"cpu_seconds":…}; smallpool,
 // storm, stormfree, convoy and convoyfree also print {"ops":…,"seconds":…} every second while
@@ -219,6 +223,37 @@ public class Corpus {
                 }
                 pool.shutdown();
                 pool.awaitTermination(10, TimeUnit.SECONDS);
+                OPS.set(done.sum());
+                report(mode, threads, seconds);
+                return;
+            }
+            case "ownpool": {
+                ThreadPoolExecutor[] pools = new ThreadPoolExecutor[threads];
+                for (int i = 0; i < threads; i++) {
+                    pools[i] = new ThreadPoolExecutor(1, 1, 60, TimeUnit.SECONDS,
+                            new ArrayBlockingQueue<>(Math.max(1024 / threads, 8)),
+                            (task, executor) -> {
+                                try {
+                                    executor.getQueue().put(task);
+                                } catch (InterruptedException e) {
+                                    Thread.currentThread().interrupt();
+                                }
+                            });
+                    pools[i].prestartAllCoreThreads();
+                }
+                final int task = rate > 0 ? rate : 200;
+                LongAdder done = new LongAdder();
+                printProgress(done, System.nanoTime(), deadline);
+                long x = 1;
+                while (System.nanoTime() < deadline) {
+                    final long seed = x++;
+                    pools[(int) (seed % threads)].execute(() -> {
+                        sink += burn(task, seed);
+                        done.increment();
+                    });
+                }
+                for (ThreadPoolExecutor pool : pools) pool.shutdown();
+                for (ThreadPoolExecutor pool : pools) pool.awaitTermination(10, TimeUnit.SECONDS);
                 OPS.set(done.sum());
                 report(mode, threads, seconds);
                 return;

@@ -157,11 +157,25 @@ pub enum Program {
     /// with `own_rows` a row of each client's own (the lock made uncontended). Its work is the
     /// transactions, from pgbench's per-second reports.
     Postgres { clients: u32, own_rows: bool },
+    /// Apache Tomcat, embedded (tests/corpus/tomcat, its jars from Maven Central), whose
+    /// connector's pool has `threads` workers and whose one servlet does a fixed piece of CPU
+    /// work a request; loaded by 64 keep-alive clients of httpload.
+    Tomcat { threads: u32 },
+    /// The tokio service (tests/src/bin/tokio_http.rs): a multi-threaded runtime of `workers`
+    /// workers answering each request after a fixed piece of CPU work on the worker; loaded
+    /// by 64 keep-alive clients of httpload.
+    Tokio { workers: u32 },
 }
 
 /// The Corpus.java modes that print progress lines (their work so far).
-const JAVA_MODES_WITH_PROGRESS: [&str; 5] =
-    ["smallpool", "storm", "stormfree", "convoy", "convoyfree"];
+const JAVA_MODES_WITH_PROGRESS: [&str; 6] = [
+    "smallpool",
+    "ownpool",
+    "storm",
+    "stormfree",
+    "convoy",
+    "convoyfree",
+];
 
 impl Program {
     /// `lockbench` with one lock shared by `threads` threads of one process.
@@ -1039,7 +1053,8 @@ pub fn cases() -> Vec<Case> {
         // Issue #41's JVM executors, 2026-11-28. Held out (no threshold was chosen on them).
         // The busy pool of 64 and the fixed-rate pool of 200 are today's misses, named in
         // tests/CORPUS.md and not among the CI tests until the rule tells them; the pool of 200
-        // fed as fast as its queue takes is lock-bound by its counterfactual (1.32–1.39×).
+        // fed as fast as its queue takes is lock-bound by its counterfactual (its queue's lock
+        // made uncontended, a queue per worker: 1.41–1.44× by hand).
         Case {
             name: "jvm-busy-pool-64",
             what: "JVM ThreadPoolExecutor of 64 workers fed CPU-bound tasks (20000 iterations) \
@@ -1054,14 +1069,16 @@ pub fn cases() -> Vec<Case> {
             split: HeldOut,
             checks: &[NotLockBound],
             miss: Some(
-                "called a storm, though 2 workers do 0.85–0.93× its work (the producer limits \
-                 it): its workers both wait and wake on words of their own, as a lock's \
+                "called a storm, though its queue's lock made uncontended does 1.03–1.05× its \
+                 work and 2 workers 0.85–0.93× (the producer limits it): its workers both wait and wake on words of their own, as a lock's \
                  waiters do, and C2 inlines the queue's take whole (tests/CORPUS.md, \
                  \"Misses, named\")",
             ),
+            // The queue's lock made uncontended: each worker a queue of its own (1.03–1.05×
+            // by hand; 2 workers do 0.85–0.93×).
             counterfactual: Some(Java {
-                mode: "smallpool",
-                threads: 2,
+                mode: "ownpool",
+                threads: 64,
                 rate: Some(20_000),
             }),
         },
@@ -1080,9 +1097,11 @@ pub fn cases() -> Vec<Case> {
             split: HeldOut,
             checks: &[LockBound],
             miss: None,
+            // The queue's lock made uncontended: each worker a queue of its own does
+            // 1.41–1.44× by hand (2 workers 1.32–1.39× through the harness, before).
             counterfactual: Some(Java {
-                mode: "smallpool",
-                threads: 2,
+                mode: "ownpool",
+                threads: 200,
                 rate: Some(5_000),
             }),
         },
@@ -1161,6 +1180,45 @@ pub fn cases() -> Vec<Case> {
                  each woken for a request or two (tests/CORPUS.md)",
             ),
             counterfactual: Some(Nginx { workers: 2 }),
+        },
+        // A servlet container with its default pool of 200 (issue #41 item 5, 2026-11-30):
+        // held out, written down before its first run under the agent. By hand, 2 workers
+        // answered 0.84–0.91× the requests of 200 at the same CPU a request (8-s runs after a
+        // 3-s warm-up); through the harness, where the load shares the CPUs, 0.75–1.76×: its
+        // premise is the CPU a request. A named miss (tests/CORPUS.md).
+        Case {
+            name: "tomcat-200-threads",
+            what: "embedded Apache Tomcat 11 with its default pool of 200 workers, each \
+                   request a fixed piece of CPU work, under 64 keep-alive clients",
+            expect: NotLockStorm,
+            program: Tomcat { threads: 200 },
+            quota: None,
+            split: HeldOut,
+            checks: &[NoCostlierPerWorkOrOversubscribed],
+            miss: Some(
+                "called a storm (critical, 380–408 hand-offs per CPU-second), though its \
+                 workers mostly wait for requests: 136 or more of its 200 are idle with 64 \
+                 clients, parked on words of their own, and the pool's queue signals the next \
+                 taker, so they count as a lock's queue (tests/CORPUS.md)",
+            ),
+            counterfactual: Some(Tomcat { threads: 2 }),
+        },
+        // A tokio service (issue #41 item 5, 2026-11-30), written down before its first run
+        // under the agent. By hand, 2 workers answered 0.88–0.95× the requests of 64 at the
+        // same CPU a request (8-s runs). Tuning, not held out: its first run found that Rust's
+        // v0 names hid std's condition wait from the waiter's kind, and the agent was mended
+        // on it (tests/CORPUS.md).
+        Case {
+            name: "tokio-64-workers",
+            what: "a tokio HTTP service on a runtime of 64 workers, each request a fixed \
+                   piece of CPU work on its worker, under 64 keep-alive clients",
+            expect: NotLockStorm,
+            program: Tokio { workers: 64 },
+            quota: None,
+            split: Tuning,
+            checks: &[NoCostlierPerWorkOrOversubscribed],
+            miss: None,
+            counterfactual: Some(Tokio { workers: 2 }),
         },
         Case {
             name: "redis-io-threads-4",
@@ -1394,6 +1452,53 @@ fn java_classes() -> &'static Path {
         assert!(status.success(), "javac Corpus.java failed: {status}");
     });
     build_dir()
+}
+
+/// A binary of this package (`src/bin`), beside the running one (a test's lives in `deps/`).
+fn sibling_binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let mut dir = exe.parent().expect("a binary's directory").to_path_buf();
+    if dir.file_name().is_some_and(|n| n == "deps") {
+        dir.pop();
+    }
+    let bin = dir.join(name);
+    assert!(
+        bin.is_file(),
+        "{} does not exist: build this package's binaries (`cargo build --release -p \
+         stormwatch-tests --bins`)",
+        bin.display()
+    );
+    bin
+}
+
+/// The embedded Tomcat's classpath: its jars fetched by Maven (`tests/corpus/tomcat/pom.xml`)
+/// and `TomcatServer` compiled against them.
+fn tomcat_classpath() -> &'static str {
+    static CP: OnceLock<String> = OnceLock::new();
+    CP.get_or_init(|| {
+        let src = corpus_source().join("tomcat");
+        let (lib, classes) = (build_dir().join("tomcat-lib"), build_dir().join("tomcat"));
+        let status = Command::new(tool("mvn", "apt-get install maven"))
+            .args(["-q", "-B", "-f"])
+            .arg(src.join("pom.xml"))
+            .arg("dependency:copy-dependencies")
+            .arg(format!("-DoutputDirectory={}", lib.display()))
+            .status()
+            .expect("running mvn");
+        assert!(
+            status.success(),
+            "mvn could not fetch Tomcat's jars: {status}"
+        );
+        let cp = format!("{}/*", lib.display());
+        let status = Command::new(tool("javac", "apt-get install openjdk-17-jdk-headless"))
+            .args(["-encoding", "UTF-8", "-cp", &cp, "-d"])
+            .arg(&classes)
+            .arg(src.join("TomcatServer.java"))
+            .status()
+            .expect("running javac");
+        assert!(status.success(), "javac TomcatServer.java failed: {status}");
+        format!("{cp}:{}", classes.display())
+    })
 }
 
 /// The Go storm, HTTP server and load generator.
@@ -1684,6 +1789,17 @@ fn command(program: &Program, listen: &str, scratch: &Path) -> Command {
             c
         }
         Program::Postgres { .. } => postgres_server(scratch),
+        Program::Tokio { workers } => {
+            let mut c = Command::new(sibling_binary("tokio_http"));
+            c.arg(listen).args([&workers.to_string(), "50000"]);
+            c
+        }
+        Program::Tomcat { threads } => {
+            let mut c = Command::new(tool("java", "apt-get install openjdk-17-jre-headless"));
+            c.args(["-cp", tomcat_classpath(), "TomcatServer", listen])
+                .args([&threads.to_string(), "50000"]);
+            c
+        }
     };
     cmd.stdin(Stdio::null())
         .stdout(if program.prints_progress() {
@@ -1709,7 +1825,9 @@ fn load(program: &Program, listen: &str, scratch: &Path) -> Option<Command> {
             c
         }
         Program::GoHttpUnderLoad { clients, .. } => httpload(listen, *clients, "http"),
-        Program::Nginx { .. } => httpload(listen, 64, "http"),
+        Program::Nginx { .. } | Program::Tomcat { .. } | Program::Tokio { .. } => {
+            httpload(listen, 64, "http")
+        }
         Program::Memcached { .. } => httpload(listen, 64, "memcache"),
         Program::RedisIoThreads { .. } => httpload(listen, 64, "redis"),
         Program::Postgres { clients, own_rows } => pgbench(scratch, *clients, *own_rows),
@@ -2092,6 +2210,8 @@ fn launch(case: &Case, program: &Program, suffix: &str, noise: bool, settle: Dur
         Program::GoHttpUnderLoad { .. }
         | Program::Memcached { .. }
         | Program::Nginx { .. }
+        | Program::Tomcat { .. }
+        | Program::Tokio { .. }
         | Program::RedisIoThreads { .. } => free_loopback_address(),
         _ => String::new(),
     };
