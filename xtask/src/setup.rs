@@ -74,6 +74,10 @@ pub const TEST_PACKAGES: &[(&str, &str)] = &[
         "nodejs",
         "a Node.js service's libuv pool for the lock-storm corpus",
     ),
+    (
+        "maven",
+        "fetches embedded Tomcat's jars from Maven Central for the lock-storm corpus",
+    ),
     ("iproute2", "network namespaces for the tests"),
     (
         "openssl",
