@@ -33,8 +33,10 @@ pub struct NetworkSummary {
     /// Super-packets handed to the stack as one (GSO on send, GRO on receive).
     pub gso_packets_sent: u64,
     pub gro_packets_received: u64,
-    /// TCP segments its sockets retransmitted (as the kernel's `RetransSegs` counts them);
-    /// `null` when that probe is not attached.
+    /// TCP segments its sockets retransmitted and handed to the device: the kernel's
+    /// `RetransSegs` less `TCPRetransFail` (a retransmission the device refused, counted by
+    /// both, is not one the network saw; kernels before the tracepoint's `err` argument fire
+    /// it for the sent ones only). `null` when that probe is not attached.
     pub tcp_retransmits: Option<u64>,
 }
 

@@ -614,6 +614,8 @@ pub fn net_tcp_retransmit_btf(ctx: BtfTracePointContext) -> i32 {
     let skb: u64 = ctx.arg(1);
     // The read-only global is known to the verifier: without the argument, the read of it is
     // dead code and never checked.
+    // A failed retransmission (the device refused it: RetransSegs and TCPRetransFail both count
+    // it) is left out, as kernels without `err` leave it out by firing for the sent ones only.
     if global_u32(&RETRANSMIT_HAS_ERR) == 1 {
         let err: u64 = ctx.arg(2);
         if err as i32 != 0 {

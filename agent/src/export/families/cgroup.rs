@@ -349,8 +349,8 @@ pub static FAMILIES: &[Family] = &[
     },
     Family {
         name: "stormwatch_tcp_retransmits",
-        help: "TCP segments the cgroup's sockets retransmitted (as the kernel's RetransSegs \
-               counts).",
+        help: "TCP segments the cgroup's sockets retransmitted and handed to the device (the \
+               kernel's RetransSegs less TCPRetransFail).",
         kind: Kind::Counter,
         unit: "",
         labels: CGROUP,
