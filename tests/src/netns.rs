@@ -190,10 +190,10 @@ impl Netns {
         );
     }
 
-    /// The kernel's IP and ICMP counters of the namespace (`/proc/net/snmp`), as
-    /// `Proto.Name` → value.
+    /// The kernel's IP, ICMP and TCP counters of the namespace and their extensions
+    /// (`/proc/net/snmp`, `/proc/net/netstat`: `TcpExt`), as `Proto.Name` → value.
     pub fn snmp(&self) -> HashMap<String, u64> {
-        let out = self.exec(&["cat", "/proc/net/snmp"]);
+        let out = self.exec(&["cat", "/proc/net/snmp", "/proc/net/netstat"]);
         parse_snmp(&String::from_utf8_lossy(&out.stdout))
     }
 
