@@ -125,6 +125,23 @@ public class Corpus {
         System.out.println("{\"ops\":" + ops + ",\"seconds\":" + ms / 1000 + "." + frac + "}");
     }
 
+    /**
+     * A ThreadPoolExecutor of `workers` workers, all started, on a bounded queue of `capacity`
+     * into which a full queue's submitter blocks (put) instead of being refused.
+     */
+    static ThreadPoolExecutor blockingPool(int workers, int capacity) {
+        ThreadPoolExecutor pool = new ThreadPoolExecutor(workers, workers, 60, TimeUnit.SECONDS,
+                new ArrayBlockingQueue<>(capacity), (task, executor) -> {
+                    try {
+                        executor.getQueue().put(task);
+                    } catch (InterruptedException e) {
+                        Thread.currentThread().interrupt();
+                    }
+                });
+        pool.prestartAllCoreThreads();
+        return pool;
+    }
+
     static long burn(int iterations, long seed) {
         long x = seed | 1;
         for (int i = 0; i < iterations; i++) {
@@ -199,16 +216,16 @@ public class Corpus {
                 report(mode, threads, seconds);
                 return;
             }
-            case "smallpool": {
-                ThreadPoolExecutor pool = new ThreadPoolExecutor(threads, threads, 60,
-                        TimeUnit.SECONDS, new ArrayBlockingQueue<>(1024), (task, executor) -> {
-                            try {
-                                executor.getQueue().put(task);
-                            } catch (InterruptedException e) {
-                                Thread.currentThread().interrupt();
-                            }
-                        });
-                pool.prestartAllCoreThreads();
+            case "smallpool":
+            case "ownpool": {
+                // smallpool: one executor of `threads` workers on one queue; ownpool: `threads`
+                // executors of one worker, each on a queue of its own, dealt tasks round-robin.
+                ThreadPoolExecutor[] pools = mode.equals("smallpool")
+                        ? new ThreadPoolExecutor[] {blockingPool(threads, 1024)}
+                        : new ThreadPoolExecutor[threads];
+                for (int i = 0; i < pools.length; i++) {
+                    if (pools[i] == null) pools[i] = blockingPool(1, Math.max(1024 / threads, 8));
+                }
                 // The task's iterations: 200 unless given (where `rate` is for other modes).
                 final int task = rate > 0 ? rate : 200;
                 LongAdder done = new LongAdder();
@@ -216,38 +233,7 @@ public class Corpus {
                 long x = 1;
                 while (System.nanoTime() < deadline) {
                     final long seed = x++;
-                    pool.execute(() -> {
-                        sink += burn(task, seed);
-                        done.increment();
-                    });
-                }
-                pool.shutdown();
-                pool.awaitTermination(10, TimeUnit.SECONDS);
-                OPS.set(done.sum());
-                report(mode, threads, seconds);
-                return;
-            }
-            case "ownpool": {
-                ThreadPoolExecutor[] pools = new ThreadPoolExecutor[threads];
-                for (int i = 0; i < threads; i++) {
-                    pools[i] = new ThreadPoolExecutor(1, 1, 60, TimeUnit.SECONDS,
-                            new ArrayBlockingQueue<>(Math.max(1024 / threads, 8)),
-                            (task, executor) -> {
-                                try {
-                                    executor.getQueue().put(task);
-                                } catch (InterruptedException e) {
-                                    Thread.currentThread().interrupt();
-                                }
-                            });
-                    pools[i].prestartAllCoreThreads();
-                }
-                final int task = rate > 0 ? rate : 200;
-                LongAdder done = new LongAdder();
-                printProgress(done, System.nanoTime(), deadline);
-                long x = 1;
-                while (System.nanoTime() < deadline) {
-                    final long seed = x++;
-                    pools[(int) (seed % threads)].execute(() -> {
+                    pools[(int) (seed % pools.length)].execute(() -> {
                         sink += burn(task, seed);
                         done.increment();
                     });

@@ -331,6 +331,20 @@ pub fn pinned(cpu: usize, nice: i32, program: &str) -> std::process::Command {
 
 // ---- the agent ------------------------------------------------------------------------------
 
+/// The `target/<profile>/` directory the running binary was built into: a test's lives in its
+/// `deps/` (`target/<profile>/deps/<test>-<hash>`), a `src/bin` binary in it.
+pub fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let mut dir = exe
+        .parent()
+        .expect("a binary has a directory")
+        .to_path_buf();
+    if dir.file_name().is_some_and(|n| n == "deps") {
+        dir.pop();
+    }
+    dir
+}
+
 /// The agent binary: `$STORMWATCH_BIN`, else `stormwatch` in the `target/<profile>/` directory
 /// this test binary was built into (`target/<profile>/deps/<test>-<hash>`).
 pub fn agent_bin() -> &'static Path {
@@ -346,15 +360,7 @@ pub fn agent_bin() -> &'static Path {
             );
             return p;
         }
-        let exe = std::env::current_exe().expect("current_exe");
-        let mut dir = exe
-            .parent()
-            .expect("test binary has a directory")
-            .to_path_buf();
-        if dir.file_name().is_some_and(|n| n == "deps") {
-            dir.pop();
-        }
-        let bin = dir.join("stormwatch");
+        let bin = profile_dir().join("stormwatch");
         assert!(
             bin.is_file(),
             "the agent binary {} does not exist: build it first with \

@@ -2,9 +2,10 @@
 // piece of CPU work a request and answers "ok". Its connector's pool has `threads` workers
 // (Tomcat's default is 200; the counterfactual gives it as many as the CPUs).
 //
-//   java -cp <tomcat jars>:<classes> TomcatServer <host:port> <threads> <iterations>
+//   java -cp <tomcat jars>:<its classes>:<Corpus classes> TomcatServer <host:port> <threads> <iterations>
 //
 // Loaded from outside its cgroup by tests/corpus/httpload; its work is the requests answered.
+// The work is the corpus's own (`Corpus.burn`, tests/corpus/Corpus.java, on the classpath).
 
 import jakarta.servlet.http.HttpServlet;
 import jakarta.servlet.http.HttpServletRequest;
@@ -17,17 +18,6 @@ import org.apache.catalina.startup.Tomcat;
 
 public class TomcatServer {
     static volatile long sink;
-
-    /** A fixed piece of CPU work: `n` rounds of a 64-bit mix. */
-    static long burn(int n, long seed) {
-        long x = seed;
-        for (int i = 0; i < n; i++) {
-            x ^= x << 13;
-            x ^= x >>> 7;
-            x ^= x << 17;
-        }
-        return x;
-    }
 
     public static void main(String[] args) throws Exception {
         String[] hostPort = args[0].split(":");
@@ -47,7 +37,7 @@ public class TomcatServer {
             @Override
             protected void doGet(HttpServletRequest req, HttpServletResponse resp)
                     throws IOException {
-                sink += burn(iterations, System.nanoTime());
+                sink += Corpus.burn(iterations, System.nanoTime());
                 resp.setContentType("text/plain");
                 resp.getWriter().write("ok\n");
             }
