@@ -10,7 +10,8 @@ use stormwatch_common::{
 
 use super::{
     Gone, IDLE_READS_BEFORE_EVICTION, IdleKeys, KernelFacts, Loaded, ProbeFamily, ProbeStatus,
-    ReadsPart, attach_classic, read_per_cpu_hash, remove_per_cpu_keys, tracefs, tracepoint_offsets,
+    ReadsPart, SlotDirectory, attach_classic, read_per_cpu_hash, remove_per_cpu_keys, tracefs,
+    tracepoint_offsets,
 };
 use crate::counters::{Counters as _, UserLoss};
 
@@ -53,6 +54,8 @@ pub struct FutexProbes {
     /// The attach epoch (`maps::FUTEX_EPOCH`), raised before each attach on demand.
     epoch: u32,
     idle_hot: IdleKeys<HotFutexKey>,
+    /// The cgroups in direct slots (`FUTEX_SLOTS`).
+    slots: SlotDirectory,
 }
 
 impl FutexProbes {
@@ -64,6 +67,7 @@ impl FutexProbes {
             samples: None,
             epoch: 1,
             idle_hot: IdleKeys::new(IDLE_READS_BEFORE_EVICTION),
+            slots: SlotDirectory::new(maps::FUTEX_SLOT_DIR, maps::FUTEX_SLOTS),
         }
     }
 
@@ -114,8 +118,16 @@ impl ReadsPart for FutexProbes {
     type Part = FutexPart;
 
     fn read(&mut self, ebpf: &mut Ebpf) -> anyhow::Result<FutexPart> {
+        let mut cgroups = read(ebpf)?;
+        self.slots.merge(
+            ebpf,
+            &mut cgroups,
+            |id| *id,
+            |id| id,
+            |s| s.wait.count + s.wakes,
+        )?;
         Ok(FutexPart {
-            cgroups: read(ebpf)?,
+            cgroups,
             hot: read_hot(ebpf)?,
             handoff_threads: read_handoff_threads(ebpf)?,
         })
@@ -128,6 +140,7 @@ impl ReadsPart for FutexProbes {
     fn forget(&mut self, ebpf: &mut Ebpf, gone: &Gone, part: &mut FutexPart) {
         if !gone.cgroups.is_empty() {
             remove_per_cpu_keys::<u64, FutexStats>(ebpf, maps::CGROUP_FUTEX, gone.cgroups);
+            self.slots.release(ebpf, |id| gone.cgroup(id));
         }
         let mut tgids: HashMap<u32, bool> = HashMap::new();
         let doomed_hot: Vec<HotFutexKey> = part

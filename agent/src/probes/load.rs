@@ -204,9 +204,7 @@ impl Probes {
                 options.call_sites,
             ),
             locks: locks::LockProbes::default(),
-            net: net::NetProbes {
-                packets_on_demand: options.net_packets == NetPacketTier::OnDemand,
-            },
+            net: net::NetProbes::new(options.net_packets == NetPacketTier::OnDemand),
             go_mutex: super::gomutex::GoMutexProbes::default(),
         };
         let mut empties: Vec<EmptyProbes> = options

@@ -8,7 +8,8 @@ use stormwatch_common::{LockSiteKey, LockSiteValue, LockStats, globals, maps, pr
 
 use super::{
     Gone, IDLE_READS_BEFORE_EVICTION, IdleKeys, KernelFacts, ProbeFamily, ProbeStatus, ReadsPart,
-    attach_preferring_btf, read_per_cpu_hash, remove_per_cpu_keys, tracepoint_offsets,
+    SlotDirectory, attach_preferring_btf, read_per_cpu_hash, remove_per_cpu_keys,
+    tracepoint_offsets,
 };
 use crate::counters::{Counters as _, UserLoss};
 
@@ -18,12 +19,15 @@ pub const END: &str = "lock:contention_end";
 /// The kernel lock family, with which contended call sites have been idle.
 pub struct LockProbes {
     idle_sites: IdleKeys<LockSiteKey>,
+    /// The cgroups in direct slots (`LOCK_SLOTS`).
+    slots: SlotDirectory,
 }
 
 impl Default for LockProbes {
     fn default() -> Self {
         Self {
             idle_sites: IdleKeys::new(IDLE_READS_BEFORE_EVICTION),
+            slots: SlotDirectory::new(maps::LOCK_SLOT_DIR, maps::LOCK_SLOTS),
         }
     }
 }
@@ -47,8 +51,16 @@ impl ReadsPart for LockProbes {
     type Part = LockPart;
 
     fn read(&mut self, ebpf: &mut Ebpf) -> anyhow::Result<LockPart> {
+        let mut cgroups = read(ebpf)?;
+        self.slots.merge(
+            ebpf,
+            &mut cgroups,
+            |id| *id,
+            |id| id,
+            |s| s.count.iter().sum(),
+        )?;
         Ok(LockPart {
-            cgroups: read(ebpf)?,
+            cgroups,
             sites: read_sites(ebpf)?,
         })
     }
@@ -59,6 +71,7 @@ impl ReadsPart for LockProbes {
     fn forget(&mut self, ebpf: &mut Ebpf, gone: &Gone, part: &mut LockPart) {
         if !gone.cgroups.is_empty() {
             remove_per_cpu_keys::<u64, LockStats>(ebpf, maps::CGROUP_LOCKS, gone.cgroups);
+            self.slots.release(ebpf, |id| gone.cgroup(id));
         }
         let doomed: Vec<LockSiteKey> = part
             .sites

@@ -20,6 +20,7 @@ pub mod neighbours;
 pub mod net;
 pub mod sched;
 pub mod sizing;
+pub mod slots;
 pub mod tiers;
 pub mod tracefs;
 
@@ -52,6 +53,7 @@ pub use self::{
     load::{Family, KernelFacts, LoadError, LoadOptions},
     map_io::{IDLE_READS_BEFORE_EVICTION, IdleKeys, ProgramStats},
     sizing::{CGROUP_MAP_MIN_ENTRIES, PER_CPU_MAP_BUDGET_BYTES, per_cpu_map_sizes},
+    slots::SlotDirectory,
     tiers::{AttachWhen, FutexTier, NetPacketTier, RunqBlame, RunqBlameTier, Tier, WakeKinds},
 };
 pub(crate) use self::{

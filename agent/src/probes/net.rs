@@ -21,7 +21,7 @@ use stormwatch_common::net::{
 };
 
 use super::{
-    AttachKind, Gone, KernelFacts, ProbeFamily, ProbeStatus, ReadsPart, attach_btf,
+    AttachKind, Gone, KernelFacts, ProbeFamily, ProbeStatus, ReadsPart, SlotDirectory, attach_btf,
     attach_preferring_btf,
     btf::{Btf, VMLINUX_BTF},
     read_per_cpu_hash, remove_per_cpu_keys, remove_per_cpu_matching, tracefs, tracepoint_offsets,
@@ -246,7 +246,23 @@ pub const MTU_DROP_REASONS: [&str; 5] = [
 pub struct NetProbes {
     /// Load (verify) the per-packet programs at start but attach them only when asked
     /// ([`super::Probes::set`]).
-    pub packets_on_demand: bool,
+    packets_on_demand: bool,
+    /// The cgroups and the interfaces in direct slots (`NET_CG_SLOTS`, `NET_IF_SLOTS`).
+    cgroup_slots: SlotDirectory,
+    iface_slots: SlotDirectory,
+    /// The drop keys in direct slots (`NET_DROP_SLOTS`).
+    drop_slots: SlotDirectory,
+}
+
+impl NetProbes {
+    pub fn new(packets_on_demand: bool) -> Self {
+        Self {
+            packets_on_demand,
+            cgroup_slots: SlotDirectory::new(maps::NET_CG_SLOT_DIR, maps::NET_CG_SLOTS),
+            iface_slots: SlotDirectory::new(maps::NET_IF_SLOT_DIR, maps::NET_IF_SLOTS),
+            drop_slots: SlotDirectory::new(maps::NET_DROP_SLOT_DIR, maps::NET_DROP_SLOTS),
+        }
+    }
 }
 
 /// The network's part of a snapshot.
@@ -271,11 +287,37 @@ impl NetPart {
 impl ReadsPart for NetProbes {
     type Part = NetPart;
 
+    /// Each map's figures with its placed keys' slots added; then the keys without a slot
+    /// placed, those with the most packets first.
     fn read(&mut self, ebpf: &mut Ebpf) -> anyhow::Result<NetPart> {
+        let mut cgroups = read(ebpf)?;
+        self.cgroup_slots.merge(
+            ebpf,
+            &mut cgroups,
+            |id| *id,
+            |id| id,
+            |s| s.tx_packets + s.rx_packets,
+        )?;
+        let mut ifaces = read_ifaces(ebpf)?;
+        self.iface_slots.merge(
+            ebpf,
+            &mut ifaces,
+            NetIfKey::packed,
+            NetIfKey::unpacked,
+            |s| s.tx.packets + s.rx.packets,
+        )?;
+        let mut drops = read_drops(ebpf)?;
+        self.drop_slots.merge(
+            ebpf,
+            &mut drops,
+            NetDropKey::packed,
+            NetDropKey::unpacked,
+            |s| s.packets,
+        )?;
         Ok(NetPart {
-            cgroups: read(ebpf)?,
-            ifaces: read_ifaces(ebpf)?,
-            drops: read_drops(ebpf)?,
+            cgroups,
+            ifaces,
+            drops,
         })
     }
 
@@ -284,7 +326,15 @@ impl ReadsPart for NetProbes {
         if gone.cgroups.is_empty() {
             return;
         }
-        forget(ebpf, gone.cgroups);
+        let gone_netns = forget(ebpf, gone.cgroups);
+        self.cgroup_slots.release(ebpf, |id| gone.cgroup(id));
+        self.iface_slots.release(ebpf, |key| {
+            gone_netns.contains(&NetIfKey::unpacked(key).netns)
+        });
+        self.drop_slots.release(ebpf, |key| {
+            let netns = NetDropKey::unpacked(key).netns;
+            netns != 0 && gone_netns.contains(&netns)
+        });
         for id in gone.cgroups {
             part.forget_cgroup(*id);
         }
@@ -538,8 +588,8 @@ fn read_drops(ebpf: &Ebpf) -> anyhow::Result<HashMap<NetDropKey, NetDropStats>> 
 }
 
 /// Forgets removed cgroups, and with them (containers come and go with their namespaces) the
-/// interfaces and drops of namespaces that no longer exist.
-fn forget(ebpf: &mut Ebpf, cgroups: &[u64]) {
+/// interfaces and drops of namespaces that no longer exist: those namespaces.
+fn forget(ebpf: &mut Ebpf, cgroups: &[u64]) -> Vec<u32> {
     for id in cgroups {
         remove_per_cpu_keys::<u64, CgroupNetStats>(ebpf, maps::CGROUP_NET, &[*id]);
     }
@@ -565,10 +615,11 @@ fn forget(ebpf: &mut Ebpf, cgroups: &[u64]) {
     if !gone.is_empty() {
         forget_netns(ebpf, |netns| gone.contains(&netns));
     }
+    gone
 }
 
 /// Forgets the interfaces and drops of network namespaces that no longer exist.
-pub fn forget_netns(ebpf: &mut Ebpf, gone: impl Fn(u32) -> bool) {
+fn forget_netns(ebpf: &mut Ebpf, gone: impl Fn(u32) -> bool) {
     remove_per_cpu_matching::<NetIfKey, NetIfStats>(ebpf, maps::NET_IFACES, |k| gone(k.netns));
     remove_matching::<NetIfKey, NetIfInfo>(ebpf, maps::NET_IFINFO, |k| gone(k.netns));
     remove_per_cpu_matching::<NetDropKey, NetDropStats>(ebpf, maps::NET_DROPS, |k| {

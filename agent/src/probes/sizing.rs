@@ -39,7 +39,21 @@ pub fn preallocated_bytes(cpus: u32, max_cgroups: usize) -> u64 {
         .iter()
         .filter(|m| m.preallocated)
         .map(|m| u64::from(m.entries) * m.per_cpu_bytes as u64 * u64::from(cpus.max(1)))
-        .sum()
+        .sum::<u64>()
+        + slot_bytes_per_cpu() * u64::from(cpus.max(1))
+}
+
+/// The direct slots' per-CPU arrays (`stormwatch_common::slots`), per CPU: a fixed
+/// [`SLOTS`](stormwatch_common::slots::SLOTS) values each, whatever `max_cgroups`.
+fn slot_bytes_per_cpu() -> u64 {
+    use std::mem::size_of;
+    use stormwatch_common::{FutexStats, LockStats, net, slots::SLOTS};
+    let values = size_of::<FutexStats>()
+        + size_of::<LockStats>()
+        + size_of::<net::CgroupNetStats>()
+        + size_of::<net::NetIfStats>()
+        + size_of::<net::NetDropStats>();
+    u64::from(SLOTS) * values as u64
 }
 
 /// One per-CPU hash map's size.
@@ -184,6 +198,24 @@ mod tests {
         // The figure: 1,000,000 cgroups on 2 CPUs came to 1.85 GB of kernel memory.
         let gb = preallocated_bytes(2, 1_000_000) as f64 / 1e9;
         assert!((1.5..2.2).contains(&gb), "{gb} GB");
+    }
+
+    #[test]
+    fn the_direct_slots_cost_tens_of_kib_a_cpu() {
+        let per_cpu = slot_bytes_per_cpu();
+        assert!((16 << 10..256 << 10).contains(&per_cpu), "{per_cpu} B");
+        assert_eq!(
+            preallocated_bytes(56, 2000) - plan_bytes(56, 2000),
+            per_cpu * 56
+        );
+    }
+
+    fn plan_bytes(cpus: u32, max_cgroups: usize) -> u64 {
+        plan(cpus, max_cgroups)
+            .iter()
+            .filter(|m| m.preallocated)
+            .map(|m| u64::from(m.entries) * m.per_cpu_bytes as u64 * u64::from(cpus))
+            .sum()
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! (`tests`) catch layout drift.
 //!
 //! One module per probe family, as on the kernel side (`ebpf-probes/kernel/src/`): [`sched`],
-//! [`futex`], [`handoff`], [`gomutex`], [`locks`], [`net`]; the histogram the scheduler and
+//! [`futex`], [`handoff`], [`gomutex`], [`locks`], [`net`]; the direct slots in front of their per-key maps ([`slots`]); the histogram the scheduler and
 //! futex figures share ([`histogram`]), what the probes could not record ([`errors`]), and the
 //! maps', globals' and programs' names ([`names`]). Everything but the network family is also
 //! re-exported here, the path both sides use (`stormwatch_common::SchedStats`); the network
@@ -22,6 +22,7 @@ pub mod locks;
 pub mod names;
 pub mod net;
 pub mod sched;
+pub mod slots;
 
 pub use errors::*;
 pub use futex::*;

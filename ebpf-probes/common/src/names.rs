@@ -33,6 +33,12 @@ pub mod maps {
     pub const PROBE_ERRORS: &str = "PROBE_ERRORS";
     /// Per-CPU hash: cgroup id (u64) → [`crate::FutexStats`].
     pub const CGROUP_FUTEX: &str = "CGROUP_FUTEX";
+    /// Array of [`crate::slots::SLOTS`] u64: the cgroups placed in `FUTEX_SLOTS` (0: free),
+    /// written by the agent (see [`crate::slots`]).
+    pub const FUTEX_SLOT_DIR: &str = "FUTEX_SLOT_DIR";
+    /// Per-CPU array of [`crate::slots::SLOTS`] [`crate::FutexStats`]: the placed cgroups'
+    /// figures, beside their `CGROUP_FUTEX` entries.
+    pub const FUTEX_SLOTS: &str = "FUTEX_SLOTS";
     /// Per-CPU hash: [`crate::HotFutexKey`] → [`crate::HotFutexValue`], the bounded top-N
     /// source; the agent deletes the entries of exited processes and idle ones.
     pub const HOT_FUTEXES: &str = "HOT_FUTEXES";
@@ -64,6 +70,12 @@ pub mod maps {
     pub const GO_MUTEX_SAMPLER: &str = "GO_MUTEX_SAMPLER";
     /// Per-CPU hash: cgroup id (u64) → [`crate::LockStats`].
     pub const CGROUP_LOCKS: &str = "CGROUP_LOCKS";
+    /// Array of [`crate::slots::SLOTS`] u64: the cgroups placed in `LOCK_SLOTS` (0: free),
+    /// written by the agent (see [`crate::slots`]).
+    pub const LOCK_SLOT_DIR: &str = "LOCK_SLOT_DIR";
+    /// Per-CPU array of [`crate::slots::SLOTS`] [`crate::LockStats`]: the placed cgroups'
+    /// figures, beside their `CGROUP_LOCKS` entries.
+    pub const LOCK_SLOTS: &str = "LOCK_SLOTS";
     /// Per-CPU hash: [`crate::LockSiteKey`] → [`crate::LockSiteValue`], contended call sites;
     /// the agent deletes the entries of gone cgroups and idle ones.
     pub const LOCK_SITES: &str = "LOCK_SITES";

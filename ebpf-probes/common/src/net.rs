@@ -10,6 +10,24 @@ pub mod maps {
     pub const CGROUP_NET: &str = "CGROUP_NET";
     /// Per-CPU hash: [`super::NetIfKey`] → [`super::NetIfStats`].
     pub const NET_IFACES: &str = "NET_IFACES";
+    /// Array of [`crate::slots::SLOTS`] u64: the cgroups placed in `NET_CG_SLOTS` (0:
+    /// free), written by the agent (see [`crate::slots`]).
+    pub const NET_CG_SLOT_DIR: &str = "NET_CG_SLOT_DIR";
+    /// Per-CPU array of [`crate::slots::SLOTS`] [`super::CgroupNetStats`]: the placed
+    /// cgroups' figures, beside their `CGROUP_NET` entries.
+    pub const NET_CG_SLOTS: &str = "NET_CG_SLOTS";
+    /// Array of [`crate::slots::SLOTS`] u64: the interfaces ([`super::NetIfKey::packed`])
+    /// placed in `NET_IF_SLOTS` (0: free), written by the agent.
+    pub const NET_IF_SLOT_DIR: &str = "NET_IF_SLOT_DIR";
+    /// Per-CPU array of [`crate::slots::SLOTS`] [`super::NetIfStats`]: the placed
+    /// interfaces' figures, beside their `NET_IFACES` entries.
+    pub const NET_IF_SLOTS: &str = "NET_IF_SLOTS";
+    /// Array of [`crate::slots::SLOTS`] u64: the drop keys ([`super::NetDropKey::packed`])
+    /// placed in `NET_DROP_SLOTS` (0: free), written by the agent.
+    pub const NET_DROP_SLOT_DIR: &str = "NET_DROP_DIR";
+    /// Per-CPU array of [`crate::slots::SLOTS`] [`super::NetDropStats`]: the placed keys'
+    /// drops, beside their `NET_DROPS` entries.
+    pub const NET_DROP_SLOTS: &str = "NET_DROP_SLOTS";
     /// Hash: [`super::NetIfKey`] → [`super::NetIfInfo`], written when an interface is
     /// first seen.
     pub const NET_IFINFO: &str = "NET_IFINFO";
@@ -196,6 +214,23 @@ pub struct NetIfKey {
     pub ifindex: u32,
 }
 
+impl NetIfKey {
+    /// The key in one word, as the interface slots' directory holds it: 0 for no interface
+    /// (a namespace inode is never 0).
+    #[inline(always)]
+    pub const fn packed(&self) -> u64 {
+        ((self.netns as u64) << 32) | self.ifindex as u64
+    }
+
+    /// The key [`NetIfKey::packed`] made.
+    pub const fn unpacked(word: u64) -> Self {
+        Self {
+            netns: (word >> 32) as u32,
+            ifindex: word as u32,
+        }
+    }
+}
+
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NetIfStats {
@@ -249,6 +284,30 @@ pub struct NetDropKey {
     pub ifindex: u32,
     pub reason: u32,
     pub _pad: u32,
+}
+
+impl NetDropKey {
+    /// The key in one word, as the drops' slot directory holds it, when its index is below
+    /// 2^24 and its reason below 2^8 (the core's reasons; a subsystem's carry high bits); 0
+    /// otherwise: such a key is never placed, and counts in `NET_DROPS` alone. Never 0 for a
+    /// drop (its reason is at least 2).
+    #[inline(always)]
+    pub const fn packed(&self) -> u64 {
+        if self.ifindex >= 1 << 24 || self.reason >= 1 << 8 {
+            return 0;
+        }
+        ((self.netns as u64) << 32) | ((self.ifindex as u64) << 8) | self.reason as u64
+    }
+
+    /// The key [`NetDropKey::packed`] made.
+    pub const fn unpacked(word: u64) -> Self {
+        Self {
+            netns: (word >> 32) as u32,
+            ifindex: ((word >> 8) & 0xff_ffff) as u32,
+            reason: (word & 0xff) as u32,
+            _pad: 0,
+        }
+    }
 }
 
 #[repr(C)]
@@ -414,6 +473,44 @@ mod user {
 
 #[cfg(test)]
 mod tests {
+    use super::{NetDropKey, NetIfKey};
+
+    #[test]
+    fn slot_words_round_trip_and_oversized_drop_keys_are_never_placed() {
+        let iface = NetIfKey {
+            netns: 0xefff_fff9,
+            ifindex: 7,
+        };
+        assert_eq!(NetIfKey::unpacked(iface.packed()), iface);
+        let drop = NetDropKey {
+            netns: 0xefff_fff9,
+            ifindex: 0xff_fffe,
+            reason: 77,
+            _pad: 0,
+        };
+        assert_eq!(NetDropKey::unpacked(drop.packed()), drop);
+        let nowhere = NetDropKey {
+            netns: 0,
+            ifindex: 0,
+            reason: 2,
+            _pad: 0,
+        };
+        assert_eq!(NetDropKey::unpacked(nowhere.packed()), nowhere);
+        assert_ne!(nowhere.packed(), 0);
+        for big in [
+            NetDropKey {
+                ifindex: 1 << 24,
+                ..drop
+            },
+            NetDropKey {
+                reason: 0x1_0002,
+                ..drop
+            },
+        ] {
+            assert_eq!(big.packed(), 0, "{big:?}");
+        }
+    }
+
     use super::*;
 
     #[test]

@@ -19,7 +19,7 @@ use aya_ebpf::{
         bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user,
     },
     macros::{btf_map, map, tracepoint},
-    maps::{Array, HashMap, PerCpuHashMap},
+    maps::{Array, HashMap, PerCpuArray, PerCpuHashMap},
     programs::TracePointContext,
 };
 use stormwatch_common::{
@@ -30,7 +30,7 @@ use stormwatch_common::{
 use crate::handoff;
 use crate::shared::{
     BPF_F_NO_PREALLOC, BPF_NOEXIST, TaskStorage, count_error, current_task, global_u32,
-    per_cpu_slot, task_cgroup_id,
+    per_cpu_slot, placed, task_cgroup_id,
 };
 
 const MAX_CGROUPS: u32 = 4096;
@@ -50,6 +50,14 @@ const EAGAIN: i64 = 11;
 #[map(name = "CGROUP_FUTEX")]
 static CGROUP_FUTEX: PerCpuHashMap<u64, FutexStats> =
     PerCpuHashMap::with_max_entries(MAX_CGROUPS, BPF_F_NO_PREALLOC);
+
+/// The cgroups the agent placed in direct slots (`stormwatch_common::slots`), and their figures.
+#[map(name = "FUTEX_SLOT_DIR")]
+static FUTEX_SLOT_DIR: Array<u64> = Array::with_max_entries(stormwatch_common::slots::SLOTS, 0);
+
+#[map(name = "FUTEX_SLOTS")]
+static FUTEX_SLOTS: PerCpuArray<FutexStats> =
+    PerCpuArray::with_max_entries(stormwatch_common::slots::SLOTS, 0);
 
 /// The attach epoch, raised by the agent before each attach of the on-demand futex probes
 /// (1 when they are always attached). An array lookup with a constant key is inlined by the
@@ -236,12 +244,14 @@ fn exit(ret: i64) {
         (0, 0)
     };
     let cgroup_id = task_cgroup_id(task as *const u8);
-    let Some(stats) = per_cpu_slot(
-        &CGROUP_FUTEX,
-        &cgroup_id,
-        &FutexStats::ZERO,
-        ProbeError::CgroupMapFull,
-    ) else {
+    let Some(stats) = placed(&FUTEX_SLOT_DIR, &FUTEX_SLOTS, cgroup_id).or_else(|| {
+        per_cpu_slot(
+            &CGROUP_FUTEX,
+            &cgroup_id,
+            &FutexStats::ZERO,
+            ProbeError::CgroupMapFull,
+        )
+    }) else {
         return;
     };
     // SAFETY: this CPU's slot; syscall exits do not nest on one CPU.

@@ -25,7 +25,7 @@ use aya_ebpf::{
     btf_maps::StackTrace,
     helpers::bpf_ktime_get_ns,
     macros::{btf_map, btf_tracepoint, map, tracepoint},
-    maps::{PerCpuArray, PerCpuHashMap},
+    maps::{Array, PerCpuArray, PerCpuHashMap},
     programs::{BtfTracePointContext, TracePointContext, tracing::StackIdContext as _},
 };
 use stormwatch_common::{
@@ -33,7 +33,7 @@ use stormwatch_common::{
 };
 
 use crate::shared::{
-    TaskStorage, count_error, current_task, global_u32, per_cpu_slot, task_cgroup_id,
+    TaskStorage, count_error, current_task, global_u32, per_cpu_slot, placed, task_cgroup_id,
 };
 
 const MAX_CGROUPS: u32 = 4096;
@@ -52,6 +52,14 @@ const SITE_MIN_WAIT_NS: u64 = stormwatch_common::LOCK_SITE_MIN_WAIT_NS;
 #[map(name = "CGROUP_LOCKS")]
 static CGROUP_LOCKS: PerCpuHashMap<u64, LockStats> =
     PerCpuHashMap::with_max_entries(MAX_CGROUPS, 0);
+
+/// The cgroups the agent placed in direct slots (`stormwatch_common::slots`), and their figures.
+#[map(name = "LOCK_SLOT_DIR")]
+static LOCK_SLOT_DIR: Array<u64> = Array::with_max_entries(stormwatch_common::slots::SLOTS, 0);
+
+#[map(name = "LOCK_SLOTS")]
+static LOCK_SLOTS: PerCpuArray<LockStats> =
+    PerCpuArray::with_max_entries(stormwatch_common::slots::SLOTS, 0);
 
 /// Spinning waiters, one per CPU.
 #[map(name = "LOCK_SPINNING")]
@@ -197,12 +205,15 @@ fn end(lock: u64, stack_id: impl FnOnce() -> Result<core::ffi::c_long, i32>) {
     let waited = now - w.start_ns;
     let kind = lock_kind_of(w.flags);
     let cgroup_id = task_cgroup_id(task as *const u8);
-    if let Some(stats) = per_cpu_slot(
-        &CGROUP_LOCKS,
-        &cgroup_id,
-        &LockStats::ZERO,
-        ProbeError::CgroupMapFull,
-    ) {
+    let placed_or_hashed = placed(&LOCK_SLOT_DIR, &LOCK_SLOTS, cgroup_id).or_else(|| {
+        per_cpu_slot(
+            &CGROUP_LOCKS,
+            &cgroup_id,
+            &LockStats::ZERO,
+            ProbeError::CgroupMapFull,
+        )
+    });
+    if let Some(stats) = placed_or_hashed {
         // SAFETY: this CPU's slot. `kind` < COUNT by construction; the check is for the
         // verifier.
         let stats = unsafe { &mut *stats };

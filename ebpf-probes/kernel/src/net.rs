@@ -31,7 +31,9 @@ use stormwatch_common::net::{
 
 use crate::shared::{
     BPF_NOEXIST, CGROUP_KN_OFFSET, KERNFS_NODE_ID_OFFSET, count_in, global_u32, per_cpu_slot_or,
+    placed,
 };
+use stormwatch_common::slots::SLOTS;
 
 const MAX_CGROUPS: u32 = 4096;
 /// Interfaces of the host and every container's namespace: two per pod (a veth pair) plus
@@ -50,6 +52,39 @@ static CGROUP_NET: PerCpuHashMap<u64, CgroupNetStats> =
 #[map(name = "NET_IFACES")]
 static NET_IFACES: PerCpuHashMap<NetIfKey, NetIfStats> =
     PerCpuHashMap::with_max_entries(MAX_IFACES, 0);
+
+/// The cgroups and interfaces the agent placed in direct slots (`stormwatch_common::slots`),
+/// and their figures.
+#[map(name = "NET_CG_SLOT_DIR")]
+static NET_CG_SLOT_DIR: Array<u64> = Array::with_max_entries(SLOTS, 0);
+
+#[map(name = "NET_CG_SLOTS")]
+static NET_CG_SLOTS: PerCpuArray<CgroupNetStats> = PerCpuArray::with_max_entries(SLOTS, 0);
+
+#[map(name = "NET_IF_SLOT_DIR")]
+static NET_IF_SLOT_DIR: Array<u64> = Array::with_max_entries(SLOTS, 0);
+
+#[map(name = "NET_IF_SLOTS")]
+static NET_IF_SLOTS: PerCpuArray<NetIfStats> = PerCpuArray::with_max_entries(SLOTS, 0);
+
+#[map(name = "NET_DROP_DIR")]
+static NET_DROP_DIR: Array<u64> = Array::with_max_entries(SLOTS, 0);
+
+#[map(name = "NET_DROP_SLOTS")]
+static NET_DROP_SLOTS: PerCpuArray<NetDropStats> = PerCpuArray::with_max_entries(SLOTS, 0);
+
+/// This CPU's figures of a cgroup: its direct slot, else its `CGROUP_NET` entry (created).
+#[inline(always)]
+fn cgroup_net(cgroup: u64) -> Option<*mut CgroupNetStats> {
+    placed(&NET_CG_SLOT_DIR, &NET_CG_SLOTS, cgroup).or_else(|| {
+        slot(
+            &CGROUP_NET,
+            &cgroup,
+            &CgroupNetStats::ZERO,
+            NetProbeError::CgroupMapFull,
+        )
+    })
+}
 
 /// What each interface in `NET_IFACES` is (name, kind, link type), written when the probes
 /// first see it: no other way gives the agent the names of interfaces in namespaces it may not
@@ -473,7 +508,9 @@ fn on_packet<F: Fields>(skb: u64, dev: u64, tx: bool) {
     let head = Head4::read(l3, protocol);
     let (fragment, ptb) = inspect_ip(l3, protocol, &head);
 
-    let stats = match NET_IFACES.get_ptr_mut(&key) {
+    let placed_or_hashed = placed(&NET_IF_SLOT_DIR, &NET_IF_SLOTS, key.packed())
+        .or_else(|| NET_IFACES.get_ptr_mut(&key));
+    let stats = match placed_or_hashed {
         Some(stats) => stats,
         None => {
             note_iface(dev, &key);
@@ -594,12 +631,15 @@ fn on_drop<F: Fields>(skb: u64, reason: u32) {
         reason,
         _pad: 0,
     };
-    if let Some(v) = slot(
-        &NET_DROPS,
-        &key,
-        &NetDropStats { packets: 0 },
-        NetProbeError::DropMapFull,
-    ) {
+    let placed_or_hashed = placed(&NET_DROP_DIR, &NET_DROP_SLOTS, key.packed()).or_else(|| {
+        slot(
+            &NET_DROPS,
+            &key,
+            &NetDropStats { packets: 0 },
+            NetProbeError::DropMapFull,
+        )
+    });
+    if let Some(v) = placed_or_hashed {
         // SAFETY: this CPU's slot.
         unsafe { (*v).packets += 1 };
     }
@@ -670,12 +710,7 @@ fn on_retransmit(sk: u64, skb: u64) {
         count_error(NetProbeError::SocketCgroup);
         return;
     };
-    if let Some(s) = slot(
-        &CGROUP_NET,
-        &id,
-        &CgroupNetStats::ZERO,
-        NetProbeError::CgroupMapFull,
-    ) {
+    if let Some(s) = cgroup_net(id) {
         // SAFETY: this CPU's slot.
         unsafe { (*s).tcp_retransmits += segs };
     }
@@ -941,12 +976,7 @@ fn on_container_packet(
             let counted = state.is_some_and(|s| unsafe { (*s).id == id && (*s).counted == 1 });
             if counted
                 && len > p.ip_len
-                && let Some(s) = slot(
-                    &CGROUP_NET,
-                    &cgroup,
-                    &CgroupNetStats::ZERO,
-                    NetProbeError::CgroupMapFull,
-                )
+                && let Some(s) = cgroup_net(cgroup)
             {
                 // SAFETY: this CPU's slot.
                 let s = unsafe { &mut *s };
@@ -984,12 +1014,7 @@ fn on_container_packet(
             }
         }
     }
-    let Some(s) = slot(
-        &CGROUP_NET,
-        &cgroup,
-        &CgroupNetStats::ZERO,
-        NetProbeError::CgroupMapFull,
-    ) else {
+    let Some(s) = cgroup_net(cgroup) else {
         return;
     };
     // SAFETY: this CPU's slot.

@@ -3,7 +3,7 @@ use aya_ebpf::{
     bindings::{BPF_LOCAL_STORAGE_GET_F_CREATE, bpf_map_type, task_struct},
     helpers::{bpf_get_current_cgroup_id, bpf_get_current_task_btf, bpf_task_storage_get},
     macros::map,
-    maps::{PerCpuArray, PerCpuHashMap},
+    maps::{Array, PerCpuArray, PerCpuHashMap},
 };
 use stormwatch_common::ProbeError;
 
@@ -124,6 +124,21 @@ pub fn per_cpu_slot_or<K, V>(
         full();
     }
     v
+}
+
+/// This CPU's figures of `key` in its direct slot, when the agent placed `key` there
+/// (`stormwatch_common::slots`): two inlined array loads instead of a hash lookup. `None`: count
+/// in the key's hash entry, as before it was placed.
+#[inline(always)]
+pub fn placed<V>(dir: &Array<u64>, slots: &PerCpuArray<V>, key: u64) -> Option<*mut V> {
+    if key == 0 {
+        return None;
+    }
+    let index = stormwatch_common::slots::slot_of(key);
+    if *dir.get(index)? != key {
+        return None;
+    }
+    slots.get_ptr_mut(index)
 }
 
 /// A task-local storage map (`BPF_MAP_TYPE_TASK_STORAGE`): one `T` per thread, kept in the
