@@ -807,3 +807,87 @@ fn the_daemon_exports_a_containers_network_series_and_the_mtu_inventory() {
     drop(daemon);
     cg.remove();
 }
+
+/// Sends `n` UDP datagrams of two bytes ("x\n": 30-byte IPv4 packets) to the discard port on
+/// loopback from a process in `cgroup`, one socket each.
+fn udp_datagrams(cgroup: &TestCgroup, n: u32) {
+    let script = format!("for i in $(seq {n}); do echo x > /dev/udp/127.0.0.1/9; done");
+    let out = run_in_cgroup(
+        std::process::Command::new("bash").args(["-c", &script]),
+        cgroup,
+    )
+    .wait_with_output()
+    .expect("waiting for the datagrams");
+    assert!(out.status.success(), "bash's datagrams: {}", out.status);
+}
+
+/// The cgroups the network family placed in direct slots (`NET_CG_SLOT_DIR`), read with
+/// bpftool while the agent runs.
+fn placed_net_cgroups() -> Vec<u64> {
+    let out = std::process::Command::new("bpftool")
+        .args(["-j", "map", "dump", "name", "NET_CG_SLOT_DIR"])
+        .output()
+        .expect("cannot run bpftool");
+    assert!(out.status.success(), "bpftool map dump: {out:?}");
+    let entries: Vec<serde_json::Value> =
+        serde_json::from_slice(&out.stdout).expect("bpftool's JSON");
+    entries
+        .iter()
+        .filter_map(|e| {
+            let bytes: Vec<u8> = e["value"]
+                .as_array()?
+                .iter()
+                .filter_map(|b| u8::from_str_radix(b.as_str()?.trim_start_matches("0x"), 16).ok())
+                .collect();
+            Some(u64::from_le_bytes(bytes.try_into().ok()?))
+        })
+        .filter(|id| *id != 0)
+        .collect()
+}
+
+/// The direct slots (agent/METRICS.md, "Direct slots"): a cgroup whose slot held a removed
+/// cgroup's figures counts from zero. Cgroup A sends in two bursts (placed in its slot after
+/// the agent's first read), is removed; a new cgroup B that maps to the same slot, found by
+/// making cgroups until one does, sends in two bursts after the slot was released and zeroed:
+/// B's packets and bytes are exactly what it sent, and B held the slot by then.
+#[test]
+fn a_recycled_direct_slot_counts_its_new_cgroup_from_zero() {
+    require_bpf();
+    let trace = Agent::trace(&["--json", "--duration", "14", "--probes", "net"]);
+    let a = TestCgroup::new("slot-a");
+    let slot = stormwatch_common::slots::slot_of(a.id());
+    udp_datagrams(&a, 400);
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    udp_datagrams(&a, 400);
+    assert!(
+        placed_net_cgroups().contains(&a.id()),
+        "cgroup A ({}) should hold its slot after two reads",
+        a.id()
+    );
+    a.remove();
+    // Removed at the next read (released), zeroed and free at the one after.
+    std::thread::sleep(std::time::Duration::from_millis(3000));
+    let mut b = None;
+    for i in 0..4096 {
+        let c = TestCgroup::new(&format!("slot-b{i}"));
+        if stormwatch_common::slots::slot_of(c.id()) == slot {
+            b = Some(c);
+            break;
+        }
+        c.remove();
+    }
+    let b = b.expect("no cgroup id of 4096 mapped to A's slot");
+    udp_datagrams(&b, 300);
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    udp_datagrams(&b, 300);
+    assert!(
+        placed_net_cgroups().contains(&b.id()),
+        "cgroup B ({}) should hold A's slot {slot} once it was free",
+        b.id()
+    );
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let report = trace.finish().trace;
+    let net = container_network(&report, &b);
+    assert_eq!(net.packets_sent, 600, "B's packets: {net:?}");
+    assert_eq!(net.bytes_sent, 600 * 30, "B's bytes: {net:?}");
+}

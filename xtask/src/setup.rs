@@ -43,7 +43,7 @@ pub const TEST_PACKAGES: &[(&str, &str)] = &[
     ("bpftrace", "an independent measurement for the tests"),
     (
         "bpftool",
-        "reads the BPF programs' run-time statistics for `xtask bench`",
+        "reads the BPF programs' run-time statistics for `xtask bench` and the probes' maps in the tests",
     ),
     (
         "sysbench",
