@@ -3,11 +3,12 @@
 //! nanoseconds per event that these show directly.
 //!
 //! For each workload and tracer: the kernel's statistics are switched on
-//! (`kernel.bpf_stats_enabled`, put back as it was afterwards), the tracer is started, every
-//! loaded program's run count and run time are read (`bpftool prog show`), the workload runs,
-//! and they are read again. Programs loaded before the tracer started are left out (other
-//! software's programs on the host). The statistics add the cost of reading the clock twice to
-//! every run: an empty program is the floor to compare with, and it is measured the same way
+//! (`kernel.bpf_stats_enabled`, put back as it was afterwards), the tracer is started, the
+//! workload starts, and after its warm-up (past the tracer's first collection) every loaded
+//! program's run count and run time are read (`bpftool prog show`), and again when it ends.
+//! Programs loaded before the tracer started are left out (other software's programs on the
+//! host). The statistics add the cost of reading the clock twice to every run: an empty program
+//! is the floor to compare with, and it is measured the same way
 //! (the `floor` rows).
 
 use std::{collections::HashMap, path::Path, process::Command};
@@ -113,7 +114,14 @@ fn settled(before_tracer: &HashMap<u64, Sample>) -> Result<HashMap<u64, Sample>>
     bail!("the tracer's programs did not settle within 15 s")
 }
 
-/// Per program of a tracer: (name, runs, ns) over one run of the workload.
+/// How long each workload runs before its measured seconds: past the tracer's first collection
+/// (`stormwatch run`'s is 5 s after its start, `trace`'s here 1 s), at which the agent places
+/// the keys it has seen in their direct slots and names each CPU's busiest cgroup for its switch
+/// cache. A node's workload runs long before and after: the measured seconds are its steady
+/// state, not the tracer's first seconds.
+const WARM_UP_SECONDS: u32 = 6;
+
+/// Per program of a tracer: (name, runs, ns) over one run of the workload, after its warm-up.
 fn measure(
     bin: &Path,
     start: &Starter,
@@ -122,14 +130,17 @@ fn measure(
 ) -> Result<Vec<(String, u64, u64)>> {
     let before_tracer = snapshot()?;
     let running = start(bin, seconds)?;
-    let before = settled(&before_tracer)?;
-    let status = Command::new(workload[0])
+    settled(&before_tracer)?;
+    let mut child = Command::new(workload[0])
         .args(&workload[1..])
-        .args(["-t", &seconds.to_string()])
+        .args(["-t", &(WARM_UP_SECONDS + seconds).to_string()])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
-        .status()
+        .spawn()
         .with_context(|| format!("cannot start {}", workload[0]))?;
+    std::thread::sleep(std::time::Duration::from_secs(WARM_UP_SECONDS.into()));
+    let before = snapshot()?;
+    let status = child.wait().context("waiting for the workload")?;
     let after = snapshot()?;
     running.stop()?;
     anyhow::ensure!(status.success(), "{workload:?} failed: {status}");
