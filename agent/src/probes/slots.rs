@@ -85,7 +85,7 @@ impl SlotDirectory {
     }
 
     /// Releases the slots of the keys for which `gone` holds: the directory forgets them now,
-    /// their slots are zeroed and freed at the next read ([`SlotDirectory::recycle`]).
+    /// their slots are zeroed and freed at the next read ([`SlotDirectory::merge`]).
     pub fn release(&mut self, ebpf: &mut Ebpf, gone: impl Fn(u64) -> bool) {
         let doomed: Vec<u32> = self
             .placed()
