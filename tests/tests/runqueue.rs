@@ -144,7 +144,7 @@ fn a_sleepers_wait_is_blamed_on_the_spinner_sharing_its_cpu() {
     let spinner = TestCgroup::new("runq-blame-spin");
     let sleeper_cg = TestCgroup::new("runq-blame-sleep");
     let (cpu, seconds) = (pinned_cpu(), 3.0);
-    let mut agent = Agent::trace(&["--json", "--duration", "6"]);
+    let mut agent = Agent::trace(&["--json", "--duration", "10"]);
     let busy_before = cpu_busy_seconds(cpu);
     let spin = run_in_cgroup(
         pinned(cpu, 0, env!("CARGO_BIN_EXE_spin")).args([
