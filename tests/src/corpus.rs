@@ -1097,7 +1097,10 @@ pub fn cases() -> Vec<Case> {
             split: HeldOut,
             checks: &[LockBound],
             miss: Some(
-                "its premise is unsettled: called a storm, rightly if its queue's lock limits                  it, but that lock made uncontended did 1.41–1.47× by hand and 1.28× in one CI                  run, then 1.10–1.19× (median 1.13×, under the bar of 1.15×) in another                  (tests/CORPUS.md)",
+                "its premise is unsettled: called a storm, rightly if its queue's lock limits \
+                 it, but that lock made uncontended did 1.41–1.47× by hand and 1.28× in one CI \
+                 run, then 1.10–1.19× (median 1.13×, under the bar of 1.15×) in another \
+                 (tests/CORPUS.md)",
             ),
             // The queue's lock made uncontended: each worker a queue of its own does
             // 1.41–1.44× by hand (2 workers 1.32–1.39× through the harness, before).
