@@ -119,13 +119,8 @@ impl ReadsPart for FutexProbes {
 
     fn read(&mut self, ebpf: &mut Ebpf) -> anyhow::Result<FutexPart> {
         let mut cgroups = read(ebpf)?;
-        self.slots.merge(
-            ebpf,
-            &mut cgroups,
-            |id| *id,
-            |id| id,
-            |s| s.wait.count + s.wakes,
-        )?;
+        self.slots
+            .merge_cgroups(ebpf, &mut cgroups, |s| s.wait.count + s.wakes)?;
         Ok(FutexPart {
             cgroups,
             hot: read_hot(ebpf)?,

@@ -52,13 +52,8 @@ impl ReadsPart for LockProbes {
 
     fn read(&mut self, ebpf: &mut Ebpf) -> anyhow::Result<LockPart> {
         let mut cgroups = read(ebpf)?;
-        self.slots.merge(
-            ebpf,
-            &mut cgroups,
-            |id| *id,
-            |id| id,
-            |s| s.count.iter().sum(),
-        )?;
+        self.slots
+            .merge_cgroups(ebpf, &mut cgroups, |s| s.count.iter().sum())?;
         Ok(LockPart {
             cgroups,
             sites: read_sites(ebpf)?,

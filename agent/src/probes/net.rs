@@ -291,13 +291,8 @@ impl ReadsPart for NetProbes {
     /// placed, those with the most packets first.
     fn read(&mut self, ebpf: &mut Ebpf) -> anyhow::Result<NetPart> {
         let mut cgroups = read(ebpf)?;
-        self.cgroup_slots.merge(
-            ebpf,
-            &mut cgroups,
-            |id| *id,
-            |id| id,
-            |s| s.tx_packets + s.rx_packets,
-        )?;
+        self.cgroup_slots
+            .merge_cgroups(ebpf, &mut cgroups, |s| s.tx_packets + s.rx_packets)?;
         let mut ifaces = read_ifaces(ebpf)?;
         self.iface_slots.merge(
             ebpf,

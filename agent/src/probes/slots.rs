@@ -58,7 +58,8 @@ impl SlotDirectory {
         let mut out = Vec::new();
         for key in keys {
             let slot = slot_of(key);
-            if key == 0 || taken[slot as usize] || self.held.contains(&key) {
+            // A placed key is in its own slot: `taken` covers it too.
+            if key == 0 || taken[slot as usize] {
                 continue;
             }
             taken[slot as usize] = true;
@@ -129,6 +130,16 @@ impl SlotDirectory {
         busiest.sort_unstable_by(|a, b| b.cmp(a));
         self.place(ebpf, busiest.into_iter().map(|(_, w)| w));
         Ok(())
+    }
+
+    /// [`SlotDirectory::merge`] for a map keyed by cgroup id (a cgroup id is its own word).
+    pub fn merge_cgroups<V: Counters + Pod>(
+        &mut self,
+        ebpf: &mut Ebpf,
+        part: &mut HashMap<u64, V>,
+        activity: impl Fn(&V) -> u64,
+    ) -> anyhow::Result<()> {
+        self.merge(ebpf, part, |id| *id, |id| id, activity)
     }
 
     /// Zeroes the slots released before this read and frees them. A slot whose zeroing fails
