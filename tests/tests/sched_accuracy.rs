@@ -317,13 +317,11 @@ fn mutex_storm_switches_match_rusage_classic_tracepoints() {
 }
 
 /// Two mutex storms one after the other, each in its own cgroup, each against its own rusage.
-/// The probes credit each CPU's busiest cgroup to a per-CPU cache instead of the cgroups' hash
-/// map, and the agent moves that cache to whichever cgroup switches most (see
-/// `stormwatch_common::SchedCache`): here it follows the first storm, then moves to the second,
-/// flushing the first one's figures into the map. Neither storm may lose or gain a switch on
-/// the way (2%, as above; with 1 s reads each storm spans several).
+/// Each cgroup is counted in its hash entry until the agent's next read places it in a direct
+/// slot (`stormwatch_common::slots`), and in that slot from then on: neither storm may lose or
+/// gain a switch on the way (2%, as above; with 1 s reads each storm spans several).
 #[test]
-fn storms_one_after_another_keep_their_switches_as_the_cache_moves() {
+fn storms_one_after_another_keep_their_switches_as_each_takes_its_slot() {
     require_bpf();
     let first = TestCgroup::new("storm-first");
     let second = TestCgroup::new("storm-second");
@@ -361,55 +359,54 @@ fn storms_one_after_another_keep_their_switches_as_the_cache_moves() {
 }
 
 /// A ping-pong (two threads handing a byte back and forth over pipes: hundreds of thousands of
-/// switches a second) in its own cgroup, while the test reads the scheduler figures every 100 µs
-/// and, every 200 µs, moves every CPU's switch cache to that cgroup or away from it: the CPUs
-/// flush their caches at their next switch-out, a few µs later, in the middle of the read that
-/// follows. The agent's read of a cache is a seqlock read (see `stormwatch_common::SchedCache`):
-/// no counter of the cgroup may ever go down from one read to the next (a flush that fell inside
-/// a read would make them dip, or count figures twice and drop back), and at the end its
-/// switches still match its rusage (2%, as above).
+/// switches a second) in its own cgroup, while the test reads the scheduler figures every
+/// 100 µs: an early read places the cgroup in its direct slot (`stormwatch_common::slots`), and
+/// from the next switch-out on its CPUs count there instead of in its hash entry. No counter of
+/// the cgroup may ever go down from one read to the next (a read that lost the hash's part, or
+/// took the slot's twice, would make them dip), both places must have counted switches, and at
+/// the end its switches still match its rusage (2%, as above).
 ///
 /// The probes are loaded in this process (the agent's own `Probes`): the property checked is of
 /// the agent's read itself; the ground truth is the invariant and the workload's rusage. The
 /// reads are paced so that the test leaves the CPUs to the tests running beside it.
 #[test]
-fn counters_never_go_down_while_the_caches_flush_during_reads() {
+fn counters_never_go_down_as_the_cgroup_takes_its_slot_during_reads() {
     use std::time::{Duration, Instant};
 
-    use aya::maps::{PerCpuArray, PerCpuValues};
+    use aya::maps::{Array, PerCpuArray, PerCpuHashMap};
     use stormwatch::probes::{Family, LoadOptions, Probes, ReadsPart as _};
-    use stormwatch_common::{SchedCache, SchedStats, maps};
+    use stormwatch_common::{SchedStats, maps, slots::slot_of};
 
     const SECONDS: f64 = 2.0;
     require_bpf();
-    let cgroup = TestCgroup::new("flush");
     let mut probes = Probes::load(&LoadOptions {
         families: vec![Family::Sched],
         ..LoadOptions::default()
     })
     .unwrap_or_else(|e| panic!("loading the scheduler probes: {e:#}"));
+    // A first read places the host's busy cgroups; the test's cgroup is then one whose slot
+    // none of them holds (cgroup ids are fresh each time: a few tries at most).
+    std::thread::sleep(Duration::from_millis(200));
+    {
+        let (ebpf, families) = probes.families_mut();
+        families.sched.read(ebpf).expect("a first read");
+    }
+    let held = |probes: &Probes, slot: u32| -> u64 {
+        Array::<_, u64>::try_from(probes.ebpf().map(maps::SCHED_SLOT_DIR).expect("dir"))
+            .expect("an array")
+            .get(&slot, 0)
+            .expect("a directory entry")
+    };
+    let cgroup = (0..64)
+        .map(|n| TestCgroup::new(&format!("slot-{n}")))
+        .find(|c| held(&probes, slot_of(c.id())) == 0)
+        .expect("a cgroup whose slot is free in 64 tries");
     let id = cgroup.id();
     let child = stormwatch_tests::run_in_cgroup(
         std::process::Command::new(env!("CARGO_BIN_EXE_pingpong"))
             .args(["--seconds", &SECONDS.to_string()]),
         &cgroup,
     );
-    let cpus = aya::util::nr_cpus().expect("possible CPUs").get() as usize;
-    let ask = |probes: &mut Probes, want: u64| {
-        let map = probes
-            .ebpf_mut()
-            .map_mut(maps::SCHED_CACHE_WANT)
-            .expect("SCHED_CACHE_WANT");
-        let mut array = PerCpuArray::<_, u64>::try_from(map).expect("a per-CPU array");
-        let want = PerCpuValues::try_from(vec![want; cpus]).expect("one value per CPU");
-        array.set(0, want, 0).expect("writing SCHED_CACHE_WANT");
-    };
-    let flushes = |probes: &Probes| -> u64 {
-        let map = probes.ebpf().map(maps::SCHED_CACHE).expect("SCHED_CACHE");
-        let array = PerCpuArray::<_, SchedCache>::try_from(map).expect("a per-CPU array");
-        let caches = array.get(&0, 0).expect("reading SCHED_CACHE");
-        caches.iter().map(|c| c.generation / 2).sum()
-    };
     let counters = |s: &SchedStats| {
         [
             ("voluntary switches", s.voluntary_switches),
@@ -419,6 +416,12 @@ fn counters_never_go_down_while_the_caches_flush_during_reads() {
             ("off-CPU ns", s.offcpu_ns),
             ("run-queue waits", s.runq.count),
         ]
+    };
+    let switches = |values: &[SchedStats]| -> u64 {
+        values
+            .iter()
+            .map(|v| v.voluntary_switches + v.involuntary_switches)
+            .sum()
     };
 
     // The scheduler family's part of a snapshot, as the agent reads it.
@@ -430,31 +433,13 @@ fn counters_never_go_down_while_the_caches_flush_during_reads() {
             .map(|part| (part.cgroups, part.oncpu_by_cpu))
     };
 
-    let flushes_before = flushes(&probes);
     let mut last: Option<(SchedStats, Vec<u64>)> = None;
-    let (mut reads, mut failed, mut turns) = (0u64, 0u64, 0u64);
+    let mut reads = 0u64;
     let start = Instant::now();
-    let mut turned = start;
     while start.elapsed().as_secs_f64() < SECONDS + 0.5 {
-        // Every cache to the cgroup, then to none, and so on. Asked again before every read:
-        // the read itself asks for the cgroup each cache holds (the agent's policy), which
-        // would undo a turn whose flush has not happened on every CPU yet.
-        if turned.elapsed() >= Duration::from_micros(200) {
-            turns += 1;
-            turned = Instant::now();
-        }
-        ask(&mut probes, if turns % 2 == 0 { id } else { 0 });
         let read = read_sched(&mut probes);
         std::thread::sleep(Duration::from_micros(100));
-        let (totals, by_cpu) = match read {
-            Ok(read) => read,
-            Err(e) => {
-                // Every attempt saw a flush: allowed, never a wrong figure.
-                failed += 1;
-                eprintln!("read {reads}: {e:#}");
-                continue;
-            }
-        };
+        let (totals, by_cpu) = read.unwrap_or_else(|e| panic!("read {reads}: {e:#}"));
         reads += 1;
         let Some(now) = totals.get(&id) else {
             assert!(last.is_none(), "the cgroup vanished from read {reads}");
@@ -479,21 +464,41 @@ fn counters_never_go_down_while_the_caches_flush_during_reads() {
         last = Some((*now, on_cpus));
     }
     let truth = stormwatch_tests::workload_result(child);
-    // The ping-pong is over: give the caches up and read what the cgroup kept.
-    ask(&mut probes, 0);
-    std::thread::sleep(Duration::from_millis(100));
     let (totals, _) = read_sched(&mut probes).expect("a read after the ping-pong");
-    let flushes = flushes(&probes) - flushes_before;
-    eprintln!(
-        "{reads} reads ({failed} found a flush in each attempt), {turns} turns, {flushes} \
-         flushes over {cpus} CPUs"
+
+    // Where the switches were counted: the hash entry (before the cgroup was placed) and the
+    // slot (after).
+    let slot = slot_of(id);
+    assert_eq!(
+        held(&probes, slot),
+        id,
+        "the cgroup should hold its slot {slot}"
     );
+    let in_slot = PerCpuArray::<_, SchedStats>::try_from(
+        probes.ebpf().map(maps::SCHED_SLOTS).expect("slots"),
+    )
+    .expect("a per-CPU array")
+    .get(&slot, 0)
+    .expect("its slot");
+    let in_hash = PerCpuHashMap::<_, u64, SchedStats>::try_from(
+        probes.ebpf().map(maps::CGROUP_SCHED).expect("hash"),
+    )
+    .expect("a per-CPU hash")
+    .get(&id, 0)
+    .expect("its hash entry, made before it was placed");
+    let (in_slot, in_hash) = (switches(&in_slot), switches(&in_hash));
+    eprintln!("{reads} reads; switches counted in its hash entry {in_hash}, in its slot {in_slot}");
     assert!(reads >= 2_000, "only {reads} reads in {SECONDS} s");
     assert!(
-        flushes >= 1_000,
-        "the caches should have flushed at about every turn: {flushes} flushes, {turns} turns"
+        in_hash > 0 && in_slot > in_hash,
+        "the hash should hold the switches before the first read placed the cgroup, the slot \
+         the rest: {in_hash} and {in_slot}"
     );
     let t = &totals[&id];
+    assert_eq!(
+        t.voluntary_switches + t.involuntary_switches,
+        in_hash + in_slot
+    );
     eprintln!(
         "{}: voluntary {} vs nvcsw {}, involuntary {} vs nivcsw {}",
         cgroup.rel_path(),

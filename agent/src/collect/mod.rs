@@ -52,8 +52,8 @@ impl Snapshot {
         }
     }
 
-    /// Each family's part. The scheduler's first: the instant is taken after it (its read
-    /// settles the switch caches, the longest).
+    /// Each family's part. The scheduler's first: the instant is taken after it (its read is
+    /// the longest: every cgroup's figures on every CPU).
     pub fn read(probes: &mut Probes) -> anyhow::Result<Self> {
         let (ebpf, families) = probes.families_mut();
         let Families {

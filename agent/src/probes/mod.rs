@@ -53,7 +53,7 @@ pub use self::{
     load::{Family, KernelFacts, LoadError, LoadOptions},
     map_io::{IDLE_READS_BEFORE_EVICTION, IdleKeys, ProgramStats},
     sizing::{CGROUP_MAP_MIN_ENTRIES, PER_CPU_MAP_BUDGET_BYTES, per_cpu_map_sizes},
-    slots::SlotDirectory,
+    slots::{SlotDirectory, busiest_first},
     tiers::{AttachWhen, FutexTier, NetPacketTier, RunqBlame, RunqBlameTier, Tier, WakeKinds},
 };
 pub(crate) use self::{

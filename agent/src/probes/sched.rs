@@ -10,10 +10,11 @@ use stormwatch_common::{RunqBlameKey, RunqBlameValue, SchedStats, globals, maps,
 
 use super::{
     AttachKind, Gone, IDLE_READS_BEFORE_EVICTION, IdleKeys, KernelFacts, Loaded, ProbeFamily,
-    ProbeStatus, ReadsPart, RunqBlame, RunqBlameTier, WakeKinds, attach_btf_only,
-    attach_preferring_btf, btf_offsets, load_btf, pointer_path, remove_per_cpu_keys,
-    tracepoint_offsets,
+    ProbeStatus, ReadsPart, RunqBlame, RunqBlameTier, SlotDirectory, WakeKinds, attach_btf_only,
+    attach_preferring_btf, btf_offsets, busiest_first, load_btf, pointer_path,
+    read_per_cpu_hash_with, remove_per_cpu_keys, tracepoint_offsets,
 };
+use crate::counters::Counters as _;
 
 pub const SWITCH: &str = "sched:sched_switch";
 pub const WAKEUP: &str = "sched:sched_wakeup";
@@ -65,7 +66,7 @@ pub fn waits_from_switch(facts: &KernelFacts, status: &[ProbeStatus]) -> bool {
             .any(|s| s.tracepoint == SWITCH && s.kind == Some(AttachKind::TpBtf))
 }
 
-/// The scheduler family, with what it keeps between reads: the CPUs' switch caches, the
+/// The scheduler family, with what it keeps between reads: the cgroups in direct slots, the
 /// run-queue blame's switch and its idle pairs.
 pub struct SchedProbes {
     wake_kinds: WakeKinds,
@@ -75,8 +76,8 @@ pub struct SchedProbes {
     blame_globals: bool,
     /// The switch program's run-queue blame, and whether it is on.
     pub(super) blame: RunqBlame,
-    /// The CPUs' switch caches, as the last read left them.
-    caches: SwitchCaches,
+    /// The cgroups in direct slots (`SCHED_SLOTS`).
+    slots: SlotDirectory,
     idle_blame_pairs: IdleKeys<RunqBlameKey>,
 }
 
@@ -87,7 +88,7 @@ impl SchedProbes {
             blame_tier,
             blame_globals: false,
             blame: RunqBlame::default(),
-            caches: SwitchCaches::default(),
+            slots: SlotDirectory::new(maps::SCHED_SLOT_DIR, maps::SCHED_SLOTS),
             idle_blame_pairs: IdleKeys::new(IDLE_READS_BEFORE_EVICTION),
         }
     }
@@ -136,7 +137,7 @@ impl ReadsPart for SchedProbes {
     type Part = SchedPart;
 
     fn read(&mut self, ebpf: &mut Ebpf) -> anyhow::Result<SchedPart> {
-        let (cgroups, oncpu_by_cpu) = read(ebpf, &mut self.caches)?;
+        let (cgroups, oncpu_by_cpu) = read_cgroups(ebpf, &mut self.slots)?;
         let runq_blame = if self.blame.available {
             read_blame(ebpf)?
         } else {
@@ -154,9 +155,8 @@ impl ReadsPart for SchedProbes {
     /// holds the pairs of now (not a loss: a pair that comes back counts from zero).
     fn forget(&mut self, ebpf: &mut Ebpf, gone: &Gone, part: &mut SchedPart) {
         if !gone.cgroups.is_empty() {
-            if let Err(err) = forget(ebpf, &mut self.caches, gone.cgroups) {
-                log::warn!("cannot give up the switch caches of removed cgroups: {err:#}");
-            }
+            self.slots.release(ebpf, |id| gone.cgroups.contains(&id));
+            remove_per_cpu_keys::<u64, SchedStats>(ebpf, maps::CGROUP_SCHED, gone.cgroups);
             if self.blame.available {
                 forget_blame(ebpf, gone.cgroups);
             }
@@ -212,14 +212,6 @@ impl ProbeFamily for SchedProbes {
         );
         let have_offsets = values.len() == 5;
         values.push((globals::HAVE_TASK_OFFSETS, u32::from(have_offsets)));
-        let release = rustix::system::uname()
-            .release()
-            .to_string_lossy()
-            .into_owned();
-        values.push((
-            globals::FLUSH_WITH_BARRIERS,
-            u32::from(flush_with_barriers(std::env::consts::ARCH, &release)),
-        ));
         // The CPU a task is queued on: `task_struct.cpu` where the kernel keeps it there
         // (THREAD_INFO_IN_TASK, e.g. x86-64), else in `thread_info`.
         if let Some(btf) = &facts.btf {
@@ -438,53 +430,43 @@ fn forget_blame(ebpf: &mut Ebpf, cgroups: &[u64]) {
     });
 }
 
-/// Whether a switch cache's flush orders its stores with BPF's fully ordered atomics
-/// (`FLUSH_WITH_BARRIERS`): where the CPU may make stores visible out of program order, and the
-/// kernel's JIT has those atomics. x86 and s390x keep stores in order: the compiler fence the
-/// probes always have is enough there. arm64 reorders them; its JIT emits the fetching atomics
-/// since Linux 5.18 (before, a program with one would not load). Elsewhere the flush stays
-/// unordered, and a read may rarely take a flush half done for whole (a warning says so).
-fn flush_with_barriers(arch: &str, release: &str) -> bool {
-    match arch {
-        "x86" | "x86_64" | "s390x" => false,
-        "aarch64" => {
-            let at_least = kernel_at_least(release, (5, 18));
-            if !at_least {
-                log::warn!(
-                    "kernel {release} on arm64 cannot order the switch caches' flush (Linux \
-                     5.18): a read may rarely see a cgroup's switches dip"
-                );
-            }
-            at_least
-        }
-        _ => {
-            log::warn!(
-                "the switch caches' flush is not ordered on {arch}: a read may rarely see a \
-                 cgroup's switches dip"
-            );
-            false
-        }
-    }
+/// Reads `CGROUP_SCHED` and the placed cgroups' direct slots: each cgroup's figures summed
+/// over CPUs and its on-CPU time on each CPU (which CPUs it ran on). Then places the cgroups
+/// that have no slot yet, those that switch most first.
+#[allow(clippy::type_complexity)]
+fn read_cgroups(
+    ebpf: &mut Ebpf,
+    slots: &mut SlotDirectory,
+) -> anyhow::Result<(HashMap<u64, SchedStats>, HashMap<u64, Vec<u64>>)> {
+    let mut by_cpu: HashMap<u64, Vec<u64>> = HashMap::new();
+    let mut totals = read_per_cpu_hash_with(ebpf, maps::CGROUP_SCHED, |id: &u64, per_cpu| {
+        add_per_cpu(&mut by_cpu, *id, per_cpu)
+    })?;
+    let busiest = busiest_first(
+        totals
+            .iter()
+            .map(|(id, s)| (*id, s.voluntary_switches + s.involuntary_switches)),
+    );
+    slots.merge_each_cpu(ebpf, busiest, |id, per_cpu: &[SchedStats]| {
+        let slot = add_per_cpu(&mut by_cpu, id, per_cpu);
+        totals.entry(id).or_insert(SchedStats::ZERO).add(&slot);
+    })?;
+    Ok((totals, by_cpu))
 }
 
-/// Whether a kernel release (`uname -r`, e.g. `6.18.44-fc`) is at least `major.minor`; false
-/// when it does not parse.
-fn kernel_at_least(release: &str, (major, minor): (u32, u32)) -> bool {
-    let mut parts = release.split(['.', '-']).map(|p| {
-        p.bytes()
-            .take_while(u8::is_ascii_digit)
-            .fold(None, |n: Option<u32>, d| {
-                Some(
-                    n.unwrap_or(0)
-                        .saturating_mul(10)
-                        .saturating_add(u32::from(d - b'0')),
-                )
-            })
-    });
-    match (parts.next().flatten(), parts.next().flatten()) {
-        (Some(a), Some(b)) => (a, b) >= (major, minor),
-        _ => false,
+/// Adds one place's per-CPU figures of cgroup `id` (its hash entry's, or its slot's) to its
+/// on-CPU time by CPU; returns their sum.
+fn add_per_cpu(by_cpu: &mut HashMap<u64, Vec<u64>>, id: u64, per_cpu: &[SchedStats]) -> SchedStats {
+    let cpus = by_cpu.entry(id).or_insert_with(|| vec![0; per_cpu.len()]);
+    if cpus.len() < per_cpu.len() {
+        cpus.resize(per_cpu.len(), 0);
     }
+    let mut total = SchedStats::ZERO;
+    for (cpu, v) in per_cpu.iter().enumerate() {
+        cpus[cpu] += v.oncpu_ns;
+        total.add(v);
+    }
+    total
 }
 
 /// Loads a wake-kind program for [`WakeKinds::OnDemand`], without attaching it.
@@ -508,14 +490,22 @@ fn load_on_demand(
     }
 }
 
-mod caches;
-
-pub use self::caches::SwitchCaches;
 #[cfg(test)]
-use self::caches::{
-    Figures, Merged, SwitchMaps, choose_caches, merge_caches, read_merged, unchanged,
-};
-use self::caches::{forget, read};
+mod tests {
+    use super::*;
 
-#[cfg(test)]
-mod tests;
+    #[test]
+    fn a_cgroups_hash_and_slot_figures_add_up_per_cpu() {
+        let mut by_cpu = HashMap::new();
+        let stats = |switches: u64, oncpu_ns: u64| SchedStats {
+            voluntary_switches: switches,
+            oncpu_ns,
+            ..SchedStats::ZERO
+        };
+        let hash = add_per_cpu(&mut by_cpu, 7, &[stats(3, 100), stats(0, 0)]);
+        let slot = add_per_cpu(&mut by_cpu, 7, &[stats(1, 10), stats(5, 50)]);
+        assert_eq!(hash.voluntary_switches + slot.voluntary_switches, 9);
+        assert_eq!(hash.oncpu_ns + slot.oncpu_ns, 160);
+        assert_eq!(by_cpu[&7], vec![110, 50]);
+    }
+}

@@ -47,8 +47,9 @@ pub fn preallocated_bytes(cpus: u32, max_cgroups: usize) -> u64 {
 /// [`SLOTS`](stormwatch_common::slots::SLOTS) values each, whatever `max_cgroups`.
 fn slot_bytes_per_cpu() -> u64 {
     use std::mem::size_of;
-    use stormwatch_common::{FutexStats, LockStats, net, slots::SLOTS};
-    let values = size_of::<FutexStats>()
+    use stormwatch_common::{FutexStats, LockStats, SchedStats, net, slots::SLOTS};
+    let values = size_of::<SchedStats>()
+        + size_of::<FutexStats>()
         + size_of::<LockStats>()
         + size_of::<net::CgroupNetStats>()
         + size_of::<net::NetIfStats>()

@@ -109,8 +109,8 @@ impl SlotDirectory {
 
     /// A family's read of one map: `part` holds what its hash map holds; this adds each placed
     /// key's slot (its CPUs' values summed), then places the keys of `part` that have no slot
-    /// yet, the most active first. Slots released at the read before are zeroed and freed first.
-    /// `word` is a key as the directory holds it (0: never placed), `key` its inverse.
+    /// yet, the most active first. `word` is a key as the directory holds it (0: never placed),
+    /// `key` its inverse.
     pub fn merge<K, V>(
         &mut self,
         ebpf: &mut Ebpf,
@@ -123,13 +123,13 @@ impl SlotDirectory {
         K: Eq + std::hash::Hash,
         V: Counters + Pod,
     {
-        self.recycle::<V>(ebpf);
-        self.add_placed(ebpf, &key, part)?;
-        let mut busiest: Vec<(u64, u64)> =
-            part.iter().map(|(k, v)| (activity(v), word(k))).collect();
-        busiest.sort_unstable_by(|a, b| b.cmp(a));
-        self.place(ebpf, busiest.into_iter().map(|(_, w)| w));
-        Ok(())
+        let busiest = busiest_first(part.iter().map(|(k, v)| (word(k), activity(v))));
+        self.merge_each_cpu(ebpf, busiest, |w, values: &[V]| {
+            let total = part.entry(key(w)).or_insert(V::ZERO);
+            for v in values {
+                total.add(v);
+            }
+        })
     }
 
     /// [`SlotDirectory::merge`] for a map keyed by cgroup id (a cgroup id is its own word).
@@ -140,6 +140,30 @@ impl SlotDirectory {
         activity: impl Fn(&V) -> u64,
     ) -> anyhow::Result<()> {
         self.merge(ebpf, part, |id| *id, |id| id, activity)
+    }
+
+    /// The read behind [`SlotDirectory::merge`], for a family that keeps its figures per CPU:
+    /// the slots released at the read before are zeroed and freed; `add` gets each placed
+    /// key's word and its slot's values, one per CPU; then `busiest` (words of the keys the
+    /// family's hash holds, most active first) are placed where their slot is free.
+    pub fn merge_each_cpu<V: Counters + Pod>(
+        &mut self,
+        ebpf: &mut Ebpf,
+        busiest: Vec<u64>,
+        mut add: impl FnMut(u64, &[V]),
+    ) -> anyhow::Result<()> {
+        self.recycle::<V>(ebpf);
+        if self.placed().next().is_some() {
+            let slots = ebpf
+                .map(self.slots_map)
+                .ok_or_else(|| anyhow::anyhow!("map {} missing from the object", self.slots_map))?;
+            let slots = PerCpuArray::<_, V>::try_from(slots)?;
+            for (slot, word) in self.placed() {
+                add(word, &slots.get(&slot, 0)?);
+            }
+        }
+        self.place(ebpf, busiest);
+        Ok(())
     }
 
     /// Zeroes the slots released before this read and frees them. A slot whose zeroing fails
@@ -163,34 +187,13 @@ impl SlotDirectory {
             slots.set(*slot, values, 0).is_err()
         });
     }
+}
 
-    /// Adds each placed key's slot, its CPUs' values summed, to `part` under `key(word)`.
-    fn add_placed<K, V>(
-        &self,
-        ebpf: &Ebpf,
-        key: impl Fn(u64) -> K,
-        part: &mut HashMap<K, V>,
-    ) -> anyhow::Result<()>
-    where
-        K: Eq + std::hash::Hash,
-        V: Counters + Pod,
-    {
-        if self.placed().next().is_none() {
-            return Ok(());
-        }
-        let slots = ebpf
-            .map(self.slots_map)
-            .ok_or_else(|| anyhow::anyhow!("map {} missing from the object", self.slots_map))?;
-        let slots = PerCpuArray::<_, V>::try_from(slots)?;
-        for (slot, word) in self.placed() {
-            let values = slots.get(&slot, 0)?;
-            let total = part.entry(key(word)).or_insert(V::ZERO);
-            for v in values.iter() {
-                total.add(v);
-            }
-        }
-        Ok(())
-    }
+/// Words, most active first, from (word, activity) pairs.
+pub fn busiest_first(keys: impl Iterator<Item = (u64, u64)>) -> Vec<u64> {
+    let mut keys: Vec<(u64, u64)> = keys.map(|(w, a)| (a, w)).collect();
+    keys.sort_unstable_by(|a, b| b.cmp(a));
+    keys.into_iter().map(|(_, w)| w).collect()
 }
 
 #[cfg(test)]

@@ -10,13 +10,12 @@ pub mod maps {
     pub const TASKS: &str = "TASKS";
     /// Per-CPU array (one slot): [`crate::OnCpu`], which thread runs on this CPU since when.
     pub const ON_CPU: &str = "ON_CPU";
-    /// Per-CPU array (one slot): [`crate::SchedCache`], the figures of the one cgroup this CPU
-    /// credits without a `CGROUP_SCHED` lookup. A cgroup's figures are its `CGROUP_SCHED`
-    /// values plus the cache slots that hold it.
-    pub const SCHED_CACHE: &str = "SCHED_CACHE";
-    /// Per-CPU array (one slot): u64, the cgroup the agent wants this CPU's [`SCHED_CACHE`] to
-    /// hold (0: none). The CPU moves its cache there at its next switch-out.
-    pub const SCHED_CACHE_WANT: &str = "SCHED_CACHE_WANT";
+    /// Array of [`crate::slots::SLOTS`] u64: the cgroups placed in `SCHED_SLOTS` (0: free),
+    /// written by the agent.
+    pub const SCHED_SLOT_DIR: &str = "SCHED_SLOT_DIR";
+    /// Per-CPU array of [`crate::slots::SLOTS`] [`crate::SchedStats`]: the placed cgroups'
+    /// switch-outs. A cgroup's figures are its `CGROUP_SCHED` values plus its slot's.
+    pub const SCHED_SLOTS: &str = "SCHED_SLOTS";
     /// Hash: thread id (u32) → wake-up time (u64), for the classic-tracepoint fallback only,
     /// whose `sched_wakeup` names the thread by id and cannot reach its task storage. Consumed
     /// at the thread's next switch-out.
@@ -112,10 +111,6 @@ pub mod globals {
     pub const TP_SWITCH_PREV_STATE_OFFSET: &str = "TP_SWITCH_PREV_STATE_OFFSET";
     /// 1 when the `TASK_*_OFFSET` globals hold real offsets (the kernel has BTF).
     pub const HAVE_TASK_OFFSETS: &str = "HAVE_TASK_OFFSETS";
-    /// 1 when a [`crate::SchedCache`] flush orders its stores with fully ordered atomics: on a
-    /// weakly ordered CPU (arm64) whose kernel's JIT has them. 0 on x86, whose stores are seen
-    /// in program order anyway.
-    pub const FLUSH_WITH_BARRIERS: &str = "FLUSH_WITH_BARRIERS";
     /// `offsetof(struct task_struct, cpu)` (or `thread_info.cpu`): the CPU whose run queue a
     /// woken thread was put on.
     pub const TASK_CPU_OFFSET: &str = "TASK_CPU_OFFSET";

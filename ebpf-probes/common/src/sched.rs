@@ -1,7 +1,7 @@
 //! The scheduler family: per-cgroup context switches, run-queue latency, on/off-CPU time and
 //! migrations, and the per-thread and per-CPU state behind them. Written by the kernel's `sched.rs`
-//! (`CGROUP_SCHED`, `TASKS`, `ON_CPU`, `SCHED_CACHE`); read by the agent's `probes/sched.rs`, which
-//! merges the [`SchedCache`] slots into the cgroups' figures.
+//! (`CGROUP_SCHED` and its direct slots `SCHED_SLOTS`, `TASKS`, `ON_CPU`); read by the agent's
+//! `probes/sched.rs`, which adds each placed cgroup's slot to its `CGROUP_SCHED` figures.
 
 use crate::histogram::Log2Histogram;
 
@@ -127,33 +127,6 @@ impl TaskState {
     };
 }
 
-/// One CPU's cached cgroup: the switch-outs of `cgroup_id`'s threads on this CPU are credited
-/// to `stats` here, an array slot, instead of to the cgroup's `CGROUP_SCHED` entry, a hash
-/// lookup (measured: about a third of the switch program's own time). When the agent names
-/// another cgroup in `SCHED_CACHE_WANT`, the CPU's next switch-out adds `stats` to the old
-/// cgroup's `CGROUP_SCHED` entry and starts the new one from zero: a *flush*. `generation` is
-/// raised by one before a flush and by one after it, so it is odd during one and changes with
-/// each: a seqlock. The agent reads the slots, then the hash map, then the slots again (the copy
-/// it merges), then the slots a third time, and keeps the copy only where each CPU's generation
-/// is even and the same in all three reads: no flush came between, nor fell inside the copy
-/// (else the flushed figures could be counted twice or not at all).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SchedCache {
-    pub generation: u64,
-    /// The cgroup v2 id whose figures `stats` holds (0: none).
-    pub cgroup_id: u64,
-    pub stats: SchedStats,
-}
-
-impl SchedCache {
-    pub const ZERO: Self = Self {
-        generation: 0,
-        cgroup_id: 0,
-        stats: SchedStats::ZERO,
-    };
-}
-
 /// Which thread went on this CPU, and when (per CPU).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -251,7 +224,6 @@ mod user {
     unsafe impl aya::Pod for super::SchedStats {}
     unsafe impl aya::Pod for super::TaskState {}
     unsafe impl aya::Pod for super::OnCpu {}
-    unsafe impl aya::Pod for super::SchedCache {}
     unsafe impl aya::Pod for super::RunqBlameKey {}
     unsafe impl aya::Pod for super::RunqBlameValue {}
     unsafe impl aya::Pod for super::RunRing {}
@@ -270,7 +242,6 @@ mod tests {
         );
         assert_eq!(size_of::<TaskState>(), 8 * 7 + 4 * 4);
         assert_eq!(size_of::<OnCpu>(), 8 * 2 + 4 * 2);
-        assert_eq!(size_of::<SchedCache>(), 8 * 2 + size_of::<SchedStats>());
         assert_eq!(size_of::<RunqBlameKey>(), 16);
         assert_eq!(size_of::<RunqBlameValue>(), 8);
         assert_eq!(size_of::<Run>(), 32);

@@ -29,8 +29,6 @@
 //! `getrusage`), including the cases the `preempt`/`prev_state` arguments misreport (a blocking
 //! task with a signal pending is counted voluntary but traced as running).
 
-use core::sync::atomic::{Ordering, compiler_fence};
-
 use aya_ebpf::{
     bindings::task_struct,
     helpers::{
@@ -43,7 +41,7 @@ use aya_ebpf::{
 };
 use stormwatch_common::{
     ON_CPU_HAS_RUNTIME, OnCpu, ProbeError, RUNQ_RUNS, Run, RunRing, RunqBlameKey, RunqBlameValue,
-    SchedCache, SchedStats, TASK_HAS_LAST_CPU, TASK_HAS_RUN_DELAY, TASK_HAS_RUNTIME_BASELINE,
+    SchedStats, TASK_HAS_LAST_CPU, TASK_HAS_RUN_DELAY, TASK_HAS_RUNTIME_BASELINE,
     TASK_HAS_SWITCH_BASELINE, TASK_HAS_WAKER, TASK_SEEN, TASK_WAKE_KNOWN, TASK_WAKE_REMOTE,
     TASK_WOKEN, TaskState,
 };
@@ -51,7 +49,7 @@ use stormwatch_common::{
 use stormwatch_common::culprit;
 
 use crate::shared::{
-    BPF_NOEXIST, TaskStorage, count_error, current_task, follow, global_u32, per_cpu_slot,
+    BPF_NOEXIST, TaskStorage, count_error, current_task, follow, global_u32, per_cpu_slot, placed,
     task_cgroup_id, typed,
 };
 
@@ -68,11 +66,15 @@ const MAX_PENDING_WAKEUPS: u32 = 16384;
 static CGROUP_SCHED: PerCpuHashMap<u64, SchedStats> =
     PerCpuHashMap::with_max_entries(MAX_CGROUPS, 0);
 
-#[map(name = "SCHED_CACHE")]
-static SCHED_CACHE: PerCpuArray<SchedCache> = PerCpuArray::with_max_entries(1, 0);
+/// The cgroups the agent placed in direct slots (`stormwatch_common::slots`), and their figures:
+/// a placed cgroup's switch-outs are credited there, two inlined array loads instead of a hash
+/// lookup (about a third of the switch program's own time when measured against the hash).
+#[map(name = "SCHED_SLOT_DIR")]
+static SCHED_SLOT_DIR: Array<u64> = Array::with_max_entries(stormwatch_common::slots::SLOTS, 0);
 
-#[map(name = "SCHED_CACHE_WANT")]
-static SCHED_CACHE_WANT: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+#[map(name = "SCHED_SLOTS")]
+static SCHED_SLOTS: PerCpuArray<SchedStats> =
+    PerCpuArray::with_max_entries(stormwatch_common::slots::SLOTS, 0);
 
 #[btf_map(name = "TASKS")]
 static TASKS: TaskStorage<TaskState> = TaskStorage::new();
@@ -149,9 +151,6 @@ static TP_SWITCH_PREV_STATE_OFFSET: u32 = 0;
 /// 1 when the `TASK_*_OFFSET` globals are set (the kernel has BTF).
 #[unsafe(no_mangle)]
 static HAVE_TASK_OFFSETS: u32 = 0;
-/// 1 when a cache flush orders its stores with fully ordered atomics (see [`bump`]).
-#[unsafe(no_mangle)]
-static FLUSH_WITH_BARRIERS: u32 = 0;
 
 /// In the classic `sched_switch` record, `prev_state` carries `TASK_REPORT_MAX` (0x100 since
 /// 4.14) when the task was preempted, and `EXIT_ZOMBIE`/`EXIT_DEAD` (0x20/0x10) on its final
@@ -570,84 +569,11 @@ fn cgroup_stats(cgroup_id: u64) -> Option<*mut SchedStats> {
     )
 }
 
-/// Where this CPU credits a switch-out of `cgroup_id`: its cache slot when the cache holds that
-/// cgroup (two inlined array loads), else the cgroup's `CGROUP_SCHED` slot. First, when the
-/// agent asked for another cgroup in the cache, the cache is flushed (see [`SchedCache`]).
+/// Where this CPU credits a switch-out of `cgroup_id`: its direct slot when the agent placed it
+/// in one, else its `CGROUP_SCHED` entry.
 #[inline(always)]
 fn switch_stats(cgroup_id: u64) -> Option<*mut SchedStats> {
-    let want = SCHED_CACHE_WANT.get(0).copied().unwrap_or(0);
-    let cache = SCHED_CACHE.get_ptr_mut(0)?;
-    // SAFETY: this CPU's slot; sched_switch does not nest on one CPU.
-    let cache = unsafe { &mut *cache };
-    if cache.cgroup_id != want {
-        flush(cache, want);
-    }
-    if cgroup_id != 0 && cache.cgroup_id == cgroup_id {
-        return Some(&mut cache.stats);
-    }
-    cgroup_stats(cgroup_id)
-}
-
-/// Moves the cache's figures to its cgroup's `CGROUP_SCHED` slot and gives the cache to `want`.
-/// `generation` is odd while the figures are in neither place or in both: the writer's half of
-/// a seqlock, whose reader is the agent (`probes/sched.rs`, `read`).
-#[inline(always)]
-fn flush(cache: &mut SchedCache, want: u64) {
-    bump(&mut cache.generation);
-    if cache.cgroup_id != 0
-        && let Some(stats) = cgroup_stats(cache.cgroup_id)
-    {
-        // SAFETY: this CPU's slot of another map; sched_switch does not nest on one CPU.
-        unsafe { (*stats).absorb(&cache.stats) };
-    }
-    cache.stats = SchedStats::ZERO;
-    cache.cgroup_id = want;
-    bump(&mut cache.generation);
-}
-
-/// Raises a generation by one, ordered as a seqlock writer must be: every store before it is
-/// seen by other CPUs before the new generation, and the new generation before every store
-/// after it.
-///
-/// What BPF offers for that: plain stores and the non-fetching atomic add (`lock +=`) are
-/// unordered; the JITs emit them as they stand. A compiler fence keeps LLVM from moving the
-/// stores, and that is enough on x86, where the CPU makes stores visible in program order
-/// (TSO), but not on arm64, which may reorder them. BPF has no fence instruction (LLVM 22
-/// refuses one: "Runtime fence is not supported"), and a `Release` store (`core::sync::atomic`)
-/// is cpu v4's `store_release`, Linux 6.15 and later (LLVM cannot select it for older cpus).
-/// The fetching atomics are fully ordered: every JIT emits `atomic_fetch_add` as the
-/// kernel's `atomic64_fetch_add`, a full barrier (arm64: `ldaddal`, or an LL/SC loop and
-/// `dmb ish`). They are BPF ISA v3 (x86-64 JIT since Linux 5.12, arm64 since 5.18) and
-/// `bpf-linker` builds for v1 here, so LLVM will not emit one from Rust: this writes it as
-/// inline assembly. The agent sets `FLUSH_WITH_BARRIERS` where the CPU needs them and the
-/// kernel has them; elsewhere the verifier drops the branch, so older kernels load as before.
-/// Either way this costs nothing on the hot path: a CPU flushes only when the agent moves its
-/// cache (at most once per read). Checked on x86-64 (6.18) with the global forced to 1: the
-/// verifier takes it, and the figures still match rusage.
-#[inline(always)]
-fn bump(generation: &mut u64) {
-    if global_u32(&FLUSH_WITH_BARRIERS) == 1 {
-        let mut one: u64 = 1;
-        // SAFETY: `generation` is a valid, aligned u64 of this CPU's map slot. Without
-        // `nomem`, the asm is also a compiler barrier: LLVM keeps every access in its place.
-        unsafe {
-            core::arch::asm!(
-                "{one} = atomic_fetch_add((u64 *)({generation} + 0), {one})",
-                generation = in(reg) core::ptr::from_mut(generation),
-                one = inout(reg) one,
-                options(nostack),
-            );
-        }
-        let _ = one;
-        return;
-    }
-    compiler_fence(Ordering::SeqCst);
-    // SAFETY: a valid reference.
-    unsafe {
-        let g = core::ptr::read_volatile(generation);
-        core::ptr::write_volatile(generation, g + 1);
-    }
-    compiler_fence(Ordering::SeqCst);
+    placed(&SCHED_SLOT_DIR, &SCHED_SLOTS, cgroup_id).or_else(|| cgroup_stats(cgroup_id))
 }
 
 /// When the outgoing thread went on this CPU, by the clock and by its own runtime.
