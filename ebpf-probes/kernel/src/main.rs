@@ -6,8 +6,6 @@
 //! (`NET_ERRORS` for the network family), where the agent reads it.
 #![no_std]
 #![no_main]
-// Inline BPF assembly: the one fully ordered atomic LLVM will not emit for cpu v1 (sched.rs).
-#![feature(asm_experimental_arch)]
 
 mod bench;
 mod futex;
