@@ -155,7 +155,7 @@ impl ReadsPart for SchedProbes {
     /// holds the pairs of now (not a loss: a pair that comes back counts from zero).
     fn forget(&mut self, ebpf: &mut Ebpf, gone: &Gone, part: &mut SchedPart) {
         if !gone.cgroups.is_empty() {
-            self.slots.release(ebpf, |id| gone.cgroups.contains(&id));
+            self.slots.release(ebpf, |id| gone.cgroup(id));
             remove_per_cpu_keys::<u64, SchedStats>(ebpf, maps::CGROUP_SCHED, gone.cgroups);
             if self.blame.available {
                 forget_blame(ebpf, gone.cgroups);

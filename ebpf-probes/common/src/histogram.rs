@@ -35,17 +35,6 @@ impl Log2Histogram {
     };
 
     #[inline(always)]
-    pub fn absorb(&mut self, o: &Self) {
-        self.count += o.count;
-        self.sum_ns += o.sum_ns;
-        let mut i = 0;
-        while i < LOG2_BUCKETS {
-            self.buckets[i] += o.buckets[i];
-            i += 1;
-        }
-    }
-
-    #[inline(always)]
     pub fn record(&mut self, value_ns: u64) {
         self.count += 1;
         self.sum_ns += value_ns;

@@ -44,19 +44,6 @@ impl SchedStats {
         wake_local: Log2Histogram::ZERO,
         wake_remote: Log2Histogram::ZERO,
     };
-
-    /// Adds `o`'s counters to these (a cache flush, in the probes; the agent has its own).
-    #[inline(always)]
-    pub fn absorb(&mut self, o: &Self) {
-        self.voluntary_switches += o.voluntary_switches;
-        self.involuntary_switches += o.involuntary_switches;
-        self.migrations += o.migrations;
-        self.oncpu_ns += o.oncpu_ns;
-        self.offcpu_ns += o.offcpu_ns;
-        self.runq.absorb(&o.runq);
-        self.wake_local.absorb(&o.wake_local);
-        self.wake_remote.absorb(&o.wake_remote);
-    }
 }
 
 /// `TaskState::flags`: the `nvcsw`/`nivcsw` fields hold the thread's counters as of its last
