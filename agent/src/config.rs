@@ -12,6 +12,7 @@
 //! wake_kinds = "on-demand"         # wake-ups told local/remote: "on-demand" (while a lock storm is found) or "always"
 //! futex_probes = "on-demand"       # futex syscall probes: "on-demand" (while scheduler figures look like a lock storm) or "always"
 //! call_sites = true                # while the futex probes are attached, sample hand-offs' user stacks to name a storm's lock
+//! jvm_thread_dumps = true          # while they are, ask JVMs whose threads hand off for thread dumps: pools told from locks
 //! net_packet_probes = "on-demand"  # per-packet network probes: "on-demand" (while packets do not fit an MTU) or "always"
 //! net_packet_survey_seconds = 600  # on demand, also attach them for one diagnosis window this often (0: never), from the start
 //! web_config_file = "/etc/stormwatch/web.yml"   # TLS and basic auth, exporter-toolkit's format (none by default)
@@ -141,6 +142,14 @@ pub struct Config {
     /// maps and binaries through `/proc/<pid>`: in a pod, that needs `hostPID` and
     /// `CAP_SYS_PTRACE` (see deploy/README.md); without them the sites are unnamed, saying why.
     pub call_sites: bool,
+    /// While the futex probes are attached, ask each JVM whose threads hand off through
+    /// futexes for a thread dump (HotSpot's attach mechanism, as `jstack`), at most five a
+    /// diagnosis window: what each thread is parked for tells a pool waiting for work from a
+    /// lock's queue, which the kernel's figures cannot (a JVM parks every thread on a word of
+    /// its own). Each dump stops the JVM's threads for a safepoint (milliseconds). In a pod it
+    /// needs `hostPID` (the JVM's `/proc/<pid>/root/tmp`, and `SIGQUIT` to start its attach
+    /// listener); a JVM started with `-Xrs` or `-XX:+DisableAttachMechanism` is never signalled.
+    pub jvm_thread_dumps: bool,
     /// When the per-packet network probes (transmit and receive) run: for every packet of
     /// every interface, a few percent of a packet-heavy server's CPU. `on-demand` (the
     /// default) attaches them while a network namespace's kernel counters or drops show
@@ -191,6 +200,7 @@ impl Default for Config {
             wake_kinds: WakeKinds::OnDemand,
             futex_probes: FutexTier::OnDemand,
             call_sites: true,
+            jvm_thread_dumps: true,
             net_packet_probes: NetPacketTier::OnDemand,
             net_packet_survey_seconds: DEFAULT_NET_PACKET_SURVEY_SECONDS,
             runqueue_blame: RunqBlameTier::OnDemand,

@@ -37,6 +37,9 @@ pub struct EngineOptions {
     pub thresholds: Thresholds,
     /// How often the per-packet probes, where on demand, attach for a survey (zero: never).
     pub packet_survey: Duration,
+    /// Whether JVMs whose threads hand off through futexes are asked for thread dumps
+    /// ([`crate::identity::jvm`]).
+    pub jvm_thread_dumps: bool,
 }
 
 /// The probes, the session judging their windows, and when the on-demand probes attach.
@@ -98,6 +101,7 @@ impl Engine {
             options.span,
             options.interval,
             options.thresholds,
+            options.jvm_thread_dumps,
         );
         adjust(&mut session_options);
         let mut session = Session::new(
@@ -192,6 +196,7 @@ fn session_options(
     span: Option<Duration>,
     interval: Duration,
     thresholds: Thresholds,
+    jvm_thread_dumps: bool,
 ) -> SessionOptions {
     let avail = pipeline.availability().net;
     let with_net = avail != NetAvailability::default();
@@ -199,6 +204,7 @@ fn session_options(
         span,
         interval,
         thresholds,
+        jvm_thread_dumps,
         host_cpus: host_cpus(),
         cpu_manager_state: [cpumanager::DEFAULT_STATE_FILE, cpumanager::HOST_STATE_FILE]
             .map(std::path::PathBuf::from)

@@ -107,6 +107,7 @@ pub async fn run(args: DiagnoseArgs) -> anyhow::Result<u8> {
         interval,
         thresholds: Thresholds::default(),
         packet_survey: Duration::ZERO,
+        jvm_thread_dumps: !args.no_jvm_thread_dumps,
     };
     let mut engine = Engine::start(resolver, options, |_| {})?;
     let duration = Duration::from_secs_f64(args.duration);

@@ -145,9 +145,10 @@ pub struct RunArgs {
     /// Configuration file (TOML; agent/CLI.md and deploy/daemonset.yaml's ConfigMap say what
     /// each key does): listen, interval_seconds, max_cgroups, removed_grace_seconds,
     /// diagnosis_window_seconds, bpf_stats, histograms, wake_kinds, futex_probes, call_sites,
-    /// net_packet_probes, net_packet_survey_seconds, runqueue_blame, web_config_file,
-    /// http_header_timeout_seconds, http_request_timeout_seconds, http_idle_timeout_seconds,
-    /// http_max_connections, btf_file, `[thresholds]`. Unknown keys are refused.
+    /// jvm_thread_dumps, net_packet_probes, net_packet_survey_seconds, runqueue_blame,
+    /// web_config_file, http_header_timeout_seconds, http_request_timeout_seconds,
+    /// http_idle_timeout_seconds, http_max_connections, btf_file, `[thresholds]`. Unknown keys
+    /// are refused.
     #[arg(long, value_name = "FILE")]
     pub config: Option<std::path::PathBuf>,
 
@@ -198,6 +199,11 @@ pub struct DiagnoseArgs {
     /// Do not sample hand-offs' user stacks (a lock storm's code is then not named).
     #[arg(long, conflicts_with = "pprof")]
     pub no_call_sites: bool,
+
+    /// Do not ask JVMs for thread dumps (HotSpot's attach mechanism, as `jstack`): a JVM's
+    /// pool waiting for work is then told from a lock's queue by the kernel's figures alone.
+    #[arg(long)]
+    pub no_jvm_thread_dumps: bool,
 
     /// Also write each container's lock profile over the window into DIR, in pprof's format
     /// (`<container>.lock.pb.gz`: the sampled hand-offs' waiter and waker stacks, for `go
@@ -254,6 +260,11 @@ pub struct TraceArgs {
     /// Do not sample hand-offs' user stacks (`lock_call_sites` is then null).
     #[arg(long, conflicts_with = "pprof")]
     pub no_call_sites: bool,
+
+    /// Do not ask JVMs for thread dumps (HotSpot's attach mechanism, as `jstack`): a JVM's
+    /// pool waiting for work is then told from a lock's queue by the kernel's figures alone.
+    #[arg(long)]
+    pub no_jvm_thread_dumps: bool,
 
     /// Also write each container's lock profile over the whole trace into DIR at its end, in
     /// pprof's format (`<container>.lock.pb.gz`: the sampled hand-offs' waiter and waker

@@ -301,6 +301,7 @@ impl Daemon {
             interval: Duration::from_secs_f64(config.interval_seconds),
             thresholds: config.thresholds.clone(),
             packet_survey: Duration::from_secs_f64(config.net_packet_survey_seconds.max(0.0)),
+            jvm_thread_dumps: config.jvm_thread_dumps,
         };
         let engine = Engine::start(resolver, options, |_| {})?;
         let pipeline = &engine.pipeline;

@@ -56,6 +56,7 @@ pub async fn run(args: TraceArgs) -> anyhow::Result<()> {
         interval,
         thresholds: Thresholds::default(),
         packet_survey: Duration::ZERO,
+        jvm_thread_dumps: !args.no_jvm_thread_dumps,
     };
     let mut engine = Engine::start(resolver, options, |session| {
         if !args.json {

@@ -214,6 +214,14 @@ pub struct Handoffs {
     /// (`session::handoffs::parks_on_own_words`): judged by whether they both waited and woke,
     /// as whether they handed on their own word says nothing there.
     pub own_word_threads: u32,
+    /// Thread dumps of the cgroup's JVMs over the window ([`crate::identity::jvm`]), and the
+    /// threads they found waiting for a lock and for work, summed over the dumps.
+    pub jvm_dumps: u32,
+    pub jvm_lock_waiting: u32,
+    pub jvm_work_waiting: u32,
+    /// Threads whose woken waits the dumps split between a lock's and work's (by what the
+    /// dumps found them, or their process's threads, waiting for).
+    pub dump_judged_threads: u32,
 }
 
 /// What the rules know of the host over a window.

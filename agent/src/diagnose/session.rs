@@ -33,6 +33,7 @@ use crate::{
         container::parse_cgroup_path,
         cpumanager::CpuManagerState,
         goclock::{GoClocks, GoEdge},
+        jvm::{Census, DUMPS_PER_WINDOW, ThreadDumps},
         limits::{CpuCounters, Limits},
         runtime::RuntimeCache,
     },
@@ -89,6 +90,8 @@ pub struct Session {
     inventory: std::sync::Mutex<InventoryCache>,
     /// The runtimes of the processes seen in hand-offs, and their threads' names.
     runtimes: std::sync::Mutex<RuntimeCache>,
+    /// The JVM thread dumps under way (`SessionOptions::jvm_thread_dumps`).
+    dumps: ThreadDumps,
     /// The kubelet's CPU manager checkpoint as last read (the first of the options' paths that
     /// reads), and when: read again at most every [`LIMITS_REFRESH_QUOTA`], at a tick.
     cpu_manager: Option<CpuManagerState>,
@@ -182,6 +185,11 @@ impl Session {
                     .map_or(Duration::ZERO, |n| n.inventory_max_age),
             )),
             runtimes: std::sync::Mutex::new(RuntimeCache::default()),
+            // One dump a tick for a one-off command; a fifth of the window for the daemon's.
+            dumps: ThreadDumps::new(match options.span {
+                Some(span) => (span / DUMPS_PER_WINDOW).max(options.interval),
+                None => options.interval,
+            }),
             cpu_manager: None,
             cpu_manager_read_at: None,
             futex_watch: FutexWatch::Always,
@@ -230,12 +238,18 @@ impl Session {
             t.seconds += secs;
         }
         self.current.window.extend_figures(tick);
-        name_while_alive(
-            tick,
-            self.runtimes
-                .get_mut()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        );
+        let runtimes = self
+            .runtimes
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        name_while_alive(tick, runtimes);
+        // The dumps finished first: a JVM whose last dump is done may be asked again.
+        self.dumps.collect(&mut self.current.census);
+        if self.options.jvm_thread_dumps {
+            for tgid in jvms_handing_off(tick, runtimes) {
+                self.dumps.ask(tgid, now);
+            }
+        }
         let step_done = self.current.window.duration >= self.step;
         // A window the session judges ends at a completed step, or, without a span, at any
         // tick: the cumulative counters are read there, so that the window's figures are
@@ -505,6 +519,20 @@ impl Session {
             .collect()
     }
 
+    /// The JVM thread dumps of the window's steps.
+    fn census(&self) -> Census {
+        let mut c = Census::default();
+        for s in self.steps.iter().chain([&self.current]) {
+            c.extend(&s.census);
+        }
+        c
+    }
+
+    /// JVM thread dumps taken, and attempts that failed, since the session started.
+    pub fn jvm_dumps(&self) -> (u64, u64) {
+        (self.dumps.taken, self.dumps.failed)
+    }
+
     /// The facts of every cgroup in the window, with their context over the window.
     pub fn facts(&self, window: &Window, paths: &HashMap<u64, String>) -> Vec<Facts> {
         let limits = self.window_limits(window);
@@ -523,6 +551,7 @@ impl Session {
                 .runtimes
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner),
+            &self.census(),
         );
         if let Some(reader) = self.reader.as_deref() {
             add_sized_servers(window, paths, reader, &mut handoffs);
@@ -690,7 +719,7 @@ pub use self::options::{NetworkOptions, SessionOptions};
 pub use self::resources::{ResourceReader, cgroupfs_reader};
 use self::{
     context::{Context, activity, refresh_period, threads_due},
-    handoffs::{add_sized_servers, name_while_alive, tell_handoffs_apart},
+    handoffs::{add_sized_servers, jvms_handing_off, name_while_alive, tell_handoffs_apart},
     step::{Step, ThreadTime},
 };
 

@@ -20,6 +20,7 @@
 pub mod container;
 pub mod cpumanager;
 pub mod goclock;
+pub mod jvm;
 pub mod kubelet;
 pub mod limits;
 pub mod mountinfo;

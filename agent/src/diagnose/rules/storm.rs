@@ -31,6 +31,13 @@ pub struct StormFigures {
     /// Threads judged by their part (waited and woke) because their process parks them on
     /// words of their own ([`crate::diagnose::Handoffs::own_word_threads`]).
     pub own_word_threads: u32,
+    /// JVM thread dumps taken in the window ([`crate::identity::jvm`]): how many, the threads
+    /// each found waiting for a lock and for work (means over the dumps), and the threads
+    /// whose waits the dumps judged instead of their part.
+    pub jvm_thread_dumps: u32,
+    pub jvm_threads_waiting_for_a_lock: f64,
+    pub jvm_threads_waiting_for_work: f64,
+    pub dump_judged_threads: u32,
     pub futex_blocked_share: f64,
     pub futex_timeout_share: f64,
     pub runnable_per_cpu: f64,
@@ -141,6 +148,7 @@ impl StormFigures {
         let allowed = f.allowed_cpus();
         let runnable_per_cpu = f.runnable_threads() / allowed;
         let required = required_handoffs_per_cpu_second(t, runnable_per_cpu);
+        let per_dump = |n: u32| f64::from(n) / f64::from(f.handoffs.jvm_dumps.max(1));
         let mut s = Self {
             threads_per_cpu: threads / allowed,
             queued_threads_per_cpu: f.queued_threads() / allowed,
@@ -150,6 +158,10 @@ impl StormFigures {
             work_handoffs_per_cpu_second: f.futex_per_second(f.handoffs.work_waits as f64)
                 / allowed,
             own_word_threads: f.handoffs.own_word_threads,
+            jvm_thread_dumps: f.handoffs.jvm_dumps,
+            jvm_threads_waiting_for_a_lock: per_dump(f.handoffs.jvm_lock_waiting),
+            jvm_threads_waiting_for_work: per_dump(f.handoffs.jvm_work_waiting),
+            dump_judged_threads: f.handoffs.dump_judged_threads,
             futex_blocked_share: f.futex_blocked_share().unwrap_or(0.0),
             futex_timeout_share: f.futex.timeouts as f64 / f.futex.wait.count as f64,
             runnable_per_cpu,

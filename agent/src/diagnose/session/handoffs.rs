@@ -6,8 +6,12 @@ use std::collections::{HashMap, HashSet};
 use crate::{
     collect::Window,
     diagnose::Handoffs,
-    identity::runtime::{
-        ProcessRuntime, RuntimeCache, is_service_thread, parks_in_its_scheduler, sized_server,
+    identity::{
+        jvm::{Census, WaitCounts},
+        runtime::{
+            ProcessRuntime, Runtime, RuntimeCache, is_service_thread, parks_in_its_scheduler,
+            sized_server,
+        },
     },
 };
 
@@ -30,6 +34,32 @@ pub(super) fn name_while_alive(tick: &Window, cache: &mut RuntimeCache) {
             cache.thread_name(t.tgid, *tid);
         }
     }
+}
+
+/// The JVMs in `tick`'s hand-offs with a thread that both waited for a hand-off and made one,
+/// not one of HotSpot's service threads: those whose threads' waits a thread dump can tell
+/// apart ([`crate::identity::jvm`]). Uses the runtimes [`name_while_alive`] read.
+pub(super) fn jvms_handing_off(tick: &Window, cache: &mut RuntimeCache) -> HashSet<u32> {
+    let mut out = HashSet::new();
+    for (tid, t) in &tick.handoff_threads {
+        if t.woken_waits == 0 || t.wakes == 0 || out.contains(&t.tgid) {
+            continue;
+        }
+        if cache
+            .process(t.tgid)
+            .is_none_or(|p| p.runtime != Runtime::Jvm)
+        {
+            continue;
+        }
+        if cache
+            .thread_name(t.tgid, *tid)
+            .is_some_and(|name| is_service_thread(&Runtime::Jvm, name))
+        {
+            continue;
+        }
+        out.insert(t.tgid);
+    }
+    out
 }
 
 /// The processes (by cgroup and process id) that park their threads on words of their own:
@@ -56,13 +86,17 @@ pub(super) fn parks_on_own_words(window: &Window) -> HashSet<(u64, u32)> {
 /// the word it had waited on: `relay_waits`) are a lock's, the rest are waits for work (a
 /// condition variable's, signalled by a producer); where they park on words of their own
 /// ([`parks_on_own_words`]), a thread that both waited for hand-offs and made them is a lock's,
-/// and one that only waited is a worker waiting for work. Returns, per cgroup, the split and
+/// and one that only waited is a worker waiting for work. A JVM's thread that thread dumps
+/// (`census`) found waiting is judged by them instead: its woken waits are a lock's in the
+/// share of those dumps that found it waiting for a lock (a thread never found waiting, in its
+/// process's share). Returns, per cgroup, the split and
 /// the processes involved. Uses the runtimes and names read while the window was observed
 /// ([`name_while_alive`]), reads those of any not yet seen, and forgets those no longer in the
 /// window.
 pub(super) fn tell_handoffs_apart(
     window: &Window,
     cache: &mut RuntimeCache,
+    census: &Census,
 ) -> HashMap<u64, (Handoffs, Vec<ProcessRuntime>)> {
     let mut out: HashMap<u64, (Handoffs, Vec<ProcessRuntime>)> = HashMap::new();
     let mut seen: HashMap<u64, HashSet<u32>> = HashMap::new();
@@ -73,10 +107,19 @@ pub(super) fn tell_handoffs_apart(
         }
         let runtime = cache.process(t.tgid).map(|p| p.runtime.clone());
         let (h, procs) = out.entry(t.cgroup_id).or_default();
-        if seen.entry(t.cgroup_id).or_default().insert(t.tgid)
-            && let Some(p) = cache.process(t.tgid)
-        {
-            procs.push(p.clone());
+        let dumped = census
+            .processes
+            .get(&t.tgid)
+            .filter(|p| p.waiting.lock + p.waiting.work > 0);
+        if seen.entry(t.cgroup_id).or_default().insert(t.tgid) {
+            if let Some(p) = cache.process(t.tgid) {
+                procs.push(p.clone());
+            }
+            if let Some(d) = dumped {
+                h.jvm_dumps += d.dumps;
+                h.jvm_lock_waiting += d.waiting.lock;
+                h.jvm_work_waiting += d.waiting.work;
+            }
         }
         let runtime_thread = runtime.as_ref().is_some_and(|r| {
             parks_in_its_scheduler(r)
@@ -89,7 +132,20 @@ pub(super) fn tell_handoffs_apart(
             h.runtime_wait_ns += t.woken_wait_ns;
             continue;
         }
-        let (lock_waits, lock_ns) = if own_words.contains(&(t.cgroup_id, t.tgid)) {
+        let dump_share = dumped.and_then(|p| {
+            census
+                .threads
+                .get(tid)
+                .and_then(WaitCounts::lock_share)
+                .or_else(|| p.waiting.lock_share())
+        });
+        let (lock_waits, lock_ns) = if let Some(share) = dump_share {
+            h.dump_judged_threads += 1;
+            (
+                (t.woken_waits as f64 * share).round() as u64,
+                (t.woken_wait_ns as f64 * share).round() as u64,
+            )
+        } else if own_words.contains(&(t.cgroup_id, t.tgid)) {
             h.own_word_threads += 1;
             if t.wakes > 0 {
                 (t.woken_waits, t.woken_wait_ns)
@@ -218,7 +274,11 @@ mod tests {
 
     #[test]
     fn on_shared_words_only_the_waits_a_thread_handed_on_are_a_locks() {
-        let out = tell_handoffs_apart(&pool(true), &mut RuntimeCache::default());
+        let out = tell_handoffs_apart(
+            &pool(true),
+            &mut RuntimeCache::default(),
+            &Census::default(),
+        );
         let (h, _) = &out[&7];
         assert_eq!(
             (h.lock_waits, h.lock_wait_ns, h.lock_threads),
@@ -230,7 +290,7 @@ mod tests {
         // those.
         let mut w = pool(true);
         thread(&mut w, 9, 2, 5, 3);
-        let out = tell_handoffs_apart(&w, &mut RuntimeCache::default());
+        let out = tell_handoffs_apart(&w, &mut RuntimeCache::default(), &Census::default());
         assert_eq!(out[&7].0.lock_waits, 42);
         assert_eq!(out[&7].0.work_waits, 360);
     }
@@ -241,7 +301,7 @@ mod tests {
         // thread woke its own word says nothing, so its part decides.
         let w = pool(false);
         assert_eq!(parks_on_own_words(&w), HashSet::from([(7, TGID)]));
-        let out = tell_handoffs_apart(&w, &mut RuntimeCache::default());
+        let out = tell_handoffs_apart(&w, &mut RuntimeCache::default(), &Census::default());
         let (h, _) = &out[&7];
         assert_eq!((h.lock_waits, h.lock_threads, h.work_waits), (400, 4, 0));
         assert_eq!(h.own_word_threads, 4);
@@ -252,5 +312,46 @@ mod tests {
         assert!(parks_on_own_words(&half).is_empty());
         word(&mut half, 0x30, 2, false);
         assert_eq!(parks_on_own_words(&half).len(), 1);
+    }
+
+    #[test]
+    fn a_jvms_threads_are_judged_by_what_its_dumps_found_them_waiting_for() {
+        use crate::identity::jvm::Waiting;
+        // Workers on words of their own that also wake one another: by their part, a lock's.
+        let w = pool(false);
+        let by_part = tell_handoffs_apart(&w, &mut RuntimeCache::default(), &Census::default());
+        assert_eq!(by_part[&7].0.lock_threads, 4);
+        // Dumps found workers 2 and 3 parked on the queue's condition, worker 4 on a lock half
+        // the time; worker 5 was never found waiting, so it takes its process's share (of 6
+        // waits found, 1 for a lock).
+        let mut census = Census::default();
+        census.add(
+            TGID,
+            &[(2, Waiting::Work), (3, Waiting::Work), (4, Waiting::Lock)],
+        );
+        census.add(
+            TGID,
+            &[(2, Waiting::Work), (3, Waiting::Work), (4, Waiting::Work)],
+        );
+        let out = tell_handoffs_apart(&w, &mut RuntimeCache::default(), &census);
+        let (h, _) = &out[&7];
+        let share_of_5: f64 = 100.0 / 6.0;
+        assert_eq!(h.lock_waits, 50 + share_of_5.round() as u64);
+        assert_eq!(
+            h.lock_wait_ns,
+            50_000 + (share_of_5 * 1_000.0).round() as u64
+        );
+        assert_eq!(h.lock_waits + h.work_waits, 400);
+        assert_eq!((h.lock_threads, h.dump_judged_threads), (2, 4));
+        assert_eq!(h.own_word_threads, 0);
+        assert_eq!(
+            (h.jvm_dumps, h.jvm_lock_waiting, h.jvm_work_waiting),
+            (2, 1, 5)
+        );
+        // A process whose dumps found no thread waiting is judged as before.
+        let mut idle = Census::default();
+        idle.add(TGID, &[]);
+        let out = tell_handoffs_apart(&w, &mut RuntimeCache::default(), &idle);
+        assert_eq!(out[&7].0, by_part[&7].0);
     }
 }

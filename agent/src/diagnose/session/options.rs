@@ -24,6 +24,10 @@ pub struct SessionOptions {
     /// Where to read the kubelet's CPU manager checkpoint, the first readable one, with each
     /// window's facts (whether the node pins containers, and which it pinned).
     pub cpu_manager_state: Vec<PathBuf>,
+    /// Whether JVMs whose threads hand off through futexes are asked for thread dumps
+    /// ([`crate::identity::jvm`]), to tell their threads waiting for a lock from those
+    /// waiting for work.
+    pub jvm_thread_dumps: bool,
 }
 
 #[derive(Clone, Debug)]

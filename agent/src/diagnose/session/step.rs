@@ -5,7 +5,7 @@ use std::{collections::HashMap, time::SystemTime};
 use crate::{
     collect::{CgroupWindow, Window},
     host::{CpuTicks, read_cpu_ticks},
-    identity::{goclock::GoEdge, limits::CpuCounters},
+    identity::{goclock::GoEdge, jvm::Census, limits::CpuCounters},
     netinfo::NetWatch,
 };
 
@@ -38,6 +38,8 @@ pub(super) struct Step {
     pub(super) net: Option<NetWatch>,
     /// The host's CPU time counters when the step began: steal over the window.
     pub(super) cpu_ticks: Option<CpuTicks>,
+    /// The JVM thread dumps that finished in the step.
+    pub(super) census: Census,
 }
 
 impl Step {
@@ -56,6 +58,7 @@ impl Step {
             started_at,
             net,
             cpu_ticks: read_cpu_ticks(),
+            census: Census::default(),
         }
     }
 }

@@ -88,6 +88,7 @@ fn options(span: Option<u64>, interval: u64) -> SessionOptions {
         window_pressure: span.is_none(),
         network: None,
         cpu_manager_state: vec!["/nonexistent/cpu_manager_state".into()],
+        jvm_thread_dumps: false,
     }
 }
 
