@@ -410,6 +410,7 @@ impl Daemon {
                 self.engine.forget(|_| false, |_| false);
                 // What the caches hold now, past this collection's forgetting.
                 e.caches = self.engine.cache_sizes();
+                e.jvm_thread_dumps = self.engine.session.jvm_dumps();
                 own.set(&mut e, started);
             }
             Err(err) => {

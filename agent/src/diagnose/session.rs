@@ -448,6 +448,9 @@ impl Session {
                 self.baseline.remove(&id);
             }
         }
+        // The JVMs asked for dumps that have exited (a stat each, of a few processes).
+        self.dumps
+            .retain(|pid| std::path::Path::new("/proc").join(pid.to_string()).exists());
     }
 
     /// The window the rules judge: the completed steps and the one in progress.

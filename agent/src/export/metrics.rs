@@ -346,6 +346,8 @@ mod tests {
             "stormwatch_bpf_program_runs_total{program=\"sched_switch\"} 10",
             "stormwatch_bpf_program_run_seconds_total{program=\"sched_switch\"} 0.000002",
             "stormwatch_lost_events_total{reason=\"map_full\"} 3",
+            "stormwatch_jvm_thread_dumps_total{result=\"taken\"} 0",
+            "stormwatch_jvm_thread_dumps_total{result=\"failed\"} 0",
             "stormwatch_collection_errors_total 0",
             "stormwatch_collection_duration_seconds_count 0",
             "stormwatch_cgroups_tracked 2",

@@ -370,6 +370,8 @@ pub struct Exporter {
     pub histograms: bool,
     pub findings: Vec<ActiveFinding>,
     pub collection_errors: u64,
+    /// JVM thread dumps taken, and attempts that failed, since the agent started.
+    pub jvm_thread_dumps: (u64, u64),
     pub collection_duration: DurationHistogram,
     pub last_collection_unix_seconds: Option<f64>,
     /// The previous rendering: how long it took and how large it was.
@@ -401,6 +403,7 @@ impl Exporter {
             histograms: true,
             findings: Vec::new(),
             collection_errors: 0,
+            jvm_thread_dumps: (0, 0),
             collection_duration: DurationHistogram::new(COLLECTION_BUCKETS),
             last_collection_unix_seconds: None,
             render_seconds: 0.0,

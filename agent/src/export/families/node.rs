@@ -291,6 +291,23 @@ pub static FAMILIES: &[Family] = &[
         }),
     },
     Family {
+        name: "stormwatch_jvm_thread_dumps",
+        help: "Thread dumps the agent asked of JVMs (jvm_thread_dumps: while the futex probes \
+               are attached, of JVMs whose threads hand off), by result: taken, or failed (the \
+               JVM could not be attached, and is not asked again; the log says why).",
+        kind: Kind::Counter,
+        unit: "",
+        labels: &["result"],
+        scope: Scope::Agent,
+        present: always,
+        absent: "",
+        read: Read::Samples(|c, emit| {
+            let (taken, failed) = c.e.jvm_thread_dumps;
+            emit(&["taken"], Sample::Value(Int(taken)))?;
+            emit(&["failed"], Sample::Value(Int(failed)))
+        }),
+    },
+    Family {
         name: "stormwatch_collection_errors",
         help: "Collections that failed (reading the probes' maps); the next collection covers \
                the gap.",
