@@ -81,7 +81,8 @@ pub fn parse(text: &str) -> Vec<DumpedThread> {
         }
         if let Some(rest) = l.strip_prefix("- parking to wait for") {
             t.waiting = class(rest).and_then(blocker_kind);
-            if t.waiting.is_some() {
+            // A lock: unless it is a queue's, taken inside the queue's take (below).
+            if t.waiting == Some(Waiting::Work) {
                 decided = true;
             }
         } else if l.starts_with("- waiting to lock") || l.starts_with("- waiting to re-lock") {
@@ -92,8 +93,19 @@ pub fn parse(text: &str) -> Vec<DumpedThread> {
             decided = true;
         } else if let Some(frame) = l.strip_prefix("at ") {
             frames += 1;
-            // A parked thread whose blocker said nothing: the frames say what parked it.
-            if let Some(kind) = frame_kind(frame) {
+            if t.waiting == Some(Waiting::Lock) {
+                // Parked on a lock: a queue's own, taken inside its `take` or `poll` by a worker
+                // waiting for work, counts with the wait for work, as a mutex reacquired inside
+                // a condition wait does (Tomcat's 200 workers queue on `LinkedBlockingQueue`'s
+                // take lock, 2–22 at a time, while its poller limits the work).
+                if is_queue_take(frame) {
+                    t.waiting = Some(Waiting::Work);
+                    decided = true;
+                } else if frames > 10 {
+                    decided = true;
+                }
+            } else if let Some(kind) = frame_kind(frame) {
+                // A parked thread whose blocker said nothing: the frames say what parked it.
                 t.waiting = Some(kind);
                 decided = true;
             } else if frames > 8 {
@@ -128,6 +140,22 @@ fn blocker_kind(class: &str) -> Option<Waiting> {
     } else {
         None
     }
+}
+
+/// Whether a frame is a blocking queue's take (`LinkedBlockingQueue.take`, `ArrayBlockingQueue.poll`,
+/// `LinkedBlockingDeque.takeFirst`, `ScheduledThreadPoolExecutor$DelayedWorkQueue.take`, a
+/// subclass such as Tomcat's `TaskQueue.take`): a consumer waiting for work.
+fn is_queue_take(frame: &str) -> bool {
+    let method = frame.split_once('(').map_or(frame, |(m, _)| m);
+    let Some((class, name)) = method.rsplit_once('.') else {
+        return false;
+    };
+    let simple = class.rsplit(['.', '$']).next().unwrap_or(class);
+    (simple.ends_with("Queue") || simple.ends_with("Deque"))
+        && matches!(
+            name,
+            "take" | "poll" | "takeFirst" | "takeLast" | "pollFirst" | "pollLast"
+        )
 }
 
 /// What a frame of a parked thread says it waits for, where its blocker did not: a condition's
@@ -209,6 +237,18 @@ _java_thread_list=0x00007fa2f0002e70, length=46, elements={
 	at java.util.concurrent.locks.LockSupport.park(java.base@17.0.15/LockSupport.java:371)
 	at Corpus.handoff(Corpus.java:90)
 
+"http-nio-8080-exec-7" #40 daemon prio=5 os_prio=0 cpu=1.0ms elapsed=4.28s tid=0x00007fc50c1286b4 nid=0x4543 waiting on condition  [0x00007fc4d93fd004]
+   java.lang.Thread.State: WAITING (parking)
+	at jdk.internal.misc.Unsafe.park(java.base@17.0.15/Native Method)
+	- parking to wait for  <0x000000069ec0b6a4> (a java.util.concurrent.locks.ReentrantLock$NonfairSync)
+	at java.util.concurrent.locks.LockSupport.park(java.base@17.0.15/LockSupport.java:211)
+	at java.util.concurrent.locks.AbstractQueuedSynchronizer.acquire(java.base@17.0.15/AbstractQueuedSynchronizer.java:715)
+	at java.util.concurrent.locks.AbstractQueuedSynchronizer.acquireInterruptibly(java.base@17.0.15/AbstractQueuedSynchronizer.java:938)
+	at java.util.concurrent.locks.ReentrantLock$Sync.lockInterruptibly(java.base@17.0.15/ReentrantLock.java:153)
+	at java.util.concurrent.locks.ReentrantLock.lockInterruptibly(java.base@17.0.15/ReentrantLock.java:372)
+	at java.util.concurrent.LinkedBlockingQueue.take(java.base@17.0.15/LinkedBlockingQueue.java:433)
+	at org.apache.tomcat.util.threads.TaskQueue.take(TaskQueue.java:156)
+
 "VM Thread" os_prio=0 cpu=1.47ms elapsed=4.21s tid=0x00007fa3880f2b20 nid=0x45a8 runnable
 
 JNI global refs: 9, weak refs: 0
@@ -229,6 +269,7 @@ JNI global refs: 9, weak refs: 0
                 (0x4540, Some(Waiting::Lock)), // a fair ReentrantLock
                 (0x4541, Some(Waiting::Lock)), // an unknown synchronizer, by its acquire
                 (0x4542, None),                // parked with no blocker
+                (0x4543, Some(Waiting::Work)), // a queue's lock, inside its take
                 (0x45a8, None),                // a VM thread
             ]
         );
@@ -269,6 +310,43 @@ JNI global refs: 9, weak refs: 0
             ("com.example.Unknown", None),
         ] {
             assert_eq!(blocker_kind(class), kind, "{class}");
+        }
+    }
+
+    #[test]
+    fn a_queues_take_is_told_from_other_frames() {
+        for (frame, take) in [
+            (
+                "java.util.concurrent.LinkedBlockingQueue.take(java.base@17.0.15/LinkedBlockingQueue.java:433)",
+                true,
+            ),
+            (
+                "java.util.concurrent.ArrayBlockingQueue.poll(java.base@17/ArrayBlockingQueue.java:1)",
+                true,
+            ),
+            (
+                "java.util.concurrent.LinkedBlockingDeque.takeFirst(LinkedBlockingDeque.java:1)",
+                true,
+            ),
+            (
+                "java.util.concurrent.ScheduledThreadPoolExecutor$DelayedWorkQueue.take(x)",
+                true,
+            ),
+            (
+                "org.apache.tomcat.util.threads.TaskQueue.take(TaskQueue.java:156)",
+                true,
+            ),
+            (
+                "java.util.concurrent.LinkedBlockingQueue.put(LinkedBlockingQueue.java:1)",
+                false,
+            ),
+            ("com.example.Cache.take(Cache.java:1)", false),
+            (
+                "java.util.concurrent.locks.ReentrantLock.lock(ReentrantLock.java:1)",
+                false,
+            ),
+        ] {
+            assert_eq!(is_queue_take(frame), take, "{frame}");
         }
     }
 }
