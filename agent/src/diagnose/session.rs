@@ -50,6 +50,11 @@ use super::{
     sort_findings,
 };
 
+/// The fewest woken waits a second, of a JVM's threads that wait and wake, for it to be
+/// asked for thread dumps: the storm rule's least hand-off rate (100 a second per CPU), on one
+/// CPU.
+const JVM_DUMP_MIN_HANDOFFS_PER_SECOND: f64 = 100.0;
+
 pub struct Session {
     options: SessionOptions,
     /// `None` when the cgroup hierarchy is unknown: then no resource context is reported.
@@ -246,7 +251,7 @@ impl Session {
         // The dumps finished first: a JVM whose last dump is done may be asked again.
         self.dumps.collect(&mut self.current.census);
         if self.options.jvm_thread_dumps {
-            for tgid in jvms_handing_off(tick, runtimes) {
+            for tgid in jvms_handing_off(tick, runtimes, JVM_DUMP_MIN_HANDOFFS_PER_SECOND) {
                 self.dumps.ask(tgid, now);
             }
         }

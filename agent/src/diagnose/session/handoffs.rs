@@ -36,13 +36,19 @@ pub(super) fn name_while_alive(tick: &Window, cache: &mut RuntimeCache) {
     }
 }
 
-/// The JVMs in `tick`'s hand-offs with a thread that both waited for a hand-off and made one,
-/// not one of HotSpot's service threads: those whose threads' waits a thread dump can tell
-/// apart ([`crate::identity::jvm`]). Uses the runtimes [`name_while_alive`] read.
-pub(super) fn jvms_handing_off(tick: &Window, cache: &mut RuntimeCache) -> HashSet<u32> {
-    let mut out = HashSet::new();
+/// The JVMs in `tick`'s hand-offs whose threads that both waited for a hand-off and made one
+/// (not HotSpot's service threads) were woken at least `min_per_second` times a second: those
+/// whose threads' waits a thread dump can tell apart ([`crate::identity::jvm`]), where there
+/// are enough of them to matter (the storm rule asks 100 a second per CPU at the least; a JVM
+/// that hands off less is not worth a safepoint). Uses the runtimes [`name_while_alive`] read.
+pub(super) fn jvms_handing_off(
+    tick: &Window,
+    cache: &mut RuntimeCache,
+    min_per_second: f64,
+) -> HashSet<u32> {
+    let mut woken: HashMap<u32, u64> = HashMap::new();
     for (tid, t) in &tick.handoff_threads {
-        if t.woken_waits == 0 || t.wakes == 0 || out.contains(&t.tgid) {
+        if t.woken_waits == 0 || t.wakes == 0 {
             continue;
         }
         if cache
@@ -57,9 +63,14 @@ pub(super) fn jvms_handing_off(tick: &Window, cache: &mut RuntimeCache) -> HashS
         {
             continue;
         }
-        out.insert(t.tgid);
+        *woken.entry(t.tgid).or_default() += t.woken_waits;
     }
-    out
+    let least = min_per_second * tick.duration.as_secs_f64();
+    woken
+        .into_iter()
+        .filter(|&(_, n)| n as f64 >= least)
+        .map(|(tgid, _)| tgid)
+        .collect()
 }
 
 /// The processes (by cgroup and process id) that park their threads on words of their own:
