@@ -290,18 +290,24 @@ fn checked_storm<'a>(doc: &'a Value, cgroup: &TestCgroup) -> &'a Value {
         })
 }
 
+/// `diagnose --json` with `args`: its document. Its exit status says whether it found
+/// something; the document is what is judged.
+fn diagnose_json(args: &[&str]) -> Value {
+    let out = agent_output(&[&["diagnose", "--json"], args].concat());
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "diagnose's JSON: {e}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
 #[test]
 fn diagnose_judges_a_jvm_pools_workers_by_their_dumps() {
     require_bpf();
     let cgroup = TestCgroup::new("jvm-dumps");
     let _pool = Jvm::start(&[], &[], &["queue", "200", "60", "20000"], Some(&cgroup));
-    let out = agent_output(&["diagnose", "--json", "--duration", "5"]);
-    let doc: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "diagnose's JSON: {e}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
+    let doc = diagnose_json(&["--duration", "5"]);
     let c = checked_storm(&doc, &cgroup);
     eprintln!("with dumps: {c}");
     let dumps = c["jvm_thread_dumps"].as_u64().unwrap();
@@ -314,19 +320,7 @@ fn diagnose_judges_a_jvm_pools_workers_by_their_dumps() {
     assert!(c["dump_judged_threads"].as_u64().unwrap() >= 150);
     assert_eq!(c["lock_storm"], false);
     // Without dumps nothing is asked of the JVM.
-    let out = agent_output(&[
-        "diagnose",
-        "--json",
-        "--duration",
-        "3",
-        "--no-jvm-thread-dumps",
-    ]);
-    let doc: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "diagnose's JSON: {e}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
+    let doc = diagnose_json(&["--duration", "3", "--no-jvm-thread-dumps"]);
     let c = checked_storm(&doc, &cgroup);
     eprintln!("without dumps: {c}");
     assert_eq!(c["jvm_thread_dumps"], 0, "{c}");
