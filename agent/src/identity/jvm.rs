@@ -1,5 +1,6 @@
 //! What a JVM's own threads wait for, asked of the JVM: thread dumps through HotSpot's attach
-//! mechanism ([`attach`]), each thread told waiting for a lock or for work ([`dump`]).
+//! mechanism ([`attach`]), each thread told waiting for a lock or for work ([`dump`]); a JVM's
+//! virtual threads and its scheduler's counters ([`vthreads`]: read, not yet judged).
 //!
 //! The kernel sees a JVM park every thread on a futex word of its own, and a pool's worker
 //! woken by the producer that queued its work is, to the futex probes, one thread waking
@@ -11,6 +12,7 @@
 
 pub mod attach;
 pub mod dump;
+pub mod vthreads;
 
 use std::{
     collections::{HashMap, HashSet},

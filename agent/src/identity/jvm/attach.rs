@@ -56,7 +56,7 @@ pub enum AttachError {
 }
 
 /// The most a thread dump may be: a JVM of ten thousand threads with deep stacks prints a few
-/// MiB.
+/// MiB (a JSON dump of virtual threads about 1 KiB a thread).
 const MAX_ANSWER: usize = 32 << 20;
 
 /// Bit of `SIGQUIT` (3) in `/proc/<pid>/status`'s `SigCgt` mask.
@@ -66,11 +66,75 @@ const SIGQUIT_BIT: u64 = 1 << (libc::SIGQUIT - 1);
 /// synchronizers, which cost a walk of the heap). `timeout` bounds the wait for the listener to
 /// start and each read of the answer.
 pub fn thread_dump(tgid: u32, timeout: Duration) -> Result<String, AttachError> {
+    let (mut stream, _) = connect(tgid, timeout)?;
+    request(&mut stream, tgid, timeout, "threaddump", ["", "", ""])
+}
+
+/// Runs a diagnostic command in the JVM `tgid`, as `jcmd <pid> <command>` does: its output.
+/// A JVM that does not know the command answers with an error status.
+pub fn jcmd(tgid: u32, timeout: Duration, command: &str) -> Result<String, AttachError> {
+    let (mut stream, _) = connect(tgid, timeout)?;
+    request(&mut stream, tgid, timeout, "jcmd", [command, "", ""])
+}
+
+/// Asks the JVM `tgid` for a thread dump that lists its virtual threads (`jcmd <pid>
+/// Thread.dump_to_file -format=json`, JDK 21 and later), in JSON. The JVM writes it to a file
+/// of its own `/tmp`, read here through `/proc/<pid>/root` and removed. A JVM before 21 does
+/// not know the command.
+pub fn virtual_thread_dump(tgid: u32, timeout: Duration) -> Result<String, AttachError> {
+    let (mut stream, ns_pid) = connect(tgid, timeout)?;
+    // Named by the agent's pid too: two agents on one node never share a file.
+    let name = format!(".stormwatch-threads-{}-{ns_pid}.json", std::process::id());
+    let command = format!("Thread.dump_to_file -format=json -overwrite /tmp/{name}");
+    let answer = request(&mut stream, tgid, timeout, "jcmd", [&command, "", ""])?;
+    let tmp = Path::new("/proc").join(tgid.to_string()).join("root/tmp");
+    let read = read_own_file(&tmp, &name, tgid);
+    let _ = std::fs::remove_file(tmp.join(&name));
+    match read {
+        Err(AttachError::Socket { source, .. })
+            if source.kind() == std::io::ErrorKind::NotFound =>
+        {
+            // No file: the JVM's answer says why.
+            Err(AttachError::Refused {
+                pid: tgid,
+                status: answer.lines().next().unwrap_or("").trim().to_owned(),
+            })
+        }
+        other => other,
+    }
+}
+
+/// Reads the file `name` the JVM wrote in its `/tmp` (`dir`, seen through `/proc/<pid>/root`):
+/// only a regular file reached without a symbolic link, which would resolve in the agent's
+/// root, not the container's.
+fn read_own_file(dir: &Path, name: &str, tgid: u32) -> Result<String, AttachError> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let io = |source| AttachError::Socket { pid: tgid, source };
+    if !std::fs::symlink_metadata(dir).map_err(io)?.is_dir() {
+        return Err(io(std::io::Error::other(
+            "the JVM's /tmp is not a directory",
+        )));
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(dir.join(name))
+        .map_err(io)?;
+    if !file.metadata().map_err(io)?.is_file() {
+        return Err(io(std::io::Error::other("the dump is not a regular file")));
+    }
+    String::from_utf8(read_bounded(file, tgid)?)
+        .map_err(|e| io(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))
+}
+
+/// A connection to the JVM's attach socket, its listener started first where it is not yet,
+/// and the JVM's pid in its own namespace.
+fn connect(tgid: u32, timeout: Duration) -> Result<(UnixStream, u32), AttachError> {
     let proc = Path::new("/proc").join(tgid.to_string());
     let status = crate::files::kernel_text(proc.join("status")).ok_or(AttachError::Gone(tgid))?;
     let ns_pid = ns_pid(&status).unwrap_or(tgid);
     let socket = proc.join(format!("root/tmp/.java_pid{ns_pid}"));
-    let mut stream = match UnixStream::connect(&socket) {
+    let stream = match UnixStream::connect(&socket) {
         Ok(s) => s,
         Err(_) => {
             start_listener(tgid, ns_pid, &proc, &status, timeout)?;
@@ -78,7 +142,7 @@ pub fn thread_dump(tgid: u32, timeout: Duration) -> Result<String, AttachError> 
                 .map_err(|source| AttachError::Socket { pid: tgid, source })?
         }
     };
-    request(&mut stream, tgid, timeout, "threaddump", ["", "", ""])
+    Ok((stream, ns_pid))
 }
 
 /// Sends `SIGQUIT` with the trigger file in place, and waits for the socket.
@@ -142,6 +206,21 @@ fn start_listener(
     }
 }
 
+/// All of `from`, up to [`MAX_ANSWER`] bytes: more is an error.
+fn read_bounded(from: impl std::io::Read, tgid: u32) -> Result<Vec<u8>, AttachError> {
+    let mut all = Vec::new();
+    from.take(MAX_ANSWER as u64 + 1)
+        .read_to_end(&mut all)
+        .map_err(|source| AttachError::Socket { pid: tgid, source })?;
+    if all.len() > MAX_ANSWER {
+        return Err(AttachError::TooLarge {
+            pid: tgid,
+            limit: MAX_ANSWER,
+        });
+    }
+    Ok(all)
+}
+
 /// One request, its whole answer.
 fn request(
     stream: &mut UnixStream,
@@ -159,17 +238,7 @@ fn request(
         message.push(0);
     }
     stream.write_all(&message).map_err(io)?;
-    let mut answer = Vec::new();
-    stream
-        .take(MAX_ANSWER as u64 + 1)
-        .read_to_end(&mut answer)
-        .map_err(io)?;
-    if answer.len() > MAX_ANSWER {
-        return Err(AttachError::TooLarge {
-            pid: tgid,
-            limit: MAX_ANSWER,
-        });
-    }
+    let answer = read_bounded(&*stream, tgid)?;
     let text = String::from_utf8_lossy(&answer);
     let (status, output) = text.split_once('\n').unwrap_or((&text, ""));
     if status.trim() != "0" {

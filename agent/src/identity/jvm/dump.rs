@@ -132,7 +132,7 @@ fn class(rest: &str) -> Option<&str> {
 }
 
 /// What a park blocker's class says the thread waits for.
-fn blocker_kind(class: &str) -> Option<Waiting> {
+pub(super) fn blocker_kind(class: &str) -> Option<Waiting> {
     if LOCK_BLOCKERS.iter().any(|s| class.ends_with(s)) {
         Some(Waiting::Lock)
     } else if WORK_BLOCKERS.iter().any(|s| class.ends_with(s)) {
@@ -145,7 +145,7 @@ fn blocker_kind(class: &str) -> Option<Waiting> {
 /// Whether a frame is a blocking queue's take (`LinkedBlockingQueue.take`, `ArrayBlockingQueue.poll`,
 /// `LinkedBlockingDeque.takeFirst`, `ScheduledThreadPoolExecutor$DelayedWorkQueue.take`, a
 /// subclass such as Tomcat's `TaskQueue.take`): a consumer waiting for work.
-fn is_queue_take(frame: &str) -> bool {
+pub(super) fn is_queue_take(frame: &str) -> bool {
     let method = frame.split_once('(').map_or(frame, |(m, _)| m);
     let Some((class, name)) = method.rsplit_once('.') else {
         return false;
@@ -160,7 +160,7 @@ fn is_queue_take(frame: &str) -> bool {
 
 /// What a frame of a parked thread says it waits for, where its blocker did not: a condition's
 /// `await`, or a synchronizer's `acquire` (a lock built on `AbstractQueuedSynchronizer`).
-fn frame_kind(frame: &str) -> Option<Waiting> {
+pub(super) fn frame_kind(frame: &str) -> Option<Waiting> {
     let method = frame.split_once('(').map_or(frame, |(m, _)| m);
     if method.contains("$ConditionObject.await") {
         Some(Waiting::Work)
