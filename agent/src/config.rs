@@ -149,6 +149,8 @@ pub struct Config {
     /// its own). Each dump stops the JVM's threads for a safepoint (milliseconds). In a pod it
     /// needs `hostPID` (the JVM's `/proc/<pid>/root/tmp`, and `SIGQUIT` to start its attach
     /// listener); a JVM started with `-Xrs` or `-XX:+DisableAttachMechanism` is never signalled.
+    /// A JVM with virtual threads is also read for their lock storms, which make no futex
+    /// hand-offs: its scheduler's counter and a JSON dump, at the same pace.
     pub jvm_thread_dumps: bool,
     /// When the per-packet network probes (transmit and receive) run: for every packet of
     /// every interface, a few percent of a packet-heavy server's CPU. `on-demand` (the

@@ -104,6 +104,15 @@ pub enum Program {
         threads: u32,
         rate: Option<u32>,
     },
+    /// `java VirtualThreads <mode> <threads> 60 <inside> <outside>` (tests/corpus/VirtualThreads.java,
+    /// on the newest JDK of 21 or later under /usr/lib/jvm): `threads` virtual threads on one
+    /// lock (`lock`), a lock each (`ownlock`), or a queue's consumers (`queue`).
+    VirtualJava {
+        mode: &'static str,
+        threads: u32,
+        inside: u32,
+        outside: u32,
+    },
     /// tests/corpus/gomutex with this GOMAXPROCS: `goroutines` take one sync.Mutex around
     /// `inside` iterations of work and do `outside` outside it; with `own`, each takes a mutex
     /// of its own (the storm's counterfactual); with `pool`, they are instead a pool waiting on
@@ -197,10 +206,11 @@ impl Program {
             Program::LockBench { uncontended, .. } => *uncontended = true,
             Program::GoMutex { own, pool, .. } if !*pool => *own = true,
             Program::Postgres { own_rows, .. } => *own_rows = true,
+            Program::VirtualJava { mode, .. } if *mode == "lock" => *mode = "ownlock",
             other => {
                 panic!(
-                    "only lockbench, the Go storm and PostgreSQL have an uncontended variant, \
-                     not {other:?}"
+                    "only lockbench, the Go storm, PostgreSQL and the virtual threads' lock have \
+                     an uncontended variant, not {other:?}"
                 )
             }
         }
@@ -219,7 +229,8 @@ impl Program {
             Program::LockBench { .. }
             | Program::Sysbench { .. }
             | Program::NodePool { .. }
-            | Program::GoMutex { .. } => true,
+            | Program::GoMutex { .. }
+            | Program::VirtualJava { .. } => true,
             Program::Java { mode, .. } => JAVA_MODES_WITH_PROGRESS.contains(mode),
             _ => false,
         }
@@ -290,6 +301,9 @@ pub enum Check {
     QuotaStorm,
     /// A Go storm: told from the Go runtime's clock, the code that takes the mutex named.
     GoStorm,
+    /// A storm of JVM virtual threads: told from the JVM's own figures, the lock and the code
+    /// that takes it named.
+    VirtualStorm,
     /// A `runtime_sizing` finding naming the runtime's `setting` and advising `advice`.
     SizingNamed {
         setting: &'static str,
@@ -1121,6 +1135,79 @@ pub fn cases() -> Vec<Case> {
             miss: None,
             counterfactual: None,
         },
+        // Virtual threads (tests/CORPUS.md, "Virtual threads"): judged by the JVM's own
+        // figures — its scheduler's remounts, in the share of parked virtual threads waiting
+        // for a lock — which the kernel cannot see. The line was chosen on the first two.
+        Case {
+            name: "jvm-virtual-lock-storm",
+            what: "256 JVM virtual threads take one ReentrantLock around 200 iterations and do \
+                   200 outside it",
+            expect: LockStorm,
+            program: VirtualJava {
+                mode: "lock",
+                threads: 256,
+                inside: 200,
+                outside: 200,
+            },
+            quota: None,
+            split: Tuning,
+            // A lock each: 2.2–3.3× by hand (AMD).
+            counterfactual: Some(VirtualJava {
+                mode: "ownlock",
+                threads: 256,
+                inside: 200,
+                outside: 200,
+            }),
+            checks: &[LockBound, VirtualStorm],
+            miss: None,
+        },
+        Case {
+            name: "jvm-virtual-lock-calm",
+            what: "256 JVM virtual threads take one ReentrantLock around 20 iterations and do \
+                   2000 outside it: nearly all wait in its queue, the lock costs nothing",
+            expect: NotLockStorm,
+            program: VirtualJava {
+                mode: "lock",
+                threads: 256,
+                inside: 20,
+                outside: 2000,
+            },
+            quota: None,
+            split: Tuning,
+            // A lock each: 1.0× by hand.
+            counterfactual: Some(VirtualJava {
+                mode: "ownlock",
+                threads: 256,
+                inside: 20,
+                outside: 2000,
+            }),
+            checks: &[NotLockBound],
+            miss: None,
+        },
+        Case {
+            name: "jvm-virtual-queue-pool",
+            what: "256 JVM virtual threads take tasks of 2000 iterations from one \
+                   LinkedBlockingQueue a platform thread fills: a pool waiting for work",
+            expect: NotLockStorm,
+            program: VirtualJava {
+                mode: "queue",
+                threads: 256,
+                inside: 2000,
+                outside: 200,
+            },
+            quota: None,
+            split: HeldOut,
+            // Two consumers (the threads cut to the CPUs): 0.1× by hand — the producer waits
+            // on the small queue instead.
+            counterfactual: Some(VirtualJava {
+                mode: "queue",
+                threads: 2,
+                inside: 2000,
+                outside: 200,
+            }),
+            checks: &[NotLockBound],
+            miss: None,
+        },
         Case {
             name: "jvm-small-pool",
             what: "JVM ThreadPoolExecutor of 2 workers fed small tasks by one producer as fast \
@@ -1449,6 +1536,56 @@ fn java_classes() -> &'static Path {
     build_dir()
 }
 
+/// The `bin` directory of the newest JDK of 21 or later under /usr/lib/jvm (virtual threads
+/// need one: this machine kind has Temurin 25 there, beside Debian's OpenJDK 17).
+pub fn jdk21() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let mut found: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/jvm")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| {
+                let release = std::fs::read_to_string(e.path().join("release")).ok()?;
+                let version = release
+                    .lines()
+                    .find_map(|l| l.strip_prefix("JAVA_VERSION=\""))?;
+                let major: u32 = version.split(['.', '"']).next()?.parse().ok()?;
+                let bin = e.path().join("bin");
+                (major >= 21 && bin.join("javac").is_file()).then_some((major, bin))
+            })
+            .collect();
+        found.sort();
+        found.pop().map(|(_, bin)| bin).expect(
+            "no JDK of 21 or later under /usr/lib/jvm (virtual threads need one; this machine \
+             kind has Temurin 25 there)",
+        )
+    })
+}
+
+/// The classpath of `java VirtualThreads`: compiled with that JDK, Corpus.java's work and
+/// progress lines from the source path.
+pub fn virtual_classes() -> &'static Path {
+    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = tempfile::tempdir().expect("a directory for the classes");
+        let status = Command::new(jdk21().join("javac"))
+            .args(["-encoding", "UTF-8", "-d"])
+            .arg(dir.path())
+            .arg("-sourcepath")
+            .arg(corpus_source())
+            .arg(corpus_source().join("VirtualThreads.java"))
+            .status()
+            .expect("running javac");
+        assert!(
+            status.success(),
+            "javac VirtualThreads.java failed: {status}"
+        );
+        dir
+    })
+    .path()
+}
+
 /// A binary of this package (`src/bin`), beside the running one.
 fn sibling_binary(name: &str) -> PathBuf {
     let bin = crate::profile_dir().join(name);
@@ -1666,6 +1803,23 @@ fn command(program: &Program, listen: &str, scratch: &Path) -> Command {
             if let Some(r) = rate {
                 c.arg(r.to_string());
             }
+            c
+        }
+        Program::VirtualJava {
+            mode,
+            threads,
+            inside,
+            outside,
+        } => {
+            let mut c = Command::new(jdk21().join("java"));
+            c.arg("-cp").arg(virtual_classes()).args([
+                "VirtualThreads",
+                mode,
+                &threads.to_string(),
+                "60",
+                &inside.to_string(),
+                &outside.to_string(),
+            ]);
             c
         }
         Program::GoMutex {

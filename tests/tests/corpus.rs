@@ -149,7 +149,12 @@ fn premise(check: Check, case: &Case, o: &Outcome) {
                 gain(case, o);
             }
         }
-        SummarySays(_) | FindingOf(_) | QuotaStorm | GoStorm | SizingNamed { .. } => {}
+        SummarySays(_)
+        | FindingOf(_)
+        | QuotaStorm
+        | GoStorm
+        | VirtualStorm
+        | SizingNamed { .. } => {}
         VerdictByCpusWantedUnderEmulation => {}
     }
 }
@@ -194,6 +199,7 @@ fn findings(check: Check, case: &Case, o: &Outcome) {
         // convoy's (`VerdictByCpusWantedUnderEmulation`); elsewhere the verdict asked it.
         Check::QuotaStorm if o.lock_storm => assert_quota_storm_findings(o),
         Check::GoStorm => assert_go_storm(o),
+        Check::VirtualStorm => assert_virtual_storm(o),
         Check::SizingNamed { setting, advice } => {
             let sizing = o.findings_of("runtime_sizing");
             assert!(
@@ -359,6 +365,25 @@ fn assert_go_storm(o: &Outcome) {
     assert!(
         site.starts_with("`main.worker`") && site.ends_with("via `sync.(*Mutex).Lock`"),
         "the storm names the code that takes the mutex: {site:?}"
+    );
+}
+
+/// A virtual-thread storm: told from the JVM's figures, its lock and code named
+/// (tests/corpus/VirtualThreads.java's `locked`).
+#[track_caller]
+fn assert_virtual_storm(o: &Outcome) {
+    let f = o.storm_finding.as_ref();
+    let summary = f.map(|f| f.summary.clone()).unwrap_or_default();
+    assert!(
+        summary.starts_with("lock storm of virtual threads") && summary.contains("hands a lock on"),
+        "the storm is told from the JVM's own figures: {summary}"
+    );
+    let lock = f.and_then(|f| f.context("lock")).unwrap_or_default();
+    let site = f.and_then(|f| f.context("lock_site")).unwrap_or_default();
+    assert!(
+        lock.starts_with("java.util.concurrent.locks.ReentrantLock$NonfairSync@")
+            && site.starts_with("VirtualThreads.locked(VirtualThreads.java:"),
+        "the storm names the lock and its code: {lock:?} at {site:?}"
     );
 }
 

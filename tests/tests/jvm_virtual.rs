@@ -14,81 +14,41 @@
 //! what this says fails as such.
 
 use std::{
-    path::{Path, PathBuf},
     process::{Child, Command, Stdio},
-    sync::OnceLock,
     time::{Duration, Instant},
 };
 
+use serde_json::Value;
 use stormwatch::identity::jvm::{
     attach::{jcmd, virtual_thread_dump},
     vthreads::{VirtualCensus, parse_json, parse_scheduler},
 };
-
-/// The `bin` directory of a JDK of 21 or later under /usr/lib/jvm (Temurin 25 on this
-/// machine kind, beside Debian's OpenJDK 17).
-fn jdk21() -> &'static Path {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let mut found: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/jvm")
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|e| {
-                let release = std::fs::read_to_string(e.path().join("release")).ok()?;
-                let version = release
-                    .lines()
-                    .find_map(|l| l.strip_prefix("JAVA_VERSION=\""))?;
-                let major: u32 = version.split(['.', '"']).next()?.parse().ok()?;
-                let bin = e.path().join("bin");
-                (major >= 21 && bin.join("javac").is_file()).then_some((major, bin))
-            })
-            .collect();
-        found.sort();
-        found.pop().map(|(_, bin)| bin).expect(
-            "no JDK of 21 or later under /usr/lib/jvm (virtual threads need one; this machine \
-             kind has Temurin 25 there)",
-        )
-    })
-}
-
-fn classes() -> &'static Path {
-    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let dir = tempfile::tempdir().expect("a directory for the classes");
-        let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus");
-        // Corpus.java's work and progress lines too, from the source path.
-        let status = Command::new(jdk21().join("javac"))
-            .args(["-encoding", "UTF-8", "-d"])
-            .arg(dir.path())
-            .arg("-sourcepath")
-            .arg(&corpus)
-            .arg(corpus.join("VirtualThreads.java"))
-            .status()
-            .expect("running javac");
-        assert!(
-            status.success(),
-            "javac VirtualThreads.java failed: {status}"
-        );
-        dir
-    })
-    .path()
-}
+use stormwatch_tests::{
+    TestCgroup, agent_output,
+    corpus::{jdk21, virtual_classes},
+    require_bpf, run_in_cgroup,
+};
 
 /// `java VirtualThreads <mode> 256 60 <inside> <outside>`, killed on drop.
 struct Program(Child);
 
 impl Program {
     fn start(mode: &str, inside: u32, outside: u32) -> Self {
-        let child = Command::new(jdk21().join("java"))
-            .arg("-cp")
-            .arg(classes())
+        Self::start_in(mode, inside, outside, None)
+    }
+
+    /// In `cgroup` when given (its output is then not read).
+    fn start_in(mode: &str, inside: u32, outside: u32, cgroup: Option<&TestCgroup>) -> Self {
+        let mut cmd = Command::new(jdk21().join("java"));
+        cmd.arg("-cp")
+            .arg(virtual_classes())
             .args(["VirtualThreads", mode, "256", "60"])
             .args([inside.to_string(), outside.to_string()])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("starting java");
+            .stderr(Stdio::null());
+        let child = match cgroup {
+            Some(cg) => run_in_cgroup(&mut cmd, cg),
+            None => cmd.stdout(Stdio::piped()).spawn().expect("starting java"),
+        };
         Self(child)
     }
 
@@ -224,5 +184,46 @@ fn the_scheduler_tells_a_locks_cost_where_the_dumps_cannot() {
     assert!(
         storm_runs >= 100.0 * calm_runs.max(1.0),
         "continuations run per second: storm {storm_runs:.0}, calm {calm_runs:.0}"
+    );
+}
+
+/// `checked.virtual_lock_storm`'s entry for `cgroup` in `diagnose --json` with `args`, if any.
+fn checked_virtual(args: &[&str], cgroup: &TestCgroup) -> Option<Value> {
+    let out = agent_output(&[&["diagnose", "--json"], args].concat());
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "diagnose's JSON: {e}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    doc["checked"]["virtual_lock_storm"]
+        .as_array()
+        .expect("checked.virtual_lock_storm")
+        .iter()
+        .find(|c| c["cgroup"] == cgroup.rel_path())
+        .cloned()
+}
+
+#[test]
+fn diagnose_reads_virtual_threads_only_with_thread_dumps_on() {
+    require_bpf();
+    let cgroup = TestCgroup::new("jvm-virtual");
+    let _storm = Program::start_in("lock", 200, 200, Some(&cgroup));
+    std::thread::sleep(Duration::from_secs(2));
+    let c = checked_virtual(&["--duration", "5"], &cgroup)
+        .unwrap_or_else(|| panic!("no virtual figures for {}", cgroup.rel_path()));
+    eprintln!("with dumps: {c}");
+    assert!(c["dumps"].as_u64().unwrap() >= 3, "{c}");
+    assert_eq!(c["virtual_threads"], 256.0, "{c}");
+    assert!(c["waiting_for_a_lock"].as_f64().unwrap() >= 230.0, "{c}");
+    assert!(
+        c["lock_handoffs_per_cpu_second"].as_f64().unwrap() >= 1_000.0,
+        "{c}"
+    );
+    assert_eq!(c["lock_storm"], true, "{c}");
+    // Without dumps nothing is asked of the JVM.
+    assert_eq!(
+        checked_virtual(&["--duration", "3", "--no-jvm-thread-dumps"], &cgroup),
+        None
     );
 }

@@ -8,7 +8,7 @@ use serde::Serialize;
 use crate::{
     diagnose::{
         FindingReport, RULES, Thresholds, host_cpus,
-        rules::{GoStormFigures, StormFigures},
+        rules::{GoStormFigures, StormFigures, VirtualStormFigures},
     },
     engine::{Clock, Engine, EngineOptions},
     host::HostReport,
@@ -55,6 +55,10 @@ pub struct Checked {
     /// with Go processes whose clock was read, most goroutines waiting first (at most
     /// `STORM_FIGURES_SHOWN`).
     pub go_lock_storm: Vec<GoStormCheck>,
+    /// The virtual-thread lock-storm figures (the JVM's own: its scheduler's remounts and its
+    /// JSON thread dumps) of the containers with JVMs whose virtual threads were read, most
+    /// hand-offs first (at most `STORM_FIGURES_SHOWN`).
+    pub virtual_lock_storm: Vec<VirtualStormCheck>,
 }
 
 /// How many containers' lock-storm figures `checked.lock_storm` lists.
@@ -70,6 +74,7 @@ pub struct RuleCheck<F> {
 
 pub type StormCheck = RuleCheck<StormFigures>;
 pub type GoStormCheck = RuleCheck<GoStormFigures>;
+pub type VirtualStormCheck = RuleCheck<VirtualStormFigures>;
 
 /// The figures `of` gives for the containers, largest `key` first, at most
 /// `STORM_FIGURES_SHOWN` of them.
@@ -147,6 +152,11 @@ pub async fn run(args: DiagnoseArgs) -> anyhow::Result<u8> {
         |f| GoStormFigures::of(f, thresholds),
         |g| g.waiting_goroutines,
     );
+    let virtual_checks = top_checks(
+        &facts,
+        |f| VirtualStormFigures::of(f, thresholds),
+        |v| v.lock_handoffs_per_second,
+    );
     let report = DiagnoseReport {
         host: HostReport::new(session.host(), session.steal()),
         findings: findings
@@ -164,6 +174,7 @@ pub async fn run(args: DiagnoseArgs) -> anyhow::Result<u8> {
             probes_total: total,
             lock_storm: storm_checks,
             go_lock_storm: go_checks,
+            virtual_lock_storm: virtual_checks,
         },
     };
     let mut out = std::io::stdout().lock();

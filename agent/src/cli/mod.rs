@@ -201,7 +201,8 @@ pub struct DiagnoseArgs {
     pub no_call_sites: bool,
 
     /// Do not ask JVMs for thread dumps (HotSpot's attach mechanism, as `jstack`): a JVM's
-    /// pool waiting for work is then told from a lock's queue by the kernel's figures alone.
+    /// pool waiting for work is then told from a lock's queue by the kernel's figures alone,
+    /// and a JVM's virtual threads are not read (their lock storms go unjudged).
     #[arg(long)]
     pub no_jvm_thread_dumps: bool,
 
@@ -262,7 +263,8 @@ pub struct TraceArgs {
     pub no_call_sites: bool,
 
     /// Do not ask JVMs for thread dumps (HotSpot's attach mechanism, as `jstack`): a JVM's
-    /// pool waiting for work is then told from a lock's queue by the kernel's figures alone.
+    /// pool waiting for work is then told from a lock's queue by the kernel's figures alone,
+    /// and a JVM's virtual threads are not read (their lock storms go unjudged).
     #[arg(long)]
     pub no_jvm_thread_dumps: bool,
 

@@ -68,6 +68,9 @@ pub struct Facts {
     /// the window, where it has Go processes whose clock could be read (the session reads it
     /// at the window's edges: [`crate::identity::goclock`]).
     pub go_mutex: Option<GoMutexWait>,
+    /// What the container's JVMs say of their virtual threads over the window, where it has
+    /// JVMs with virtual threads that could be read ([`crate::identity::jvm::vthreads`]).
+    pub jvm_virtual: Option<VirtualThreadWaits>,
     /// The container's run-queue wait split by what held the CPUs while its threads waited,
     /// where the switch program blamed waits in the window (`None`: not blamed, or no wait).
     pub runq_blame: Option<RunqBlame>,
@@ -151,6 +154,88 @@ impl RunqBlame {
         } else {
             0.0
         }
+    }
+}
+
+/// What a container's JVMs say of their virtual threads over a window: their schedulers' count
+/// of continuations run, and what their JSON thread dumps found the virtual threads waiting
+/// for ([`crate::identity::jvm::vthreads`]).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct VirtualThreadWaits {
+    /// JVMs read.
+    pub processes: u32,
+    /// Continuations their schedulers ran per second, of the JVMs read at least twice: each a
+    /// virtual thread mounted on a carrier after it parked (or first started).
+    pub runs_per_second: f64,
+    pub dumps: u32,
+    /// Virtual threads a dump found, on average (summed over the JVMs); of them, those parked
+    /// for a lock, and for work or an event.
+    pub threads: f64,
+    pub waiting_for_a_lock: f64,
+    pub waiting_for_work: f64,
+    /// The lock the most waited for: its object as the dumps name it, its waiters per dump on
+    /// average, and its code (the first frame of a waiter outside the JDK).
+    pub top_lock: Option<TopLock>,
+}
+
+/// The lock a container's virtual threads wait for the most.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct TopLock {
+    pub object: String,
+    pub waiters: f64,
+    pub site: Option<String>,
+}
+
+impl VirtualThreadWaits {
+    /// Of the virtual threads found parked, the share waiting for a lock.
+    pub fn lock_share(&self) -> f64 {
+        let parked = self.waiting_for_a_lock + self.waiting_for_work;
+        if parked > 0.0 {
+            self.waiting_for_a_lock / parked
+        } else {
+            0.0
+        }
+    }
+
+    /// The locks' hand-offs per second: the continuations run, in the share of the parked
+    /// virtual threads that wait for a lock (a virtual thread handed a lock is unparked and
+    /// run again; one woken for work or by a timer is run the same way).
+    pub fn lock_handoffs_per_second(&self) -> f64 {
+        self.runs_per_second * self.lock_share()
+    }
+
+    /// Of a cgroup's JVMs as `census` read them.
+    pub fn of(census: &crate::identity::jvm::Census, cgroup: u64) -> Option<Self> {
+        let mut w = Self::default();
+        for p in census
+            .virtual_threads
+            .values()
+            .filter(|p| p.cgroup == cgroup)
+        {
+            w.processes += 1;
+            w.runs_per_second += p.runs_per_second().unwrap_or(0.0);
+            if p.dumps == 0 {
+                continue;
+            }
+            let n = f64::from(p.dumps);
+            w.dumps += p.dumps;
+            w.threads += p.threads as f64 / n;
+            w.waiting_for_a_lock += p.lock as f64 / n;
+            w.waiting_for_work += p.work as f64 / n;
+            let top = p
+                .locks
+                .iter()
+                .max_by(|a, b| a.1.0.cmp(&b.1.0).then(b.0.cmp(a.0)))
+                .map(|(object, (waiters, site))| TopLock {
+                    object: object.clone(),
+                    waiters: *waiters as f64 / n,
+                    site: site.clone(),
+                });
+            if top.as_ref().map(|t| t.waiters) > w.top_lock.as_ref().map(|t| t.waiters) {
+                w.top_lock = top;
+            }
+        }
+        (w.processes > 0).then_some(w)
     }
 }
 
@@ -424,6 +509,7 @@ pub struct FactsContext<'a> {
     pub node_policy: Option<String>,
     pub handoffs: HashMap<u64, (Handoffs, Vec<ProcessRuntime>)>,
     pub go_mutex: &'a dyn Fn(u64) -> Option<GoMutexWait>,
+    pub jvm_virtual: &'a dyn Fn(u64) -> Option<VirtualThreadWaits>,
 }
 
 /// The facts of every cgroup in `window` with a known path, each built once from the window's
@@ -468,6 +554,7 @@ pub fn facts(window: &Window, mut ctx: FactsContext<'_>) -> Vec<Facts> {
                 sites: window.handoff_sites.get(id).cloned(),
                 go_uprobes: w.go_mutex,
                 go_mutex: (ctx.go_mutex)(*id),
+                jvm_virtual: (ctx.jvm_virtual)(*id),
                 runq_blame: blame
                     .get(id)
                     .and_then(|pairs| RunqBlame::of(*id, pairs, ctx.paths)),

@@ -8,7 +8,10 @@ pub mod network;
 pub mod rules;
 pub mod session;
 
-pub use facts::{Culprit, Facts, FactsContext, GoMutexWait, Handoffs, HostFacts, RunqBlame, facts};
+pub use facts::{
+    Culprit, Facts, FactsContext, GoMutexWait, Handoffs, HostFacts, RunqBlame, TopLock,
+    VirtualThreadWaits, facts,
+};
 
 use std::collections::BTreeMap;
 
@@ -96,6 +99,7 @@ pub struct Thresholds {
     pub storm_max_timeout_share: f64,
     pub storm_critical_lock_wait_share: f64,
     pub storm_near_line_factor: f64,
+    pub storm_min_virtual_handoffs_per_cpu_second: f64,
     pub storm_high_migrations_per_second: f64,
     pub storm_significant_spin_wait: f64,
     pub storm_high_remote_wakeup_share: f64,
@@ -131,6 +135,7 @@ impl Default for Thresholds {
             storm_max_timeout_share: STORM_MAX_TIMEOUT_SHARE,
             storm_critical_lock_wait_share: STORM_CRITICAL_LOCK_WAIT_SHARE,
             storm_near_line_factor: STORM_NEAR_LINE_FACTOR,
+            storm_min_virtual_handoffs_per_cpu_second: STORM_MIN_VIRTUAL_HANDOFFS_PER_CPU_SECOND,
             storm_high_migrations_per_second: STORM_HIGH_MIGRATIONS_PER_SECOND,
             storm_significant_spin_wait: STORM_SIGNIFICANT_SPIN_WAIT,
             storm_high_remote_wakeup_share: STORM_HIGH_REMOTE_WAKEUP_SHARE,

@@ -45,7 +45,8 @@ use crate::{
 };
 
 use super::{
-    Facts, FactsContext, Finding, GoMutexWait, HostFacts, diagnose, judge_network,
+    Facts, FactsContext, Finding, GoMutexWait, HostFacts, VirtualThreadWaits, diagnose,
+    judge_network,
     network::{net_facts, packets_did_not_fit},
     sort_findings,
 };
@@ -400,9 +401,18 @@ impl Session {
         // Go's clock at every edge of an active cgroup (a process's first read is its
         // baseline, so the figure of a window needs both edges), after all the counters: a
         // new binary is looked at once, and the counters must not wait for it.
+        // A JVM's virtual threads are read with the edges too (on the dumps' thread, at most
+        // once an interval each), whatever the futex probes see: their storms make no futex
+        // hand-offs (identity::jvm::vthreads).
         for (id, p) in active {
-            if let Some(edge) = self.go_clocks.read_cgroup(id, &reader.processes(p)) {
+            let processes = reader.processes(p);
+            if let Some(edge) = self.go_clocks.read_cgroup(id, &processes) {
                 self.go.insert(id, edge);
+            }
+            if self.options.jvm_thread_dumps {
+                for &tgid in &processes {
+                    self.dumps.ask_virtual(tgid, id, now);
+                }
             }
         }
         self.go_clocks.sweep();
@@ -553,13 +563,14 @@ impl Session {
                 .min(window_seconds),
             _ => 0.0,
         };
+        let census = self.census();
         let mut handoffs = tell_handoffs_apart(
             window,
             &mut self
                 .runtimes
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner),
-            &self.census(),
+            &census,
         );
         if let Some(reader) = self.reader.as_deref() {
             add_sized_servers(window, paths, reader, &mut handoffs);
@@ -575,6 +586,7 @@ impl Session {
                 node_policy: self.cpu_manager.as_ref().map(|s| s.policy.clone()),
                 handoffs,
                 go_mutex: &|id| self.go_mutex_wait(id),
+                jvm_virtual: &|id| VirtualThreadWaits::of(&census, id),
             },
         )
     }

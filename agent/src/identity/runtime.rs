@@ -290,7 +290,7 @@ impl RuntimeCache {
     }
 }
 
-fn maps_name(maps: &str, library: &str) -> bool {
+pub(crate) fn maps_name(maps: &str, library: &str) -> bool {
     maps.lines().any(|l| {
         l.rsplit('/')
             .next()

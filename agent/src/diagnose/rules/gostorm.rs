@@ -17,7 +17,7 @@ use super::{
     Facts, Finding, Kind, LockPair, Severity, Thresholds, limits_evidence,
     node_advice::{PIN_FEWER_STEPS, pin_on_this_node},
     runtime::go_mutex_named,
-    storm::NearLine,
+    storm::{NearLine, OneGate},
 };
 
 /// The Go storm's gate, in words.
@@ -54,33 +54,20 @@ impl GoStormFigures {
         let allowed = f.allowed_cpus();
         let waiting = g.waiting();
         let per_cpu = waiting / allowed;
-        // The queue gate of the kernel rule, in goroutines: twice the CPUs queued for one
-        // mutex means the mutex, not the CPUs, holds most of the work.
-        let line = t.storm_min_queued_threads_per_cpu;
-        let passed = per_cpu >= line;
-        let factor = t.storm_near_line_factor.max(1.0);
-        let margin = if line > 0.0 {
-            per_cpu / line
-        } else {
-            f64::INFINITY
-        };
-        let near = (margin >= 1.0 / factor && margin < factor).then_some(NearLine {
-            gate: GATE,
-            value: per_cpu,
-            line,
-            passed,
-            cost_decides: true,
-        });
         let lock_wait_share = if g.goroutines > 0 {
             (waiting / g.goroutines as f64).clamp(0.0, 1.0)
         } else {
             0.0
         };
-        let decisive = lock_wait_share >= t.storm_critical_lock_wait_share;
-        let lock_storm = match near {
-            None => passed,
-            Some(_) => decisive,
-        };
+        // The queue gate of the kernel rule, in goroutines: twice the CPUs queued for one
+        // mutex means the mutex, not the CPUs, holds most of the work.
+        let verdict = OneGate::judge(
+            GATE,
+            per_cpu,
+            t.storm_min_queued_threads_per_cpu,
+            lock_wait_share,
+            t,
+        );
         Some(Self {
             processes: g.processes,
             goroutines: g.goroutines,
@@ -88,9 +75,9 @@ impl GoStormFigures {
             waiting_goroutines: waiting,
             waiting_goroutines_per_cpu: per_cpu,
             lock_wait_share,
-            near_line: near,
-            lock_storm,
-            possible: near.is_some() && !decisive,
+            near_line: verdict.near,
+            lock_storm: verdict.lock_storm,
+            possible: verdict.possible,
         })
     }
 }

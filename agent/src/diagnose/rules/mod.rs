@@ -9,11 +9,13 @@ mod lock_sites;
 mod node_advice;
 mod runtime;
 mod storm;
+mod vtstorm;
 
 pub use self::{
     gostorm::GoStormFigures,
     runtime::runtime_sizing,
     storm::{QuotaBound, StormFigures, lock_storm_candidate, required_handoffs_per_cpu_second},
+    vtstorm::VirtualStormFigures,
 };
 use super::{Facts, Finding, Kind, LockPair, RunqBlame, Severity, Thresholds};
 use crate::collect::log2_quantile_ns;
@@ -106,6 +108,13 @@ pub mod defaults {
     /// 976–1,193 per CPU-second across ten runs against its line of 1,000, and a libuv pool's
     /// over 60–137 against 100 — within ×1.25 of a line a run falls on either side of it.
     pub const STORM_NEAR_LINE_FACTOR: f64 = 1.25;
+    /// Virtual threads handed a lock, per usable CPU and second, for a JVM's virtual-thread
+    /// storm (`VirtualStormFigures`): each hand-off an unpark, a park and a remount on a
+    /// carrier. Chosen on the tuning pair of tests/CORPUS.md ("Virtual threads"): 256 virtual
+    /// threads on one lock around a short section, 2.2–3.3× the work with a lock each, read
+    /// 260,000–770,000; the same lock around a tenth of it, the same work with a lock each,
+    /// 9–37. The line sits 25× above the second and 260× below the first.
+    pub const STORM_MIN_VIRTUAL_HANDOFFS_PER_CPU_SECOND: f64 = 1_000.0;
     /// Migrations per second per allowed CPU above which pinning is worth recommending: each
     /// migration moves the lock's cache lines and the thread's working set.
     pub const STORM_HIGH_MIGRATIONS_PER_SECOND: f64 = 50.0;
@@ -156,16 +165,29 @@ pub mod defaults {
 }
 
 /// The lock-storm rule: the kernel's ([`StormFigures`]: threads handing a lock to one another
-/// through futexes) and a Go program's ([`GoStormFigures`]: goroutines queued on a
-/// `sync.Mutex` in the Go scheduler, out of the kernel's sight, by the runtime's own clock). A
-/// storm said by either is the finding, the kernel's first; a `possible` one only where
-/// neither says storm.
+/// through futexes), a Go program's ([`GoStormFigures`]: goroutines queued on a `sync.Mutex`
+/// in the Go scheduler, out of the kernel's sight, by the runtime's own clock) and a JVM's
+/// virtual threads' ([`VirtualStormFigures`]: a lock handed from one to the next through the
+/// JVM's scheduler, by its own count). A storm said by any is the finding, the kernel's first;
+/// a `possible` one only where none says storm.
 pub fn lock_storm(f: &Facts, t: &Thresholds) -> Option<Finding> {
     let kernel = StormFigures::of(f, t).filter(|s| s.lock_storm || s.possible);
-    let go_storm = GoStormFigures::of(f, t).is_some_and(|g| g.lock_storm);
+    let go = GoStormFigures::of(f, t).filter(|g| g.lock_storm || g.possible);
+    let virtual_threads = VirtualStormFigures::of(f, t).filter(|v| v.lock_storm || v.possible);
+    let kernel_storm = kernel.as_ref().is_some_and(|k| k.lock_storm);
+    if !kernel_storm {
+        // A storm the runtime's own figures say, before a possible one of the kernel's.
+        if go.as_ref().is_some_and(|g| g.lock_storm) {
+            return gostorm::go_lock_storm(f, t);
+        }
+        if virtual_threads.as_ref().is_some_and(|v| v.lock_storm) {
+            return vtstorm::virtual_lock_storm(f, t);
+        }
+    }
     match kernel {
-        Some(k) if k.lock_storm || !go_storm => storm::kernel_lock_storm(f, t, k),
-        _ => gostorm::go_lock_storm(f, t),
+        Some(k) => storm::kernel_lock_storm(f, t, k),
+        None if go.is_some() => gostorm::go_lock_storm(f, t),
+        None => vtstorm::virtual_lock_storm(f, t),
     }
 }
 

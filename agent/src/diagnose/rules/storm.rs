@@ -251,6 +251,48 @@ impl StormFigures {
     }
 }
 
+/// A verdict on one gate of a runtime's own figures (Go's goroutines waiting for a mutex, a
+/// JVM's virtual threads handed a lock): the gate passed, or, within `storm_near_line_factor`
+/// of its line on either side, the lock's cost (`lock_wait_share` against
+/// `storm_critical_lock_wait_share`) decides, and where it does not the verdict is possible.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct OneGate {
+    pub near: Option<NearLine>,
+    pub lock_storm: bool,
+    pub possible: bool,
+}
+
+impl OneGate {
+    pub fn judge(
+        gate: &'static str,
+        value: f64,
+        line: f64,
+        lock_wait_share: f64,
+        t: &Thresholds,
+    ) -> Self {
+        let passed = value >= line;
+        let factor = t.storm_near_line_factor.max(1.0);
+        let margin = if line > 0.0 {
+            value / line
+        } else {
+            f64::INFINITY
+        };
+        let near = (margin >= 1.0 / factor && margin < factor).then_some(NearLine {
+            gate,
+            value,
+            line,
+            passed,
+            cost_decides: true,
+        });
+        let decisive = lock_wait_share >= t.storm_critical_lock_wait_share;
+        Self {
+            near,
+            lock_storm: if near.is_some() { decisive } else { passed },
+            possible: near.is_some() && !decisive,
+        }
+    }
+}
+
 impl NearLine {
     /// The figure against its line, in words: "lock hand-offs per second per CPU 1108 against
     /// a line of 1000".

@@ -33,6 +33,7 @@ fn base(cgroup: &str) -> Facts {
         sites: None,
         go_uprobes: crate::collect::GoMutexFigures::ZERO,
         go_mutex: None,
+        jvm_virtual: None,
         runq_blame: None,
     }
 }
@@ -1471,4 +1472,117 @@ fn a_kernel_storm_is_reported_as_such_beside_go_figures() {
         found.summary
     );
     assert!(!found.context.contains_key("runtime"));
+}
+
+/// A JVM on 2 CPUs whose dumps find `waiting` of its 256 virtual threads parked on one lock
+/// (and `work` for work), its scheduler running `remounts` continuations a second.
+fn virtual_threads(waiting: f64, work: f64, remounts: f64) -> Facts {
+    let mut f = base("/vt");
+    f.threads = Some(23);
+    f.jvm_virtual = Some(crate::diagnose::VirtualThreadWaits {
+        processes: 1,
+        runs_per_second: remounts,
+        dumps: 6,
+        threads: 256.0,
+        waiting_for_a_lock: waiting,
+        waiting_for_work: work,
+        top_lock: Some(crate::diagnose::TopLock {
+            object: "java.util.concurrent.locks.ReentrantLock$NonfairSync@3336b603".into(),
+            waiters: waiting,
+            site: Some("VirtualThreads.locked(VirtualThreads.java:77)".into()),
+        }),
+    });
+    f
+}
+
+#[test]
+fn a_virtual_thread_storm_is_judged_by_the_jvms_remounts_not_its_waiters() {
+    let t = Thresholds::default();
+    // jvm-virtual-lock-storm (tests/CORPUS.md): 253 of 256 parked on the lock, 4,632 remounts
+    // a second read beside another busy JVM.
+    let f = lock_storm(&virtual_threads(253.0, 0.0, 4_632.0), &t).expect("a storm");
+    assert_eq!(f.severity, Severity::Critical, "99% of their time");
+    assert_eq!(f.context["runtime"], "jvm-virtual-threads");
+    assert_eq!(f.context["verdict"], "storm");
+    assert_eq!(
+        f.context["lock_site"],
+        "VirtualThreads.locked(VirtualThreads.java:77)"
+    );
+    assert!(f.context["lock"].starts_with("java.util.concurrent.locks.ReentrantLock$"));
+    for want in [
+        "lock storm of virtual threads: the JVM's dumps find 253 of its 256 virtual threads",
+        "126.5 per usable CPU (2.0): about 99% of the virtual threads' time",
+        "hands a lock on 4632 times a second, 2316 per usable CPU",
+        "taken at VirtualThreads.locked(VirtualThreads.java:77)",
+    ] {
+        assert!(
+            f.summary.contains(want),
+            "missing {want:?} in {}",
+            f.summary
+        );
+    }
+    assert!(f.recommendations[0].contains("(taken at VirtualThreads.locked"));
+    // jvm-virtual-lock-calm: as many waiters, 3 remounts a second — the lock costs nothing.
+    let calm = VirtualStormFigures::of(&virtual_threads(253.0, 0.0, 3.3), &t).unwrap();
+    assert!(!calm.lock_storm && !calm.possible, "{calm:?}");
+    assert!(lock_storm(&virtual_threads(253.0, 0.0, 3.3), &t).is_none());
+    // A pool waiting on a queue remounts often, with none waiting for a lock: none.
+    let pool = VirtualStormFigures::of(&virtual_threads(0.0, 250.0, 90_000.0), &t).unwrap();
+    assert_eq!(pool.lock_handoffs_per_second, 0.0);
+    assert!(!pool.lock_storm && !pool.possible);
+    // Remounts split by what the parked threads wait for: a tenth for a lock, a tenth counts.
+    let mixed = VirtualStormFigures::of(&virtual_threads(25.0, 225.0, 30_000.0), &t).unwrap();
+    assert!(
+        (mixed.lock_handoffs_per_cpu_second - 1_500.0).abs() < 1e-9,
+        "{mixed:?}"
+    );
+    assert!(mixed.lock_storm);
+    // Fewer than 2 per CPU queued on the lock: no storm, whatever the rate.
+    let short = VirtualStormFigures::of(&virtual_threads(3.0, 0.0, 90_000.0), &t).unwrap();
+    assert!(!short.lock_storm && !short.possible);
+    // No JVM read: no figures.
+    assert!(VirtualStormFigures::of(&base("/c"), &t).is_none());
+}
+
+#[test]
+fn virtual_thread_hand_offs_near_the_line_are_a_possible_storm_unless_costly() {
+    let t = Thresholds::default();
+    // 1,100 per CPU-second against 1,000 (28,160 remounts a second, 20 of the 256 parked
+    // waiting for the lock), 8% of the virtual threads' time: possible.
+    let near = virtual_threads(20.0, 236.0, 28_160.0);
+    let v = VirtualStormFigures::of(&near, &t).unwrap();
+    assert!(v.near_line.is_some(), "{v:?}");
+    assert!(v.possible && !v.lock_storm, "{v:?}");
+    let f = lock_storm(&near, &t).expect("possible");
+    assert_eq!(f.severity, Severity::Info);
+    assert!(
+        f.summary
+            .starts_with("possible lock storm of virtual threads (near a line"),
+        "{}",
+        f.summary
+    );
+    // As near, with nearly all of them waiting for the lock: the cost decides, a storm.
+    let costly = VirtualStormFigures::of(&virtual_threads(250.0, 0.0, 2_200.0), &t).unwrap();
+    assert!(costly.near_line.is_some() && costly.lock_storm && !costly.possible);
+}
+
+#[test]
+fn a_cgroups_virtual_threads_are_its_jvms_per_dump() {
+    use crate::identity::jvm::{Census, tests::reading};
+    let t0 = std::time::Instant::now();
+    let s = std::time::Duration::from_secs(1);
+    let mut c = Census::default();
+    c.add_virtual(10, 7, &reading(t0, 1_000, 250, Some(("L@1", 250))));
+    c.add_virtual(10, 7, &reading(t0 + s, 5_000, 248, Some(("L@1", 248))));
+    c.add_virtual(10, 7, &reading(t0 + 3 * s, 13_000, 0, None));
+    c.add_virtual(11, 8, &reading(t0, 0, 0, None));
+    let w = crate::diagnose::VirtualThreadWaits::of(&c, 7).unwrap();
+    assert_eq!((w.processes, w.dumps), (1, 3));
+    assert!((w.runs_per_second - 4_000.0).abs() < 1e-9, "{w:?}");
+    assert!((w.waiting_for_a_lock - 166.0).abs() < 1e-9, "{w:?}");
+    assert!((w.lock_share() - 498.0 / 762.0).abs() < 1e-9);
+    let top = w.top_lock.unwrap();
+    assert_eq!(top.object, "L@1");
+    assert!((top.waiters - 166.0).abs() < 1e-9);
+    assert!(crate::diagnose::VirtualThreadWaits::of(&c, 9).is_none());
 }
