@@ -13,6 +13,7 @@
 //! futex_probes = "on-demand"       # futex syscall probes: "on-demand" (while scheduler figures look like a lock storm) or "always"
 //! call_sites = true                # while the futex probes are attached, sample hand-offs' user stacks to name a storm's lock
 //! jvm_thread_dumps = true          # while they are, ask JVMs whose threads hand off for thread dumps: pools told from locks
+//! jvm_virtual_threads = false      # read JVMs' virtual threads for their lock storms (a JSON dump can crash JDK 25.0.3)
 //! net_packet_probes = "on-demand"  # per-packet network probes: "on-demand" (while packets do not fit an MTU) or "always"
 //! net_packet_survey_seconds = 600  # on demand, also attach them for one diagnosis window this often (0: never), from the start
 //! web_config_file = "/etc/stormwatch/web.yml"   # TLS and basic auth, exporter-toolkit's format (none by default)
@@ -152,6 +153,12 @@ pub struct Config {
     /// A JVM with virtual threads is also read for their lock storms, which make no futex
     /// hand-offs: its scheduler's counter and a JSON dump, at the same pace.
     pub jvm_thread_dumps: bool,
+    /// Whether JVMs with virtual threads are read for their lock storms, which make no futex
+    /// hand-offs: their scheduler's counter and a JSON thread dump (`jcmd
+    /// Thread.dump_to_file -format=json`), at the thread dumps' pace. Off by default: the JSON
+    /// dump crashed a Temurin 25.0.3 JVM serving a virtual thread per request (a fault in the
+    /// JVM's thread snapshot; tests/CORPUS.md). Same privileges as `jvm_thread_dumps`.
+    pub jvm_virtual_threads: bool,
     /// When the per-packet network probes (transmit and receive) run: for every packet of
     /// every interface, a few percent of a packet-heavy server's CPU. `on-demand` (the
     /// default) attaches them while a network namespace's kernel counters or drops show
@@ -203,6 +210,7 @@ impl Default for Config {
             futex_probes: FutexTier::OnDemand,
             call_sites: true,
             jvm_thread_dumps: true,
+            jvm_virtual_threads: false,
             net_packet_probes: NetPacketTier::OnDemand,
             net_packet_survey_seconds: DEFAULT_NET_PACKET_SURVEY_SECONDS,
             runqueue_blame: RunqBlameTier::OnDemand,

@@ -40,6 +40,9 @@ pub struct EngineOptions {
     /// Whether JVMs whose threads hand off through futexes are asked for thread dumps
     /// ([`crate::identity::jvm`]).
     pub jvm_thread_dumps: bool,
+    /// Whether JVMs with virtual threads are read for their lock storms (opt-in:
+    /// `SessionOptions::jvm_virtual_threads`).
+    pub jvm_virtual_threads: bool,
 }
 
 /// The probes, the session judging their windows, and when the on-demand probes attach.
@@ -102,6 +105,7 @@ impl Engine {
             options.interval,
             options.thresholds,
             options.jvm_thread_dumps,
+            options.jvm_virtual_threads,
         );
         adjust(&mut session_options);
         let mut session = Session::new(
@@ -197,6 +201,7 @@ fn session_options(
     interval: Duration,
     thresholds: Thresholds,
     jvm_thread_dumps: bool,
+    jvm_virtual_threads: bool,
 ) -> SessionOptions {
     let avail = pipeline.availability().net;
     let with_net = avail != NetAvailability::default();
@@ -205,6 +210,7 @@ fn session_options(
         interval,
         thresholds,
         jvm_thread_dumps,
+        jvm_virtual_threads,
         host_cpus: host_cpus(),
         cpu_manager_state: [cpumanager::DEFAULT_STATE_FILE, cpumanager::HOST_STATE_FILE]
             .map(std::path::PathBuf::from)

@@ -113,6 +113,10 @@ pub enum Program {
         inside: u32,
         outside: u32,
     },
+    /// `java VirtualHttpServer <listen> <work>` (tests/corpus/VirtualHttpServer.java): the JDK's
+    /// HTTP server with a virtual thread per request, `work` iterations a request, nothing
+    /// shared; loaded by 64 keep-alive clients of httpload.
+    VirtualHttp { work: u32 },
     /// tests/corpus/gomutex with this GOMAXPROCS: `goroutines` take one sync.Mutex around
     /// `inside` iterations of work and do `outside` outside it; with `own`, each takes a mutex
     /// of its own (the storm's counterfactual); with `pool`, they are instead a pool waiting on
@@ -215,6 +219,14 @@ impl Program {
             }
         }
         variant
+    }
+
+    /// Whether it runs JVM virtual threads (the agent reads them only when asked).
+    pub fn runs_virtual_threads(&self) -> bool {
+        matches!(
+            self,
+            Program::VirtualJava { .. } | Program::VirtualHttp { .. }
+        )
     }
 
     /// Whether its load prepares the program's data before it reports (pgbench's tables).
@@ -1209,6 +1221,24 @@ pub fn cases() -> Vec<Case> {
             miss: None,
         },
         Case {
+            name: "jvm-virtual-http",
+            what: "the JDK's HTTP server with a virtual thread per request, each request a \
+                   fixed piece of CPU work, nothing shared, under 64 keep-alive clients",
+            // No lock in its code: no storm by construction.
+            expect: NotLockStorm,
+            program: VirtualHttp { work: 50_000 },
+            quota: None,
+            split: HeldOut,
+            checks: &[],
+            miss: Some(
+                "called a storm in 2 of 3 corpus runs (by the virtual-thread rule: 4 or more of \
+                 its virtual threads found on one monitor), in none of 3 by hand: its premise, \
+                 nothing shared, ignores the JDK server's own locks, whose cost no \
+                 counterfactual has measured yet (tests/CORPUS.md)",
+            ),
+            counterfactual: None,
+        },
+        Case {
             name: "jvm-small-pool",
             what: "JVM ThreadPoolExecutor of 2 workers fed small tasks by one producer as fast \
                    as its bounded queue takes them",
@@ -1428,8 +1458,12 @@ pub enum RunVerdict {
 /// until its diagnosis window has filled (and 3 s), and reads its verdict. The cases' programs
 /// run 60 s: the window must end before they do, so the futex probes, which the daemon attaches
 /// on demand, cover only part of it (as when a storm starts under a running daemon).
-fn run_verdict(rel: &str) -> RunVerdict {
-    let daemon = crate::daemon::Daemon::start(&[]);
+fn run_verdict(rel: &str, virtual_threads: bool) -> RunVerdict {
+    let daemon = if virtual_threads {
+        crate::daemon::Daemon::start_configured("jvm_virtual_threads = true\n")
+    } else {
+        crate::daemon::Daemon::start(&[])
+    };
     let window = stormwatch::config::DEFAULT_DIAGNOSIS_WINDOW_SECONDS;
     std::thread::sleep(Duration::from_secs_f64(window + 3.0));
     let metrics = daemon.metrics();
@@ -1563,7 +1597,7 @@ pub fn jdk21() -> &'static Path {
     })
 }
 
-/// The classpath of `java VirtualThreads`: compiled with that JDK, Corpus.java's work and
+/// The classpath of `java VirtualThreads` and `java VirtualHttpServer`: compiled with that JDK, Corpus.java's work and
 /// progress lines from the source path.
 pub fn virtual_classes() -> &'static Path {
     static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
@@ -1575,6 +1609,7 @@ pub fn virtual_classes() -> &'static Path {
             .arg("-sourcepath")
             .arg(corpus_source())
             .arg(corpus_source().join("VirtualThreads.java"))
+            .arg(corpus_source().join("VirtualHttpServer.java"))
             .status()
             .expect("running javac");
         assert!(
@@ -1939,6 +1974,15 @@ fn command(program: &Program, listen: &str, scratch: &Path) -> Command {
             c.arg(listen).args([&workers.to_string(), "50000"]);
             c
         }
+        Program::VirtualHttp { work } => {
+            let mut c = Command::new(jdk21().join("java"));
+            c.arg("-cp").arg(virtual_classes()).args([
+                "VirtualHttpServer",
+                listen,
+                &work.to_string(),
+            ]);
+            c
+        }
         Program::Tomcat { threads } => {
             let mut c = Command::new(tool("java", "apt-get install openjdk-17-jre-headless"));
             c.args(["-cp", tomcat_classpath(), "TomcatServer", listen])
@@ -1970,9 +2014,10 @@ fn load(program: &Program, listen: &str, scratch: &Path) -> Option<Command> {
             c
         }
         Program::GoHttpUnderLoad { clients, .. } => httpload(listen, *clients, "http"),
-        Program::Nginx { .. } | Program::Tomcat { .. } | Program::Tokio { .. } => {
-            httpload(listen, 64, "http")
-        }
+        Program::Nginx { .. }
+        | Program::Tomcat { .. }
+        | Program::Tokio { .. }
+        | Program::VirtualHttp { .. } => httpload(listen, 64, "http"),
         Program::Memcached { .. } => httpload(listen, 64, "memcache"),
         Program::RedisIoThreads { .. } => httpload(listen, 64, "redis"),
         Program::Postgres { clients, own_rows } => pgbench(scratch, *clients, *own_rows),
@@ -2357,6 +2402,7 @@ fn launch(case: &Case, program: &Program, suffix: &str, noise: bool, settle: Dur
         | Program::Nginx { .. }
         | Program::Tomcat { .. }
         | Program::Tokio { .. }
+        | Program::VirtualHttp { .. }
         | Program::RedisIoThreads { .. } => free_loopback_address(),
         _ => String::new(),
     };
@@ -2545,12 +2591,15 @@ pub fn run(case: &Case, noise: bool) -> Outcome {
         .is_some()
         .then(|| running.work_per_second_over(MEASURE_SECONDS, case.name));
     let (cgroup, quota) = (&running.cgroup, running.quota.as_ref());
-    let diagnose = Agent::start(&[
-        "diagnose",
-        "--duration",
-        &DIAGNOSE_SECONDS.to_string(),
-        "--json",
-    ]);
+    // A JVM's virtual threads are read only where asked (agent/src/config.rs,
+    // `jvm_virtual_threads`): for the cases that run them.
+    let virtual_threads = case.program.runs_virtual_threads();
+    let duration = DIAGNOSE_SECONDS.to_string();
+    let mut args = vec!["diagnose", "--duration", &duration, "--json"];
+    if virtual_threads {
+        args.push("--jvm-virtual-threads");
+    }
+    let diagnose = Agent::start(&args);
     let started = Instant::now();
     let work0 = running.work();
     let cpu0 = cgroup.cpu_usage_seconds();
@@ -2596,7 +2645,8 @@ pub fn run(case: &Case, noise: bool) -> Outcome {
     let storm_finding = about.iter().find(|f| f.kind == "lock_storm").cloned();
     let figures = report.storm_figures(cgroup.rel_path());
     let kinds = about.iter().map(|f| f.kind.clone()).collect();
-    let run_verdict = std::env::var_os(RUN_VERDICT_ENV).map(|_| run_verdict(cgroup.rel_path()));
+    let run_verdict =
+        std::env::var_os(RUN_VERDICT_ENV).map(|_| run_verdict(cgroup.rel_path(), virtual_threads));
     // The judged run stops before its counterfactual starts: they never share the CPUs.
     drop(running);
     let counterfactual_work_per_second = counterfactual_work_per_second(case, noise);

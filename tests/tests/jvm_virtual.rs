@@ -205,12 +205,12 @@ fn checked_virtual(args: &[&str], cgroup: &TestCgroup) -> Option<Value> {
 }
 
 #[test]
-fn diagnose_reads_virtual_threads_only_with_thread_dumps_on() {
+fn diagnose_reads_virtual_threads_only_when_asked() {
     require_bpf();
     let cgroup = TestCgroup::new("jvm-virtual");
     let _storm = Program::start_in("lock", 200, 200, Some(&cgroup));
     std::thread::sleep(Duration::from_secs(2));
-    let c = checked_virtual(&["--duration", "5"], &cgroup)
+    let c = checked_virtual(&["--duration", "5", "--jvm-virtual-threads"], &cgroup)
         .unwrap_or_else(|| panic!("no virtual figures for {}", cgroup.rel_path()));
     eprintln!("with dumps: {c}");
     assert!(c["dumps"].as_u64().unwrap() >= 3, "{c}");
@@ -221,9 +221,6 @@ fn diagnose_reads_virtual_threads_only_with_thread_dumps_on() {
         "{c}"
     );
     assert_eq!(c["lock_storm"], true, "{c}");
-    // Without dumps nothing is asked of the JVM.
-    assert_eq!(
-        checked_virtual(&["--duration", "3", "--no-jvm-thread-dumps"], &cgroup),
-        None
-    );
+    // Unless asked (the JSON dump can crash a JVM: tests/CORPUS.md), nothing is read.
+    assert_eq!(checked_virtual(&["--duration", "3"], &cgroup), None);
 }

@@ -113,6 +113,7 @@ pub async fn run(args: DiagnoseArgs) -> anyhow::Result<u8> {
         thresholds: Thresholds::default(),
         packet_survey: Duration::ZERO,
         jvm_thread_dumps: !args.no_jvm_thread_dumps,
+        jvm_virtual_threads: args.jvm_virtual_threads,
     };
     let mut engine = Engine::start(resolver, options, |_| {})?;
     let duration = Duration::from_secs_f64(args.duration);

@@ -145,7 +145,8 @@ pub struct RunArgs {
     /// Configuration file (TOML; agent/CLI.md and deploy/daemonset.yaml's ConfigMap say what
     /// each key does): listen, interval_seconds, max_cgroups, removed_grace_seconds,
     /// diagnosis_window_seconds, bpf_stats, histograms, wake_kinds, futex_probes, call_sites,
-    /// jvm_thread_dumps, net_packet_probes, net_packet_survey_seconds, runqueue_blame,
+    /// jvm_thread_dumps, jvm_virtual_threads, net_packet_probes, net_packet_survey_seconds,
+    /// runqueue_blame,
     /// web_config_file, http_header_timeout_seconds, http_request_timeout_seconds,
     /// http_idle_timeout_seconds, http_max_connections, btf_file, `[thresholds]`. Unknown keys
     /// are refused.
@@ -201,10 +202,15 @@ pub struct DiagnoseArgs {
     pub no_call_sites: bool,
 
     /// Do not ask JVMs for thread dumps (HotSpot's attach mechanism, as `jstack`): a JVM's
-    /// pool waiting for work is then told from a lock's queue by the kernel's figures alone,
-    /// and a JVM's virtual threads are not read (their lock storms go unjudged).
+    /// pool waiting for work is then told from a lock's queue by the kernel's figures alone.
     #[arg(long)]
     pub no_jvm_thread_dumps: bool,
+
+    /// Read JVMs' virtual threads to judge their lock storms (their scheduler's counter and a
+    /// JSON thread dump, `jcmd Thread.dump_to_file`). Off unless asked: the JSON dump crashed
+    /// a Temurin 25.0.3 JVM under load.
+    #[arg(long, conflicts_with = "no_jvm_thread_dumps")]
+    pub jvm_virtual_threads: bool,
 
     /// Also write each container's lock profile over the window into DIR, in pprof's format
     /// (`<container>.lock.pb.gz`: the sampled hand-offs' waiter and waker stacks, for `go
@@ -263,10 +269,15 @@ pub struct TraceArgs {
     pub no_call_sites: bool,
 
     /// Do not ask JVMs for thread dumps (HotSpot's attach mechanism, as `jstack`): a JVM's
-    /// pool waiting for work is then told from a lock's queue by the kernel's figures alone,
-    /// and a JVM's virtual threads are not read (their lock storms go unjudged).
+    /// pool waiting for work is then told from a lock's queue by the kernel's figures alone.
     #[arg(long)]
     pub no_jvm_thread_dumps: bool,
+
+    /// Read JVMs' virtual threads to judge their lock storms (their scheduler's counter and a
+    /// JSON thread dump, `jcmd Thread.dump_to_file`). Off unless asked: the JSON dump crashed
+    /// a Temurin 25.0.3 JVM under load.
+    #[arg(long, conflicts_with = "no_jvm_thread_dumps")]
+    pub jvm_virtual_threads: bool,
 
     /// Also write each container's lock profile over the whole trace into DIR at its end, in
     /// pprof's format (`<container>.lock.pb.gz`: the sampled hand-offs' waiter and waker

@@ -302,6 +302,7 @@ impl Daemon {
             thresholds: config.thresholds.clone(),
             packet_survey: Duration::from_secs_f64(config.net_packet_survey_seconds.max(0.0)),
             jvm_thread_dumps: config.jvm_thread_dumps,
+            jvm_virtual_threads: config.jvm_virtual_threads,
         };
         let engine = Engine::start(resolver, options, |_| {})?;
         let pipeline = &engine.pipeline;

@@ -57,6 +57,7 @@ pub async fn run(args: TraceArgs) -> anyhow::Result<()> {
         thresholds: Thresholds::default(),
         packet_survey: Duration::ZERO,
         jvm_thread_dumps: !args.no_jvm_thread_dumps,
+        jvm_virtual_threads: args.jvm_virtual_threads,
     };
     let mut engine = Engine::start(resolver, options, |session| {
         if !args.json {

@@ -169,10 +169,11 @@ pub struct VirtualThreadWaits {
     pub runs_per_second: f64,
     pub dumps: u32,
     /// Virtual threads a dump found, on average (summed over the JVMs); of them, those parked
-    /// for a lock, and for work or an event.
+    /// for a lock, for work or an event, and those ready, waiting for a carrier.
     pub threads: f64,
     pub waiting_for_a_lock: f64,
     pub waiting_for_work: f64,
+    pub waiting_for_a_carrier: f64,
     /// The lock the most waited for: its object as the dumps name it, its waiters per dump on
     /// average, and its code (the first frame of a waiter outside the JDK).
     pub top_lock: Option<TopLock>,
@@ -187,19 +188,21 @@ pub struct TopLock {
 }
 
 impl VirtualThreadWaits {
-    /// Of the virtual threads found parked, the share waiting for a lock.
+    /// Of the virtual threads found off their carriers, the share parked on a lock (the rest
+    /// wait for work or an event, or, ready, for a carrier: just unparked, or just started).
     pub fn lock_share(&self) -> f64 {
-        let parked = self.waiting_for_a_lock + self.waiting_for_work;
-        if parked > 0.0 {
-            self.waiting_for_a_lock / parked
+        let off = self.waiting_for_a_lock + self.waiting_for_work + self.waiting_for_a_carrier;
+        if off > 0.0 {
+            self.waiting_for_a_lock / off
         } else {
             0.0
         }
     }
 
-    /// The locks' hand-offs per second: the continuations run, in the share of the parked
-    /// virtual threads that wait for a lock (a virtual thread handed a lock is unparked and
-    /// run again; one woken for work or by a timer is run the same way).
+    /// The locks' hand-offs per second, estimated: the continuations run, in the share of the
+    /// virtual threads off their carriers that are parked on a lock (a virtual thread handed
+    /// a lock is unparked and run again; one woken for work, by a timer, or started, is run
+    /// the same way).
     pub fn lock_handoffs_per_second(&self) -> f64 {
         self.runs_per_second * self.lock_share()
     }
@@ -222,6 +225,7 @@ impl VirtualThreadWaits {
             w.threads += p.threads as f64 / n;
             w.waiting_for_a_lock += p.lock as f64 / n;
             w.waiting_for_work += p.work as f64 / n;
+            w.waiting_for_a_carrier += p.runnable as f64 / n;
             let top = p
                 .locks
                 .iter()

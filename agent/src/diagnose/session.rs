@@ -409,7 +409,7 @@ impl Session {
             if let Some(edge) = self.go_clocks.read_cgroup(id, &processes) {
                 self.go.insert(id, edge);
             }
-            if self.options.jvm_thread_dumps {
+            if self.options.jvm_virtual_threads {
                 for &tgid in &processes {
                     self.dumps.ask_virtual(tgid, id, now);
                 }

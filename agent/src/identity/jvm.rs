@@ -93,12 +93,14 @@ pub struct VirtualProcess {
     pub first: (Instant, u64),
     pub last: (Instant, u64),
     pub parallelism: u32,
-    /// JSON dumps read, and over them all: virtual threads listed, those waiting for a lock
-    /// and those waiting for work.
+    /// JSON dumps read, and over them all: virtual threads listed, those waiting for a lock,
+    /// those waiting for work
     pub dumps: u32,
     pub threads: u64,
     pub lock: u64,
     pub work: u64,
+    /// …and ready, waiting for a carrier (a virtual thread just unparked, or just started).
+    pub runnable: u64,
     /// Waiters found of each lock that was a dump's most waited for, by its object, with
     /// its code.
     pub locks: HashMap<String, (u64, Option<String>)>,
@@ -115,6 +117,7 @@ impl VirtualProcess {
             threads: 0,
             lock: 0,
             work: 0,
+            runnable: 0,
             locks: HashMap::new(),
         };
         p.add_dump(&r.census);
@@ -126,6 +129,7 @@ impl VirtualProcess {
         self.threads += u64::from(c.threads);
         self.lock += u64::from(c.lock);
         self.work += u64::from(c.work);
+        self.runnable += u64::from(c.runnable);
         if let Some(top) = &c.top_lock {
             let e = self
                 .locks
@@ -147,6 +151,7 @@ impl VirtualProcess {
         self.threads += o.threads;
         self.lock += o.lock;
         self.work += o.work;
+        self.runnable += o.runnable;
         for (k, (n, site)) in &o.locks {
             let e = self.locks.entry(k.clone()).or_insert((0, site.clone()));
             e.0 += n;

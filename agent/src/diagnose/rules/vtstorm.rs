@@ -30,15 +30,18 @@ pub struct VirtualStormFigures {
     /// JVMs read, and the JSON dumps of them.
     pub processes: u32,
     pub dumps: u32,
-    /// Virtual threads a dump found, on average; of them, parked for a lock, and for work.
+    /// Virtual threads a dump found, on average; of them, parked for a lock, for work, and
+    /// ready for a carrier.
     pub virtual_threads: f64,
     pub waiting_for_a_lock: f64,
     pub waiting_for_work: f64,
+    pub waiting_for_a_carrier: f64,
     /// …waiting for a lock per CPU the container may use: the queue's gate.
     pub waiting_for_a_lock_per_cpu: f64,
     /// Continuations the JVMs' schedulers ran per second.
     pub remounts_per_second: f64,
-    /// The remounts in the share of parked virtual threads that wait for a lock.
+    /// The remounts in the share of the virtual threads off their carriers that are parked on
+    /// a lock: an estimate of the locks' hand-offs.
     pub lock_handoffs_per_second: f64,
     /// …per CPU the container may use: the hand-off gate.
     pub lock_handoffs_per_cpu_second: f64,
@@ -84,6 +87,7 @@ impl VirtualStormFigures {
             virtual_threads: v.threads,
             waiting_for_a_lock: v.waiting_for_a_lock,
             waiting_for_work: v.waiting_for_work,
+            waiting_for_a_carrier: v.waiting_for_a_carrier,
             waiting_for_a_lock_per_cpu: v.waiting_for_a_lock / allowed,
             remounts_per_second: v.runs_per_second,
             lock_handoffs_per_second: handoffs,
@@ -123,7 +127,7 @@ pub fn virtual_lock_storm(f: &Facts, t: &Thresholds) -> Option<Finding> {
     let mut summary = format!(
         "{head}: the JVM's dumps find {:.0} of its {:.0} virtual threads parked on a lock on \
          average — {:.1} per usable CPU ({allowed:.1}): about {:.0}% of the virtual threads' \
-         time is spent waiting for a lock — and its scheduler hands a lock on {:.0} times a \
+         time is spent waiting for a lock — and its scheduler hands a lock on about {:.0} times a \
          second, {:.0} per usable CPU, each an unpark, a park and a remount on a carrier. The \
          kernel sees none of it: the carriers stay busy",
         v.waiting_for_a_lock,

@@ -89,6 +89,7 @@ fn options(span: Option<u64>, interval: u64) -> SessionOptions {
         network: None,
         cpu_manager_state: vec!["/nonexistent/cpu_manager_state".into()],
         jvm_thread_dumps: false,
+        jvm_virtual_threads: false,
     }
 }
 
