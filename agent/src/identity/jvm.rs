@@ -188,13 +188,14 @@ impl Census {
 
     /// Adds one reading of the virtual threads of process `tgid`, in `cgroup`.
     pub fn add_virtual(&mut self, tgid: u32, cgroup: u64, r: &VirtualReading) {
-        match self.virtual_threads.get_mut(&tgid) {
-            Some(p) => {
-                p.merge(&VirtualProcess::of(cgroup, r));
-            }
-            None => {
-                self.virtual_threads
-                    .insert(tgid, VirtualProcess::of(cgroup, r));
+        self.merge_virtual(tgid, VirtualProcess::of(cgroup, r));
+    }
+
+    fn merge_virtual(&mut self, tgid: u32, p: VirtualProcess) {
+        match self.virtual_threads.entry(tgid) {
+            std::collections::hash_map::Entry::Occupied(mut e) => e.get_mut().merge(&p),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(p);
             }
         }
     }
@@ -209,12 +210,7 @@ impl Census {
             *self.threads.entry(*tid).or_default() += *c;
         }
         for (tgid, v) in &other.virtual_threads {
-            match self.virtual_threads.get_mut(tgid) {
-                Some(p) => p.merge(v),
-                None => {
-                    self.virtual_threads.insert(*tgid, v.clone());
-                }
-            }
+            self.merge_virtual(*tgid, v.clone());
         }
     }
 
@@ -451,14 +447,11 @@ fn maps_jvm(tgid: u32) -> bool {
 /// Whether a thread of `tgid` is its virtual-thread scheduler's (`VirtualThread-unparker`,
 /// `VirtualThread-unblocker`).
 fn has_virtual_threads(tgid: u32) -> Result<bool, attach::AttachError> {
-    let task = std::path::Path::new("/proc")
-        .join(tgid.to_string())
-        .join("task");
-    let entries = std::fs::read_dir(task).map_err(|_| attach::AttachError::Gone(tgid))?;
-    Ok(entries.flatten().any(|e| {
-        crate::files::kernel_text(e.path().join("comm"))
-            .is_some_and(|c| c.starts_with("VirtualThread-"))
-    }))
+    let proc = std::path::Path::new("/proc").join(tgid.to_string());
+    if !proc.join("task").is_dir() {
+        return Err(attach::AttachError::Gone(tgid));
+    }
+    Ok(super::runtime::count_threads_named(&proc, "VirtualThread-") > 0)
 }
 
 /// The host's thread id of each of the process's threads by its id in the process's PID

@@ -317,7 +317,9 @@ fn count_cpu_list(list: &str) -> Option<u32> {
     crate::identity::limits::parse_cpu_list(list).map(|c| c.len() as u32)
 }
 
-fn count_threads_named(proc: &Path, prefix: &str) -> u32 {
+/// How many of the process's threads (`proc`: its `/proc/<pid>`) have a name starting with
+/// `prefix`; 0 when its tasks cannot be read.
+pub(crate) fn count_threads_named(proc: &Path, prefix: &str) -> u32 {
     let Ok(tasks) = std::fs::read_dir(proc.join("task")) else {
         return 0;
     };
