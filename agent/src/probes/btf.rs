@@ -347,7 +347,17 @@ impl Btf {
 
     /// Whether the blob has a struct of this name.
     pub fn has_struct(&self, name: &str) -> bool {
-        self.find(&[KIND_STRUCT], name).is_some()
+        self.struct_id(name).is_some()
+    }
+
+    /// The id of the struct named `name` (what `bpf_rdonly_cast` is given).
+    pub fn struct_id(&self, name: &str) -> Option<u32> {
+        self.find(&[KIND_STRUCT], name)
+    }
+
+    /// The id of the function named `name` (a kfunc's, for a call of it).
+    pub fn func_id(&self, name: &str) -> Option<u32> {
+        self.find(&[KIND_FUNC], name)
     }
 }
 

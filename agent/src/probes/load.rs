@@ -16,6 +16,8 @@ pub enum LoadError {
     NothingAttached,
     #[error("{0}")]
     Btf(String),
+    #[error("cannot prepare the eBPF object: {0}")]
+    Kfuncs(String),
 }
 
 /// What a family needs from the running kernel, for `load` and for `stormwatch check`.
@@ -220,6 +222,11 @@ impl Probes {
         for family in chosen.iter_mut() {
             values.extend(family.globals(&facts));
         }
+        let cast = facts
+            .btf
+            .as_ref()
+            .and_then(|btf| kfuncs::RdonlyCast::find(btf, !facts.btf_external));
+        values.extend(kfuncs::RdonlyCast::globals(cast.as_ref()));
         // Our parse of the kernel's BTF is only for offsets: free it before the loader works.
         // The loader reuses aya's parse (kernel BTF is several MB; three copies at once would
         // set the agent's peak memory).
@@ -238,9 +245,12 @@ impl Probes {
         for (map, entries) in per_cpu_map_sizes(cpus, options.max_cgroups) {
             loader.map_max_entries(map, entries);
         }
+        let (object, _) =
+            kfuncs::rewrite(PROBES_OBJECT, cast.as_ref()).map_err(LoadError::Kfuncs)?;
         let mut ebpf = loader
-            .load(PROBES_OBJECT)
+            .load(object.bytes())
             .map_err(|e| LoadError::Object(Box::new(e)))?;
+        drop(object);
         if let Some(btf) = try_external {
             confirm_btf_file(&mut ebpf, &btf, &facts.btf_path).map_err(LoadError::Btf)?;
         }

@@ -13,6 +13,7 @@ pub mod demand;
 pub mod family;
 pub mod futex;
 pub mod gomutex;
+pub mod kfuncs;
 pub mod load;
 pub mod locks;
 pub mod map_io;

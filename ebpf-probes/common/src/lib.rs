@@ -18,6 +18,7 @@ pub mod futex;
 pub mod gomutex;
 pub mod handoff;
 pub mod histogram;
+pub mod kfuncs;
 pub mod locks;
 pub mod names;
 pub mod net;

@@ -6,6 +6,8 @@
 //! (`NET_ERRORS` for the network family), where the agent reads it.
 #![no_std]
 #![no_main]
+// `rdonly_cast`'s placeholder call (`shared`): inline assembly for the BPF target.
+#![feature(asm_experimental_arch)]
 
 mod bench;
 mod futex;

@@ -215,3 +215,29 @@ pub fn current_task() -> *mut task_struct {
     // SAFETY: a helper with no preconditions.
     unsafe { bpf_get_current_task_btf() }
 }
+
+/// `bpf_rdonly_cast(ptr, btf_id)`: `ptr` as a read-only pointer to the kernel struct whose BTF id
+/// is `btf_id` (a read-only global: the verifier needs the id as a constant), whose fields then
+/// load directly, as a tp_btf argument's do. Emitted as a placeholder call that the agent rewrites
+/// before load (`stormwatch_common::kfuncs`); only to be called where the probe checked that the
+/// agent made it the kfunc (`HAVE_RDONLY_CAST`), since elsewhere it is a plain move.
+#[inline(always)]
+pub fn rdonly_cast(ptr: u64, btf_id: u32) -> *const u8 {
+    let out: u64;
+    // SAFETY: a call (rewritten into the kfunc, which only retypes r1) with the calling
+    // convention's registers: arguments in r1 and r2, the result in r0, r1–r5 clobbered.
+    unsafe {
+        core::arch::asm!(
+            "call {marker}",
+            marker = const stormwatch_common::kfuncs::RDONLY_CAST_MARKER,
+            inout("r1") ptr => _,
+            inout("r2") btf_id as u64 => _,
+            out("r3") _,
+            out("r4") _,
+            out("r5") _,
+            lateout("r0") out,
+            options(nostack, pure, nomem),
+        );
+    }
+    out as *const u8
+}
