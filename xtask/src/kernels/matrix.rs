@@ -94,6 +94,20 @@ pub fn matrix_steps() -> Vec<Step> {
         ),
         // `run`: a storm's finding on /metrics while it lasts, gone after.
         test(Btf, "daemon", "a_lock_storm_is_a_finding_while_it_lasts"),
+        // Packets read through `bpf_rdonly_cast` (6.2+) or, on 6.1, the helper reads: the
+        // interfaces' counts against their drivers', GSO super-packets as their segments, an
+        // overlay's fragments and its finding.
+        test(
+            Btf,
+            "network",
+            "right_mtus_give_no_finding_and_counts_match_the_interfaces",
+        ),
+        test(Btf, "network", "tcp_super_packets_count_as_their_segments"),
+        test(
+            Btf,
+            "network",
+            "overlay_as_large_as_its_underlay_fragments_and_is_found",
+        ),
         // The kernel's BTF hidden from here on.
         agent(
             "check (BTF hidden)",
