@@ -2168,6 +2168,23 @@ pub struct Work {
 }
 
 impl Work {
+    /// The work per second of a program whose progress lines come on `out`, over `seconds`
+    /// from its first line at or after `settle` seconds; `None` when it stops printing first.
+    pub fn rate_over(out: impl std::io::Read, settle: f64, seconds: f64) -> Option<f64> {
+        let mut first: Option<Work> = None;
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            let Some(w) = Work::parse(&line) else {
+                continue;
+            };
+            match first {
+                None if w.seconds >= settle => first = Some(w),
+                Some(f) if w.seconds >= f.seconds + seconds => return w.rate_since(Some(f)),
+                _ => {}
+            }
+        }
+        None
+    }
+
     fn parse(line: &str) -> Option<Self> {
         let v: Value = serde_json::from_str(line).ok()?;
         Some(Self {

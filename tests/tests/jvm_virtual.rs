@@ -25,7 +25,7 @@ use stormwatch::identity::jvm::{
 };
 use stormwatch_tests::{
     TestCgroup, agent_output,
-    corpus::{jdk21, virtual_classes},
+    corpus::{Work, jdk21, virtual_classes},
     require_bpf, run_in_cgroup,
 };
 
@@ -58,23 +58,9 @@ impl Program {
 
     /// Its work per second over `seconds`, from its progress lines, after `settle` seconds.
     fn work_per_second(&mut self, settle: u64, seconds: u64) -> f64 {
-        use std::io::BufRead as _;
         let out = self.0.stdout.take().expect("the program's output");
-        let mut lines = std::io::BufReader::new(out).lines();
-        let read = |line: String| -> (f64, f64) {
-            let v: serde_json::Value = serde_json::from_str(&line).expect("a progress line");
-            (v["ops"].as_f64().unwrap(), v["seconds"].as_f64().unwrap())
-        };
-        let mut first = None;
-        for line in lines.by_ref() {
-            let (ops, s) = read(line.expect("a line"));
-            match first {
-                None if s >= settle as f64 => first = Some((ops, s)),
-                Some((o0, s0)) if s >= s0 + seconds as f64 => return (ops - o0) / (s - s0),
-                _ => {}
-            }
-        }
-        panic!("the program stopped printing its progress")
+        Work::rate_over(out, settle as f64, seconds as f64)
+            .expect("the program stopped printing its progress")
     }
 }
 
