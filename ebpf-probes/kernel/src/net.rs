@@ -463,11 +463,7 @@ impl Head4 {
             return Self::NONE;
         };
         let mut bytes = [0; HEAD4_LEN];
-        let mut i = 0;
-        while i < 20 {
-            bytes[i] = h[i];
-            i += 1;
-        }
+        put(&mut bytes, 0, &h);
         Self { bytes, read: 20 }
     }
 
