@@ -245,8 +245,7 @@ impl Probes {
         for (map, entries) in per_cpu_map_sizes(cpus, options.max_cgroups) {
             loader.map_max_entries(map, entries);
         }
-        let (object, _) =
-            kfuncs::rewrite(PROBES_OBJECT, cast.as_ref()).map_err(LoadError::Kfuncs)?;
+        let object = kfuncs::rewrite(PROBES_OBJECT, cast.as_ref()).map_err(LoadError::Kfuncs)?;
         let mut ebpf = loader
             .load(object.bytes())
             .map_err(|e| LoadError::Object(Box::new(e)))?;
