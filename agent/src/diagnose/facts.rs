@@ -56,7 +56,8 @@ pub struct Facts {
     /// The futex hand-offs of the window, told apart by who made them (see [`Handoffs`]).
     pub handoffs: Handoffs,
     /// The processes whose threads took part in hand-offs, with their runtimes, and the
-    /// native servers that size a spinning pool themselves (Redis's I/O threads).
+    /// native servers that size a pool themselves (Redis's I/O threads, memcached's and
+    /// nginx's event loops).
     pub runtimes: Vec<ProcessRuntime>,
     /// The call sites of the window's sampled hand-offs, where they are sampled and there were
     /// any.

@@ -106,6 +106,9 @@ pub struct Thresholds {
     pub storm_significant_steal_share: f64,
     pub storm_node_sized_min_host_per_allowed_cpu: f64,
     pub runtime_min_handoffs_per_cpu_second: f64,
+    pub runtime_event_loops_min_per_cpu: f64,
+    pub runtime_event_loops_min_wakes_per_cpu_second: f64,
+    pub runtime_event_loops_max_cpu_seconds_per_wake: f64,
     pub throttling_min_throttled_share: f64,
     pub throttling_critical_throttled_share: f64,
     pub runq_min_mean_seconds: f64,
@@ -142,6 +145,11 @@ impl Default for Thresholds {
             storm_significant_steal_share: STORM_SIGNIFICANT_STEAL_SHARE,
             storm_node_sized_min_host_per_allowed_cpu: STORM_NODE_SIZED_MIN_HOST_PER_ALLOWED_CPU,
             runtime_min_handoffs_per_cpu_second: RUNTIME_MIN_HANDOFFS_PER_CPU_SECOND,
+            runtime_event_loops_min_per_cpu: RUNTIME_EVENT_LOOPS_MIN_PER_CPU,
+            runtime_event_loops_min_wakes_per_cpu_second:
+                RUNTIME_EVENT_LOOPS_MIN_WAKES_PER_CPU_SECOND,
+            runtime_event_loops_max_cpu_seconds_per_wake:
+                RUNTIME_EVENT_LOOPS_MAX_CPU_SECONDS_PER_WAKE,
             throttling_min_throttled_share: THROTTLING_MIN_THROTTLED_SHARE,
             throttling_critical_throttled_share: THROTTLING_CRITICAL_THROTTLED_SHARE,
             runq_min_mean_seconds: RUNQ_MIN_MEAN_SECONDS,

@@ -65,6 +65,73 @@ pub struct ProcessRuntime {
     pub gc_threads: Option<u32>,
     /// Threads of the process.
     pub threads: Option<u32>,
+    /// The native server it is, where it sizes a pool of its own ([`Server`]); `cpus` then
+    /// holds that pool's setting.
+    pub server: Option<Server>,
+}
+
+/// A native server that sizes a pool of its own from a setting, which its threads (or worker
+/// processes) tell: how many there are, and how they wait for work. Its command line cannot
+/// always say (Redis rewrites its process title; nginx's count is in its configuration).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Server {
+    /// Redis's I/O threads (`io-threads`, 6.0 and later, named `io_thd_1`…): they and the
+    /// main thread spin-wait for each other.
+    Redis,
+    /// memcached's worker threads (`-t`, named `mc-worker`): each an event loop over the
+    /// connections it was dealt.
+    Memcached,
+    /// nginx's worker processes (`worker_processes`), each an event loop; read from the
+    /// master process, whose children they are.
+    Nginx,
+}
+
+impl Server {
+    /// Whether its pool's threads spin while they wait, so that more of them than CPUs only
+    /// take turns whatever the load, rather than sleep in an event loop until work comes.
+    pub fn spins(self) -> bool {
+        matches!(self, Server::Redis)
+    }
+
+    /// The server a process named `comm` with command line `args` is, if any: nginx only as
+    /// its master (`nginx: master process …`), which the workers' count is read from.
+    fn of(comm: &str, args: &[String]) -> Option<Self> {
+        match comm {
+            "redis-server" => Some(Server::Redis),
+            "memcached" => Some(Server::Memcached),
+            "nginx"
+                if args
+                    .first()
+                    .is_some_and(|a| a.starts_with("nginx: master process")) =>
+            {
+                Some(Server::Nginx)
+            }
+            _ => None,
+        }
+    }
+
+    /// Its pool's setting, counted from the process at `proc` (its `/proc/<pid>`): `None` for
+    /// a Redis without I/O threads, or a pool that could not be counted.
+    fn setting(self, proc: &Path) -> Option<CpuSetting> {
+        let (name, value, source) = match self {
+            // The main thread does I/O too: `io-threads 4` starts three.
+            Server::Redis => match count_threads_named(proc, "io_thd_") {
+                0 => return None,
+                io => ("io-threads", io + 1, "threads"),
+            },
+            Server::Memcached => ("-t", count_threads_named(proc, "mc-worker"), "threads"),
+            Server::Nginx => (
+                "worker_processes",
+                count_children(proc, "nginx: worker process"),
+                "worker processes",
+            ),
+        };
+        (value > 0).then_some(CpuSetting {
+            name,
+            value,
+            source,
+        })
+    }
 }
 
 /// Reads a process's runtime; `None` when the process is gone or cannot be read.
@@ -92,8 +159,12 @@ pub fn read(tgid: u32) -> Option<ProcessRuntime> {
     let env = nul_separated(&environ);
     let args = nul_separated(&cmdline);
     let gc_threads = (runtime == Runtime::Jvm).then(|| count_threads_named(&proc, "GC Thread#"));
-    let cpus = match runtime {
-        Runtime::Native => server_threads_setting(&comm, &proc),
+    let server = (runtime == Runtime::Native)
+        .then(|| Server::of(&comm, &args))
+        .flatten();
+    let cpus = match (&runtime, server) {
+        (Runtime::Native, Some(s)) => s.setting(&proc),
+        (Runtime::Native, None) => None,
         _ => cpu_setting(&runtime, &env, &args, affinity),
     };
     Some(ProcessRuntime {
@@ -103,6 +174,7 @@ pub fn read(tgid: u32) -> Option<ProcessRuntime> {
         cpus,
         gc_threads,
         threads,
+        server,
     })
 }
 
@@ -158,37 +230,24 @@ fn cpu_setting(
     }
 }
 
-/// Process `tgid`'s runtime if it is a native server that sizes a spinning pool itself (Redis's
-/// `io-threads`, counted from its threads) and says how: such threads spin rather than park, so no futex
-/// hand-off brings the process to the diagnosis, which looks at a cgroup's processes for them
-/// instead. Only the name is read of any other process.
+/// Process `tgid`'s runtime if it is a native server that sizes a pool of its own ([`Server`])
+/// and says how big: such pools wait without futex hand-offs (Redis's I/O threads spin,
+/// memcached's and nginx's event loops sleep in `epoll_wait`), so none brings the process to
+/// the diagnosis, which looks at a cgroup's processes for them instead. Only the name (and,
+/// for a process named like a server, the command line) is read of any other process.
 pub fn sized_server(tgid: u32) -> Option<ProcessRuntime> {
-    let comm = crate::files::kernel_text(format!("/proc/{tgid}/comm"))?;
-    if !SPINNING_SERVERS.contains(&comm.trim_end()) {
+    let proc = Path::new("/proc").join(tgid.to_string());
+    let comm = crate::files::kernel_text(proc.join("comm"))?;
+    if !SERVERS.contains(&comm.trim_end()) {
         return None;
     }
-    read(tgid).filter(|p| p.cpus.is_some())
+    let cmdline = crate::files::kernel_bytes(proc.join("cmdline")).unwrap_or_default();
+    Server::of(comm.trim_end(), &nul_separated(&cmdline))?;
+    read(tgid).filter(|p| p.server.is_some() && p.cpus.is_some())
 }
 
-/// The native servers whose threads setting [`server_threads_setting`] reads.
-const SPINNING_SERVERS: [&str; 1] = ["redis-server"];
-
-/// A native server's own setting of how many threads spin for its work, read from its threads:
-/// Redis's `io-threads` (6.0 and later) counts its main thread and the I/O threads it starts,
-/// named `io_thd_1`… (its command line cannot say: Redis rewrites its process title). Its I/O
-/// threads and main thread spin-wait for each other, so more of them than CPUs only take
-/// turns. `None` for any other program, and for a Redis without I/O threads.
-fn server_threads_setting(comm: &str, proc: &Path) -> Option<CpuSetting> {
-    if !SPINNING_SERVERS.contains(&comm) {
-        return None;
-    }
-    let io_threads = count_threads_named(proc, "io_thd_");
-    (io_threads > 0).then(|| CpuSetting {
-        name: "io-threads",
-        value: io_threads + 1,
-        source: "threads",
-    })
-}
+/// The names ([`Server::of`]) of the native servers whose pools are read.
+const SERVERS: [&str; 3] = ["redis-server", "memcached", "nginx"];
 
 /// Whether a thread of `runtime` named `comm` is one of the runtime's own service threads: they
 /// sleep until the runtime has work for them (a compilation, a collection, a signal, a
@@ -317,6 +376,26 @@ fn count_cpu_list(list: &str) -> Option<u32> {
     crate::identity::limits::parse_cpu_list(list).map(|c| c.len() as u32)
 }
 
+/// How many of the children of the process at `proc` (its `/proc/<pid>`: those its main thread
+/// started, as a server's master starts its workers) have a command line starting with
+/// `title`; 0 when they cannot be read.
+fn count_children(proc: &Path, title: &str) -> u32 {
+    let (Some(pid), Some(all)) = (proc.file_name(), proc.parent()) else {
+        return 0;
+    };
+    let Some(children) = crate::files::kernel_text(proc.join("task").join(pid).join("children"))
+    else {
+        return 0;
+    };
+    children
+        .split_whitespace()
+        .filter(|child| {
+            crate::files::kernel_bytes(all.join(child).join("cmdline"))
+                .is_some_and(|c| c.starts_with(title.as_bytes()))
+        })
+        .count() as u32
+}
+
 /// How many of the process's threads (`proc`: its `/proc/<pid>`) have a name starting with
 /// `prefix`; 0 when its tasks cannot be read.
 pub(crate) fn count_threads_named(proc: &Path, prefix: &str) -> u32 {
@@ -393,6 +472,108 @@ pub fn go_minor(version: &str) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A `/proc` of one server process (`pid`) with threads named `threads` and children with
+    /// command lines `children`, written under a temporary directory.
+    fn fake_proc(pid: u32, threads: &[&str], children: &[&str]) -> tempfile::TempDir {
+        let root = tempfile::tempdir().unwrap();
+        let proc = root.path().join(pid.to_string());
+        for (i, comm) in threads.iter().enumerate() {
+            let task = proc.join("task").join((pid + i as u32).to_string());
+            std::fs::create_dir_all(&task).unwrap();
+            std::fs::write(task.join("comm"), format!("{comm}\n")).unwrap();
+        }
+        let kids: Vec<String> = (0..children.len())
+            .map(|i| (pid + 100 + i as u32).to_string())
+            .collect();
+        std::fs::write(
+            proc.join("task").join(pid.to_string()).join("children"),
+            kids.iter().map(|k| format!("{k} ")).collect::<String>(),
+        )
+        .unwrap();
+        for (kid, cmdline) in kids.iter().zip(children) {
+            let dir = root.path().join(kid);
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("cmdline"), format!("{cmdline}\0\0\0")).unwrap();
+        }
+        root
+    }
+
+    /// Each server's pool is counted from what names it: Redis's `io_thd_` threads and its main
+    /// thread, memcached's `mc-worker` threads, nginx's master's children that are workers
+    /// (not its cache manager); an nginx worker, or a Redis without I/O threads, is no sized
+    /// server.
+    #[test]
+    fn servers_pools_are_counted_from_their_threads_and_workers() {
+        let args = |a: &str| vec![a.to_owned()];
+        let redis = fake_proc(
+            10,
+            &[
+                "redis-server",
+                "io_thd_1",
+                "io_thd_2",
+                "io_thd_3",
+                "bio_close_file",
+            ],
+            &[],
+        );
+        let server = Server::of("redis-server", &args("redis-server *:6379")).unwrap();
+        assert!(server.spins());
+        assert_eq!(
+            server.setting(&redis.path().join("10")),
+            Some(CpuSetting {
+                name: "io-threads",
+                value: 4,
+                source: "threads"
+            })
+        );
+        let plain = fake_proc(11, &["redis-server", "bio_close_file"], &[]);
+        assert_eq!(server.setting(&plain.path().join("11")), None);
+
+        let mc = fake_proc(
+            20,
+            &[
+                "memcached",
+                "mc-worker",
+                "mc-worker",
+                "mc-worker",
+                "mc-lrumaint",
+            ],
+            &[],
+        );
+        let server = Server::of("memcached", &args("memcached")).unwrap();
+        assert!(!server.spins());
+        assert_eq!(
+            server.setting(&mc.path().join("20")),
+            Some(CpuSetting {
+                name: "-t",
+                value: 3,
+                source: "threads"
+            })
+        );
+
+        let nginx = fake_proc(
+            30,
+            &["nginx"],
+            &[
+                "nginx: worker process",
+                "nginx: worker process",
+                "nginx: cache manager process",
+            ],
+        );
+        let master = args("nginx: master process /usr/sbin/nginx -c /etc/nginx/nginx.conf");
+        let server = Server::of("nginx", &master).unwrap();
+        assert_eq!(
+            server.setting(&nginx.path().join("30")),
+            Some(CpuSetting {
+                name: "worker_processes",
+                value: 2,
+                source: "worker processes"
+            })
+        );
+        assert_eq!(Server::of("nginx", &args("nginx: worker process")), None);
+        assert_eq!(Server::of("postgres", &args("postgres")), None);
+    }
 
     fn buildinfo(version: &str) -> Vec<u8> {
         let mut b = Vec::new();

@@ -139,6 +139,22 @@ pub mod defaults {
     /// and a context switch, paid for threads that cannot run at once anyway. Or when the
     /// container keeps its CPUs saturated (`STORM_SATURATED_RUNNABLE_PER_CPU`).
     pub const RUNTIME_MIN_HANDOFFS_PER_CPU_SECOND: f64 = 100.0;
+    /// A server whose pool is of event loops (memcached's `-t`, nginx's `worker_processes`)
+    /// is named once it runs at least twice as many as the container's CPUs: under load each
+    /// loop takes the requests ready on its own connections per wake-up, so at twice the CPUs
+    /// each carries at most half the requests a wake-up that as many loops as CPUs would.
+    /// Both servers' documentation advise no more than the CPU cores. Chosen from that, not
+    /// fitted: the corpus's two such tuning cases run 32 per CPU (tests/CORPUS.md).
+    pub const RUNTIME_EVENT_LOOPS_MIN_PER_CPU: f64 = 2.0;
+    /// …and while it costs: its threads wake at least this often per second per allowed CPU
+    /// (`voluntary_switches`)…
+    pub const RUNTIME_EVENT_LOOPS_MIN_WAKES_PER_CPU_SECOND: f64 = 5_000.0;
+    /// …for at most this much CPU a wake-up: a wake and its context switches then weigh on
+    /// each request. memcached with 64 workers on 2 CPUs woke 48,000–56,000 times/s per CPU
+    /// for 10–11 µs each (2 workers: 5,400–6,100 for 74–82 µs), nginx with 64 workers
+    /// 17,000–18,000 for 20–21 µs (2 workers: 8,700–9,400 for 31–33 µs), by hand
+    /// (2026-12-01, AMD guest): the lines sit a factor of 2.5 or more from the tuning cases.
+    pub const RUNTIME_EVENT_LOOPS_MAX_CPU_SECONDS_PER_WAKE: f64 = 50e-6;
     /// Share of the quota's periods in which it ran out: in 5% of its periods (one in twenty)
     /// the container stands stalled until the period ends, enough to show in tail latency.
     pub const THROTTLING_MIN_THROTTLED_SHARE: f64 = 0.05;

@@ -1,9 +1,11 @@
-//! The runtime-sizing rule: a Go, JVM or .NET runtime (or a server's spinning thread pool:
-//! Redis's I/O threads) sized for more CPUs than the container may use.
+//! The runtime-sizing rule: a Go, JVM or .NET runtime (or a server's own pool: Redis's spinning
+//! I/O threads, memcached's and nginx's event loops) sized for more CPUs than the container may
+//! use.
 
 use std::collections::BTreeMap;
 
 use super::{Facts, Finding, Kind, LockPair, Severity, Thresholds, limits_evidence};
+use crate::identity::runtime::{ProcessRuntime, Runtime, Server};
 
 /// A runtime sized for more CPUs than the container may use, while that costs it: Go's
 /// `GOMAXPROCS`, the JVM's active processor count (and the GC pool it sized from it), .NET's
@@ -11,20 +13,39 @@ use super::{Facts, Finding, Kind, LockPair, Severity, Thresholds, limits_evidenc
 /// threads), never guessed. It costs the container when the runtime's scheduler hands work
 /// between its parked threads often (`runtime_min_handoffs_per_cpu_second` per allowed CPU),
 /// or when the container keeps its CPUs saturated: then more threads than CPUs only take turns.
+/// A server's pool of event loops (memcached, nginx) sleeps in `epoll_wait` instead and costs
+/// in another way (`EventLoops`): it is named at twice the CPUs or more, while its threads
+/// wake often for little work each.
 pub fn runtime_sizing(f: &Facts, t: &Thresholds) -> Option<Finding> {
     let allowed = f.allowed_cpus();
     let n = allowed.ceil().max(1.0) as u32;
     let runtime_rate = f.runtime_handoffs_per_second() / allowed;
     let saturated = f.runnable_threads() / allowed >= t.storm_saturated_runnable_per_cpu;
-    if !(saturated || runtime_rate >= t.runtime_min_handoffs_per_cpu_second) {
+    let pools_cost = saturated || runtime_rate >= t.runtime_min_handoffs_per_cpu_second;
+    let loops = EventLoops::of(f);
+    let loops_cost = loops.costs(t);
+    if !(pools_cost || loops_cost) {
         return None;
     }
     let mut sized: Vec<String> = Vec::new();
     let mut recs: Vec<String> = Vec::new();
     let mut largest = 0u32;
+    let mut event_loops_named = false;
     for p in &f.runtimes {
+        let event_loops = p.server.is_some_and(|s| !s.spins());
+        let costs = if event_loops {
+            loops_cost
+                && p.cpus.as_ref().is_some_and(|c| {
+                    f64::from(c.value) >= t.runtime_event_loops_min_per_cpu * allowed
+                })
+        } else {
+            pools_cost
+        };
+        if !costs {
+            continue;
+        }
         let version = match &p.runtime {
-            crate::identity::runtime::Runtime::Go { version } => version.clone(),
+            Runtime::Go { version } => version.clone(),
             _ => None,
         };
         let what = format!(
@@ -44,15 +65,24 @@ pub fn runtime_sizing(f: &Facts, t: &Thresholds) -> Option<Finding> {
                     "{what} runs {} = {} (the CPUs it may run on: before Go 1.25 the runtime does not read the CPU limit)",
                     c.name, c.value
                 ),
-                "threads" => format!(
+                _ if p.server == Some(Server::Redis) => format!(
                     "{what} runs {} {} (from its threads: the main thread and {} I/O threads, which spin while they wait for each other)",
                     c.name,
                     c.value,
                     c.value.saturating_sub(1)
                 ),
+                _ if p.server == Some(Server::Memcached) => format!(
+                    "{what} runs {} {} (from its threads: {} mc-worker threads, each an event loop over the connections it was dealt)",
+                    c.name, c.value, c.value
+                ),
+                _ if p.server == Some(Server::Nginx) => format!(
+                    "{what} runs {} {} (from its worker processes, each an event loop)",
+                    c.name, c.value
+                ),
                 source => format!("{what} runs {}={} (from its {source})", c.name, c.value),
             });
-            recs.push(runtime_fix(&p.runtime, c.name, c.source, n));
+            recs.push(runtime_fix(p, c.source, n));
+            event_loops_named |= event_loops;
         } else if let Some(gc) = p.gc_threads.filter(|g| *g > n) {
             largest = largest.max(gc);
             sized.push(format!(
@@ -82,6 +112,17 @@ pub fn runtime_sizing(f: &Facts, t: &Thresholds) -> Option<Finding> {
     }
     if saturated {
         summary.push_str("; the container keeps its CPUs saturated");
+    }
+    if event_loops_named {
+        summary.push_str(&format!(
+            "; its threads woke {:.0} times/s per CPU for {:.0} µs of CPU each: with more event \
+             loops than CPUs each wakes for the few requests ready on its own connections, where \
+             as many loops as CPUs would take several per wake-up",
+            loops.wakes_per_cpu_second,
+            loops.cpu_seconds_per_wake * 1e6
+        ));
+        e.insert("wakes_per_cpu_second", loops.wakes_per_cpu_second);
+        e.insert("cpu_seconds_per_wake", loops.cpu_seconds_per_wake);
     }
     if let Some(a) = f.binding_ancestor_quota() {
         let own = f
@@ -187,8 +228,7 @@ pub(super) fn go_mutex_named(f: &Facts) -> Option<GoMutexWords> {
     })
 }
 
-fn runtime_label(r: &crate::identity::runtime::Runtime) -> &'static str {
-    use crate::identity::runtime::Runtime;
+fn runtime_label(r: &Runtime) -> &'static str {
     match r {
         Runtime::Go { .. } => "Go",
         Runtime::Jvm => "JVM",
@@ -197,25 +237,60 @@ fn runtime_label(r: &crate::identity::runtime::Runtime) -> &'static str {
     }
 }
 
-fn runtime_fix(r: &crate::identity::runtime::Runtime, name: &str, source: &str, n: u32) -> String {
-    use crate::identity::runtime::Runtime;
-    match r {
-        Runtime::Go { .. } if source == "environment" => format!(
-            "Set GOMAXPROCS={n}, or unset it on Go 1.25 and later, which read the container's CPU limit themselves (older: go.uber.org/automaxprocs): {name} above the CPUs it may use only adds Ms that park and wake to pass goroutines around."
+fn runtime_fix(p: &ProcessRuntime, source: &str, n: u32) -> String {
+    match (&p.runtime, p.server) {
+        (Runtime::Go { .. }, _) if source == "environment" => format!(
+            "Set GOMAXPROCS={n}, or unset it on Go 1.25 and later, which read the container's CPU limit themselves (older: go.uber.org/automaxprocs): GOMAXPROCS above the CPUs it may use only adds Ms that park and wake to pass goroutines around."
         ),
-        Runtime::Go { .. } => format!(
+        (Runtime::Go { .. }, _) => format!(
             "Set GOMAXPROCS={n}, or build with Go 1.25 or later, which reads the container's CPU limit (older: go.uber.org/automaxprocs)."
         ),
-        Runtime::Jvm => format!(
+        (Runtime::Jvm, _) => format!(
             "Set -XX:ActiveProcessorCount={n} (or remove the flag: with container support the JVM reads the CPU limit itself); its GC, JIT and ForkJoin pools follow it."
         ),
-        Runtime::DotNet => format!(
+        (Runtime::DotNet, _) => format!(
             "Set DOTNET_PROCESSOR_COUNT={n}, or unset it: .NET reads the container's CPU limit itself."
         ),
-        Runtime::Native if name == "io-threads" => format!(
+        (Runtime::Native, Some(Server::Redis)) => format!(
             "Set io-threads {} (in redis.conf, or --io-threads): Redis's I/O threads and main thread spin-wait for each other, so threaded I/O pays only where they each have a CPU; Redis advises it from 4 cores on, with a core left over, and finds more than 8 threads seldom help.",
             if n >= 4 { (n - 1).min(8) } else { 1 }
         ),
-        Runtime::Native => format!("Size the program's pools to {n} CPU(s)."),
+        (Runtime::Native, Some(Server::Memcached)) => format!(
+            "Start memcached with -t {n} (--threads): its documentation finds more threads than CPU cores seldom useful, and each worker is an event loop over the connections it was dealt, so fewer workers take several ready requests per wake-up."
+        ),
+        (Runtime::Native, Some(Server::Nginx)) => format!(
+            "Set worker_processes {n}; in nginx.conf: nginx's documentation advises one worker per CPU core, and each worker is an event loop, so fewer take several ready requests per wake-up (`auto` does not read a CPU quota)."
+        ),
+        (Runtime::Native, None) => format!("Size the program's pools to {n} CPU(s)."),
+    }
+}
+
+/// How a container's threads woke over the window: often, for little CPU each, is what a pool
+/// of more event loops than CPUs costs (each loop wakes for the requests ready on its own
+/// connections; as many loops as CPUs would take several per wake-up, and every wake-up is a
+/// context switch in and out).
+#[derive(Clone, Copy, Debug, Default)]
+struct EventLoops {
+    /// Voluntary switches (each a sleep, ended by a wake-up) per second per allowed CPU.
+    wakes_per_cpu_second: f64,
+    /// The container's CPU time per voluntary switch.
+    cpu_seconds_per_wake: f64,
+}
+
+impl EventLoops {
+    fn of(f: &Facts) -> Self {
+        let wakes = f.sched.voluntary_switches as f64;
+        if wakes == 0.0 || f.window_seconds <= 0.0 {
+            return Self::default();
+        }
+        Self {
+            wakes_per_cpu_second: wakes / f.window_seconds / f.allowed_cpus(),
+            cpu_seconds_per_wake: f.sched.oncpu_ns as f64 / 1e9 / wakes,
+        }
+    }
+
+    fn costs(&self, t: &Thresholds) -> bool {
+        self.wakes_per_cpu_second >= t.runtime_event_loops_min_wakes_per_cpu_second
+            && self.cpu_seconds_per_wake <= t.runtime_event_loops_max_cpu_seconds_per_wake
     }
 }

@@ -467,6 +467,7 @@ fn redis_io_threads_above_the_cpus_are_named() {
         }),
         gc_threads: None,
         threads: Some(9),
+        server: Some(crate::identity::runtime::Server::Redis),
     }];
     assert!(
         spinning.runnable_threads() / spinning.allowed_cpus() >= t.storm_saturated_runnable_per_cpu,
@@ -489,6 +490,83 @@ fn redis_io_threads_above_the_cpus_are_named() {
     let mut fits = spinning.clone();
     fits.runtimes[0].cpus.as_mut().unwrap().value = 2;
     assert!(runtime_sizing(&fits, &t).is_none());
+}
+
+/// memcached's and nginx's pools are event loops, which sleep rather than spin: sized at twice
+/// the CPUs or more, they are named while the container's threads wake often for little CPU
+/// each (each loop woken for the few requests on its own connections), not when its CPUs are
+/// merely busy; and never below twice the CPUs.
+#[test]
+fn event_loop_pools_above_the_cpus_are_named_while_they_wake_for_little() {
+    use crate::identity::runtime::{CpuSetting, ProcessRuntime, Runtime, Server};
+    let t = Thresholds::default();
+    let server = |server: Server, comm: &str, name: &'static str, value: u32| ProcessRuntime {
+        tgid: 9,
+        comm: comm.into(),
+        runtime: Runtime::Native,
+        cpus: Some(CpuSetting {
+            name,
+            value,
+            source: "threads",
+        }),
+        gc_threads: None,
+        threads: Some(value + 5),
+        server: Some(server),
+    };
+    // A window of 10 s on 2 CPUs with no futex hand-offs and few runnable threads: 1,000,000
+    // wake-ups (50,000/s per CPU) for 10 s of CPU, 10 µs each, as memcached's 64 workers.
+    let mut loops = base("/server");
+    loops.threads = Some(70);
+    loops.sched.voluntary_switches = 1_000_000;
+    loops.sched.oncpu_ns = 10 * S;
+    assert_eq!((loops.allowed_cpus(), loops.window_seconds), (2.0, 10.0));
+    assert!(loops.runnable_threads() / loops.allowed_cpus() < t.storm_saturated_runnable_per_cpu);
+    let mut mc = loops.clone();
+    mc.runtimes = vec![server(Server::Memcached, "memcached", "-t", 64)];
+    let found = runtime_sizing(&mc, &t).expect("64 event loops on 2 CPUs, waking for 10 µs");
+    assert!(
+        found
+            .summary
+            .contains("native process 9 (memcached) runs -t 64 (from its threads: 64 mc-worker")
+            && found
+                .summary
+                .contains("woke 50000 times/s per CPU for 10 µs of CPU each"),
+        "{}",
+        found.summary
+    );
+    assert!(
+        found.recommendations[0].starts_with("Start memcached with -t 2 "),
+        "{:?}",
+        found.recommendations
+    );
+    assert_eq!(found.evidence["wakes_per_cpu_second"], 50_000.0);
+    let mut nginx = loops.clone();
+    nginx.runtimes = vec![server(Server::Nginx, "nginx", "worker_processes", 16)];
+    let found = runtime_sizing(&nginx, &t).expect("16 workers on 2 CPUs");
+    assert!(
+        found
+            .summary
+            .contains("runs worker_processes 16 (from its worker processes")
+            && found.recommendations[0].starts_with("Set worker_processes 2;"),
+        "{found:?}"
+    );
+    // Below twice the CPUs: not named, however its threads wake.
+    let mut three = mc.clone();
+    three.runtimes[0].cpus.as_mut().unwrap().value = 3;
+    assert!(runtime_sizing(&three, &t).is_none());
+    // Each wake-up carrying more work (100 µs of CPU: requests taken several at a time), or
+    // wake-ups too few to weigh: not named. The first keeps its CPUs saturated, which names a
+    // spinning pool, not a pool of event loops.
+    let mut batching = mc.clone();
+    batching.sched.oncpu_ns = 100 * S;
+    assert!(
+        batching.runnable_threads() / batching.allowed_cpus() >= t.storm_saturated_runnable_per_cpu
+    );
+    assert!(runtime_sizing(&batching, &t).is_none());
+    let mut quiet = mc.clone();
+    quiet.sched.voluntary_switches = 50_000;
+    quiet.sched.oncpu_ns = S / 2;
+    assert!(runtime_sizing(&quiet, &t).is_none());
 }
 
 /// The same kernel figures, but every hand-off made by a runtime's own parked threads (a Go
@@ -523,6 +601,7 @@ fn hand_offs_of_work_are_not_a_lock() {
         }),
         gc_threads: None,
         threads: Some(20),
+        server: None,
     }];
     let found = runtime_sizing(&go, &t).expect("sized for 16 CPUs on 2");
     assert!(

@@ -189,9 +189,10 @@ pub(super) fn tell_handoffs_apart(
 }
 
 /// Adds to each cgroup's processes (`out`, from [`tell_handoffs_apart`]) its native servers
-/// that size a spinning pool themselves ([`sized_server`]: Redis's I/O threads). Their threads
-/// spin instead of parking, so no hand-off brings them; each cgroup of the window with a path
-/// has its processes listed once a window, and only their names read but for such a server.
+/// that size a pool themselves ([`sized_server`]: Redis's I/O threads, memcached's and nginx's
+/// event loops). Their threads spin, or sleep in `epoll_wait`, instead of parking on futexes,
+/// so no hand-off brings them; each cgroup of the window with a path has its processes listed
+/// once a window, and only their names read but for such a server.
 pub(super) fn add_sized_servers(
     window: &Window,
     paths: &HashMap<u64, String>,

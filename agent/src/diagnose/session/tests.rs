@@ -439,6 +439,7 @@ fn native(tgid: u32, comm: &str) -> crate::identity::runtime::ProcessRuntime {
         cpus: None,
         gc_threads: None,
         threads: None,
+        server: None,
     }
 }
 
