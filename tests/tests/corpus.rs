@@ -7,7 +7,7 @@
 use libtest_mimic::{Arguments, Failed, Trial};
 use stormwatch::diagnose::rules::defaults;
 use stormwatch_tests::{
-    corpus::{self, Case, Check, Expect, LOCK_BOUND_GAIN, NO_CLEAR_GAIN, Outcome, Split},
+    corpus::{self, Case, Check, Expect, LOCK_BOUND_GAIN, NO_CLEAR_GAIN, NO_COST, Outcome, Split},
     require_bpf,
 };
 
@@ -543,7 +543,8 @@ fn cpu_per_work_ratio(case: &Case) -> (f64, Vec<f64>) {
 /// A server loaded from outside its cgroup (`Check::NoCostlierPerWorkOrOversubscribed`): its
 /// thread count costs it no more than [`NO_CLEAR_GAIN`]× the CPU per unit of work its
 /// counterfactual (fewer threads) spends, in the median of 3 pairs of runs, or the agent names
-/// that cost as the case with work per second does.
+/// that cost as the case with work per second does; and where it costs no more than
+/// [`NO_COST`]×, no `runtime_sizing` finding says it does.
 fn assert_no_costlier_per_work_or_oversubscribed(case: &Case, o: &Outcome) {
     let (ratio, ratios) = cpu_per_work_ratio(case);
     assert!(
@@ -555,6 +556,18 @@ fn assert_no_costlier_per_work_or_oversubscribed(case: &Case, o: &Outcome) {
         case.name,
         case.counterfactual,
         o.kinds,
+    );
+    assert!(
+        ratio > NO_COST || o.findings_of("runtime_sizing").is_empty(),
+        "{}: it spent {ratio:.2}× the CPU per unit of work its counterfactual ({:?}) does \
+         (median of {ratios:.2?}), no more than {NO_COST}×, yet runtime_sizing says its sizing \
+         costs it: {:?}",
+        case.name,
+        case.counterfactual,
+        o.findings_of("runtime_sizing")
+            .iter()
+            .map(|f| &f.summary)
+            .collect::<Vec<_>>(),
     );
 }
 
