@@ -375,7 +375,7 @@ impl Facts {
         self.cpuset_cpus.filter(|n| *n < self.host_cpus)
     }
 
-    fn per_second(&self, v: f64) -> f64 {
+    pub(crate) fn per_second(&self, v: f64) -> f64 {
         v / self.window_seconds.max(1e-9)
     }
 

@@ -284,7 +284,7 @@ impl EventLoops {
             return Self::default();
         }
         Self {
-            wakes_per_cpu_second: wakes / f.window_seconds / f.allowed_cpus(),
+            wakes_per_cpu_second: f.per_second(wakes) / f.allowed_cpus(),
             cpu_seconds_per_wake: f.sched.oncpu_ns as f64 / 1e9 / wakes,
         }
     }
