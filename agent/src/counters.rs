@@ -105,6 +105,10 @@ pub struct GoMutexFigures {
     pub contended_locks: u64,
     /// `Unlock` calls that had waiters (or flags) to hand on (`unlockSlow`).
     pub handing_unlocks: u64,
+    /// On-CPU samples of the cgroup's Go processes whose clocks are read, all the time (not in
+    /// bursts: `probes::gocpu`), and those of them in the mutex's code.
+    pub cpu_samples: u64,
+    pub mutex_cpu_samples: u64,
 }
 
 impl GoMutexFigures {
@@ -112,7 +116,20 @@ impl GoMutexFigures {
         probed_ns: 0,
         contended_locks: 0,
         handing_unlocks: 0,
+        cpu_samples: 0,
+        mutex_cpu_samples: 0,
     };
+
+    /// The share of the on-CPU samples in the mutex's code, with the samples it is of; `None`
+    /// without samples.
+    pub fn mutex_cpu_share(&self) -> Option<(f64, u64)> {
+        (self.cpu_samples > 0).then(|| {
+            (
+                self.mutex_cpu_samples as f64 / self.cpu_samples as f64,
+                self.cpu_samples,
+            )
+        })
+    }
 
     /// Contended `Lock` calls per second of the time the uprobes were attached.
     pub fn contended_locks_per_second(&self) -> Option<f64> {
@@ -286,24 +303,33 @@ mod tests {
             probed_ns: 100_000_000,
             contended_locks: 300,
             handing_unlocks: 600,
+            cpu_samples: 900,
+            mutex_cpu_samples: 90,
         };
         let b = GoMutexFigures {
             probed_ns: 100_000_000,
             contended_locks: 100,
             handing_unlocks: 200,
+            cpu_samples: 100,
+            mutex_cpu_samples: 60,
         };
         a.add(&b);
         assert_eq!(a.contended_locks, 400);
         assert_eq!(a.contended_locks_per_second(), Some(2000.0));
         assert_eq!(a.handing_unlocks_per_second(), Some(4000.0));
+        // The sampler's share is of all the samples added: 150 of 1,000.
+        assert_eq!(a.mutex_cpu_share(), Some((0.15, 1000)));
         assert_eq!(
             a.since(&b),
             Some(GoMutexFigures {
                 probed_ns: 100_000_000,
                 contended_locks: 300,
-                handing_unlocks: 600
+                handing_unlocks: 600,
+                cpu_samples: 900,
+                mutex_cpu_samples: 90,
             })
         );
+        assert_eq!(GoMutexFigures::ZERO.mutex_cpu_share(), None);
         // Never probed: no rate, rather than a rate of zero.
         assert_eq!(GoMutexFigures::ZERO.contended_locks_per_second(), None);
         // Probed and quiet: a rate of zero.
@@ -320,7 +346,7 @@ mod tests {
         assert_eq!(words(&SchedStats::ZERO).len(), 5 + 3 * (2 + 32));
         assert_eq!(words(&LockStats::ZERO).len(), 2 * 7);
         assert_eq!(words(&FutexStats::ZERO).len(), 6 + 2 + 32);
-        assert_eq!(words(&GoMutexFigures::ZERO).len(), 3);
+        assert_eq!(words(&GoMutexFigures::ZERO).len(), 5);
     }
 
     #[test]

@@ -98,7 +98,7 @@ impl Engine {
         options: EngineOptions,
         adjust: impl FnOnce(&mut SessionOptions),
     ) -> anyhow::Result<Self> {
-        let pipeline = Pipeline::start(&options.load, resolver)?;
+        let mut pipeline = Pipeline::start(&options.load, resolver)?;
         let mut session_options = session_options(
             &pipeline,
             options.span,
@@ -118,6 +118,7 @@ impl Engine {
         if pipeline.probes.on_demand(Tier::Futex) {
             session.set_futex_watch(FutexWatch::Off);
         }
+        watch_go_cpu(&mut pipeline, &session);
         let tiers = Controller::new(
             &pipeline.probes,
             options.span.unwrap_or(options.interval),
@@ -143,6 +144,7 @@ impl Engine {
         let stepped = self
             .session
             .observe(&window, |id| resolver.path(id), Instant::now());
+        watch_go_cpu(&mut self.pipeline, &self.session);
         Ok(Ticked { window, stepped })
     }
 
@@ -279,4 +281,11 @@ impl Clock {
         }
         over
     }
+}
+
+/// Tells the Go on-CPU sampler which processes to count: those whose runtime clocks the
+/// session read at its last edge (a process seen first now is sampled from the next window).
+fn watch_go_cpu(pipeline: &mut Pipeline, session: &Session) {
+    let (ebpf, families) = pipeline.probes.families_mut();
+    families.go_mutex.cpu.watch(ebpf, session.go_tgids());
 }

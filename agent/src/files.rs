@@ -184,6 +184,35 @@ pub fn kernel_bytes(path: impl AsRef<Path>) -> Option<Vec<u8>> {
     read(path.as_ref(), Kind::Kernel).ok()
 }
 
+/// A process's executable by device and inode (through `/proc/<pid>/exe`, which the kernel
+/// resolves to the container's own file).
+pub fn exe_id(tgid: u32) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt as _;
+    let m = std::fs::metadata(Path::new("/proc").join(tgid.to_string()).join("exe")).ok()?;
+    Some((m.dev(), m.ino()))
+}
+
+/// A PIE's load bias: the start of its executable's lowest mapping (in `proc`'s `maps`) less
+/// the binary's lowest segment address (page-aligned). The Go figures' reads and samples
+/// translate their run-time addresses with it.
+pub fn exe_load_bias(proc: &Path, exe: (u64, u64), first_vaddr: u64) -> Option<u64> {
+    let maps = kernel_text(proc.join("maps"))?;
+    let start = maps
+        .lines()
+        .filter_map(|line| {
+            let mut f = line.split_ascii_whitespace();
+            let range = f.next()?;
+            let _perms = f.next()?;
+            let _offset = f.next()?;
+            let _dev = f.next()?;
+            let inode: u64 = f.next()?.parse().ok()?;
+            (inode == exe.1).then_some(())?;
+            u64::from_str_radix(range.split('-').next()?, 16).ok()
+        })
+        .min()?;
+    Some(start.wrapping_sub(first_vaddr & !0xfff))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

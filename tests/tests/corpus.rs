@@ -356,6 +356,16 @@ fn assert_go_storm(o: &Outcome) {
         summary.contains("the Go runtime counts") && summary.contains("goroutines waiting"),
         "the storm is told from the Go runtime's clock: {summary}"
     );
+    // …and from what the mutex costs the CPUs: a share of the on-CPU samples, stated.
+    let share = o
+        .storm_finding
+        .as_ref()
+        .and_then(|f| f.evidence.get("go_mutex_cpu_share").copied().flatten());
+    assert!(
+        share.is_some_and(|s| s >= 0.05)
+            && summary.contains("of the Go processes' CPU is spent in the mutex's code"),
+        "the storm states what the mutex costs the CPUs ({share:?}): {summary}"
+    );
     // The code that takes the mutex, from the uprobes' samples: gomutex's `worker`.
     let site = o
         .storm_finding

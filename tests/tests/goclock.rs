@@ -55,7 +55,7 @@ fn readings(args: &[&str]) -> Vec<Reading> {
         .spawn()
         .expect("starting gomutex");
     let pid = child.id();
-    let exe = goclock::exe_id(pid).expect("the process's executable");
+    let exe = stormwatch::files::exe_id(pid).expect("the process's executable");
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let mut out = Vec::new();
     let mut previous: Option<(f64, f64, f64)> = None;

@@ -262,6 +262,7 @@ fn go_mutex_figures_are_windowed_like_every_part() {
         probed_ns,
         contended_locks,
         handing_unlocks,
+        ..GoMutexFigures::ZERO
     };
     let t0 = Instant::now();
     let mut before = Snapshot::empty(t0);

@@ -613,6 +613,11 @@ impl Session {
         })
     }
 
+    /// The Go processes whose runtime clocks are read: the ones the on-CPU sampler counts.
+    pub fn go_tgids(&self) -> impl Iterator<Item = u32> + '_ {
+        self.go_clocks.tgids()
+    }
+
     /// The host, as read when the session started.
     pub fn host(&self) -> &Host {
         &self.host

@@ -19,10 +19,11 @@
 //! included) bounds how many goroutines there are. A stripped binary (`-ldflags=-s -w`), a Go
 //! before 1.20, or a process that cannot be read gives nothing.
 
+use crate::files::{exe_id, exe_load_bias as load_bias};
 use std::{
     collections::{HashMap, HashSet},
     io::Read as _,
-    os::unix::fs::{FileExt as _, MetadataExt as _},
+    os::unix::fs::FileExt as _,
     path::Path,
     sync::Arc,
 };
@@ -326,26 +327,6 @@ pub fn read_process(tgid: u32, layout: &GoLayout, exe: FileId) -> Option<GoReadi
     })
 }
 
-/// A PIE's load bias: the start of its executable's lowest mapping less the binary's lowest
-/// segment address (page-aligned).
-fn load_bias(proc: &Path, exe: FileId, first_vaddr: u64) -> Option<u64> {
-    let maps = crate::files::kernel_text(proc.join("maps"))?;
-    let start = maps
-        .lines()
-        .filter_map(|line| {
-            let mut f = line.split_ascii_whitespace();
-            let range = f.next()?;
-            let _perms = f.next()?;
-            let _offset = f.next()?;
-            let _dev = f.next()?;
-            let inode: u64 = f.next()?.parse().ok()?;
-            (inode == exe.1).then_some(())?;
-            u64::from_str_radix(range.split('-').next()?, 16).ok()
-        })
-        .min()?;
-    Some(start.wrapping_sub(first_vaddr & !0xfff))
-}
-
 /// The Go clocks of a container's processes, at one edge: the cumulative mutex wait since the
 /// processes were first seen, and the goroutines now.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -470,6 +451,11 @@ impl GoClocks {
         go.then_some(edge)
     }
 
+    /// The Go processes read at the last edge reads, in every cgroup.
+    pub fn tgids(&self) -> impl Iterator<Item = u32> + '_ {
+        self.processes.keys().copied()
+    }
+
     /// Forgets the binaries no process remembered runs (once per edge read, after the
     /// cgroups': a Go binary with its last process, one passed over with its last pid).
     pub fn sweep(&mut self) {
@@ -528,12 +514,6 @@ impl GoClocks {
 /// Whether `tgid` is tracked, running `exe`.
 fn known_now(processes: &HashMap<u32, Tracked>, tgid: u32, exe: FileId) -> bool {
     processes.get(&tgid).is_some_and(|t| t.exe == exe)
-}
-
-/// A process's executable by device and inode.
-pub fn exe_id(tgid: u32) -> Option<FileId> {
-    let m = std::fs::metadata(Path::new("/proc").join(tgid.to_string()).join("exe")).ok()?;
-    Some((m.dev(), m.ino()))
 }
 
 #[cfg(test)]

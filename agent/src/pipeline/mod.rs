@@ -149,6 +149,7 @@ impl Pipeline {
             .flat_map(|s| s.cache_sizes())
             .collect();
         sizes.extend(self.probes.families().go_mutex.cache_sizes());
+        sizes.extend(self.probes.families().go_mutex.cpu.cache_sizes());
         sizes.extend(self.resolver.cache_sizes());
         sizes.push(CacheSize::live("cgroup_paths", self.paths.len()));
         sizes

@@ -113,14 +113,47 @@ impl Stages {
     }
 }
 
-/// Go's `sync.Mutex` uprobes: finds Go binaries among the processes new to the futex probes,
-/// and runs a burst when the on-demand policy says one is due.
+/// Go's `sync.Mutex`: names the on-CPU sampler's new samples (in the mutex's code or not) and
+/// adds them to their cgroups' figures, every tick; finds Go binaries among the processes new
+/// to the futex probes, and runs a uprobe burst when the on-demand policy says one is due.
 #[derive(Default)]
 pub(super) struct GoMutexStage {
     /// Whether the uprobes were wanted at the last tick.
     watched: bool,
     /// When they run a burst: the on-demand policy's.
     bursts: GoBursts,
+    /// The sampled processes' mutex code.
+    code: crate::symbolize::gocode::GoCodeNamer,
+}
+
+impl GoMutexStage {
+    /// The sampler's samples since the last tick, named and added: the snapshot's Go part and
+    /// the window's figures taken anew.
+    fn add_cpu_samples(&mut self, tick: &mut Tick) {
+        let (ebpf, families) = tick.probes.families_mut();
+        let sampler = &mut families.go_mutex.cpu;
+        if !sampler.attached() {
+            return;
+        }
+        let new = match sampler.read_new(ebpf) {
+            Ok(new) => new,
+            Err(e) => {
+                log::warn!("cannot read the Go on-CPU samples: {e:#}");
+                return;
+            }
+        };
+        self.code.retain(|t| sampler.watches(t));
+        if new.is_empty() {
+            return;
+        }
+        for (key, n) in new {
+            let frames = (key.frames as usize).min(key.ips.len());
+            let mutex = self.code.is_mutex(key.tgid, &key.ips[..frames]);
+            sampler.add(key.cgroup_id, n, if mutex { n } else { 0 });
+        }
+        tick.snapshot.go_mutex = families.go_mutex.part();
+        tick.window.retake_go_mutex(tick.previous, tick.snapshot);
+    }
 }
 
 impl Stage for GoMutexStage {
@@ -129,6 +162,7 @@ impl Stage for GoMutexStage {
     /// counts, the snapshot's Go part, are the window's (with the time the uprobes were
     /// attached).
     fn observe(&mut self, tick: &mut Tick) {
+        self.add_cpu_samples(tick);
         let window = &mut *tick.window;
         let tgids: Vec<u32> = window
             .hot_futexes
@@ -164,7 +198,7 @@ impl Stage for GoMutexStage {
     }
 
     fn cache_sizes(&self) -> Vec<CacheSize> {
-        Vec::new()
+        self.code.cache_sizes().to_vec()
     }
 }
 

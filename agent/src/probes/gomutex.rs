@@ -92,6 +92,9 @@ pub struct GoMutexProbes {
     /// Each contended cgroup's figures as the last burst left them: the kernel's counts move
     /// only while a burst counts, so they are read once, after each burst.
     figures: HashMap<u64, GoMutexFigures>,
+    /// The on-CPU sampler of the Go processes whose clocks are read (all the time, not in
+    /// bursts): what the mutex costs their CPUs.
+    pub cpu: super::gocpu::GoCpuSampler,
 }
 
 /// The Go mutexes' part of a snapshot: per cgroup, their contention as the uprobes' bursts
@@ -112,7 +115,8 @@ impl super::ReadsPart for GoMutexProbes {
     type Part = GoMutexPart;
 
     /// The figures as of the last burst, without reading the map: nothing moves it between
-    /// bursts (the programs count only while `GO_MUTEX_ON` is set, inside a burst).
+    /// bursts (the programs count only while `GO_MUTEX_ON` is set, inside a burst); the
+    /// on-CPU samples as the pipeline's Go stage last added them (it names them first).
     fn read(&mut self, _ebpf: &mut Ebpf) -> anyhow::Result<GoMutexPart> {
         Ok(self.part())
     }
@@ -120,6 +124,12 @@ impl super::ReadsPart for GoMutexProbes {
     /// Removed cgroups: their entries in the kernel's map, their figures and their probed
     /// time, so that a cgroup id seen again starts from zero on all.
     fn forget(&mut self, ebpf: &mut Ebpf, gone: &super::Gone, part: &mut GoMutexPart) {
+        for id in gone.cgroups {
+            self.cpu.forget_cgroup(*id);
+            if !self.loaded {
+                part.forget_cgroup(*id);
+            }
+        }
         if !self.loaded || gone.cgroups.is_empty() {
             return;
         }
@@ -371,6 +381,8 @@ impl GoMutexProbes {
                             probed_ns: self.probed_ns.get(&id).copied().unwrap_or(0),
                             contended_locks: c.lock_slow,
                             handing_unlocks: c.unlock_slow,
+                            // The sampler's, added by `part`.
+                            ..GoMutexFigures::ZERO
                         };
                         (id, figures)
                     })
@@ -384,9 +396,13 @@ impl GoMutexProbes {
     /// Each contended cgroup's figures as of the last burst: the kernel's counts of the slow
     /// paths' entries with the time the uprobes were attached.
     pub fn part(&self) -> GoMutexPart {
-        GoMutexPart {
-            cgroups: self.figures.clone(),
+        let mut cgroups = self.figures.clone();
+        for (id, s) in self.cpu.cgroups() {
+            let f = cgroups.entry(id).or_insert(GoMutexFigures::ZERO);
+            f.cpu_samples = s.samples;
+            f.mutex_cpu_samples = s.mutex;
         }
+        GoMutexPart { cgroups }
     }
 }
 

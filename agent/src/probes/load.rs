@@ -291,6 +291,11 @@ impl Probes {
         if families.futex.samples_handoffs() {
             families.go_mutex = super::gomutex::GoMutexProbes::load(&mut ebpf);
         }
+        // The Go on-CPU sampler with the futex family (the lock families' judge reads it), all
+        // the time: ~100 samples a second per CPU, counted only for the Go processes watched.
+        if options.families.contains(&Family::Futex) {
+            families.go_mutex.cpu = super::gocpu::GoCpuSampler::attach(&mut ebpf);
+        }
         // The programs the families loaded for later (none unless on demand).
         let loaded_for_later = |programs: &[(&'static str, &'static str)]| -> Vec<OnDemand> {
             programs

@@ -12,6 +12,7 @@ pub mod btf;
 pub mod demand;
 pub mod family;
 pub mod futex;
+pub mod gocpu;
 pub mod gomutex;
 pub mod kfuncs;
 pub mod load;

@@ -3,6 +3,7 @@
 //! User space ([`user`], [`handoffs`]): the sampled sides of futex hand-offs, unwound with the
 //! binaries' call-frame information and named the same way, per cgroup.
 
+pub mod gocode;
 pub mod handoffs;
 pub mod stacks;
 pub mod user;

@@ -45,10 +45,13 @@ pub enum ProbeError {
     /// A run-queue wait's share could not be added to `RUNQ_BLAME` (the map is full): that
     /// part of the wait is blamed on no one.
     RunqBlameFull = 13,
+    /// An on-CPU sample of a Go process could not be counted (`GO_ONCPU` is full): the
+    /// process's share of samples in its mutex's code is then of fewer samples.
+    GoOnCpuFull = 14,
 }
 
 impl ProbeError {
-    pub const COUNT: u32 = 14;
+    pub const COUNT: u32 = 15;
     pub const ALL: [ProbeError; Self::COUNT as usize] = [
         Self::CgroupMapFull,
         Self::TaskStorageBusy,
@@ -64,6 +67,7 @@ impl ProbeError {
         Self::HandoffThreadsFull,
         Self::HandoffSampleLost,
         Self::RunqBlameFull,
+        Self::GoOnCpuFull,
     ];
 
     pub const fn name(self) -> &'static str {
@@ -82,6 +86,7 @@ impl ProbeError {
             Self::HandoffThreadsFull => "handoff_threads_full",
             Self::HandoffSampleLost => "handoff_sample_lost",
             Self::RunqBlameFull => "runq_blame_full",
+            Self::GoOnCpuFull => "go_oncpu_full",
         }
     }
 }

@@ -67,6 +67,11 @@ pub mod maps {
     pub const GO_MUTEX_ON: &str = "GO_MUTEX_ON";
     /// Per-CPU array (one slot): [`crate::HandoffSampler`], the rate limit of Go mutex samples.
     pub const GO_MUTEX_SAMPLER: &str = "GO_MUTEX_SAMPLER";
+    /// Hash: tgid (u32) → 1, the Go processes the on-CPU sampler counts (written by the agent:
+    /// those whose runtime clocks it reads).
+    pub const GO_ONCPU_TGIDS: &str = "GO_ONCPU_TGIDS";
+    /// Per-CPU hash: [`crate::GoOnCpuKey`] → u64 samples (cumulative).
+    pub const GO_ONCPU: &str = "GO_ONCPU";
     /// Per-CPU hash: cgroup id (u64) → [`crate::LockStats`].
     pub const CGROUP_LOCKS: &str = "CGROUP_LOCKS";
     /// Array of [`crate::slots::SLOTS`] u64: the cgroups placed in `LOCK_SLOTS` (0: free),
@@ -199,6 +204,8 @@ pub mod programs {
     /// Uprobes at the entries of Go's `sync.Mutex` slow paths (`lockSlow`, `unlockSlow`).
     pub const GO_MUTEX_LOCK_SLOW: &str = "go_mutex_lock_slow";
     pub const GO_MUTEX_UNLOCK_SLOW: &str = "go_mutex_unlock_slow";
+    /// The on-CPU sampler of watched Go processes (a `perf_event` program on the CPU clock).
+    pub const GO_ONCPU: &str = "go_oncpu";
     pub const BENCH_EMPTY_SWITCH: &str = "bench_empty_switch";
     pub const BENCH_EMPTY_WAKEUP: &str = "bench_empty_wakeup";
     pub const BENCH_EMPTY_WAKEUP_NEW: &str = "bench_empty_wakeup_new";

@@ -1,5 +1,6 @@
 //! The lock storm of a Go program: goroutines queued on a `sync.Mutex`, judged from the Go
-//! runtime's own clock of their waits ([`crate::identity::goclock`]).
+//! runtime's own clock of their waits ([`crate::identity::goclock`]) and from what the mutex
+//! costs the program's CPUs ([`crate::probes::gocpu`]).
 //!
 //! The kernel rule ([`super::lock_storm`]) cannot see it: a goroutine that finds the mutex held
 //! spins, then parks in the Go scheduler, and its thread runs another goroutine; the futex
@@ -8,20 +9,29 @@
 //! `sync.Mutex` and `RWMutex`, which over a window is the mean number of goroutines waiting for
 //! one. Waits for work — a channel receive, a `sync.Cond`, a `WaitGroup`, network I/O — are
 //! not in it, so a pool of goroutines waiting for work is never its storm.
+//!
+//! But a queue is not a cost: a goroutine parked on the mutex gives its P to another goroutine,
+//! and a program with more work than CPUs keeps them busy with it whatever the queue (the
+//! clock counted 23 goroutines per CPU waiting in a program whose lock costs 0.7% of its CPU
+//! and nothing of its work). So the storm needs both: the queue, and the CPUs spent spinning
+//! and queueing in the mutex's code — the share of the processes' on-CPU samples there.
 
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 
 use super::{
-    Facts, Finding, Kind, LockPair, Severity, Thresholds, limits_evidence,
+    Facts, Finding, Kind, LockPair, Severity, Thresholds,
+    defaults::GO_STORM_MIN_CPU_SAMPLES,
+    limits_evidence,
     node_advice::{PIN_FEWER_STEPS, pin_on_this_node},
     runtime::go_mutex_named,
-    storm::{NearLine, OneGate},
+    storm::NearLine,
 };
 
-/// The Go storm's gate, in words.
+/// The Go storm's gates, in words.
 const GATE: &str = "goroutines waiting for a sync.Mutex per CPU";
+const COST_GATE: &str = "share of the Go processes' CPU in the mutex's code";
 
 /// The figures the Go storm judges, for every container whose Go runtimes' clock was read:
 /// with a finding they are its evidence, without one they say why not (`diagnose --json`
@@ -35,15 +45,23 @@ pub struct GoStormFigures {
     pub gomaxprocs: Option<u32>,
     /// Goroutines waiting for a `sync.Mutex`/`RWMutex` on average over the window.
     pub waiting_goroutines: f64,
-    /// …per CPU the container may use: the gate.
+    /// …per CPU the container may use: the queue's gate.
     pub waiting_goroutines_per_cpu: f64,
-    /// What the lock costs the goroutines: the share of their time spent waiting for it (the
-    /// waiting ones over all the runtime holds, so at least this). The severity follows it.
+    /// The share of the goroutines' time spent waiting for a mutex (the waiting ones over all
+    /// the runtime holds, so at least this).
     pub lock_wait_share: f64,
-    /// The gate's figure, when it lies within `storm_near_line_factor` of its line.
+    /// On-CPU samples of the container's Go processes over the window.
+    pub cpu_samples: u64,
+    /// What the mutex costs the CPUs: the share of those samples in the mutex's code (a lower
+    /// bound). `None` under `GO_STORM_MIN_CPU_SAMPLES` samples, or without the sampler. The
+    /// cost's gate; the severity follows it.
+    pub mutex_cpu_share: Option<f64>,
+    /// A gate's figure, when it lies within `storm_near_line_factor` of its line (the queue's
+    /// first).
     pub near_line: Option<NearLine>,
     pub lock_storm: bool,
-    /// Near the line, and the lock costs less than `storm_critical_lock_wait_share`.
+    /// Near a line with a cost under `go_storm_critical_mutex_cpu_share`, or a queue whose cost
+    /// could not be read.
     pub possible: bool,
 }
 
@@ -59,15 +77,47 @@ impl GoStormFigures {
         } else {
             0.0
         };
-        // The queue gate of the kernel rule, in goroutines: twice the CPUs queued for one
-        // mutex means the mutex, not the CPUs, holds most of the work.
-        let verdict = OneGate::judge(
-            GATE,
-            per_cpu,
-            t.storm_min_queued_threads_per_cpu,
-            lock_wait_share,
-            t,
-        );
+        let cpu_samples = f.go_uprobes.cpu_samples;
+        let mutex_cpu_share = f
+            .go_uprobes
+            .mutex_cpu_share()
+            .filter(|(_, n)| *n >= GO_STORM_MIN_CPU_SAMPLES)
+            .map(|(share, _)| share);
+        let factor = t.storm_near_line_factor.max(1.0);
+        let gate = |name: &'static str, value: f64, line: f64| {
+            let margin = if line > 0.0 {
+                value / line
+            } else {
+                f64::INFINITY
+            };
+            let near = (margin >= 1.0 / factor && margin < factor).then_some(NearLine {
+                gate: name,
+                value,
+                line,
+                passed: value >= line,
+                cost_decides: true,
+            });
+            (value >= line, near)
+        };
+        // The queue's gate of the kernel rule, in goroutines: twice the CPUs queued for one
+        // mutex means the mutex, not the CPUs, holds most of the work — where it costs them.
+        let (queued, queue_near) = gate(GATE, per_cpu, t.storm_min_queued_threads_per_cpu);
+        let (lock_storm, possible, near_line) = match mutex_cpu_share {
+            Some(share) => {
+                let (costs, cost_near) = gate(COST_GATE, share, t.go_storm_min_mutex_cpu_share);
+                let near = queue_near.or(cost_near);
+                if (!queued && queue_near.is_none()) || (!costs && cost_near.is_none()) {
+                    (false, false, near)
+                } else if near.is_none() {
+                    (true, false, None)
+                } else {
+                    let decisive = share >= t.go_storm_critical_mutex_cpu_share;
+                    (decisive, !decisive, near)
+                }
+            }
+            // A queue whose cost is unknown is only possible.
+            None => (false, queued || queue_near.is_some(), queue_near),
+        };
         Some(Self {
             processes: g.processes,
             goroutines: g.goroutines,
@@ -75,17 +125,20 @@ impl GoStormFigures {
             waiting_goroutines: waiting,
             waiting_goroutines_per_cpu: per_cpu,
             lock_wait_share,
-            near_line: verdict.near,
-            lock_storm: verdict.lock_storm,
-            possible: verdict.possible,
+            cpu_samples,
+            mutex_cpu_share,
+            near_line,
+            lock_storm,
+            possible,
         })
     }
 }
 
 /// A Go program's lock storm: on average at least `storm_min_queued_threads_per_cpu`
-/// goroutines per usable CPU parked on a `sync.Mutex` or `RWMutex`, by the runtime's own clock.
-/// Near that line, the lock's cost decides (`storm_critical_lock_wait_share` of the
-/// goroutines' time: a storm), or the verdict is `possible`. The code that takes the mutex is
+/// goroutines per usable CPU parked on a `sync.Mutex` or `RWMutex`, by the runtime's own clock,
+/// and at least `go_storm_min_mutex_cpu_share` of its processes' CPU in the mutex's code. Near
+/// a line, the cost decides (`go_storm_critical_mutex_cpu_share`: a storm), or the verdict is
+/// `possible`, as it is where the cost could not be read. The code that takes the mutex is
 /// named from the mutex uprobes' samples where they ran.
 pub fn go_lock_storm(f: &Facts, t: &Thresholds) -> Option<Finding> {
     let figures = GoStormFigures::of(f, t)?;
@@ -96,24 +149,34 @@ pub fn go_lock_storm(f: &Facts, t: &Thresholds) -> Option<Finding> {
     let n = allowed.ceil().max(1.0) as u64;
     let severity = if figures.possible {
         Severity::Info
-    } else if figures.lock_wait_share >= t.storm_critical_lock_wait_share {
+    } else if figures
+        .mutex_cpu_share
+        .is_some_and(|s| s >= t.go_storm_critical_mutex_cpu_share)
+    {
         Severity::Critical
     } else {
         Severity::Warning
     };
-    let head = match figures.near_line.filter(|_| figures.possible) {
-        Some(near) => format!("possible lock storm ({})", near.words()),
-        None => "lock storm".to_owned(),
+    let head = match (figures.possible, figures.near_line) {
+        (true, Some(near)) => format!("possible lock storm ({})", near.words()),
+        (true, None) => "possible lock storm (its cost unknown)".to_owned(),
+        (false, _) => "lock storm".to_owned(),
+    };
+    let cost = match figures.mutex_cpu_share {
+        Some(share) => format!(
+            "about {:.0}% of the Go processes' CPU is spent in the mutex's code, spinning and              queueing for it (at least: {} of {} on-CPU samples)",
+            100.0 * share,
+            (share * figures.cpu_samples as f64).round(),
+            figures.cpu_samples
+        ),
+        None => format!(
+            "what it costs the CPUs is unknown: {} on-CPU samples of the Go processes,              {GO_STORM_MIN_CPU_SAMPLES} needed (the sampler needs perf events)",
+            figures.cpu_samples
+        ),
     };
     let mut summary = format!(
-        "{head}: the Go runtime counts {:.1} goroutines waiting for a sync.Mutex or RWMutex on \
-         average — {:.1} per usable CPU ({allowed:.1}) — of the {} it holds: at least {:.0}% \
-         of the goroutines' time is spent waiting for a mutex. The kernel sees none of it: the \
-         goroutines wait in the Go scheduler, not in futex calls",
-        figures.waiting_goroutines,
-        figures.waiting_goroutines_per_cpu,
-        figures.goroutines,
-        100.0 * figures.lock_wait_share,
+        "{head}: the Go runtime counts {:.1} goroutines waiting for a sync.Mutex or RWMutex on          average — {:.1} per usable CPU ({allowed:.1}) — of the {} it holds, and {cost}. The          kernel sees none of it: the goroutines wait in the Go scheduler, not in futex calls",
+        figures.waiting_goroutines, figures.waiting_goroutines_per_cpu, figures.goroutines,
     );
     let mut e = BTreeMap::new();
     e.insert("go_mutex_waiting_goroutines", figures.waiting_goroutines);
@@ -123,6 +186,10 @@ pub fn go_lock_storm(f: &Facts, t: &Thresholds) -> Option<Finding> {
     );
     e.insert("go_goroutines", figures.goroutines as f64);
     e.insert("lock_wait_share", figures.lock_wait_share);
+    e.insert("go_cpu_samples", figures.cpu_samples as f64);
+    if let Some(share) = figures.mutex_cpu_share {
+        e.insert("go_mutex_cpu_share", share);
+    }
     if let Some(p) = figures.gomaxprocs {
         e.insert("gomaxprocs", f64::from(p));
     }
@@ -134,8 +201,13 @@ pub fn go_lock_storm(f: &Facts, t: &Thresholds) -> Option<Finding> {
     e.insert("migrations_per_second", f.migrations_per_second());
     limits_evidence(f, &mut e);
     let mut recs = Vec::new();
-    if let Some(near) = figures.near_line.filter(|_| figures.possible) {
-        recs.push(near.what_decides());
+    match figures.near_line.filter(|_| figures.possible) {
+        Some(near) => recs.push(near.what_decides()),
+        None if figures.possible => recs.push(
+            "Not yet decided: goroutines queue on a mutex, but whether it costs the CPUs needs              on-CPU samples of the program (the agent's sampler: perf events, CAP_PERFMON or              CAP_SYS_ADMIN), or its CPU profile (`go tool pprof` on /debug/pprof/profile):              time in sync.(*Mutex).lockSlow and the runtime's semaphore is what the lock costs."
+                .to_owned(),
+        ),
+        None => {}
     }
     let named = go_mutex_named(f);
     match &named {

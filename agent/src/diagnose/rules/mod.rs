@@ -103,6 +103,20 @@ pub mod defaults {
     /// (they spin in user space first). The line matches the 8 queued threads per CPU it
     /// replaced at the corpus's 16 threads per CPU.
     pub const STORM_CRITICAL_LOCK_WAIT_SHARE: f64 = 0.5;
+    /// A Go program's mutex is a storm only where it costs the CPUs: at least this share of
+    /// its processes' on-CPU samples in the mutex's code (`probes::gocpu`). Chosen on the
+    /// tuning half: go-mutex-storm reads about 18% (its mutex made per-goroutine does 1.8×),
+    /// its counterfactual 0; the line is a quarter of the storm's figure, as the figure is a
+    /// lower bound (the runtime's parking on its own stack and the inlined fast path's cache
+    /// misses are not in it). Goroutines waiting for a mutex cost nothing where their Ps find
+    /// other work: the clock alone called a program whose lock costs 0.7% a storm
+    /// (tests/CORPUS.md, "What the lock costs the CPU").
+    pub const GO_STORM_MIN_MUTEX_CPU_SHARE: f64 = 0.05;
+    /// …and is critical, or decides a verdict near a line, at a quarter of the CPUs or more.
+    pub const GO_STORM_CRITICAL_MUTEX_CPU_SHARE: f64 = 0.25;
+    /// The fewest on-CPU samples (about one CPU-second at the sampler's rate) a share is
+    /// judged on.
+    pub const GO_STORM_MIN_CPU_SAMPLES: u64 = 100;
     /// How near a figure must be to a storm gate's line, as a factor either side of it, for
     /// the verdict to be `possible` rather than said: one convoy's hand-off rate spread over
     /// 976–1,193 per CPU-second across ten runs against its line of 1,000, and a libuv pool's

@@ -633,6 +633,7 @@ fn hand_offs_of_work_are_not_a_lock() {
         probed_ns: 5_000_000_000,
         contended_locks: 50_000,
         handing_unlocks: 40_000,
+        ..crate::collect::GoMutexFigures::ZERO
     };
     sites
         .go_mutex
@@ -1459,8 +1460,9 @@ fn waiters_in_condition_waits_are_a_pool_not_a_lock_storm() {
 }
 
 /// A Go program on 2 CPUs whose runtime counts `waiting` goroutines waiting for a mutex on
-/// average over a 10-s window, of 69 it holds, at GOMAXPROCS=16.
-fn go_program(waiting: f64) -> Facts {
+/// average over a 10-s window, of 69 it holds, at GOMAXPROCS=16, with `samples` on-CPU samples
+/// of which `in_mutex` are in the mutex's code.
+fn go_program_costing(waiting: f64, samples: u64, in_mutex: u64) -> Facts {
     let mut f = base("/go");
     f.threads = Some(18);
     f.go_mutex = Some(crate::diagnose::GoMutexWait {
@@ -1470,24 +1472,32 @@ fn go_program(waiting: f64) -> Facts {
         processes: 1,
         seconds: 10.0,
     });
+    f.go_uprobes.cpu_samples = samples;
+    f.go_uprobes.mutex_cpu_samples = in_mutex;
     f
 }
 
+/// …whose mutex costs 18% of 1,900 samples (go-mutex-storm's, tests/CORPUS.md).
+fn go_program(waiting: f64) -> Facts {
+    go_program_costing(waiting, 1900, 342)
+}
+
 #[test]
-fn a_go_mutex_storm_is_judged_by_the_runtimes_own_clock() {
+fn a_go_mutex_storm_is_judged_by_the_runtimes_clock_and_its_cpu_cost() {
     let t = Thresholds::default();
-    // go-mutex-storm: 32.6 goroutines waiting of 69 (tests/CORPUS.md).
-    let f = lock_storm(&go_program(32.6), &t).expect("a Go mutex storm");
+    // go-mutex-storm: 10 goroutines waiting of 69, 18% of the CPU in the mutex's code.
+    let f = lock_storm(&go_program(10.0), &t).expect("a Go mutex storm");
     assert_eq!(f.kind, Kind::LockStorm);
     assert_eq!(
         f.severity,
         Severity::Warning,
-        "47% of their time: not critical"
+        "18% of the CPU: not critical"
     );
     for want in [
-        "lock storm: the Go runtime counts 32.6 goroutines waiting for a sync.Mutex",
-        "16.3 per usable CPU (2.0)",
-        "of the 69 it holds: at least 47% of the goroutines' time",
+        "lock storm: the Go runtime counts 10.0 goroutines waiting for a sync.Mutex",
+        "5.0 per usable CPU (2.0)",
+        "about 18% of the Go processes' CPU is spent in the mutex's code",
+        "342 of 1900 on-CPU samples",
     ] {
         assert!(
             f.summary.contains(want),
@@ -1497,12 +1507,13 @@ fn a_go_mutex_storm_is_judged_by_the_runtimes_own_clock() {
     }
     assert_eq!(f.context["runtime"], "go");
     assert_eq!(f.context["verdict"], "storm");
-    assert!((f.evidence["go_mutex_waiting_goroutines_per_cpu"] - 16.3).abs() < 1e-9);
+    assert!((f.evidence["go_mutex_waiting_goroutines_per_cpu"] - 5.0).abs() < 1e-9);
+    assert!((f.evidence["go_mutex_cpu_share"] - 0.18).abs() < 1e-9);
     let recs = f.recommendations.join("\n");
     assert!(recs.contains("set GOMAXPROCS=2"), "{recs}");
     assert!(recs.contains("Name the mutex"), "no sites sampled: {recs}");
-    // Most of the goroutines' time: critical.
-    let f = lock_storm(&go_program(42.3), &t).unwrap();
+    // go-mutex-tiny-cs: fewer waiting, but over half the CPU in the mutex: critical.
+    let f = lock_storm(&go_program_costing(5.8, 1900, 1030), &t).unwrap();
     assert_eq!(f.severity, Severity::Critical);
     // A quota above the container halves the CPUs it may use: twice the queue per CPU.
     let mut quota = go_program(3.0);
@@ -1513,9 +1524,27 @@ fn a_go_mutex_storm_is_judged_by_the_runtimes_own_clock() {
 }
 
 #[test]
+fn goroutines_queued_on_a_mutex_that_costs_the_cpus_nothing_are_no_storm() {
+    let t = Thresholds::default();
+    // go-mutex-long-outside: 23 goroutines per CPU waiting, 0.7% of the CPU in the mutex's
+    // code; its mutex made per-goroutine does 0.97-1.09x the work.
+    let s = GoStormFigures::of(&go_program_costing(46.4, 1900, 13), &t).unwrap();
+    assert!(!s.lock_storm && !s.possible, "{s:?}");
+    assert!(s.near_line.is_none());
+    assert!(lock_storm(&go_program_costing(46.4, 1900, 13), &t).is_none());
+    // Near the cost's line (5.5% against 5%): possible, whatever the queue.
+    let near = GoStormFigures::of(&go_program_costing(46.4, 2000, 110), &t).unwrap();
+    assert!(near.possible && !near.lock_storm, "{near:?}");
+    assert_eq!(
+        near.near_line.unwrap().gate,
+        "share of the Go processes' CPU in the mutex's code"
+    );
+}
+
+#[test]
 fn go_waits_near_the_line_are_a_possible_storm_and_far_below_it_none() {
     let t = Thresholds::default();
-    // 2.2 per CPU against the line of 2: within ×1.25, and 6% of the goroutines' time.
+    // 2.2 per CPU against the line of 2: within ×1.25, and 18% of the CPU: possible.
     let f = lock_storm(&go_program(4.4), &t).expect("possible");
     assert_eq!(f.severity, Severity::Info);
     assert_eq!(f.context["verdict"], "possible");
@@ -1528,6 +1557,9 @@ fn go_waits_near_the_line_are_a_possible_storm_and_far_below_it_none() {
     // Just under the line: possible too, never a storm one run and none the next.
     let below = GoStormFigures::of(&go_program(3.5), &t).unwrap();
     assert!(below.possible && !below.lock_storm, "{below:?}");
+    // Near the line with a quarter of the CPU or more in the mutex: the cost decides.
+    let costly = GoStormFigures::of(&go_program_costing(4.4, 1900, 1030), &t).unwrap();
+    assert!(costly.lock_storm && !costly.possible, "{costly:?}");
     // A pool of goroutines waiting on a sync.Cond: its queue's mutex costs 0.9 goroutines
     // (go-cond-pool-busy), far below the line.
     let pool = GoStormFigures::of(&go_program(1.8), &t).unwrap();
@@ -1535,6 +1567,28 @@ fn go_waits_near_the_line_are_a_possible_storm_and_far_below_it_none() {
     assert!(lock_storm(&go_program(1.8), &t).is_none());
     // No Go process read: no Go figures.
     assert!(GoStormFigures::of(&base("/c"), &t).is_none());
+}
+
+#[test]
+fn a_go_queue_whose_cost_is_unknown_is_only_possible() {
+    let t = Thresholds::default();
+    // No sampler (perf events refused), or too few samples to judge a share on.
+    for (samples, in_mutex) in [(0, 0), (99, 50)] {
+        let f = lock_storm(&go_program_costing(32.6, samples, in_mutex), &t).expect("possible");
+        assert_eq!(f.context["verdict"], "possible");
+        assert_eq!(f.severity, Severity::Info);
+        assert!(
+            f.summary
+                .starts_with("possible lock storm (its cost unknown)"),
+            "{}",
+            f.summary
+        );
+        assert!(f.summary.contains("what it costs the CPUs is unknown"));
+        assert!(f.recommendations[0].contains("on-CPU samples"));
+        assert!(!f.evidence.contains_key("go_mutex_cpu_share"));
+    }
+    // Far below the queue's line, nothing either way.
+    assert!(lock_storm(&go_program_costing(1.8, 0, 0), &t).is_none());
 }
 
 #[test]
