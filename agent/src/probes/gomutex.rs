@@ -18,7 +18,6 @@
 
 use std::{
     collections::{HashMap, HashSet},
-    os::unix::fs::MetadataExt as _,
     path::Path,
     time::{Duration, Instant},
 };
@@ -228,11 +227,10 @@ impl GoMutexProbes {
             if !self.seen.insert(tgid) {
                 continue;
             }
-            let exe = format!("/proc/{tgid}/exe");
-            let Ok(md) = std::fs::metadata(&exe) else {
+            let Some(id) = crate::files::exe_id(tgid) else {
                 continue;
             };
-            let id = (md.dev(), md.ino());
+            let exe = format!("/proc/{tgid}/exe");
             if let Some(b) = self.binaries.get_mut(&id) {
                 b.tgids.insert(tgid);
                 continue;

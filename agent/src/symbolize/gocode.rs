@@ -125,7 +125,7 @@ impl GoCodeNamer {
     /// Forgets the processes no longer sampled, and the binaries none of them runs.
     pub fn retain(&mut self, sampled: impl Fn(u32) -> bool) {
         self.processes.retain(|t, _| sampled(*t));
-        let used: Vec<*const MutexCode> = self
+        let used: std::collections::HashSet<*const MutexCode> = self
             .processes
             .values()
             .flatten()

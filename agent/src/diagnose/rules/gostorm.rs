@@ -83,22 +83,8 @@ impl GoStormFigures {
             .mutex_cpu_share()
             .filter(|(_, n)| *n >= GO_STORM_MIN_CPU_SAMPLES)
             .map(|(share, _)| share);
-        let factor = t.storm_near_line_factor.max(1.0);
-        let gate = |name: &'static str, value: f64, line: f64| {
-            let margin = if line > 0.0 {
-                value / line
-            } else {
-                f64::INFINITY
-            };
-            let near = (margin >= 1.0 / factor && margin < factor).then_some(NearLine {
-                gate: name,
-                value,
-                line,
-                passed: value >= line,
-                cost_decides: true,
-            });
-            (value >= line, near)
-        };
+        let gate =
+            |name, value: f64, line: f64| (value >= line, NearLine::of(name, value, line, t));
         // The queue's gate of the kernel rule, in goroutines: twice the CPUs queued for one
         // mutex means the mutex, not the CPUs, holds most of the work — where it costs them.
         let (queued, queue_near) = gate(GATE, per_cpu, t.storm_min_queued_threads_per_cpu);

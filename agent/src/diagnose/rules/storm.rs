@@ -271,19 +271,7 @@ impl OneGate {
         t: &Thresholds,
     ) -> Self {
         let passed = value >= line;
-        let factor = t.storm_near_line_factor.max(1.0);
-        let margin = if line > 0.0 {
-            value / line
-        } else {
-            f64::INFINITY
-        };
-        let near = (margin >= 1.0 / factor && margin < factor).then_some(NearLine {
-            gate,
-            value,
-            line,
-            passed,
-            cost_decides: true,
-        });
+        let near = NearLine::of(gate, value, line, t);
         let decisive = lock_wait_share >= t.storm_critical_lock_wait_share;
         Self {
             near,
@@ -294,6 +282,24 @@ impl OneGate {
 }
 
 impl NearLine {
+    /// One gate's figure against its line, when it lies within `storm_near_line_factor` of
+    /// it either side (the lock's cost may then decide).
+    pub fn of(gate: &'static str, value: f64, line: f64, t: &Thresholds) -> Option<Self> {
+        let factor = t.storm_near_line_factor.max(1.0);
+        let margin = if line > 0.0 {
+            value / line
+        } else {
+            f64::INFINITY
+        };
+        (margin >= 1.0 / factor && margin < factor).then_some(Self {
+            gate,
+            value,
+            line,
+            passed: value >= line,
+            cost_decides: true,
+        })
+    }
+
     /// The figure against its line, in words: "lock hand-offs per second per CPU 1108 against
     /// a line of 1000".
     pub fn words(&self) -> String {
