@@ -177,13 +177,22 @@ fn a_contended_mutexs_share_of_the_cpu_is_the_one_bpftrace_samples() {
     eprintln!("agent {share:.3} of {samples} samples, bpftrace {oracle:.3} of {oracle_samples}");
     // 99 Hz on 2 busy CPUs over 10 s: about 2,000 samples.
     assert!(samples >= 500, "{samples} samples");
-    // Two samples of one process over nearly one window: each share within about 0.02 of its
-    // window's (binomial, 2,000 samples at 99 Hz and 3,000 at 199 Hz), and bpftrace's window
-    // shorter by its start-up (bpftrace's stacks classified by the agent's own ranges read the
-    // same as here: what differs is the windows).
+    // Two samplers of one process over nearly one window do not agree to binomial precision
+    // (about 0.02 here): each locks into a phase against the program's own periodic work and
+    // reads one of two levels for the whole window. Measured 2026-12-01 on this program,
+    // bpftrace against bpftrace over the same 10 s: 0.546 at 99 Hz against 0.473 at 199 Hz,
+    // 0.593 at 199 Hz against 0.483 at 997 Hz; the agent against bpftrace over 20-s windows:
+    // 0.565/0.567, 0.464/0.449, 0.572/0.481, 0.463/0.569, 0.570/0.567. So the agent's share
+    // must be what an independent sampler reads to within that spread (0.11 measured) and the
+    // two samples' own noise (about 0.02 each): 0.15; and both on the same side of the rule's
+    // critical line (25%).
     assert!(
-        (share - oracle).abs() <= 0.1,
+        (share - oracle).abs() <= 0.15,
         "the agent's share {share:.3} against bpftrace's {oracle:.3}"
+    );
+    assert!(
+        oracle >= 0.25,
+        "bpftrace: most of its CPU is the mutex's: {oracle:.3}"
     );
     assert!(share >= 0.25, "most of its CPU is the mutex's: {share:.3}");
 }
