@@ -79,8 +79,7 @@ static GO_ONCPU: PerCpuHashMap<GoOnCpuKey, u64> =
 /// the kernel from), nothing otherwise.
 #[perf_event]
 pub fn go_oncpu(ctx: PerfEventContext) -> u32 {
-    // SAFETY: a helper with no preconditions.
-    let tgid = (unsafe { bpf_get_current_pid_tgid() } >> 32) as u32;
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     // SAFETY: a plain lookup; the value is not kept.
     if unsafe { GO_ONCPU_TGIDS.get(&tgid) }.is_none() {
         return 0;
