@@ -208,6 +208,14 @@ fn check_lines(args: &[&str], kind: &str) {
             "probe not attached: {l}\n{stdout}"
         );
     }
+    // The Go storm's on-CPU sampler, on every CPU's clock.
+    let cpus = stormwatch_tests::cpus();
+    assert!(
+        stdout.lines().any(|l| l.starts_with("ok ")
+            && l.contains("sampler Go on-CPU ")
+            && l.contains(&format!("attached to {cpus} CPUs' clocks"))),
+        "a line saying the Go on-CPU sampler is attached to {cpus} CPUs:\n{stdout}"
+    );
     for tp in [
         "sched:sched_switch",
         "sched:sched_wakeup",

@@ -304,6 +304,29 @@ fn check_probes(lines: &mut Vec<Line>, args: &CheckArgs, host: &HostChecks) -> b
                         describe(s),
                     );
                 }
+                // The Go storm's cost: perf events on each CPU's clock, which a seccomp
+                // profile or `perf_event_paranoid` may refuse where tracepoints attach.
+                match probes.families().go_mutex.cpu.outcome() {
+                    Some(Ok(cpus)) => add(
+                        lines,
+                        Level::Ok,
+                        "sampler Go on-CPU",
+                        format!(
+                            "attached to {cpus} CPUs' clocks at {} Hz",
+                            stormwatch_common::GO_ONCPU_HZ
+                        ),
+                    ),
+                    Some(Err(why)) => add(
+                        lines,
+                        Level::Warn,
+                        "sampler Go on-CPU",
+                        format!(
+                            "not attached: {why}; a Go mutex's queue is then at most a \
+                             possible lock storm (its CPU cost unknown)"
+                        ),
+                    ),
+                    None => {}
+                }
                 let lost = losses(&avail, task_offsets);
                 if lost.is_empty() {
                     add(

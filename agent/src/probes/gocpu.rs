@@ -48,6 +48,9 @@ pub struct GoCpuSamples {
 #[derive(Debug, Default)]
 pub struct GoCpuSampler {
     attached: bool,
+    /// What attaching it gave: the CPUs it samples, or why it does not (`None`: not tried, the
+    /// futex family was not chosen).
+    outcome: Option<Result<usize, String>>,
     watched: HashSet<u32>,
     /// Each key's count at the last read (summed over CPUs).
     last: HashMap<GoOnCpuKey, u64>,
@@ -59,24 +62,32 @@ impl GoCpuSampler {
     /// Loads the program and attaches it to every online CPU's clock; a sampler that cannot
     /// (no perf events here) counts nothing, and says so once.
     pub fn attach(ebpf: &mut Ebpf) -> Self {
-        let attached = match attach(ebpf) {
+        let outcome = match attach(ebpf) {
             Ok(n) => {
                 log::info!("Go on-CPU sampler attached to {n} CPUs at {GO_ONCPU_HZ} Hz");
-                true
+                Ok(n)
             }
             Err(e) => {
                 log::info!("Go on-CPU sampler not attached: {e:#}");
-                false
+                Err(format!("{e:#}"))
             }
         };
         Self {
-            attached,
+            attached: outcome.is_ok(),
+            outcome: Some(outcome),
             ..Self::default()
         }
     }
 
     pub fn attached(&self) -> bool {
         self.attached
+    }
+
+    /// The CPUs it samples, or why it does not; `None` where it was not tried.
+    pub fn outcome(&self) -> Option<Result<usize, &str>> {
+        self.outcome
+            .as_ref()
+            .map(|o| o.as_ref().map(|n| *n).map_err(String::as_str))
     }
 
     /// Whether `tgid` is counted.

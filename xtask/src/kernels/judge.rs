@@ -76,6 +76,15 @@ pub(crate) fn judge(expect: Expect, rc: i32, text: &str) -> Result<()> {
         }
         Ok(())
     };
+    // The Go storm's sampler: perf events on each CPU's clock, with or without BTF.
+    let go_sampler_attached = || -> Result<()> {
+        let what = "sampler Go on-CPU";
+        let l = find(what).with_context(|| format!("no `{what}` line"))?;
+        if l.level != "ok" || !l.detail.starts_with("attached to ") {
+            bail!("{what}: {} {} (wanted: attached)", l.level, l.detail);
+        }
+        Ok(())
+    };
     match expect {
         Expect::TestPasses => {
             if rc != 0 {
@@ -105,6 +114,7 @@ pub(crate) fn judge(expect: Expect, rc: i32, text: &str) -> Result<()> {
             ]) {
                 attached_as(p, "tp_btf")?;
             }
+            go_sampler_attached()?;
             if !lines
                 .iter()
                 .any(|l| l.what == "diagnosis" && l.level == "ok")
@@ -134,6 +144,7 @@ pub(crate) fn judge(expect: Expect, rc: i32, text: &str) -> Result<()> {
             ]) {
                 attached_as(p, "tracepoint")?;
             }
+            go_sampler_attached()?;
             let lost: Vec<&str> = lines
                 .iter()
                 .filter(|l| l.what == "lost")
@@ -326,6 +337,7 @@ ok    probe net:net_dev_start_xmit           attached as tp_btf
 ok    probe net:netif_receive_skb            attached as tp_btf
 ok    probe skb:kfree_skb                    attached as tp_btf
 ok    probe tcp:tcp_retransmit_skb           attached as tp_btf
+ok    sampler Go on-CPU                      attached to 2 CPUs' clocks at 99 Hz
 ok    diagnosis                              every figure and every rule has its probes
 verdict: stormwatch can run here with every probe
 ";
@@ -356,6 +368,23 @@ verdict: stormwatch can run here with every probe
         );
         let e = judge(Expect::CheckAllTpBtf, 0, &fell_back).unwrap_err();
         assert!(format!("{e}").contains("net_dev_start_xmit"), "{e}");
+        // The Go sampler refused its perf events: a warning, and not what the guest must show.
+        let no_sampler = CHECK_OK.replace(
+            "ok    sampler Go on-CPU                      attached to 2 CPUs' clocks at 99 Hz",
+            "warn  sampler Go on-CPU                      not attached: EACCES",
+        );
+        let e = judge(Expect::CheckAllTpBtf, 0, &no_sampler).unwrap_err();
+        assert!(format!("{e}").contains("sampler Go on-CPU"), "{e}");
+        let e = judge(
+            Expect::CheckAllTpBtf,
+            0,
+            &CHECK_OK.replace("ok    sampler Go on-CPU", "ok    sampler X"),
+        )
+        .unwrap_err();
+        assert!(
+            format!("{e}").contains("no `sampler Go on-CPU` line"),
+            "{e}"
+        );
         let refused = "FAIL  BTF                                    /tmp/empty.btf: not a BTF \
                        blob: truncated header\nFAIL  probes                                 not \
                        loaded\n";
