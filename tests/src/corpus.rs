@@ -1697,28 +1697,57 @@ fn tomcat_classpath() -> &'static str {
     })
 }
 
-/// The Go storm, HTTP server and load generator.
+/// The variable naming a directory where the Go programs are already built (`gomutex`,
+/// `httpserver`, `httpload`): the kernel matrix's guests, whose read-only view of the host and
+/// emulated CPUs make building them there slow or impossible, run the host's builds.
+pub const PREBUILT_GO_ENV: &str = "STORMWATCH_TEST_GO_PROGRAMS";
+
+/// The Go programs this package's tests run (tests/corpus/*/main.go).
+pub const GO_PROGRAMS: [&str; 3] = ["gomutex", "httpserver", "httpload"];
+
+/// One of the Go programs ([`GO_PROGRAMS`]), built.
+pub fn go_program(name: &str) -> PathBuf {
+    go_programs().join(name)
+}
+
+/// Builds the Go programs into `dir` (with the host's Go toolchain).
+pub fn build_go_programs(dir: &Path) {
+    let go = tool("go", "the Go toolchain (https://go.dev/dl)");
+    for program in GO_PROGRAMS {
+        let status = Command::new(&go)
+            .args(["build", "-o"])
+            .arg(dir.join(program))
+            .arg(".")
+            .current_dir(corpus_source().join(program))
+            .env("GO111MODULE", "off")
+            .env("GOFLAGS", "")
+            .status()
+            .expect("running go build");
+        assert!(
+            status.success(),
+            "go build of tests/corpus/{program} failed: {status}"
+        );
+    }
+}
+
+/// The Go storm, HTTP server and load generator: prebuilt where [`PREBUILT_GO_ENV`] says.
 fn go_programs() -> &'static Path {
-    static DONE: OnceLock<()> = OnceLock::new();
-    DONE.get_or_init(|| {
-        let go = tool("go", "the Go toolchain (https://go.dev/dl)");
-        for program in ["gomutex", "httpserver", "httpload"] {
-            let status = Command::new(&go)
-                .args(["build", "-o"])
-                .arg(build_dir().join(program))
-                .arg(".")
-                .current_dir(corpus_source().join(program))
-                .env("GO111MODULE", "off")
-                .env("GOFLAGS", "")
-                .status()
-                .expect("running go build");
-            assert!(
-                status.success(),
-                "go build of tests/corpus/{program} failed: {status}"
-            );
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        if let Some(dir) = std::env::var_os(PREBUILT_GO_ENV) {
+            let dir = PathBuf::from(dir);
+            for program in GO_PROGRAMS {
+                assert!(
+                    dir.join(program).is_file(),
+                    "{PREBUILT_GO_ENV}={}: no {program} there",
+                    dir.display()
+                );
+            }
+            return dir;
         }
-    });
-    build_dir()
+        build_go_programs(build_dir());
+        build_dir().to_owned()
+    })
 }
 
 /// lockbench, with frame pointers (the corpus's) and without (`lockbench-nofp`, for the

@@ -27,7 +27,7 @@ use std::{
 use stormwatch_tests::{
     Agent, TestCgroup,
     bpftrace::Bpftrace,
-    corpus::{Quota, built_programs},
+    corpus::{Quota, built_programs, go_program},
     daemon::{Daemon, basic, finding, http_get_bytes, sample_with, tool, wait_for, write_file},
     join_before_exec,
     report::{self, Diagnosis, HandoffPair, LockCallSites},
@@ -290,7 +290,7 @@ fn a_stripped_binary_and_gos_runtime_are_not_misnamed() {
     // as the runtime's. Those of a sync.Mutex's slow path (its waiters and unlockers queue on
     // the runtime's semaphore lock, itself a futex lock) name the function whose mutex it is:
     // `worker` in tests/corpus/gomutex/main.go. No other Go function is named.
-    let mut cmd = Command::new(built_programs().join("gomutex"));
+    let mut cmd = Command::new(go_program("gomutex"));
     cmd.env("GOMAXPROCS", "8")
         .args(["-goroutines", "256", "-seconds", "60"]);
     let w = start("gomutex", cmd, None);
@@ -334,7 +334,7 @@ fn go_line(dir: &str, file: &str, needle: &str) -> String {
 #[test]
 fn go_sync_mutex_contention_is_counted_and_its_code_named() {
     require_bpf();
-    let program = built_programs().join("gomutex");
+    let program = go_program("gomutex");
     let mut cmd = Command::new(&program);
     // Slow and regular: a holder takes the mutex 1 ms in 2; 8 goroutines take it every
     // millisecond.
@@ -467,7 +467,7 @@ fn go_sync_mutex_contention_is_counted_and_its_code_named() {
 #[test]
 fn diagnose_names_a_go_programs_contended_mutex() {
     require_bpf();
-    let mut cmd = Command::new(built_programs().join("gomutex"));
+    let mut cmd = Command::new(go_program("gomutex"));
     cmd.env("GOMAXPROCS", "16")
         .args(["-goroutines", "64", "-seconds", "60"]);
     let w = start("gomutex-diagnose", cmd, None);
@@ -536,7 +536,7 @@ fn run_exports_a_go_programs_contended_mutex() {
     let daemon = Daemon::start_configured(
         "futex_probes = \"always\"\ninterval_seconds = 1\ndiagnosis_window_seconds = 12\n",
     );
-    let mut cmd = Command::new(built_programs().join("gomutex"));
+    let mut cmd = Command::new(go_program("gomutex"));
     cmd.env("GOMAXPROCS", "16")
         .args(["-goroutines", "64", "-seconds", "60"]);
     let w = start("gomutex-run", cmd, None);

@@ -13,7 +13,7 @@ use std::{
 
 use serde_json::Value;
 use stormwatch::identity::goclock;
-use stormwatch_tests::corpus::built_programs;
+use stormwatch_tests::corpus::go_program;
 
 /// The program prints its figure in seconds to the microsecond.
 const PRINTED: f64 = 1e-6;
@@ -45,7 +45,7 @@ impl Reading {
 /// outside: returns a [`Reading`] for each pair of lines, and checks the agent's cgroup-level
 /// edges against the process's clock.
 fn readings(args: &[&str]) -> Vec<Reading> {
-    let bin = built_programs().join("gomutex");
+    let bin = go_program("gomutex");
     let layout = goclock::layout_of(&std::fs::read(&bin).expect("reading gomutex"))
         .expect("gomutex (Go ≥ 1.20, not stripped) has the clock's layout");
     let mut child = Command::new(&bin)

@@ -21,7 +21,7 @@ use object::{Object as _, ObjectSymbol as _};
 use serde_json::Value;
 use stormwatch::symbolize::gocode::is_mutex_code;
 use stormwatch_tests::{
-    Agent, TestCgroup, bpftrace::Bpftrace, corpus::built_programs, join_before_exec, require_bpf,
+    Agent, TestCgroup, bpftrace::Bpftrace, corpus::go_program, join_before_exec, require_bpf,
 };
 
 /// The judged window.
@@ -45,7 +45,7 @@ impl Drop for Program {
 
 fn start(name: &str, own: bool) -> Program {
     let cgroup = TestCgroup::new(&format!("gocpu-{name}"));
-    let mut cmd = Command::new(built_programs().join("gomutex"));
+    let mut cmd = Command::new(go_program("gomutex"));
     cmd.args([
         "-goroutines",
         "64",
@@ -106,7 +106,7 @@ fn shares(p: &Program) -> ((f64, u64), (f64, u64)) {
 
 /// The binary's functions: (start, end, name), sorted.
 fn functions() -> Vec<(u64, u64, String)> {
-    let data = std::fs::read(built_programs().join("gomutex")).expect("reading gomutex");
+    let data = std::fs::read(go_program("gomutex")).expect("reading gomutex");
     let elf = object::File::parse(&*data).expect("an ELF");
     let mut f: Vec<(u64, u64, String)> = elf
         .symbols()

@@ -25,7 +25,7 @@ use std::{
 
 use stormwatch_tests::{
     TestCgroup,
-    corpus::built_programs,
+    corpus::{built_programs, go_program},
     daemon::{Daemon, sample, tool},
     join_before_exec, num, require_bpf, run_in_cgroup,
     stats::median,
@@ -59,7 +59,7 @@ fn storm(turn: usize) -> (&'static str, Command) {
             ("c", c)
         }
         2 => {
-            let mut c = Command::new(storm_bin("gomutex"));
+            let mut c = Command::new(go_program("gomutex"));
             c.args(["-goroutines", "16", "-seconds", "2"]);
             ("go", c)
         }

@@ -31,12 +31,17 @@ pub fn sh_quote(s: &str) -> String {
 /// Set in the guests: their timings are emulation's (tests/src/corpus.rs reads it).
 const EMULATED_ENV: &str = "STORMWATCH_TEST_EMULATED";
 
+/// Set in the guests when the host built the corpus's Go programs for them (tests/src/corpus.rs
+/// reads it).
+const GO_PROGRAMS_ENV: &str = "STORMWATCH_TEST_GO_PROGRAMS";
+
 /// The guest's script: each step's output, status and times into `out`.
 pub(super) fn script(
     steps: &[Step],
     agent_bin: &Path,
     bins: &HashMap<String, PathBuf>,
     foreign_btf: &Path,
+    go_programs: Option<&Path>,
     out: &Path,
 ) -> Result<String> {
     let mut s = String::new();
@@ -58,6 +63,13 @@ pub(super) fn script(
     // Under emulation the programs' speeds are not their own: the tests that compare work per
     // second (the corpus's counterfactuals) leave that comparison out here and say so.
     writeln!(s, "export {EMULATED_ENV}=1")?;
+    if let Some(dir) = go_programs {
+        writeln!(
+            s,
+            "export {GO_PROGRAMS_ENV}={}",
+            sh_quote(&dir.display().to_string())
+        )?;
+    }
     writeln!(s, "uname -r > \"$OUT/uname\"")?;
     writeln!(s, "cat /proc/self/mountinfo > \"$OUT/mountinfo\"")?;
     writeln!(s, "nproc > \"$OUT/nproc\"")?;
@@ -198,6 +210,7 @@ mod tests {
             Path::new("/b/stormwatch"),
             &bins,
             Path::new("/k/foreign.btf"),
+            None,
             Path::new("/o"),
         )
         .unwrap();
@@ -209,6 +222,24 @@ mod tests {
         );
         assert!(s.contains("step 2 '/t/sched' '--exact' 'a_test'"), "{s}");
         assert!(s.find("export STORMWATCH_TEST_EMULATED=1").unwrap() < s.find("step 0").unwrap());
+        assert!(!s.contains("STORMWATCH_TEST_GO_PROGRAMS"), "{s}");
+        // The host's builds of the Go programs, where a step runs them.
+        let with_go = script(
+            &steps,
+            Path::new("/b/stormwatch"),
+            &bins,
+            Path::new("/k/foreign.btf"),
+            Some(Path::new("/k/go")),
+            Path::new("/o"),
+        )
+        .unwrap();
+        assert!(
+            with_go
+                .find("export STORMWATCH_TEST_GO_PROGRAMS='/k/go'")
+                .unwrap()
+                < with_go.find("step 0").unwrap(),
+            "{with_go}"
+        );
         let missing = vec![test(Phase::Btf, "nope", "x")];
         assert!(
             script(
@@ -216,6 +247,7 @@ mod tests {
                 Path::new("/b"),
                 &bins,
                 Path::new("/f"),
+                None,
                 Path::new("/o")
             )
             .is_err()

@@ -26,7 +26,7 @@
 use std::{
     collections::HashMap,
     path::{Path, PathBuf},
-    process::Stdio,
+    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
@@ -84,6 +84,50 @@ pub fn test_binaries() -> Result<HashMap<String, PathBuf>> {
 }
 
 /// Boots `kernel` and runs `steps` in it; judges them once the guest is gone.
+/// The tests that run the corpus's Go programs (tests/corpus/{gomutex,httpserver,httpload}).
+fn runs_go(step: &Step) -> bool {
+    match &step.run {
+        Run::Test { binary, test } => {
+            ["gocpu", "goclock", "callsites", "soak"].contains(&binary.as_str())
+                || (binary == "corpus" && test.starts_with("go-"))
+        }
+        Run::Agent(_) => false,
+    }
+}
+
+/// Builds the corpus's Go programs on the host into `dir` when a step runs them: the guest sees
+/// the host's files read-only and runs on emulated CPUs, where `go build` cannot write its cache
+/// and would take minutes. The tests find them through `STORMWATCH_TEST_GO_PROGRAMS`.
+fn go_programs_for(steps: &[Step], dir: &Path) -> Result<Option<PathBuf>> {
+    if !steps.iter().any(runs_go) {
+        return Ok(None);
+    }
+    std::fs::create_dir_all(dir)?;
+    let source = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/corpus")
+        .canonicalize()
+        .context("tests/corpus")?;
+    for program in ["gomutex", "httpserver", "httpload"] {
+        let status = Command::new("go")
+            .args(["build", "-o"])
+            .arg(dir.join(program))
+            .arg(".")
+            .current_dir(source.join(program))
+            .env("GO111MODULE", "off")
+            .env("GOFLAGS", "")
+            .status()
+            .context("running go build (the Go toolchain on PATH)")?;
+        if !status.success() {
+            bail!("go build of tests/corpus/{program} failed: {status}");
+        }
+    }
+    say(&format!(
+        "the corpus's Go programs: built for the guest in {}",
+        dir.display()
+    ));
+    Ok(Some(dir.to_owned()))
+}
+
 pub fn run_guest(
     kernel: &Kernel,
     steps: &[Step],
@@ -98,10 +142,18 @@ pub fn run_guest(
     let foreign = work.join("foreign.btf");
     std::fs::copy("/sys/kernel/btf/vmlinux", &foreign)
         .context("copying the host's BTF (another kernel's) for the guests")?;
+    let go_programs = go_programs_for(steps, &work.join("go"))?;
     let script_path = work.join("guest.sh");
     std::fs::write(
         &script_path,
-        script(steps, agent_bin, bins, &foreign, &out)?,
+        script(
+            steps,
+            agent_bin,
+            bins,
+            &foreign,
+            go_programs.as_deref(),
+            &out,
+        )?,
     )?;
     let guest = Guest {
         cpus: 2,
