@@ -9,7 +9,11 @@ import java.util.concurrent.Executors;
  * own HTTP server with a virtual thread per request, each request answered after a fixed piece
  * of CPU work ({@code Corpus.burn}); nothing shared between requests.
  *
- * <pre>java VirtualHttpServer &lt;host:port&gt; &lt;iterations&gt;</pre>
+ * <p>With a third argument N the requests run on a fixed pool of N platform threads instead:
+ * the counterfactual of the virtual threads (with 2, the JDK server's own monitors are taken by
+ * at most two threads at once).
+ *
+ * <pre>java VirtualHttpServer &lt;host:port&gt; &lt;iterations&gt; [platform threads]</pre>
  */
 public class VirtualHttpServer {
     static volatile long sink;
@@ -20,7 +24,9 @@ public class VirtualHttpServer {
         byte[] body = "ok\n".getBytes(StandardCharsets.US_ASCII);
         HttpServer server = HttpServer.create(
                 new InetSocketAddress(hostPort[0], Integer.parseInt(hostPort[1])), 1024);
-        server.setExecutor(Executors.newVirtualThreadPerTaskExecutor());
+        server.setExecutor(args.length > 2
+                ? Executors.newFixedThreadPool(Integer.parseInt(args[2]))
+                : Executors.newVirtualThreadPerTaskExecutor());
         server.createContext("/", exchange -> {
             sink = Corpus.burn(work, System.nanoTime());
             exchange.getRequestBody().readAllBytes();

@@ -203,7 +203,8 @@ fn diagnose_reads_virtual_threads_only_when_asked() {
     assert_eq!(c["virtual_threads"], 256.0, "{c}");
     assert!(c["waiting_for_a_lock"].as_f64().unwrap() >= 230.0, "{c}");
     assert!(
-        c["lock_handoffs_per_cpu_second"].as_f64().unwrap() >= 1_000.0,
+        c["lock_handoffs_per_cpu_second"].as_f64().unwrap()
+            >= stormwatch::diagnose::rules::defaults::STORM_MIN_VIRTUAL_HANDOFFS_PER_CPU_SECOND,
         "{c}"
     );
     assert_eq!(c["lock_storm"], true, "{c}");

@@ -122,13 +122,21 @@ pub mod defaults {
     /// 976–1,193 per CPU-second across ten runs against its line of 1,000, and a libuv pool's
     /// over 60–137 against 100 — within ×1.25 of a line a run falls on either side of it.
     pub const STORM_NEAR_LINE_FACTOR: f64 = 1.25;
+    /// What one hand-off of a lock between virtual threads costs a carrier (an unpark, a park
+    /// and a remount), measured on the tuning storms of tests/CORPUS.md ("Virtual threads"):
+    /// 54% of 2 CPUs lost over 1.5 M remounts a second, 11% over 0.32 M (AMD EPYC, JDK 25).
+    pub const VIRTUAL_HANDOFF_CPU_SECONDS: f64 = 0.7e-6;
     /// Virtual threads handed a lock, per usable CPU and second, for a JVM's virtual-thread
-    /// storm (`VirtualStormFigures`): each hand-off an unpark, a park and a remount on a
-    /// carrier. Chosen on the tuning pair of tests/CORPUS.md ("Virtual threads"): 256 virtual
-    /// threads on one lock around a short section, 2.2–3.3× the work with a lock each, read
-    /// 260,000–770,000; the same lock around a tenth of it, the same work with a lock each,
-    /// 9–37. The line sits 25× above the second and 260× below the first.
-    pub const STORM_MIN_VIRTUAL_HANDOFFS_PER_CPU_SECOND: f64 = 1_000.0;
+    /// storm (`VirtualStormFigures`): the rate at which the hand-offs cost 5% of the CPUs at
+    /// [`VIRTUAL_HANDOFF_CPU_SECONDS`] each — the cost line of Go's storm
+    /// ([`GO_STORM_MIN_MUTEX_CPU_SHARE`]). The first line (1,000, between the tuning storm's
+    /// 260,000–770,000 and the calm program's 9–37) called the JDK's HTTP server a storm in 2
+    /// of 3 runs (jvm-virtual-http: 2 platform threads serve it at 0.76–1.09× its CPU a
+    /// request) and, at a tenth of the work a request, a critical one at 11,900–12,600 per
+    /// CPU-second, 7 of its 11 virtual threads queued on a JDK monitor (2026-12-01): queues
+    /// whose hand-offs cost under 1% of the CPUs.
+    pub const STORM_MIN_VIRTUAL_HANDOFFS_PER_CPU_SECOND: f64 =
+        GO_STORM_MIN_MUTEX_CPU_SHARE / VIRTUAL_HANDOFF_CPU_SECONDS;
     /// Migrations per second per allowed CPU above which pinning is worth recommending: each
     /// migration moves the lock's cache lines and the thread's working set.
     pub const STORM_HIGH_MIGRATIONS_PER_SECOND: f64 = 50.0;

@@ -9,6 +9,10 @@
 //! not it costs anything. What costs is each hand-off — an unpark, a park and a remount on a
 //! carrier — and the JVM's scheduler counts the remounts: over the window, in the share of the
 //! parked virtual threads that wait for a lock, they are the locks' hand-offs.
+//!
+//! And the lock must be what limits them: where more virtual threads are ready for a carrier
+//! than parked on the lock, the carriers have work without the lock's waiters (`carrier_bound`),
+//! as a Go goroutine parked on a mutex leaves its P to another with work.
 
 use std::collections::BTreeMap;
 
@@ -45,6 +49,10 @@ pub struct VirtualStormFigures {
     pub lock_handoffs_per_second: f64,
     /// …per CPU the container may use: the hand-off gate.
     pub lock_handoffs_per_cpu_second: f64,
+    /// What the hand-offs cost the usable CPUs, estimated at
+    /// [`VIRTUAL_HANDOFF_CPU_SECONDS`](super::defaults::VIRTUAL_HANDOFF_CPU_SECONDS) each (the
+    /// gate's line is 5% of them).
+    pub handoff_cpu_share: f64,
     /// What the lock costs the virtual threads: the share of their time parked on a lock (the
     /// ones found waiting for one over all found). The severity follows it.
     pub lock_wait_share: f64,
@@ -53,6 +61,10 @@ pub struct VirtualStormFigures {
     pub top_lock_site: Option<String>,
     /// The hand-off gate's figure, when it lies within `storm_near_line_factor` of its line.
     pub near_line: Option<NearLine>,
+    /// More of its virtual threads waited for a carrier than for a lock: the CPUs, not the
+    /// lock, limit them, and the lock is not judged a storm (a virtual thread parked on it
+    /// leaves its carrier to one of those ready, as a Go goroutine leaves its P).
+    pub carrier_bound: bool,
     pub lock_storm: bool,
     /// Near the line, and the lock costs less than `storm_critical_lock_wait_share`.
     pub possible: bool,
@@ -73,6 +85,14 @@ impl VirtualStormFigures {
         // Both gates: the lock's queue (the other rules' line), then its hand-offs, near whose
         // line the lock's cost decides.
         let queued = v.waiting_for_a_lock / allowed >= t.storm_min_queued_threads_per_cpu;
+        // The lock limits them only where its queue is the longer one: with more virtual
+        // threads ready for a carrier than parked on the lock, the carriers have work without
+        // the lock's waiters, and a lock made uncontended would move them to the carriers'
+        // queue. An HTTP server with a virtual thread per request queued 5 on a JDK monitor
+        // and 30 for a carrier, where 2 platform threads spent 0.99–1.04× its CPU a request
+        // (jvm-virtual-http, tests/CORPUS.md).
+        let carrier_bound = v.waiting_for_a_carrier >= v.waiting_for_a_lock;
+        let judged = queued && !carrier_bound;
         let verdict = OneGate::judge(
             GATE,
             per_cpu,
@@ -80,7 +100,7 @@ impl VirtualStormFigures {
             lock_wait_share,
             t,
         );
-        let near = verdict.near.filter(|_| queued);
+        let near = verdict.near.filter(|_| judged);
         Some(Self {
             processes: v.processes,
             dumps: v.dumps,
@@ -92,18 +112,20 @@ impl VirtualStormFigures {
             remounts_per_second: v.runs_per_second,
             lock_handoffs_per_second: handoffs,
             lock_handoffs_per_cpu_second: per_cpu,
+            handoff_cpu_share: per_cpu * super::defaults::VIRTUAL_HANDOFF_CPU_SECONDS,
             lock_wait_share,
             top_lock: v.top_lock.as_ref().map(|l| l.object.clone()),
             top_lock_site: v.top_lock.as_ref().and_then(|l| l.site.clone()),
             near_line: near,
-            lock_storm: queued && verdict.lock_storm,
-            possible: queued && verdict.possible,
+            carrier_bound,
+            lock_storm: judged && verdict.lock_storm,
+            possible: judged && verdict.possible,
         })
     }
 }
 
 /// A JVM's virtual-thread storm: at least `storm_min_queued_threads_per_cpu` virtual threads
-/// per usable CPU parked on a lock, handed it at least
+/// per usable CPU parked on a lock, more than wait for a carrier, handed it at least
 /// `storm_min_virtual_handoffs_per_cpu_second` times per usable CPU a second. Near that line
 /// the lock's cost decides (`storm_critical_lock_wait_share` of the virtual threads' time: a
 /// storm), or the verdict is `possible`.
@@ -128,14 +150,17 @@ pub fn virtual_lock_storm(f: &Facts, t: &Thresholds) -> Option<Finding> {
         "{head}: the JVM's dumps find {:.0} of its {:.0} virtual threads parked on a lock on \
          average — {:.1} per usable CPU ({allowed:.1}): about {:.0}% of the virtual threads' \
          time is spent waiting for a lock — and its scheduler hands a lock on about {:.0} times a \
-         second, {:.0} per usable CPU, each an unpark, a park and a remount on a carrier. The \
-         kernel sees none of it: the carriers stay busy",
+         second, {:.0} per usable CPU, each an unpark, a park and a remount on a carrier: at \
+         about {:.1} µs each, about {:.0}% of the usable CPUs. The kernel sees none of it: the \
+         carriers stay busy",
         v.waiting_for_a_lock,
         v.virtual_threads,
         v.waiting_for_a_lock_per_cpu,
         100.0 * v.lock_wait_share,
         v.lock_handoffs_per_second,
         v.lock_handoffs_per_cpu_second,
+        super::defaults::VIRTUAL_HANDOFF_CPU_SECONDS * 1e6,
+        100.0 * v.handoff_cpu_share,
     );
     if let Some(object) = &v.top_lock {
         summary.push_str(&format!("; the lock most waited for is {object}"));
@@ -157,6 +182,7 @@ pub fn virtual_lock_storm(f: &Facts, t: &Thresholds) -> Option<Finding> {
         "jvm_virtual_lock_handoffs_per_cpu_second",
         v.lock_handoffs_per_cpu_second,
     );
+    e.insert("jvm_virtual_handoff_cpu_share", v.handoff_cpu_share);
     e.insert("jvm_virtual_thread_dumps", f64::from(v.dumps));
     e.insert("lock_wait_share", v.lock_wait_share);
     if let Some(near) = v.near_line {
