@@ -47,7 +47,6 @@ pub struct GoCpuSamples {
 /// The sampler: attached once, told which processes to count, read at each collection.
 #[derive(Debug, Default)]
 pub struct GoCpuSampler {
-    attached: bool,
     /// What attaching it gave: the CPUs it samples, or why it does not (`None`: not tried, the
     /// futex family was not chosen).
     outcome: Option<Result<usize, String>>,
@@ -73,14 +72,13 @@ impl GoCpuSampler {
             }
         };
         Self {
-            attached: outcome.is_ok(),
             outcome: Some(outcome),
             ..Self::default()
         }
     }
 
     pub fn attached(&self) -> bool {
-        self.attached
+        matches!(self.outcome, Some(Ok(_)))
     }
 
     /// The CPUs it samples, or why it does not; `None` where it was not tried.
@@ -98,7 +96,7 @@ impl GoCpuSampler {
     /// Counts the processes of `tgids` (the Go processes whose clocks are read) from now on,
     /// and no others.
     pub fn watch(&mut self, ebpf: &mut Ebpf, tgids: impl IntoIterator<Item = u32>) {
-        if !self.attached {
+        if !self.attached() {
             return;
         }
         let wanted: HashSet<u32> = tgids.into_iter().take(MAX_TGIDS).collect();
@@ -125,7 +123,7 @@ impl GoCpuSampler {
     /// The samples since the last read, by key; the keys of processes no longer watched are
     /// deleted (nothing counts them any more).
     pub fn read_new(&mut self, ebpf: &mut Ebpf) -> anyhow::Result<Vec<(GoOnCpuKey, u64)>> {
-        if !self.attached {
+        if !self.attached() {
             return Ok(Vec::new());
         }
         let now: HashMap<GoOnCpuKey, u64> =

@@ -89,7 +89,7 @@ impl VirtualStormFigures {
         // threads ready for a carrier than parked on the lock, the carriers have work without
         // the lock's waiters, and a lock made uncontended would move them to the carriers'
         // queue. An HTTP server with a virtual thread per request queued 5 on a JDK monitor
-        // and 30 for a carrier, where 2 platform threads spent 0.99–1.04× its CPU a request
+        // and 30 for a carrier, where 2 platform threads spent 0.76–1.09× its CPU a request
         // (jvm-virtual-http, tests/CORPUS.md).
         let carrier_bound = v.waiting_for_a_carrier >= v.waiting_for_a_lock;
         let judged = queued && !carrier_bound;
