@@ -1809,7 +1809,8 @@ fn tomcat_classpath() -> &'static str {
 /// emulated CPUs make building them there slow or impossible, run the host's builds.
 pub const PREBUILT_GO_ENV: &str = "STORMWATCH_TEST_GO_PROGRAMS";
 
-/// The Go programs this package's tests run (tests/corpus/*/main.go).
+/// The Go programs this package's tests run (tests/corpus/*/main.go), as
+/// tests/corpus/build-go.sh builds them.
 pub const GO_PROGRAMS: [&str; 3] = ["gomutex", "httpserver", "httpload"];
 
 /// One of the Go programs ([`GO_PROGRAMS`]), built.
@@ -1817,24 +1818,20 @@ pub fn go_program(name: &str) -> PathBuf {
     go_programs().join(name)
 }
 
-/// Builds the Go programs into `dir` (with the host's Go toolchain).
+/// Builds the Go programs into `dir` (with the host's Go toolchain), by
+/// tests/corpus/build-go.sh, which xtask runs for the kernel matrix's guests too.
 pub fn build_go_programs(dir: &Path) {
-    let go = tool("go", "the Go toolchain (https://go.dev/dl)");
-    for program in GO_PROGRAMS {
-        let status = Command::new(&go)
-            .args(["build", "-o"])
-            .arg(dir.join(program))
-            .arg(".")
-            .current_dir(corpus_source().join(program))
-            .env("GO111MODULE", "off")
-            .env("GOFLAGS", "")
-            .status()
-            .expect("running go build");
-        assert!(
-            status.success(),
-            "go build of tests/corpus/{program} failed: {status}"
-        );
-    }
+    tool("go", "the Go toolchain (https://go.dev/dl)");
+    let status = Command::new("sh")
+        .arg(corpus_source().join("build-go.sh"))
+        .arg(dir)
+        .status()
+        .expect("running tests/corpus/build-go.sh");
+    assert!(
+        status.success(),
+        "tests/corpus/build-go.sh {} failed: {status}",
+        dir.display()
+    );
 }
 
 /// The Go storm, HTTP server and load generator: prebuilt where [`PREBUILT_GO_ENV`] says.
