@@ -123,12 +123,18 @@ pub mod defaults {
     /// over 60–137 against 100 — within ×1.25 of a line a run falls on either side of it.
     pub const STORM_NEAR_LINE_FACTOR: f64 = 1.25;
     /// What one hand-off of a lock between virtual threads costs a carrier (an unpark, a park
-    /// and a remount), measured on the tuning storms of tests/CORPUS.md ("Virtual threads"):
-    /// 54% of 2 CPUs lost over 1.5 M remounts a second, 11% over 0.32 M (AMD EPYC, JDK 25).
+    /// and a remount, per continuation the scheduler counts), at the least: measured on the
+    /// tuning storms of tests/CORPUS.md ("Virtual threads"), 54% of 2 CPUs lost over 1.5 M
+    /// remounts a second, 11% over 0.32 M (AMD EPYC, JDK 25): about 0.7 µs.
     pub const VIRTUAL_HANDOFF_CPU_SECONDS: f64 = 0.7e-6;
+    /// …and at the most: the same storms on an Intel Xeon VM lost 63% of 2 CPUs over
+    /// 0.62–0.66 M a second, 31% over 0.23 M — 1.9–2.7 µs each (2026-12-01,
+    /// tests/CORPUS.md). A finding states the hand-offs' cost between the two.
+    pub const VIRTUAL_HANDOFF_CPU_SECONDS_HIGH: f64 = 2.7e-6;
     /// Virtual threads handed a lock, per usable CPU and second, for a JVM's virtual-thread
     /// storm (`VirtualStormFigures`): the rate at which the hand-offs cost 5% of the CPUs at
-    /// [`VIRTUAL_HANDOFF_CPU_SECONDS`] each — the cost line of Go's storm
+    /// [`VIRTUAL_HANDOFF_CPU_SECONDS`] each, the least measured (a storm is called where even
+    /// the cheapest hand-offs cost that much) — the cost line of Go's storm
     /// ([`GO_STORM_MIN_MUTEX_CPU_SHARE`]). The first line (1,000, between the tuning storm's
     /// 260,000–770,000 and the calm program's 9–37) called the JDK's HTTP server a storm in 2
     /// of 3 runs (jvm-virtual-http: 2 platform threads serve it at 0.76–1.09× its CPU a

@@ -49,10 +49,14 @@ pub struct VirtualStormFigures {
     pub lock_handoffs_per_second: f64,
     /// …per CPU the container may use: the hand-off gate.
     pub lock_handoffs_per_cpu_second: f64,
-    /// What the hand-offs cost the usable CPUs, estimated at
+    /// What the hand-offs cost the usable CPUs at the least, estimated at
     /// [`VIRTUAL_HANDOFF_CPU_SECONDS`](super::defaults::VIRTUAL_HANDOFF_CPU_SECONDS) each (the
     /// gate's line is 5% of them).
     pub handoff_cpu_share: f64,
+    /// …and at the most, at
+    /// [`VIRTUAL_HANDOFF_CPU_SECONDS_HIGH`](super::defaults::VIRTUAL_HANDOFF_CPU_SECONDS_HIGH)
+    /// each (what a hand-off cost on the other CPU kind measured), at most all of them.
+    pub handoff_cpu_share_high: f64,
     /// What the lock costs the virtual threads: the share of their time parked on a lock (the
     /// ones found waiting for one over all found). The severity follows it.
     pub lock_wait_share: f64,
@@ -112,7 +116,9 @@ impl VirtualStormFigures {
             remounts_per_second: v.runs_per_second,
             lock_handoffs_per_second: handoffs,
             lock_handoffs_per_cpu_second: per_cpu,
-            handoff_cpu_share: per_cpu * super::defaults::VIRTUAL_HANDOFF_CPU_SECONDS,
+            handoff_cpu_share: (per_cpu * super::defaults::VIRTUAL_HANDOFF_CPU_SECONDS).min(1.0),
+            handoff_cpu_share_high: (per_cpu * super::defaults::VIRTUAL_HANDOFF_CPU_SECONDS_HIGH)
+                .min(1.0),
             lock_wait_share,
             top_lock: v.top_lock.as_ref().map(|l| l.object.clone()),
             top_lock_site: v.top_lock.as_ref().and_then(|l| l.site.clone()),
@@ -151,8 +157,8 @@ pub fn virtual_lock_storm(f: &Facts, t: &Thresholds) -> Option<Finding> {
          average — {:.1} per usable CPU ({allowed:.1}): about {:.0}% of the virtual threads' \
          time is spent waiting for a lock — and its scheduler hands a lock on about {:.0} times a \
          second, {:.0} per usable CPU, each an unpark, a park and a remount on a carrier: at \
-         about {:.1} µs each, about {:.0}% of the usable CPUs. The kernel sees none of it: the \
-         carriers stay busy",
+         {:.1}–{:.1} µs each (what one cost on the CPU kinds measured), {:.0}–{:.0}% of the \
+         usable CPUs. The kernel sees none of it: the carriers stay busy",
         v.waiting_for_a_lock,
         v.virtual_threads,
         v.waiting_for_a_lock_per_cpu,
@@ -160,7 +166,9 @@ pub fn virtual_lock_storm(f: &Facts, t: &Thresholds) -> Option<Finding> {
         v.lock_handoffs_per_second,
         v.lock_handoffs_per_cpu_second,
         super::defaults::VIRTUAL_HANDOFF_CPU_SECONDS * 1e6,
+        super::defaults::VIRTUAL_HANDOFF_CPU_SECONDS_HIGH * 1e6,
         100.0 * v.handoff_cpu_share,
+        100.0 * v.handoff_cpu_share_high,
     );
     if let Some(object) = &v.top_lock {
         summary.push_str(&format!("; the lock most waited for is {object}"));
@@ -183,6 +191,10 @@ pub fn virtual_lock_storm(f: &Facts, t: &Thresholds) -> Option<Finding> {
         v.lock_handoffs_per_cpu_second,
     );
     e.insert("jvm_virtual_handoff_cpu_share", v.handoff_cpu_share);
+    e.insert(
+        "jvm_virtual_handoff_cpu_share_high",
+        v.handoff_cpu_share_high,
+    );
     e.insert("jvm_virtual_thread_dumps", f64::from(v.dumps));
     e.insert("lock_wait_share", v.lock_wait_share);
     if let Some(near) = v.near_line {
