@@ -1589,7 +1589,7 @@ pub struct Outcome {
     pub counterfactual_work_per_second: Option<f64>,
     /// The counterfactual's gain (its work per second over the program's) in each pair of runs
     /// measured: the judged run's first, then, were it near a premise bar or its reading alone
-    /// disturbed, the pairs run again ([`premise_gains`]). Empty for a case without a counterfactual, or where it is not run.
+    /// disturbed, the pairs run again (`premise_gains`). Empty for a case without a counterfactual, or where it is not run.
     pub premise_gains: Vec<f64>,
     /// What `stormwatch run` said of the same running program, when asked
     /// ([`RUN_VERDICT_ENV`]).
