@@ -1438,12 +1438,21 @@ pub fn cases() -> Vec<Case> {
             Memcached { threads: 16 },
             Memcached { threads: 2 },
         ),
-        server_held_out(
-            "memcached-4-threads",
-            "memcached with its default 4 worker threads under 64 keep-alive clients",
-            Memcached { threads: 4 },
-            Memcached { threads: 2 },
-        ),
+        Case {
+            miss: Some(
+                "wrong once on the Intel VM (CI of 2026-12-01): runtime_sizing said its 4 \
+                 threads cost it (71,204 wake-ups per CPU-second for 7 µs each) where 2 threads \
+                 spent the same CPU a request (1.00×; pairs 1.08, 1.00, 1.00), the agent's \
+                 run taking 22% of its requests (191,890/s against 244,894/s alone): the \
+                 sizing finding's wake-up line is not drawn for this CPU kind (tests/CORPUS.md)",
+            ),
+            ..server_held_out(
+                "memcached-4-threads",
+                "memcached with its default 4 worker threads under 64 keep-alive clients",
+                Memcached { threads: 4 },
+                Memcached { threads: 2 },
+            )
+        },
         server_held_out(
             "nginx-16-workers",
             "nginx with 16 worker processes under 64 keep-alive clients",
@@ -1468,7 +1477,13 @@ pub fn cases() -> Vec<Case> {
             quota: None,
             split: Tuning,
             checks: &[NoCostlierPerWorkOrOversubscribed],
-            miss: None,
+            miss: Some(
+                "its premise and the agent part on the Intel VM (CI of 2026-12-01): 200 \
+                 workers spent 1.38× the CPU a request of 2 (pairs 1.81, 1.16, 1.38), and the \
+                 agent named no thread cost (a possible lock_storm near its hand-off line, \
+                 runqueue_saturation); right in every CI run that landed since it was mended \
+                 (tests/CORPUS.md)",
+            ),
             counterfactual: Some(Tomcat { threads: 2 }),
         },
         // A tokio service (issue #41 item 5, 2026-11-30), written down before its first run
