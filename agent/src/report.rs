@@ -10,7 +10,7 @@ pub mod pprof;
 use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
-use stormwatch_common::{FutexStats, LockStats, SchedStats, lock_kind};
+use stormwatch_common::{FutexStats, LOCK_SITE_UNWALKED, LockStats, SchedStats, lock_kind};
 
 use crate::{
     collect::{Availability, CgroupWindow, Window, log2_quantile_ns},
@@ -103,6 +103,10 @@ pub struct ContainerReport {
     /// The kernel call sites that waited longest for a lock in this window, from the waits of at
     /// least `LOCK_SITE_MIN_WAIT_NS` (10 µs; shorter ones count in `kernel_locks` only).
     pub kernel_lock_sites: Option<Vec<LockSite>>,
+    /// The waits of at least `LOCK_SITE_MIN_WAIT_NS` whose call site was not taken: each CPU
+    /// walks at most 1,000 kernel stacks a second (`LOCK_STACK_WALK_INTERVAL_NS`), so in a
+    /// storm of long waits `kernel_lock_sites` covers the others only. Zero below that rate.
+    pub kernel_lock_waits_unwalked: Option<LockWait>,
     /// Where the container's sampled futex hand-offs waited and woke, in its own code, and why
     /// they were slow; `null` where hand-offs are not sampled (the futex probes not attached, or
     /// a kernel without BTF, or an architecture whose stacks the agent cannot unwind yet).
@@ -303,6 +307,19 @@ fn hot_futexes(window: &Window, cgroup_id: u64, ctx: &ReportContext) -> Vec<HotF
         .collect()
 }
 
+/// The cgroup's long waits counted without a stack (`LOCK_SITE_UNWALKED`), of every kind.
+fn unwalked_lock_waits(window: &Window, cgroup_id: u64) -> LockWait {
+    let (count, wait_ns) = window
+        .lock_sites
+        .iter()
+        .filter(|(k, _)| k.cgroup_id == cgroup_id && k.stack_id == LOCK_SITE_UNWALKED)
+        .fold((0, 0), |(c, w), (_, v)| (c + v.count, w + v.wait_ns));
+    LockWait {
+        count,
+        wait_seconds: secs(wait_ns),
+    }
+}
+
 fn lock_sites(window: &Window, cgroup_id: u64, ctx: &ReportContext) -> Vec<LockSite> {
     // Several stacks may reduce to the same call site: merge them.
     let mut merged: HashMap<(CallSite, u32), (u64, u64, u64)> = HashMap::new();
@@ -385,6 +402,7 @@ pub fn container_report(
         kernel_locks: a.locks.then(|| lock_waits(&w.locks)),
         hot_futexes: a.futex.then(|| hot_futexes(window, cgroup_id, ctx)),
         kernel_lock_sites: a.locks.then(|| lock_sites(window, cgroup_id, ctx)),
+        kernel_lock_waits_unwalked: a.locks.then(|| unwalked_lock_waits(window, cgroup_id)),
         lock_call_sites: (a.futex && ctx.handoff_sites)
             .then(|| handoffs::lock_call_sites(window.handoff_sites.get(&cgroup_id), w.go_mutex)),
         network: network::network_summary(&w.net, a.net),
@@ -469,7 +487,8 @@ mod tests {
                 },
             );
         }
-        for (stack_id, count) in [(1, 2), (2, 3)] {
+        // Stacks 1 and 2 reduce to one call site; the budget's unwalked waits are no site.
+        for (stack_id, count) in [(1, 2), (2, 3), (LOCK_SITE_UNWALKED, 7)] {
             w.lock_sites.insert(
                 LockSiteKey {
                     cgroup_id: 10,
@@ -615,6 +634,8 @@ mod tests {
         assert_eq!(sites[0]["lock_function"], "_raw_spin_lock");
         assert_eq!(sites[0]["kind"], "spin");
         assert_eq!(sites[0]["count"], 5);
+        assert_eq!(v["kernel_lock_waits_unwalked"]["count"], 7);
+        assert_eq!(v["kernel_lock_waits_unwalked"]["wait_seconds"], 7e-7);
     }
 
     #[test]

@@ -24,6 +24,7 @@ use stormwatch_tests::{
     Agent, Finished, TestCgroup, assert_within,
     bpftrace::Bpftrace,
     cpus,
+    daemon::tool,
     report::{Futex, KernelLockSite},
     require_bpf, run_in_cgroup, run_workload, workload_result,
 };
@@ -468,4 +469,115 @@ fn mmap_storm_contends_mmap_lock_for_write_tp_btf() {
 #[test]
 fn mmap_storm_contends_mmap_lock_for_write_classic_tracepoints() {
     mmap_storm_contends_mmap_lock(true);
+}
+
+/// Every wait of the cgroup on a kernel lock lasting at least `LOCK_SITE_MIN_WAIT_NS`, of any
+/// kind, counted by bpftrace, paired as the kernel's `perf lock contention` pairs them: a
+/// spinning waiter (`LCB_F_SPIN` without `MUTEX|RT|PERCPU`, 56) on its CPU, a sleeping one on
+/// its thread, whose mutex's second begin (before it sleeps) is not a new wait. Keyed by
+/// thread alone, a spinlock contended inside a sleeping wait (the percpu rw_semaphore's wait
+/// queue lock) would replace the outer wait's start.
+fn long_waits_script(cgroup: &TestCgroup) -> String {
+    let path = cgroup.path().display();
+    let long = stormwatch_common::LOCK_SITE_MIN_WAIT_NS;
+    format!(
+        "tracepoint:lock:contention_begin /cgroup == cgroupid(\"{path}\")/ {{ \
+         $a = (uint64)args->lock_addr; \
+         if ((args->flags & 1) && (args->flags & 56) == 0) {{ \
+         @spin_start[cpu] = nsecs; @spin_lock[cpu] = $a; }} \
+         else if (@lock[tid] != $a) {{ @start[tid] = nsecs; @lock[tid] = $a; }} }}\n\
+         tracepoint:lock:contention_end {{ $a = (uint64)args->lock_addr; \
+         if (@spin_start[cpu] && @spin_lock[cpu] == $a) {{ \
+         $w = nsecs - @spin_start[cpu]; if ($w >= {long}) {{ @long_waits = count(); }} \
+         delete(@spin_start[cpu]); delete(@spin_lock[cpu]); }} \
+         else if (@start[tid] && @lock[tid] == $a) {{ \
+         $v = nsecs - @start[tid]; if ($v >= {long}) {{ @long_waits = count(); }} \
+         delete(@start[tid]); delete(@lock[tid]); }} }}\n\
+         END {{ clear(@start); clear(@lock); clear(@spin_start); clear(@spin_lock); }}\n"
+    )
+}
+
+/// A storm of long kernel-lock waits (four `stress-ng --flock` workers on one file: about
+/// 11,000 waits of 10 µs or more a second per CPU on a 2-vCPU VM) spends each CPU's stack-walk
+/// budget: the call sites cover at most the walks the budget allows
+/// (`stormwatch_common::stack_walk_allowed`: 1,000 at once, then 1,000 a second per CPU), and
+/// every other long wait is counted in `kernel_lock_waits_unwalked`, so that the two together
+/// are every long wait bpftrace saw.
+#[test]
+fn flock_storm_call_sites_keep_to_the_stack_walk_budget() {
+    use stormwatch_common::{LOCK_STACK_WALK_BURST_NS, LOCK_STACK_WALK_INTERVAL_NS};
+    require_bpf();
+    let cgroup = TestCgroup::new("flock-storm");
+    let seconds = 3.0;
+    let bt = Bpftrace::start(&long_waits_script(&cgroup));
+    let mut agent = Agent::trace_workload(seconds, Some(&cgroup), false);
+    let started = std::time::Instant::now();
+    let child = run_in_cgroup(
+        Command::new(tool("stress-ng", "apt-get install stress-ng")).args([
+            "--flock",
+            "4",
+            "--timeout",
+            &format!("{seconds}"),
+        ]),
+        &cgroup,
+    );
+    let out = child.wait_with_output().expect("waiting for stress-ng");
+    let elapsed = started.elapsed().as_secs_f64();
+    assert!(out.status.success(), "stress-ng --flock failed: {out:?}");
+    agent.assert_still_tracing("the flock storm");
+    let maps = bt.stop();
+    let done = agent.finish();
+    let c = done.trace.container(&cgroup);
+    let bt_long = maps.require("@long_waits") as f64;
+    let sites = c
+        .kernel_lock_sites
+        .as_ref()
+        .unwrap_or_else(|| panic!("kernel_lock_sites should be a list: {c:#?}"));
+    let unwalked = c
+        .kernel_lock_waits_unwalked
+        .as_ref()
+        .unwrap_or_else(|| panic!("kernel_lock_waits_unwalked should be set: {c:#?}"));
+    let walked: f64 = sites.iter().map(|s| s.count as f64).sum();
+    // Each CPU walks at most a burst and then one stack per interval, in the workload's life
+    // (no wait of the cgroup is long before it starts or after it ends).
+    let per_cpu = (LOCK_STACK_WALK_BURST_NS / LOCK_STACK_WALK_INTERVAL_NS) as f64
+        + 1.0
+        + elapsed * 1e9 / LOCK_STACK_WALK_INTERVAL_NS as f64;
+    let budget = per_cpu * cpus() as f64;
+    eprintln!(
+        "flock storm {elapsed:.2} s: bpftrace {bt_long} long waits; agent sites {walked} ({} \
+         sites), unwalked {unwalked:?}; budget {budget}\n  sites {sites:?}",
+        sites.len()
+    );
+    assert!(
+        bt_long >= 2.0 * budget,
+        "the flock storm should wait 10 µs or more well past the walk budget ({budget}) on {} \
+         CPUs; bpftrace saw {bt_long}",
+        cpus()
+    );
+    assert!(
+        walked > 0.0 && walked <= budget,
+        "the call sites cover the walked waits only, at most {budget}: {walked}"
+    );
+    assert!(
+        unwalked.count > 0 && unwalked.wait_seconds > 0.0,
+        "the waits past the budget are counted: {unwalked:?}"
+    );
+    // Every long wait is in a site or among the unwalked, and the sites hold at most the
+    // budget's walks: the unwalked are at least the long waits past the budget, and with the
+    // sites listed (the list is cut at its top entries) at most all of them.
+    assert_within_bounds(
+        "unwalked long waits",
+        unwalked.count as f64,
+        0.9 * (bt_long - budget),
+        1.1 * bt_long - walked,
+    );
+}
+
+#[track_caller]
+fn assert_within_bounds(what: &str, value: f64, low: f64, high: f64) {
+    assert!(
+        value >= low && value <= high,
+        "{what}: {value} should be within [{low}, {high}]"
+    );
 }

@@ -9,7 +9,10 @@ use std::{
     time::Instant,
 };
 
-use stormwatch_common::net::{NetIfInfo, NetIfKey};
+use stormwatch_common::{
+    LOCK_SITE_UNWALKED,
+    net::{NetIfInfo, NetIfKey},
+};
 
 use crate::{
     collect::{GoMutexFigures, Snapshot, Window},
@@ -279,7 +282,7 @@ impl Stage for LockStage {
             .lock_sites
             .keys()
             .map(|k| k.stack_id)
-            .filter(|id| !self.call_sites.contains_key(id))
+            .filter(|id| *id != LOCK_SITE_UNWALKED && !self.call_sites.contains_key(id))
             .collect();
         for id in ids {
             let Some(frames) = locks::stack(tick.probes.ebpf(), id) else {

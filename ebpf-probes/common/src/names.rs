@@ -87,7 +87,8 @@ pub mod maps {
     pub const LOCK_STACKS: &str = "LOCK_STACKS";
     /// Task storage: thread → [`crate::LockInflight`], a sleeping lock's contention in progress.
     pub const LOCK_SLEEPING: &str = "LOCK_SLEEPING";
-    /// Per-CPU array (one slot): [`crate::LockInflight`], a spinning contention in progress.
+    /// Per-CPU array (one slot): [`crate::LockCpu`], a spinning contention in progress and the
+    /// CPU's stack-walk budget.
     pub const LOCK_SPINNING: &str = "LOCK_SPINNING";
 }
 

@@ -11,13 +11,18 @@
 //! Call sites: the kernel stack, taken at `contention_end` (which fires in the same function as
 //! `contention_begin`: the lock's slow path, so the stack is the same) and only for waits of at
 //! least [`SITE_MIN_WAIT_NS`]. The stack walk is by far the costliest part of these probes
-//! (measured on a 2-vCPU VM under an mmap_lock storm: about 8 µs per contention with it, 0.8 µs
-//! without), more than most spinlock waits last; taken for every contention, it would make a
-//! storm of short spinlock waits cost the node more than the waits themselves. Every
-//! contention still counts in its cgroup's figures; the call-site list is of the waits that
-//! lasted at least that long. `get_stackid` with `BPF_F_REUSE_STACKID`, so that a hash
-//! collision replaces the old stack instead of failing; the per-site figures keep the id, and
-//! the agent reads each site's stack in the window it appears. Stacks are cut at
+//! (1.5–3 µs a walk, where the rest of `contention_end` costs 40–100 ns), more than most
+//! spinlock waits last; taken for every contention, it would make a storm of short spinlock
+//! waits cost the node more than the waits themselves. Every contention still counts in its
+//! cgroup's figures; the call-site list is of the waits that lasted at least that long. And
+//! each CPU walks at most 1,000 stacks a second (a second's worth at once:
+//! `stormwatch_common::stack_walk_allowed`): in a storm of long waits (a `flock` storm on two
+//! CPUs makes 11,000 a second on each) the rest are counted, exactly, under
+//! [`LOCK_SITE_UNWALKED`] instead of a stack, so that the walks cost at most about 0.3% of a
+//! CPU and the agent says how many long waits its call sites cover. `get_stackid` with
+//! `BPF_F_REUSE_STACKID`, so that a hash collision replaces the old stack instead of failing;
+//! the per-site figures keep the id, and the agent reads each site's stack in the window it
+//! appears. Stacks are cut at
 //! [`STACK_DEPTH`] frames, as `perf lock contention` cuts them (at 8 after skipping 4): enough to
 //! reach the call site.
 
@@ -29,7 +34,8 @@ use aya_ebpf::{
     programs::{BtfTracePointContext, TracePointContext, tracing::StackIdContext as _},
 };
 use stormwatch_common::{
-    LockInflight, LockSiteKey, LockSiteValue, LockStats, ProbeError, lcb, lock_kind, lock_kind_of,
+    LOCK_SITE_UNWALKED, LockCpu, LockInflight, LockSiteKey, LockSiteValue, LockStats, ProbeError,
+    lcb, lock_kind, lock_kind_of, stack_walk_allowed,
 };
 
 use crate::shared::{
@@ -61,9 +67,9 @@ static LOCK_SLOT_DIR: Array<u64> = Array::with_max_entries(stormwatch_common::sl
 static LOCK_SLOTS: PerCpuArray<LockStats> =
     PerCpuArray::with_max_entries(stormwatch_common::slots::SLOTS, 0);
 
-/// Spinning waiters, one per CPU.
+/// Spinning waiters, one per CPU, and each CPU's stack-walk budget.
 #[map(name = "LOCK_SPINNING")]
-static LOCK_SPINNING: PerCpuArray<LockInflight> = PerCpuArray::with_max_entries(1, 0);
+static LOCK_SPINNING: PerCpuArray<LockCpu> = PerCpuArray::with_max_entries(1, 0);
 
 /// Sleeping waiters, in their task storage.
 #[btf_map(name = "LOCK_SLEEPING")]
@@ -149,7 +155,7 @@ fn begin(lock: u64, flags: u32) {
             return;
         };
         // SAFETY: this CPU's slot; a spinner does not migrate.
-        let slot = unsafe { &mut *slot };
+        let slot = unsafe { &mut (*slot).spinning };
         if slot.lock != 0 {
             // A nested contention (in an interrupt) replaces the outer one, whose end will then
             // not match and be counted as unpaired.
@@ -179,13 +185,16 @@ fn end(lock: u64, stack_id: impl FnOnce() -> Result<core::ffi::c_long, i32>) {
     // every contention is counted in.
     let task = current_task();
     let mut waiter = None;
-    if let Some(slot) = LOCK_SPINNING.get_ptr_mut(0) {
-        // SAFETY: this CPU's slot.
-        let slot = unsafe { &mut *slot };
-        if slot.lock == lock && lock != 0 {
-            waiter = Some(*slot);
-            slot.lock = 0;
-        }
+    let Some(cpu) = LOCK_SPINNING.get_ptr_mut(0) else {
+        return;
+    };
+    // SAFETY: this CPU's slot, which no other program on this CPU runs over meanwhile (a
+    // contention in an interrupt finishes before the interrupted program resumes).
+    let cpu = unsafe { &mut *cpu };
+    let slot = &mut cpu.spinning;
+    if slot.lock == lock && lock != 0 {
+        waiter = Some(*slot);
+        slot.lock = 0;
     }
     if waiter.is_none()
         && let Some(slot) = LOCK_SLEEPING.get(task)
@@ -225,13 +234,20 @@ fn end(lock: u64, stack_id: impl FnOnce() -> Result<core::ffi::c_long, i32>) {
     if waited < SITE_MIN_WAIT_NS {
         return;
     }
-    let Ok(stack_id) = stack_id() else {
-        count_error(ProbeError::LockStackFailed);
-        return;
+    let stack_id = match stack_walk_allowed(cpu.walk_tat_ns, now) {
+        Some(next) => {
+            cpu.walk_tat_ns = next;
+            let Ok(id) = stack_id() else {
+                count_error(ProbeError::LockStackFailed);
+                return;
+            };
+            id as u32
+        }
+        None => LOCK_SITE_UNWALKED,
     };
     let key = LockSiteKey {
         cgroup_id,
-        stack_id: stack_id as u32,
+        stack_id,
         kind: kind as u32,
     };
     let zero = LockSiteValue {

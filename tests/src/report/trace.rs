@@ -59,6 +59,7 @@ pub struct Container {
     pub kernel_locks: Option<BTreeMap<String, LockWait>>,
     pub hot_futexes: Option<Vec<HotFutex>>,
     pub kernel_lock_sites: Option<Vec<KernelLockSite>>,
+    pub kernel_lock_waits_unwalked: Option<LockWait>,
     pub lock_call_sites: Option<LockCallSites>,
     pub network: Option<NetworkSummary>,
     pub runqueue_blame: Option<Blame>,
