@@ -273,9 +273,16 @@ fn print_table(
             )?;
         }
         if let Some(site) = r.kernel_lock_sites.as_ref().and_then(|s| s.first()) {
+            // The sites hold the walked long waits only: say how many went past the budget.
+            let unwalked = r
+                .kernel_lock_waits_unwalked
+                .as_ref()
+                .filter(|u| u.count > 0)
+                .map(|u| format!(" (and {} long waits past the stack-walk budget)", u.count))
+                .unwrap_or_default();
             writeln!(
                 out,
-                "{:>16} hottest kernel lock site {} via {} ({}): {} waits, {:.3}s",
+                "{:>16} hottest kernel lock site {} via {} ({}): {} waits, {:.3}s{unwalked}",
                 "",
                 site.site.function,
                 site.site.lock_function.as_deref().unwrap_or("?"),
