@@ -249,7 +249,8 @@ impl Probes {
     /// own, when it is attached.
     pub fn set_netns_owners(&mut self, owners: &HashMap<u32, u64>, nobodys: &[u32]) {
         if self.is_attached(net::RECEIVE)
-            && let Err(e) = net::set_netns_owners(&mut self.ebpf, owners, nobodys)
+            && let Err(e) =
+                net::set_netns_owners(&mut self.ebpf, &mut self.families.net, owners, nobodys)
         {
             log::warn!("cannot tell the receive probe the namespaces' owners: {e:#}");
         }

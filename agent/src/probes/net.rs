@@ -12,6 +12,8 @@
 //! belongs to, for the receive hook. What no probe needs to measure (interfaces, MTUs,
 //! encapsulation, the kernel's own counters) is read in [`crate::netinfo`].
 
+mod owner_slots;
+
 use std::{collections::HashMap, sync::OnceLock};
 
 use aya::Ebpf;
@@ -252,6 +254,8 @@ pub struct NetProbes {
     iface_slots: SlotDirectory,
     /// The drop keys in direct slots (`NET_DROP_SLOTS`).
     drop_slots: SlotDirectory,
+    /// The namespaces' owners in direct slots (`NETNS_OWNER_SLOTS`).
+    owner_slots: owner_slots::OwnerSlots,
 }
 
 impl NetProbes {
@@ -261,6 +265,7 @@ impl NetProbes {
             cgroup_slots: SlotDirectory::new(maps::NET_CG_SLOT_DIR, maps::NET_CG_SLOTS),
             iface_slots: SlotDirectory::new(maps::NET_IF_SLOT_DIR, maps::NET_IF_SLOTS),
             drop_slots: SlotDirectory::new(maps::NET_DROP_SLOT_DIR, maps::NET_DROP_SLOTS),
+            owner_slots: owner_slots::OwnerSlots::default(),
         }
     }
 }
@@ -330,6 +335,8 @@ impl ReadsPart for NetProbes {
             let netns = NetDropKey::unpacked(key).netns;
             netns != 0 && gone_netns.contains(&netns)
         });
+        self.owner_slots
+            .release(ebpf, |netns| gone_netns.contains(&netns));
         for id in gone.cgroups {
             part.forget_cgroup(*id);
         }
@@ -527,9 +534,11 @@ pub fn read_senders(ebpf: &Ebpf) -> Vec<NetSenderKey> {
 /// Tells the receive hook which container each network namespace's traffic belongs to:
 /// `owners` maps namespace inodes to cgroup ids (0: no one's); namespaces not in it are left
 /// as they are. `nobodys` are the namespaces no container can own (the host's, the agent's
-/// own: at most `NOBODYS_NETNS_SLOTS`), which the hook then does not look up at all.
+/// own: at most `NOBODYS_NETNS_SLOTS`), which the hook then does not look up at all. Owners
+/// are also placed in direct slots where theirs is free (`owner_slots`).
 pub fn set_netns_owners(
     ebpf: &mut Ebpf,
+    family: &mut NetProbes,
     owners: &HashMap<u32, u64>,
     nobodys: &[u32],
 ) -> anyhow::Result<()> {
@@ -548,6 +557,8 @@ pub fn set_netns_owners(
         let netns = nobodys.get(slot as usize).copied().unwrap_or(0);
         map.set(slot, &netns, 0)?;
     }
+    // After the hash: a slot only ever holds what the hash holds too.
+    family.owner_slots.sync(ebpf, owners);
     Ok(())
 }
 

@@ -36,6 +36,11 @@ pub mod maps {
     /// Hash: network namespace inode (u32) → cgroup id (u64) its received traffic is
     /// counted for; written by the agent.
     pub const NETNS_CGROUP: &str = "NETNS_CGROUP";
+    /// Array of [`crate::slots::SLOTS`] [`super::NetnsOwner`]: owners of `NETNS_CGROUP`
+    /// that the agent placed in direct slots (at [`super::netns_owner_slot`]), which the
+    /// receive hook reads with one inlined load before it hashes (`agent/src/probes/net.rs`,
+    /// `OwnerSlots`, says how an entry is written and cleared).
+    pub const NETNS_OWNER_SLOTS: &str = "NETNS_OWNER_SLOTS";
     /// Array of [`super::NOBODYS_NETNS_SLOTS`] u32: the namespace inodes that belong to no
     /// container whatever sends from them (the host's, the agent's own; 0: unset), written by
     /// the agent with `NETNS_CGROUP`'s owners. The receive hook skips its `NETNS_CGROUP`
@@ -51,6 +56,32 @@ pub mod maps {
 
 /// How many namespaces `NET_NOBODYS` holds: the host's and the agent's own.
 pub const NOBODYS_NETNS_SLOTS: u32 = 2;
+
+/// A namespace's owner in its direct slot (`maps::NETNS_OWNER_SLOTS`): all zeros when free.
+/// Two words; the agent only ever writes a free slot whole or clears a placed one to zeros,
+/// at least a collection interval apart, so a program's two loads see either one entry, or a
+/// zero word that matches nothing (the hook then asks `NETNS_CGROUP`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NetnsOwner {
+    pub netns: u32,
+    pub _pad: u32,
+    pub cgroup: u64,
+}
+
+impl NetnsOwner {
+    pub const FREE: Self = Self {
+        netns: 0,
+        _pad: 0,
+        cgroup: 0,
+    };
+}
+
+/// The one slot of `NETNS_OWNER_SLOTS` where namespace `netns`'s owner may be placed.
+#[inline(always)]
+pub const fn netns_owner_slot(netns: u32) -> u32 {
+    crate::slots::slot_of(netns as u64)
+}
 
 /// Read-only globals: struct offsets from the running kernel's BTF, tracepoint record
 /// offsets for the classic fallback.
@@ -469,6 +500,7 @@ mod user {
     unsafe impl aya::Pod for super::NetDropStats {}
     unsafe impl aya::Pod for super::CgroupNetStats {}
     unsafe impl aya::Pod for super::NetSenderKey {}
+    unsafe impl aya::Pod for super::NetnsOwner {}
 }
 
 #[cfg(test)]
@@ -614,5 +646,6 @@ mod tests {
         assert_eq!(size_of::<NetDropStats>(), 8);
         assert_eq!(size_of::<CgroupNetStats>(), 8 * 7 + 2 * buckets);
         assert_eq!(size_of::<NetSenderKey>(), 16);
+        assert_eq!(size_of::<NetnsOwner>(), 16);
     }
 }

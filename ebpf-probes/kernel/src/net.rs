@@ -25,8 +25,8 @@ use aya_ebpf::{
 };
 use stormwatch_common::net::{
     CgroupNetStats, ETH_P_IP_BE, ETH_P_IPV6_BE, NOBODYS_NETNS_SLOTS, NetDirStats, NetDropKey,
-    NetDropStats, NetIfInfo, NetIfKey, NetIfStats, NetProbeError, NetSenderKey, classify_ipv4,
-    classify_ipv6, is_ptb, len_bucket, len_bucket_of,
+    NetDropStats, NetIfInfo, NetIfKey, NetIfStats, NetProbeError, NetSenderKey, NetnsOwner,
+    classify_ipv4, classify_ipv6, is_ptb, len_bucket, len_bucket_of, netns_owner_slot,
 };
 
 use crate::shared::{
@@ -100,6 +100,29 @@ static NET_DROPS: PerCpuHashMap<NetDropKey, NetDropStats> =
 /// namespaces whose processes all belong to one container or pod).
 #[map(name = "NETNS_CGROUP")]
 static NETNS_CGROUP: HashMap<u32, u64> = HashMap::with_max_entries(MAX_NETNS, 0);
+
+/// Owners the agent placed in direct slots (`maps::NETNS_OWNER_SLOTS`).
+#[map(name = "NETNS_OWNER_SLOTS")]
+static NETNS_OWNER_SLOTS: Array<NetnsOwner> = Array::with_max_entries(SLOTS, 0);
+
+/// The cgroup whose traffic a namespace's received packets are: its owner's direct slot, one
+/// inlined array load, else its `NETNS_CGROUP` entry (a hash and a bucket walk, and in a
+/// server's traffic cache lines that the packets between have evicted). A slot matches only
+/// whole (see `NetnsOwner`): a zero word in either half sends the lookup to the hash.
+#[inline(always)]
+fn netns_owner(netns: u32) -> Option<u64> {
+    if let Some(o) = NETNS_OWNER_SLOTS.get(netns_owner_slot(netns))
+        && netns != 0
+        && o.netns == netns
+        && o.cgroup != 0
+    {
+        return Some(o.cgroup);
+    }
+    // SAFETY: a map lookup; the value is a plain u64.
+    unsafe { NETNS_CGROUP.get(&netns) }
+        .copied()
+        .filter(|c| *c != 0)
+}
 
 /// The namespaces nobody owns, whatever sends from them (`maps::NET_NOBODYS`).
 #[map(name = "NET_NOBODYS")]
@@ -650,10 +673,7 @@ fn on_packet<F: Fields>(skb: u64, dev: u64, tx: bool) {
     } else if nobodys(key.netns) {
         None
     } else {
-        // SAFETY: a map lookup; the value is a plain u64.
-        unsafe { NETNS_CGROUP.get(&key.netns) }
-            .copied()
-            .filter(|c| *c != 0)
+        netns_owner(key.netns)
     };
     if let Some(cgroup) = owner {
         on_container_packet(
