@@ -307,27 +307,22 @@ fn hot_futexes(window: &Window, cgroup_id: u64, ctx: &ReportContext) -> Vec<HotF
         .collect()
 }
 
-/// The cgroup's long waits counted without a stack (`LOCK_SITE_UNWALKED`), of every kind.
-fn unwalked_lock_waits(window: &Window, cgroup_id: u64) -> LockWait {
-    let (count, wait_ns) = window
-        .lock_sites
-        .iter()
-        .filter(|(k, _)| k.cgroup_id == cgroup_id && k.stack_id == LOCK_SITE_UNWALKED)
-        .fold((0, 0), |(c, w), (_, v)| (c + v.count, w + v.wait_ns));
-    LockWait {
-        count,
-        wait_seconds: secs(wait_ns),
-    }
-}
-
-fn lock_sites(window: &Window, cgroup_id: u64, ctx: &ReportContext) -> Vec<LockSite> {
+/// The cgroup's kernel call sites, and its long waits counted without a stack
+/// (`LOCK_SITE_UNWALKED`, of every kind), from one pass over the window's sites.
+fn lock_sites(window: &Window, cgroup_id: u64, ctx: &ReportContext) -> (Vec<LockSite>, LockWait) {
     // Several stacks may reduce to the same call site: merge them.
     let mut merged: HashMap<(CallSite, u32), (u64, u64, u64)> = HashMap::new();
+    let (mut unwalked, mut unwalked_ns) = (0, 0);
     for (k, v) in window
         .lock_sites
         .iter()
         .filter(|(k, _)| k.cgroup_id == cgroup_id)
     {
+        if k.stack_id == LOCK_SITE_UNWALKED {
+            unwalked += v.count;
+            unwalked_ns += v.wait_ns;
+            continue;
+        }
         let Some(site) = ctx.call_sites.get(&k.stack_id) else {
             continue;
         };
@@ -356,7 +351,11 @@ fn lock_sites(window: &Window, cgroup_id: u64, ctx: &ReportContext) -> Vec<LockS
             .then(a.site.function.cmp(&b.site.function))
     });
     sites.truncate(TOP_N);
-    sites
+    let unwalked = LockWait {
+        count: unwalked,
+        wait_seconds: secs(unwalked_ns),
+    };
+    (sites, unwalked)
 }
 
 fn wakeups(w: &CgroupWindow) -> Wakeups {
@@ -379,6 +378,8 @@ pub fn container_report(
     let s: &SchedStats = &w.sched;
     let a = ctx.avail;
     let identity = ctx.identities.get(&cgroup_id).cloned().unwrap_or_default();
+    let (kernel_lock_sites, kernel_lock_waits_unwalked) =
+        a.locks.then(|| lock_sites(window, cgroup_id, ctx)).unzip();
     ContainerReport {
         cgroup: ctx.paths.get(&cgroup_id).cloned(),
         cgroup_id,
@@ -401,8 +402,8 @@ pub fn container_report(
         futex: a.futex.then(|| futex_summary(&w.futex)),
         kernel_locks: a.locks.then(|| lock_waits(&w.locks)),
         hot_futexes: a.futex.then(|| hot_futexes(window, cgroup_id, ctx)),
-        kernel_lock_sites: a.locks.then(|| lock_sites(window, cgroup_id, ctx)),
-        kernel_lock_waits_unwalked: a.locks.then(|| unwalked_lock_waits(window, cgroup_id)),
+        kernel_lock_sites,
+        kernel_lock_waits_unwalked,
         lock_call_sites: (a.futex && ctx.handoff_sites)
             .then(|| handoffs::lock_call_sites(window.handoff_sites.get(&cgroup_id), w.go_mutex)),
         network: network::network_summary(&w.net, a.net),
