@@ -24,9 +24,8 @@ use stormwatch_common::{
 pub struct OwnerSlots {
     /// By slot: the entry written there (`NetnsOwner::FREE`: none).
     held: Vec<NetnsOwner>,
-    /// Slots cleared, with the number of syncs done when they were: free at a sync that
-    /// starts with more than one more done (the sync they were cleared in, or the first after
-    /// them, has ended).
+    /// Slots cleared, with the number of syncs done when they were: free at the first sync
+    /// that starts after one more has ended.
     cleared: Vec<(u32, u64)>,
     syncs: u64,
 }
@@ -53,26 +52,44 @@ impl OwnerSlots {
     /// in it stay as they are): a placed owner that changed is cleared, an owner not placed is
     /// placed where its slot is free.
     pub fn sync(&mut self, ebpf: &mut Ebpf, owners: &HashMap<u32, u64>) {
-        let writes = self.plan(owners);
-        self.apply(ebpf, &writes);
-        self.syncs += 1;
+        self.sync_with(owners, map_writer(ebpf));
     }
 
     /// Clears the slots of the namespaces for which `gone` holds (gone with their containers).
     pub fn release(&mut self, ebpf: &mut Ebpf, gone: impl Fn(u32) -> bool) {
+        self.release_with(gone, map_writer(ebpf));
+    }
+
+    /// [`OwnerSlots::sync`], each write made by `write` (false: refused, tried again later).
+    fn sync_with(
+        &mut self,
+        owners: &HashMap<u32, u64>,
+        write: impl FnMut(u32, &NetnsOwner) -> bool,
+    ) {
+        let writes = self.plan(owners);
+        self.apply(&writes, write);
+        self.syncs += 1;
+    }
+
+    /// [`OwnerSlots::release`], each write made by `write`.
+    fn release_with(
+        &mut self,
+        gone: impl Fn(u32) -> bool,
+        write: impl FnMut(u32, &NetnsOwner) -> bool,
+    ) {
         let writes: Vec<Write> = (0u32..)
             .zip(&self.held)
             .filter(|(_, e)| e.netns != 0 && gone(e.netns))
             .map(|(slot, _)| Write::Clear(slot))
             .collect();
-        self.apply(ebpf, &writes);
+        self.apply(&writes, write);
     }
 
     fn plan(&mut self, owners: &HashMap<u32, u64>) -> Vec<Write> {
-        // Cleared at most during the sync before this one: a collection interval ago, and no
+        // Free: cleared before the last sync ended, a collection interval ago at least, so no
         // program can still be reading the old entry.
         let syncs = self.syncs;
-        self.cleared.retain(|(_, at)| *at + 1 > syncs);
+        self.cleared.retain(|(_, at)| *at == syncs);
         let mut writes = Vec::new();
         let mut taken: Vec<bool> = self.held.iter().map(|e| e.netns != 0).collect();
         for (slot, _) in &self.cleared {
@@ -107,37 +124,32 @@ impl OwnerSlots {
         writes
     }
 
-    /// Writes to the map; what the map refused is not recorded, and tried again later.
-    fn apply(&mut self, ebpf: &mut Ebpf, writes: &[Write]) {
-        if writes.is_empty() {
-            return;
-        }
-        let Some(Ok(mut map)) = ebpf
-            .map_mut(maps::NETNS_OWNER_SLOTS)
-            .map(Array::<_, NetnsOwner>::try_from)
-        else {
-            return;
-        };
+    /// Makes `writes`; what `write` refused is not recorded, and tried again later.
+    fn apply(&mut self, writes: &[Write], mut write: impl FnMut(u32, &NetnsOwner) -> bool) {
         for w in writes {
-            let (slot, entry) = match *w {
-                Write::Place(slot, entry) => (slot, entry),
-                Write::Clear(slot) => (slot, NetnsOwner::FREE),
-            };
-            if map.set(slot, &entry, 0).is_ok() {
-                self.record(*w);
+            match *w {
+                Write::Place(slot, entry) => {
+                    if write(slot, &entry) {
+                        self.held[slot as usize] = entry;
+                    }
+                }
+                Write::Clear(slot) => {
+                    if write(slot, &NetnsOwner::FREE) {
+                        self.held[slot as usize] = NetnsOwner::FREE;
+                        self.cleared.push((slot, self.syncs));
+                    }
+                }
             }
         }
     }
+}
 
-    fn record(&mut self, w: Write) {
-        match w {
-            Write::Place(slot, entry) => self.held[slot as usize] = entry,
-            Write::Clear(slot) => {
-                self.held[slot as usize] = NetnsOwner::FREE;
-                self.cleared.push((slot, self.syncs));
-            }
-        }
-    }
+/// Writes an entry to `NETNS_OWNER_SLOTS` (false when the map is missing or refused it).
+fn map_writer(ebpf: &mut Ebpf) -> impl FnMut(u32, &NetnsOwner) -> bool + '_ {
+    let mut map = ebpf
+        .map_mut(maps::NETNS_OWNER_SLOTS)
+        .and_then(|m| Array::<_, NetnsOwner>::try_from(m).ok());
+    move |slot, entry| map.as_mut().is_some_and(|m| m.set(slot, entry, 0).is_ok())
 }
 
 #[cfg(test)]
@@ -152,14 +164,18 @@ mod tests {
         }
     }
 
-    /// `plan`, then the writes taken as the map took them, as `sync` does.
+    /// `OwnerSlots::sync` against a map that takes every write: the writes made.
     fn sync(s: &mut OwnerSlots, owners: &[(u32, u64)]) -> Vec<Write> {
-        let writes = s.plan(&owners.iter().copied().collect());
-        for w in &writes {
-            s.record(*w);
-        }
-        s.syncs += 1;
-        writes
+        let mut made = Vec::new();
+        s.sync_with(&owners.iter().copied().collect(), |slot, entry| {
+            made.push(if *entry == NetnsOwner::FREE {
+                Write::Clear(slot)
+            } else {
+                Write::Place(slot, *entry)
+            });
+            true
+        });
+        made
     }
 
     /// Namespaces that share one slot.
@@ -212,7 +228,8 @@ mod tests {
         sync(&mut s, &[(a, 7), (b, 9)]);
         assert_eq!(s.held[slot as usize], owner(a, 7), "the first in order");
         // a's container is gone between two syncs.
-        s.record(Write::Clear(slot));
+        s.release_with(|ns| ns == a, |_, _| true);
+        assert_eq!(s.held[slot as usize], NetnsOwner::FREE);
         assert_eq!(
             sync(&mut s, &[(b, 9)]),
             vec![],
