@@ -1443,18 +1443,33 @@ pub fn cases() -> Vec<Case> {
             Memcached { threads: 16 },
             Memcached { threads: 2 },
         ),
+        // memcached's default of 4 threads, held out until it was wrong once on the Intel VM
+        // (CI of 2026-12-01: runtime_sizing said its 4 threads cost it where 2 spent the same
+        // CPU a request, 1.00×; the AMD VM read 1.09–1.25× in ten runs). Mended on it — a
+        // pool on its count's line is `possible`, the cost not said — so tuning now, and
+        // memcached-8-threads is held out in its place (tests/CORPUS.md).
         Case {
-            miss: Some(
-                "wrong once on the Intel VM (CI of 2026-12-01): runtime_sizing said its 4 \
-                 threads cost it (71,204 wake-ups per CPU-second for 7 µs each) where 2 threads \
-                 spent the same CPU a request (1.00×; pairs 1.08, 1.00, 1.00), the agent's \
-                 run taking 22% of its requests (191,890/s against 244,894/s alone): the \
-                 sizing finding's wake-up line is not drawn for this CPU kind (tests/CORPUS.md)",
-            ),
+            split: Tuning,
             ..server_held_out(
                 "memcached-4-threads",
                 "memcached with its default 4 worker threads under 64 keep-alive clients",
                 Memcached { threads: 4 },
+                Memcached { threads: 2 },
+            )
+        },
+        // Written down before its first run under the agent (2026-12-02), after the line's
+        // band was drawn: 4 loops per CPU, above the band, where the cost is said.
+        Case {
+            miss: Some(
+                "right in 8 of its first 10 runs (Intel VM, 2026-12-02): runtime_sizing said \
+                 the count cost it in all ten, and two runs measured 1.04× and 1.05× the CPU a \
+                 request of 2 threads (the others 1.09–1.18×; pairs 0.93–1.22): on this CPU \
+                 kind its cost lies near the no-cost line (tests/CORPUS.md)",
+            ),
+            ..server_held_out(
+                "memcached-8-threads",
+                "memcached with 8 worker threads under 64 keep-alive clients",
+                Memcached { threads: 8 },
                 Memcached { threads: 2 },
             )
         },

@@ -109,6 +109,7 @@ pub struct Thresholds {
     pub storm_node_sized_min_host_per_allowed_cpu: f64,
     pub runtime_min_handoffs_per_cpu_second: f64,
     pub runtime_event_loops_min_per_cpu: f64,
+    pub runtime_event_loops_near_line_factor: f64,
     pub runtime_event_loops_min_wakes_per_cpu_second: f64,
     pub runtime_event_loops_max_cpu_seconds_per_wake: f64,
     pub throttling_min_throttled_share: f64,
@@ -150,6 +151,7 @@ impl Default for Thresholds {
             storm_node_sized_min_host_per_allowed_cpu: STORM_NODE_SIZED_MIN_HOST_PER_ALLOWED_CPU,
             runtime_min_handoffs_per_cpu_second: RUNTIME_MIN_HANDOFFS_PER_CPU_SECOND,
             runtime_event_loops_min_per_cpu: RUNTIME_EVENT_LOOPS_MIN_PER_CPU,
+            runtime_event_loops_near_line_factor: RUNTIME_EVENT_LOOPS_NEAR_LINE_FACTOR,
             runtime_event_loops_min_wakes_per_cpu_second:
                 RUNTIME_EVENT_LOOPS_MIN_WAKES_PER_CPU_SECOND,
             runtime_event_loops_max_cpu_seconds_per_wake:

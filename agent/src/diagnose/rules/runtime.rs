@@ -15,7 +15,9 @@ use crate::identity::runtime::{ProcessRuntime, Runtime, Server};
 /// or when the container keeps its CPUs saturated: then more threads than CPUs only take turns.
 /// A server's pool of event loops (memcached, nginx) sleeps in `epoll_wait` instead and costs
 /// in another way (`EventLoops`): it is named at twice the CPUs or more, while its threads
-/// wake often for little work each.
+/// wake often for little work each — as `possible` (info) while its count lies within
+/// `runtime_event_loops_near_line_factor` above that line, where the cost follows the CPU
+/// kind: the finding then says what would decide it.
 pub fn runtime_sizing(f: &Facts, t: &Thresholds) -> Option<Finding> {
     let allowed = f.allowed_cpus();
     let n = allowed.ceil().max(1.0) as u32;
@@ -31,13 +33,17 @@ pub fn runtime_sizing(f: &Facts, t: &Thresholds) -> Option<Finding> {
     let mut recs: Vec<String> = Vec::new();
     let mut largest = 0u32;
     let mut event_loops_named = false;
+    // Whether every process named is a pool of event loops near its count's line: then the
+    // finding is `possible`, never a cost said.
+    let mut near_line_only = true;
+    let loops_line = t.runtime_event_loops_min_per_cpu * allowed;
     for p in &f.runtimes {
         let event_loops = p.server.is_some_and(|s| !s.spins());
         let costs = if event_loops {
             loops_cost
-                && p.cpus.as_ref().is_some_and(|c| {
-                    f64::from(c.value) >= t.runtime_event_loops_min_per_cpu * allowed
-                })
+                && p.cpus
+                    .as_ref()
+                    .is_some_and(|c| f64::from(c.value) >= loops_line)
         } else {
             pools_cost
         };
@@ -83,7 +89,10 @@ pub fn runtime_sizing(f: &Facts, t: &Thresholds) -> Option<Finding> {
             });
             recs.push(runtime_fix(p, c.source, n));
             event_loops_named |= event_loops;
+            near_line_only &= event_loops
+                && f64::from(c.value) < loops_line * t.runtime_event_loops_near_line_factor;
         } else if let Some(gc) = p.gc_threads.filter(|g| *g > n) {
+            near_line_only = false;
             largest = largest.max(gc);
             sized.push(format!(
                 "{what} runs {gc} GC worker threads: it sized its pools from {gc} or more CPUs"
@@ -101,8 +110,10 @@ pub fn runtime_sizing(f: &Facts, t: &Thresholds) -> Option<Finding> {
     e.insert("runtime_cpus", f64::from(largest));
     e.insert("runnable_per_cpu", f.runnable_threads() / allowed);
     limits_evidence(f, &mut e);
+    let possible = near_line_only;
     let mut summary = format!(
-        "runtime sized for {largest} CPUs on {allowed:.1} usable: {}",
+        "{}runtime sized for {largest} CPUs on {allowed:.1} usable: {}",
+        if possible { "possible: " } else { "" },
         sized.join("; ")
     );
     if runtime_rate > 0.0 {
@@ -124,6 +135,16 @@ pub fn runtime_sizing(f: &Facts, t: &Thresholds) -> Option<Finding> {
         e.insert("wakes_per_cpu_second", loops.wakes_per_cpu_second);
         e.insert("cpu_seconds_per_wake", loops.cpu_seconds_per_wake);
     }
+    if possible {
+        summary.push_str(&format!(
+            " (near a line: {:.1} event loops per usable CPU against a line of {:.0}, where \
+             what they cost follows the CPU kind — memcached's 4 workers on 2 CPUs spent \
+             1.00–1.25× the CPU a request of 2 — so the cost is not said: what decides it is \
+             the CPU a request at {n} against now, under the same load)",
+            f64::from(largest) / allowed,
+            t.runtime_event_loops_min_per_cpu
+        ));
+    }
     if let Some(a) = f.binding_ancestor_quota() {
         let own = f
             .quota_cores
@@ -144,11 +165,19 @@ pub fn runtime_sizing(f: &Facts, t: &Thresholds) -> Option<Finding> {
     }
     let mut found = Finding::new(
         Kind::RuntimeSizing,
-        Severity::Warning,
+        if possible {
+            Severity::Info
+        } else {
+            Severity::Warning
+        },
         f.owner(),
         summary,
         e,
         recs,
+    );
+    found.context.insert(
+        "verdict",
+        if possible { "possible" } else { "sized" }.into(),
     );
     found.context.insert(
         "runtimes",

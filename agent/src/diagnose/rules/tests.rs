@@ -550,10 +550,46 @@ fn event_loop_pools_above_the_cpus_are_named_while_they_wake_for_little() {
             && found.recommendations[0].starts_with("Set worker_processes 2;"),
         "{found:?}"
     );
+    assert_eq!(found.severity, Severity::Warning);
+    assert_eq!(found.context["verdict"], "sized");
     // Below twice the CPUs: not named, however its threads wake.
     let mut three = mc.clone();
     three.runtimes[0].cpus.as_mut().unwrap().value = 3;
     assert!(runtime_sizing(&three, &t).is_none());
+    // On the line (memcached's default of 4 on 2 CPUs) and up to ×1.25 above it: `possible`,
+    // the cost not said, with what decides it; from 2.5 per CPU on, said.
+    for (workers, possible) in [(4, true), (5, false)] {
+        let mut near = mc.clone();
+        near.runtimes[0].cpus.as_mut().unwrap().value = workers;
+        let found = runtime_sizing(&near, &t).expect("at or above twice the CPUs");
+        assert_eq!(
+            (found.severity, found.context["verdict"].as_str()),
+            if possible {
+                (Severity::Info, "possible")
+            } else {
+                (Severity::Warning, "sized")
+            },
+            "{workers} workers: {}",
+            found.summary
+        );
+        assert_eq!(
+            found.summary.starts_with("possible: runtime sized for"),
+            possible,
+            "{}",
+            found.summary
+        );
+        assert_eq!(
+            found.summary.contains(
+                "(near a line: 2.0 event loops per usable CPU against a line of 2, where what \
+                 they cost follows the CPU kind"
+            ) && found
+                .summary
+                .contains("what decides it is the CPU a request at 2 against now"),
+            possible,
+            "{}",
+            found.summary
+        );
+    }
     // Each wake-up carrying more work (100 µs of CPU: requests taken several at a time), or
     // wake-ups too few to weigh: not named. The first keeps its CPUs saturated, which names a
     // spinning pool, not a pool of event loops.
