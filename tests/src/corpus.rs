@@ -1721,9 +1721,9 @@ pub const NO_COST: f64 = 1.05;
 /// A first pair of runs whose gain lies within this factor of either bar does not settle the
 /// premise: one pair's gain varies by ±~7% from run to run (quota-medium-cs 0.97–1.12× over
 /// eleven runs, against its bar of 1.1×).
-const NEAR_A_BAR: f64 = 1.1;
+pub const NEAR_A_BAR: f64 = 1.1;
 /// How many pairs of runs a premise near a bar is judged on, by their median gain.
-const PAIRS_NEAR_A_BAR: usize = 5;
+pub const PAIRS_NEAR_A_BAR: usize = 5;
 
 const SETTLE: Duration = Duration::from_secs(3);
 const DIAGNOSE_SECONDS: u32 = 10;
@@ -2810,7 +2810,7 @@ fn premise_gains(
 /// of the pairs to be run lies in one of them the median of all of them lies there too, whatever
 /// the rest read, and the median of those measured (the upper one of an even count) as well:
 /// the pairs left could not change the premise, and are not run.
-fn premise_decided(gains: &[f64]) -> bool {
+pub fn premise_decided(gains: &[f64]) -> bool {
     if gains.len() >= PAIRS_NEAR_A_BAR {
         return true;
     }

@@ -7,9 +7,9 @@
 //!   outside: not lock-bound (a lock each does the same work).
 //!
 //! What this asks is what tests/CORPUS.md ("Virtual threads") says of the two readings: a JSON
-//! dump finds nearly every virtual thread of *both* programs parked on the lock (they are not
-//! preempted, so the lock's queue holds all but the running few whether or not it is
-//! contended), while the scheduler's count of continuations run tells them apart by orders of
+//! dump finds the lock's queue holding most virtual threads of *both* programs (they are not
+//! preempted, so it holds all but the running few and those ready for a carrier, whether or
+//! not it is contended), while the scheduler's count of continuations run tells them apart by orders of
 //! magnitude. Each program's counterfactual is run in the test, so that a program that is not
 //! what this says fails as such.
 
@@ -25,7 +25,10 @@ use stormwatch::identity::jvm::{
 };
 use stormwatch_tests::{
     TestCgroup, agent_output,
-    corpus::{Work, jdk21, virtual_classes},
+    corpus::{
+        NEAR_A_BAR, NO_CLEAR_GAIN, PAIRS_NEAR_A_BAR, Work, jdk21, median, premise_decided,
+        virtual_classes,
+    },
     require_bpf, run_in_cgroup,
 };
 
@@ -142,27 +145,60 @@ fn the_scheduler_tells_a_locks_cost_where_the_dumps_cannot() {
         storm_alone >= 1.5 * storm_work,
         "the storm is lock-bound: a lock each did {storm_alone:.0}/s against {storm_work:.0}/s"
     );
+    // The calm program's gain is about 1.0 with pairs scattering ±5% here, next to the bar:
+    // a first pair near it is settled by more, as the corpus settles its premises.
+    let mut calm_gains = vec![calm_alone / calm_work];
+    if (NO_CLEAR_GAIN / NEAR_A_BAR..=NO_CLEAR_GAIN * NEAR_A_BAR).contains(&calm_gains[0]) {
+        while !premise_decided(&calm_gains) {
+            let work = Program::start("lock", 20, 2000).work_per_second(2, 3);
+            let alone = Program::start("ownlock", 20, 2000).work_per_second(2, 3);
+            calm_gains.push(alone / work);
+        }
+        eprintln!(
+            "calm: first gain {:.2}× near the bar: {} pairs of at most {PAIRS_NEAR_A_BAR}, \
+             {calm_gains:.2?}",
+            calm_gains[0],
+            calm_gains.len()
+        );
+    }
+    let calm_gain = median(calm_gains.clone());
     assert!(
-        calm_alone <= 1.1 * calm_work,
-        "the calm program is not lock-bound: a lock each did {calm_alone:.0}/s against \
-         {calm_work:.0}/s"
+        calm_gain <= NO_CLEAR_GAIN,
+        "the calm program is not lock-bound: a lock each did {calm_gain:.2}× its work (median \
+         of {calm_gains:.2?}; first {calm_alone:.0}/s against {calm_work:.0}/s)"
     );
-    // The dumps: all 256 listed, nearly all parked on the one lock in both programs, its code
-    // named.
+    // The dumps: all 256 listed, each on a carrier, ready for one, or parked on the one lock —
+    // none waiting for work — and a lock waited for is that `ReentrantLock`, its code named.
+    // How many are on the lock says nothing of what it costs: nearly all in the storm (249–256
+    // of 256), and in the calm program as many as have had their first turn on a carrier when
+    // the dump is taken — at its few continuations a second, 0 to 253 of 256 in the runs of
+    // 2026-12-02 (Intel VM), all 253 in most. A dump of either can show the same queue.
     for (name, ds) in [("storm", &storm.dumps), ("calm", &calm.dumps)] {
         for d in ds {
+            eprintln!("{name}: {d:?}");
             assert_eq!(d.threads, 256, "{name}: {d:?}");
-            let top = d.top_lock.as_ref().expect("a lock waited for");
-            assert!(
-                top.waiters >= 230 && top.object.contains("ReentrantLock"),
-                "{name}: {top:?}"
+            assert_eq!(
+                (d.work, d.mounted + d.runnable + d.lock),
+                (0, d.threads),
+                "{name}: every virtual thread on a carrier, ready for one, or on the lock: {d:?}"
             );
-            assert!(
-                top.site
-                    .as_deref()
-                    .is_some_and(|s| s.starts_with("VirtualThreads.locked(")),
-                "{name}: the lock's code: {top:?}"
-            );
+            if let Some(top) = &d.top_lock {
+                assert!(
+                    top.object.contains("ReentrantLock")
+                        && top
+                            .site
+                            .as_deref()
+                            .is_some_and(|s| s.starts_with("VirtualThreads.locked(")),
+                    "{name}: the lock and its code: {top:?}"
+                );
+            }
+            let on_lock = d.top_lock.as_ref().map_or(0, |t| t.waiters);
+            if name == "storm" {
+                assert!(
+                    4 * on_lock >= 3 * d.threads,
+                    "storm: nearly all on the lock: {d:?}"
+                );
+            }
         }
     }
     // The scheduler: the storm hands the lock on (a remount each) at least a hundred times as
