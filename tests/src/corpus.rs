@@ -2785,13 +2785,13 @@ fn premise_gains(
         );
     }
     if near(gains[0]) || disturbed {
-        while !premise_decided(&gains) {
+        settle_premise(&mut gains, || {
             let alone = launch(case, &case.program, "-again", noise, SETTLE)
                 .work_per_second_over(MEASURE_SECONDS, case.name);
             let counterfactual = counterfactual_work_per_second(case, noise)
                 .expect("a counterfactual run once runs again");
-            gains.push(counterfactual / alone);
-        }
+            counterfactual / alone
+        });
         eprintln!(
             "{}: first gain {:.2}× unsettled (near a premise bar, or its reading alone \
              disturbed): {} pairs measured of at most {PAIRS_NEAR_A_BAR}, {:.2?}",
@@ -2804,13 +2804,21 @@ fn premise_gains(
     gains
 }
 
+/// Measures more pairs of runs (`pair`: one pair's gain) until those in `gains` decide the
+/// premise (`premise_decided`): at most [`PAIRS_NEAR_A_BAR`] in all, judged by their median.
+pub fn settle_premise(gains: &mut Vec<f64>, mut pair: impl FnMut() -> f64) {
+    while !premise_decided(gains) {
+        gains.push(pair());
+    }
+}
+
 /// Whether the pairs measured so far already decide what the median of
 /// [`PAIRS_NEAR_A_BAR`] pairs would: lock-bound (≥ [`LOCK_BOUND_GAIN`]), not lock-bound (≤
 /// [`NO_CLEAR_GAIN`]) or between the bars. The three are intervals in order, so once a majority
 /// of the pairs to be run lies in one of them the median of all of them lies there too, whatever
 /// the rest read, and the median of those measured (the upper one of an even count) as well:
 /// the pairs left could not change the premise, and are not run.
-pub fn premise_decided(gains: &[f64]) -> bool {
+fn premise_decided(gains: &[f64]) -> bool {
     if gains.len() >= PAIRS_NEAR_A_BAR {
         return true;
     }

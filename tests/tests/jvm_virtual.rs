@@ -7,10 +7,10 @@
 //!   outside: not lock-bound (a lock each does the same work).
 //!
 //! What this asks is what tests/CORPUS.md ("Virtual threads") says of the two readings: a JSON
-//! dump finds the lock's queue holding most virtual threads of *both* programs (they are not
-//! preempted, so it holds all but the running few and those ready for a carrier, whether or
-//! not it is contended), while the scheduler's count of continuations run tells them apart by orders of
-//! magnitude. Each program's counterfactual is run in the test, so that a program that is not
+//! dump can find the lock's queue holding nearly every virtual thread of *both* programs (they
+//! are not preempted, so it holds all but the running few and those ready for a carrier,
+//! whether or not it is contended), while the scheduler's count of continuations run tells
+//! them apart by orders of magnitude. Each program's counterfactual is run in the test, so that a program that is not
 //! what this says fails as such.
 
 use std::{
@@ -26,7 +26,7 @@ use stormwatch::identity::jvm::{
 use stormwatch_tests::{
     TestCgroup, agent_output,
     corpus::{
-        NEAR_A_BAR, NO_CLEAR_GAIN, PAIRS_NEAR_A_BAR, Work, jdk21, median, premise_decided,
+        NEAR_A_BAR, NO_CLEAR_GAIN, PAIRS_NEAR_A_BAR, Work, jdk21, median, settle_premise,
         virtual_classes,
     },
     require_bpf, run_in_cgroup,
@@ -149,11 +149,11 @@ fn the_scheduler_tells_a_locks_cost_where_the_dumps_cannot() {
     // a first pair near it is settled by more, as the corpus settles its premises.
     let mut calm_gains = vec![calm_alone / calm_work];
     if (NO_CLEAR_GAIN / NEAR_A_BAR..=NO_CLEAR_GAIN * NEAR_A_BAR).contains(&calm_gains[0]) {
-        while !premise_decided(&calm_gains) {
+        settle_premise(&mut calm_gains, || {
             let work = Program::start("lock", 20, 2000).work_per_second(2, 3);
             let alone = Program::start("ownlock", 20, 2000).work_per_second(2, 3);
-            calm_gains.push(alone / work);
-        }
+            alone / work
+        });
         eprintln!(
             "calm: first gain {:.2}× near the bar: {} pairs of at most {PAIRS_NEAR_A_BAR}, \
              {calm_gains:.2?}",

@@ -33,9 +33,9 @@ pub fn runtime_sizing(f: &Facts, t: &Thresholds) -> Option<Finding> {
     let mut recs: Vec<String> = Vec::new();
     let mut largest = 0u32;
     let mut event_loops_named = false;
-    // Whether every process named is a pool of event loops near its count's line: then the
-    // finding is `possible`, never a cost said.
-    let mut near_line_only = true;
+    // `possible` (never a cost said) when every process named is a pool of event loops near
+    // its count's line.
+    let mut possible = true;
     let loops_line = t.runtime_event_loops_min_per_cpu * allowed;
     for p in &f.runtimes {
         let event_loops = p.server.is_some_and(|s| !s.spins());
@@ -89,10 +89,10 @@ pub fn runtime_sizing(f: &Facts, t: &Thresholds) -> Option<Finding> {
             });
             recs.push(runtime_fix(p, c.source, n));
             event_loops_named |= event_loops;
-            near_line_only &= event_loops
+            possible &= event_loops
                 && f64::from(c.value) < loops_line * t.runtime_event_loops_near_line_factor;
         } else if let Some(gc) = p.gc_threads.filter(|g| *g > n) {
-            near_line_only = false;
+            possible = false;
             largest = largest.max(gc);
             sized.push(format!(
                 "{what} runs {gc} GC worker threads: it sized its pools from {gc} or more CPUs"
@@ -110,7 +110,6 @@ pub fn runtime_sizing(f: &Facts, t: &Thresholds) -> Option<Finding> {
     e.insert("runtime_cpus", f64::from(largest));
     e.insert("runnable_per_cpu", f.runnable_threads() / allowed);
     limits_evidence(f, &mut e);
-    let possible = near_line_only;
     let mut summary = format!(
         "{}runtime sized for {largest} CPUs on {allowed:.1} usable: {}",
         if possible { "possible: " } else { "" },
