@@ -157,7 +157,10 @@ pub struct Config {
     /// hand-offs: their scheduler's counter and a JSON thread dump (`jcmd
     /// Thread.dump_to_file -format=json`), at the thread dumps' pace. Off by default: the JSON
     /// dump crashed a Temurin 25.0.3 JVM serving a virtual thread per request (a fault in the
-    /// JVM's thread snapshot; tests/CORPUS.md). Same privileges as `jvm_thread_dumps`.
+    /// JVM's thread snapshot, a known one: OpenJDK's JDK-8364343 says the dump "has several
+    /// failure modes if invoked while virtual threads are mounting or unmounting", which is
+    /// what a storm does all the time; tests/CORPUS.md). Same privileges as
+    /// `jvm_thread_dumps`.
     pub jvm_virtual_threads: bool,
     /// When the per-packet network probes (transmit and receive) run: for every packet of
     /// every interface, a few percent of a packet-heavy server's CPU. `on-demand` (the

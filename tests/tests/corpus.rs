@@ -539,9 +539,10 @@ fn names_thread_cost(o: &Outcome) -> bool {
 }
 
 /// The CPU time per unit of work the case's program spends over its counterfactual's: the
-/// median of 3 pairs of runs, and the pairs' ratios (printed).
-fn cpu_per_work_ratio(case: &Case) -> (f64, Vec<f64>) {
-    let ratios = corpus::cpu_per_work_ratios(case, 3);
+/// median of the pairs of runs that settle it among the check's bars (`interval`: three at
+/// least, `PAIRS_NEAR_A_BAR` at most), and the pairs' ratios (printed).
+fn cpu_per_work_ratio(case: &Case, interval: impl Fn(f64) -> usize) -> (f64, Vec<f64>) {
+    let ratios = corpus::cpu_per_work_ratios(case, interval);
     let ratio = corpus::median(ratios.clone());
     eprintln!(
         "{}: CPU per unit of work over its counterfactual's: ×{ratio:.2} (median of {ratios:.2?})",
@@ -552,12 +553,13 @@ fn cpu_per_work_ratio(case: &Case) -> (f64, Vec<f64>) {
 
 /// A server loaded from outside its cgroup (`Check::NoCostlierPerWorkOrOversubscribed`): its
 /// thread count costs it no more than [`NO_CLEAR_GAIN`]× the CPU per unit of work its
-/// counterfactual (fewer threads) spends, in the median of 3 pairs of runs, or the agent names
+/// counterfactual (fewer threads) spends, in the median of the pairs of runs
+/// that settle it (three to five: `corpus::cost_premise`), or the agent names
 /// that cost as the case with work per second does; and where it costs no more than
 /// [`NO_COST`]×, no `runtime_sizing` finding says it does (one near its count's line,
 /// `possible`, says only what would decide it).
 fn assert_no_costlier_per_work_or_oversubscribed(case: &Case, o: &Outcome) {
-    let (ratio, ratios) = cpu_per_work_ratio(case);
+    let (ratio, ratios) = cpu_per_work_ratio(case, corpus::cost_premise);
     assert!(
         ratio <= NO_CLEAR_GAIN || names_thread_cost(o),
         "premise of {}: it spent {ratio:.2}× the CPU per unit of work its counterfactual ({:?}) \
@@ -624,7 +626,7 @@ fn assert_cpu_per_work(case: &Case, bar: f64) {
     if counterfactual_left_out(case) {
         return;
     }
-    let (ratio, ratios) = cpu_per_work_ratio(case);
+    let (ratio, ratios) = cpu_per_work_ratio(case, |r| usize::from(r >= bar));
     assert!(
         ratio >= bar,
         "premise of {}: it should spend ≥ {bar}× the CPU per unit of work its counterfactual \
