@@ -554,14 +554,25 @@ fn cpu_per_work_ratio(case: &Case, interval: impl Fn(f64) -> usize) -> (f64, Vec
 /// A server loaded from outside its cgroup (`Check::NoCostlierPerWorkOrOversubscribed`): its
 /// thread count costs it no more than [`NO_CLEAR_GAIN`]× the CPU per unit of work its
 /// counterfactual (fewer threads) spends, in the median of the pairs of runs
-/// that settle it (three to five: `corpus::cost_premise`), or the agent names
+/// that settle it (three to five, on the bars its outcome turns on), or the agent names
 /// that cost as the case with work per second does; and where it costs no more than
 /// [`NO_COST`]×, no `runtime_sizing` finding says it does (one near its count's line,
 /// `possible`, says only what would decide it).
 fn assert_no_costlier_per_work_or_oversubscribed(case: &Case, o: &Outcome) {
-    let (ratio, ratios) = cpu_per_work_ratio(case, corpus::cost_premise);
+    let names = names_thread_cost(o);
+    let said: Vec<_> = o
+        .findings_of("runtime_sizing")
+        .into_iter()
+        .filter(|f| f.context("verdict") != Some("possible"))
+        .collect();
+    // The bars the outcome turns on: the pairs settle which side of them the median lies.
+    let bars: Vec<f64> = [(!said.is_empty(), NO_COST), (!names, NO_CLEAR_GAIN)]
+        .into_iter()
+        .filter_map(|(turns, bar)| turns.then_some(bar))
+        .collect();
+    let (ratio, ratios) = cpu_per_work_ratio(case, |r| corpus::bars_exceeded(&bars, r));
     assert!(
-        ratio <= NO_CLEAR_GAIN || names_thread_cost(o),
+        ratio <= NO_CLEAR_GAIN || names,
         "premise of {}: it spent {ratio:.2}× the CPU per unit of work its counterfactual ({:?}) \
          does (median of {ratios:.2?}), more than {NO_CLEAR_GAIN}×: the thread count costs, \
          which the agent should then name (thread_oversubscription, or runtime_sizing); it \
@@ -570,11 +581,6 @@ fn assert_no_costlier_per_work_or_oversubscribed(case: &Case, o: &Outcome) {
         case.counterfactual,
         o.kinds,
     );
-    let said: Vec<_> = o
-        .findings_of("runtime_sizing")
-        .into_iter()
-        .filter(|f| f.context("verdict") != Some("possible"))
-        .collect();
     assert!(
         ratio > NO_COST || said.is_empty(),
         "{}: it spent {ratio:.2}× the CPU per unit of work its counterfactual ({:?}) does \
