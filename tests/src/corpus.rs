@@ -2773,7 +2773,7 @@ fn premise_gains(
     let near = |g: f64| {
         [LOCK_BOUND_GAIN, NO_CLEAR_GAIN]
             .iter()
-            .any(|bar| g >= bar / NEAR_A_BAR && g <= bar * NEAR_A_BAR)
+            .any(|&bar| near_a_bar(bar, g))
     };
     let disturbed = judged.is_some_and(|j| j > alone * NEAR_A_BAR);
     if disturbed {
@@ -2802,6 +2802,12 @@ fn premise_gains(
         );
     }
     gains
+}
+
+/// Whether one pair's `gain` lies within [`NEAR_A_BAR`] of `bar`, on either side: too near
+/// for one pair to settle which side the premise is on.
+pub fn near_a_bar(bar: f64, gain: f64) -> bool {
+    gain >= bar / NEAR_A_BAR && gain <= bar * NEAR_A_BAR
 }
 
 /// Measures more pairs of runs (`pair`: one pair's gain) until those in `gains` decide the
@@ -2855,11 +2861,9 @@ fn premise_decided(gains: &[f64], interval: impl Fn(f64) -> usize) -> bool {
         return true;
     }
     let majority = PAIRS_NEAR_A_BAR / 2 + 1;
-    let mut counts = [0usize; 4];
-    for &g in gains {
-        counts[interval(g).min(counts.len() - 1)] += 1;
-    }
-    counts.iter().any(|&n| n >= majority)
+    let mut intervals: Vec<usize> = gains.iter().map(|&g| interval(g)).collect();
+    intervals.sort_unstable();
+    intervals.windows(majority).any(|w| w[0] == w[majority - 1])
 }
 
 /// Whether this machine's timings are the programs' own: not in the kernel matrix's guests,
@@ -3078,11 +3082,9 @@ mod tests {
         assert!(!premise_decided(&[1.04, 1.09, 1.13], cost_premise));
         assert!(premise_decided(&[1.12, 1.3, 1.16], cost_premise));
         // A bar the outcome does not turn on is not settled: three pairs always decide.
-        assert!(premise_decided(&[0.7, 1.3, 1.05], |r| bars_exceeded(
-            &[],
-            r
-        )));
-        assert!(!premise_decided(&[1.04, 1.09], |r| bars_exceeded(&[], r)));
+        let no_bars = |r| bars_exceeded(&[], r);
+        assert!(premise_decided(&[0.7, 1.3, 1.05], no_bars));
+        assert!(!premise_decided(&[1.04, 1.09], no_bars));
     }
 
     #[test]

@@ -10,8 +10,8 @@
 //! dump can find the lock's queue holding nearly every virtual thread of *both* programs (they
 //! are not preempted, so it holds all but the running few and those ready for a carrier,
 //! whether or not it is contended), while the scheduler's count of continuations run tells
-//! them apart by orders of magnitude. Each program's counterfactual is run in the test, so that a program that is not
-//! what this says fails as such.
+//! them apart by orders of magnitude. Each program's counterfactual is run in the test, so
+//! that a program that is not what this says fails as such.
 
 use std::{
     process::{Child, Command, Stdio},
@@ -26,7 +26,7 @@ use stormwatch::identity::jvm::{
 use stormwatch_tests::{
     TestCgroup, agent_output,
     corpus::{
-        NEAR_A_BAR, NO_CLEAR_GAIN, PAIRS_NEAR_A_BAR, Work, jdk21, median, settle_premise,
+        NO_CLEAR_GAIN, PAIRS_NEAR_A_BAR, Work, jdk21, median, near_a_bar, settle_premise,
         virtual_classes,
     },
     require_bpf, run_in_cgroup,
@@ -148,7 +148,7 @@ fn the_scheduler_tells_a_locks_cost_where_the_dumps_cannot() {
     // The calm program's gain is about 1.0 with pairs scattering ±5% here, next to the bar:
     // a first pair near it is settled by more, as the corpus settles its premises.
     let mut calm_gains = vec![calm_alone / calm_work];
-    if (NO_CLEAR_GAIN / NEAR_A_BAR..=NO_CLEAR_GAIN * NEAR_A_BAR).contains(&calm_gains[0]) {
+    if near_a_bar(NO_CLEAR_GAIN, calm_gains[0]) {
         settle_premise(&mut calm_gains, || {
             let work = Program::start("lock", 20, 2000).work_per_second(2, 3);
             let alone = Program::start("ownlock", 20, 2000).work_per_second(2, 3);
