@@ -90,6 +90,46 @@ fn assert_between_edges(
     );
 }
 
+/// How many throttled periods each shape must have had in the window: twenty on a host (the
+/// shape that stops: 30 of its 32), ten against a slack of one under the kernel matrix's
+/// emulation, where both vCPUs share one host thread and stress-ng takes a second or more to
+/// start: the shape that starts was throttled in 17 and 18 of its periods there (2026-11-28, 6.1
+/// and 6.12), the one that stops in 16 of 50 in an earlier 6.1 guest.
+fn least_throttled() -> f64 {
+    if corpus::timings_are_real() {
+        20.0
+    } else {
+        10.0
+    }
+}
+
+/// How long a quota workload may take to be throttled (stress-ng starting in an emulated guest).
+const THROTTLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Waits until the quota at `stat` has been throttled in `n` more periods than at `since`, for
+/// at most `timeout`.
+fn wait_throttled_since(name: &str, stat: &PathBuf, since: Read, n: f64, timeout: Duration) {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let now = read(stat).expect("a quota's cpu.stat");
+        if (now.throttled_periods - since.throttled_periods) as f64 >= n {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{name}: throttled in {} periods in {timeout:?} ({n} awaited)",
+            now.throttled_periods - since.throttled_periods
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits until the quota at `stat` has been throttled in `n` periods from now: its work runs.
+fn wait_throttled(name: &str, stat: &PathBuf, n: f64) {
+    let since = read(stat).expect("a quota's cpu.stat");
+    wait_throttled_since(name, stat, since, n, THROTTLE_TIMEOUT);
+}
+
 struct Case {
     name: &'static str,
     /// A shell command run in the cgroup: when the work starts and stops.
@@ -145,6 +185,7 @@ fn throttling_over_a_window_is_cpu_stat_between_its_edges() {
         .collect();
     let sampler = {
         let stop = Arc::clone(&stop);
+        let stats = stats.clone();
         std::thread::spawn(move || {
             let mut reads: Vec<Vec<Read>> = vec![Vec::new(); stats.len()];
             while !stop.load(Ordering::Relaxed) {
@@ -158,7 +199,15 @@ fn throttling_over_a_window_is_cpu_stat_between_its_edges() {
             reads
         })
     };
-    std::thread::sleep(Duration::from_millis(200));
+    // The shapes that run at the window's start must be running then, not starting: under the
+    // kernel matrix's emulation stress-ng takes seconds to start, and the shape that stops was
+    // throttled in 2 of its periods once (6.1, 2026-12-02) — killed before it had run.
+    let least = least_throttled();
+    for (i, case) in cases.iter().enumerate() {
+        if case.name != "starts" {
+            wait_throttled(case.name, &stats[i], 3.0);
+        }
+    }
     // Under the kernel matrix's emulation stress-ng takes seconds to start, and the shape that
     // starts 2 s into an 8-s window was throttled in only 8 periods once (6.1, 2026-11-29):
     // there the window is longer, so that it holds enough of that shape's periods.
@@ -172,9 +221,21 @@ fn throttling_over_a_window_is_cpu_stat_between_its_edges() {
         args.extend(["--cgroup", cgroup.rel_path()]);
     }
     let agent = Agent::start(&args);
+    let stops_at_ready = read(&stats[2]).expect("the stopping shape's cpu.stat");
     std::thread::sleep(Duration::from_secs(2));
     std::fs::write(signals.join("start"), "").expect("the start file");
     std::thread::sleep(Duration::from_secs(1));
+    // The shape stops 3 s into the window, or later once it has been throttled in as many
+    // periods as it is asked to have been, counted from the agent's word that it is tracing.
+    // At most until a second before the window's end, so that it still stops inside it.
+    let left = duration.parse::<u64>().expect("the window's seconds") - 4;
+    wait_throttled_since(
+        "stops",
+        &stats[2],
+        stops_at_ready,
+        least + 2.0,
+        Duration::from_secs(left),
+    );
     std::fs::write(signals.join("stop"), "").expect("the stop file");
     let out = agent.finish_output();
     let _ = std::fs::remove_dir_all(&signals);
@@ -237,17 +298,8 @@ fn throttling_over_a_window_is_cpu_stat_between_its_edges() {
             |r| r.throttled_seconds,
             slack(seconds, period_seconds),
         );
-        // Each shape really was throttled in its window, so the comparison means something:
-        // twenty periods on a host (the shape that stops: 30 of its 32), ten against a slack
-        // of one under the kernel matrix's emulation, where both vCPUs share one host thread
-        // and stress-ng takes a second or more to start: the shape that starts was throttled
-        // in 17 and 18 of its periods there (2026-11-28, 6.1 and 6.12), the one that stops in
-        // 16 of 50 in an earlier 6.1 guest.
-        let least = if corpus::timings_are_real() {
-            20.0
-        } else {
-            10.0
-        };
+        // Each shape really was throttled in its window, so the comparison means something
+        // ([`least_throttled`]).
         assert!(
             throttled >= least,
             "{name}: throttled in only {throttled} periods (at least {least} asked)"
