@@ -830,6 +830,38 @@ fn a_storm_is_not_also_reported_as_oversubscription() {
     assert!(!kinds(&found).contains(&Kind::ThreadOversubscription));
 }
 
+/// A storm only possible (near its hand-off line) does not quiet the oversubscription the
+/// run queues measure: Tomcat's pool of 200 in the corpus (82 hand-offs per CPU-second, 12.8
+/// runnable per CPU) said neither the storm nor the cost of its threads.
+#[test]
+fn a_possible_storm_leaves_the_oversubscription_said() {
+    let t = Thresholds::default();
+    let mut f = storm();
+    f.locks.wait_ns[lock_kind::SPIN] = 0;
+    f.handoffs.lock_wait_ns = 100 * S; // 31% of the threads' time: the cost does not decide
+    f.handoffs.lock_waits = 1_800; // 90 hand-offs/s per CPU against a line of 100
+    f.sched.oncpu_ns = 20 * S;
+    // 100 s more queued in 10 s, on the storm's 0.5 queued and 2 running: 6.25 per CPU.
+    runq(&mut f, 10_000, 10_000_000);
+    let found = diagnose(std::slice::from_ref(&f), &t);
+    let storm = found
+        .iter()
+        .find(|x| x.kind == Kind::LockStorm)
+        .expect("a possible storm");
+    assert!(storm.is_possible(), "{storm:?}");
+    let over = found
+        .iter()
+        .find(|x| x.kind == Kind::ThreadOversubscription)
+        .expect("the oversubscription, said under a possible storm");
+    assert_eq!(over.evidence["runnable_per_cpu"], 6.25);
+    // The same threads with the storm said: the storm says it all.
+    f.handoffs.lock_wait_ns = 230 * S;
+    let found = diagnose(&[f], &t);
+    assert!(kinds(&found).contains(&Kind::LockStorm));
+    assert!(!found.iter().any(Finding::is_possible));
+    assert!(!kinds(&found).contains(&Kind::ThreadOversubscription));
+}
+
 /// The seed's shape inside a quota: the storm and the throttling both found, the storm's
 /// summary tying them, advice sized to the quota, and no oversubscription finding telling
 /// the user to go and watch futexes.
