@@ -112,12 +112,12 @@ fn mutex_storm_switches_match_rusage(force_tracepoints: bool) {
     // Migrations, counted as the agent counts them — a thread's run on another CPU than its
     // run before — by bpftrace on the same tracepoint (the agent at the run's switch-out,
     // bpftrace at its switch-in). They differ by at most one per thread: a run cut by the
-    // window's edges or by the thread's exit. The kernel's se.nr_migrations, summed over the threads
-    // (each read its own as its last act), is not the same count: it counts every move between
-    // run queues, also a thread moved twice before it runs (A→B→A: two, the agent none) — the
-    // agent was 14% under it in a CI run (1,387 against 1,608, 2026-12-02) — so it bounds the
-    // agent's count from above only, by no more than a migration per thread (a thread moved
-    // after its read, just before exiting).
+    // window's edges or by the thread's exit. The kernel's se.nr_migrations, summed over the
+    // threads (each read its own as its last act), is not the same count: it counts every move
+    // between run queues, also a thread moved twice before it runs (A→B→A: two, the agent
+    // none) — the agent was 14% under it in a CI run (1,387 against 1,608, 2026-12-02) — so it
+    // bounds the agent's count from above only, by no more than a migration per thread (a
+    // thread moved after its read, just before exiting).
     let threads = STORM_THREADS as f64;
     let got = c.migrations() as f64;
     let seen = oracle.get("@migrations").unwrap_or(0) as f64;

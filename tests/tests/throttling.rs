@@ -22,7 +22,7 @@ use stormwatch_tests::{
     Agent, TestCgroup,
     corpus::{self, Quota},
     cpus,
-    daemon::tool,
+    daemon::{tool, wait_for},
     join_before_exec,
     report::{self, Limits, Trace},
     require_bpf,
@@ -109,19 +109,14 @@ const THROTTLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Waits until the quota at `stat` has been throttled in `n` more periods than at `since`, for
 /// at most `timeout`.
 fn wait_throttled_since(name: &str, stat: &PathBuf, since: Read, n: f64, timeout: Duration) {
-    let deadline = std::time::Instant::now() + timeout;
-    loop {
-        let now = read(stat).expect("a quota's cpu.stat");
-        if (now.throttled_periods - since.throttled_periods) as f64 >= n {
-            return;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{name}: throttled in {} periods in {timeout:?} ({n} awaited)",
-            now.throttled_periods - since.throttled_periods
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for(
+        &format!("{name} to be throttled in {n} periods"),
+        timeout,
+        || {
+            let now = read(stat).expect("a quota's cpu.stat");
+            ((now.throttled_periods - since.throttled_periods) as f64 >= n).then_some(())
+        },
+    );
 }
 
 /// Waits until the quota at `stat` has been throttled in `n` periods from now: its work runs.
