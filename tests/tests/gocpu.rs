@@ -81,7 +81,7 @@ fn shares(p: &Program) -> ((f64, u64), (f64, u64)) {
     let duration = SECONDS.to_string();
     let agent = Agent::start(&["diagnose", "--duration", &duration, "--json"]);
     let window = Instant::now();
-    let oracle = Bpftrace::start(&format!(
+    let oracle = Bpftrace::start_with_raw_user_stacks(&format!(
         "profile:hz:{ORACLE_HZ} /pid == {pid}/ {{ @s[ustack(perf, 6)] = count(); }}"
     ));
     std::thread::sleep(Duration::from_secs(u64::from(SECONDS)).saturating_sub(window.elapsed()));
@@ -130,7 +130,7 @@ fn name_of(functions: &[(u64, u64, String)], addr: u64) -> Option<&str> {
     (addr < *end).then_some(name.as_str())
 }
 
-/// bpftrace's printed stacks (`@s[\n\t<hex address> <symbol> (<file>)\n…]: N`): the share
+/// bpftrace's printed stacks (`@s[\n\t<hex address> 0x<address> ([unknown])\n…]: N`, unresolved): the share
 /// with a frame in the mutex's code, and the samples. A caller's frame is a return address,
 /// looked up a byte back (the call it returns from), as perf does.
 fn oracle_share(output: &str) -> (f64, u64) {
