@@ -12,8 +12,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use stormwatch_common::{
-    FutexStats, HotFutexValue, LockSiteValue, LockStats, Log2Histogram, RunqBlameValue, SchedStats,
-    ThreadHandoff,
+    FutexStats, HotFutexValue, LockSiteValue, LockStats, Log2Histogram, PgLockWaits,
+    RunqBlameValue, SchedStats, ThreadHandoff,
     net::{CgroupNetStats, NetDirStats, NetDropStats, NetIfStats},
 };
 
@@ -90,6 +90,8 @@ all_u64_counters!(
 all_u64_counters!(NetDropStats => NetDropStats { packets: 0 });
 
 all_u64_counters!(GoMutexFigures);
+
+all_u64_counters!(PgLockWaits => PgLockWaits { waits: 0, wait_ns: 0 });
 
 /// A cgroup's Go `sync.Mutex` contention as its uprobes counted it (`probes::gomutex`), in
 /// bursts: the entries of the mutex's slow paths while they were attached, and for how long.

@@ -180,10 +180,15 @@ pub enum Program {
     RedisIoThreads { io_threads: u32 },
     /// Debian's PostgreSQL (a fresh cluster, durability off: no fsync, asynchronous commits),
     /// loaded from outside the cgroup by `pgbench` with `clients` connections, each updating
-    /// one row a transaction: all the same row (a row lock every transaction waits for), or
-    /// with `own_rows` a row of each client's own (the lock made uncontended). Its work is the
-    /// transactions, from pgbench's per-second reports.
-    Postgres { clients: u32, own_rows: bool },
+    /// one row a transaction: one of `hot_rows` rows drawn at random (1: all the same row, a
+    /// row lock every transaction waits for), or with `own_rows` a row of each client's own
+    /// (the lock made uncontended). Its work is the transactions, from pgbench's per-second
+    /// reports.
+    Postgres {
+        clients: u32,
+        hot_rows: u32,
+        own_rows: bool,
+    },
     /// Apache Tomcat, embedded (tests/corpus/tomcat, its jars from Maven Central), whose
     /// connector's pool has `threads` workers and whose one servlet does a fixed piece of CPU
     /// work a request; loaded by 64 keep-alive clients of httpload.
@@ -1531,6 +1536,45 @@ pub fn cases() -> Vec<Case> {
             miss: None,
             counterfactual: Some(RedisIoThreads { io_threads: 1 }),
         },
+        // PostgreSQL's lock waits are judged by its own lock-wait sites (probes::pglock) on the
+        // kernel rule's queue line, drawn on no PostgreSQL program; these two try it on a
+        // storm of another shape and on the calm counterfactual before the held-out row.
+        Case {
+            name: "postgres-two-hot-rows",
+            what: "PostgreSQL under pgbench: 16 connections each updating one of two rows, \
+                   durability off",
+            expect: LockStorm,
+            program: Postgres {
+                clients: 16,
+                hot_rows: 2,
+                own_rows: false,
+            },
+            quota: None,
+            split: Tuning,
+            checks: &[LockBound],
+            miss: None,
+            counterfactual: Some(Program::Postgres {
+                clients: 16,
+                hot_rows: 2,
+                own_rows: true,
+            }),
+        },
+        Case {
+            name: "postgres-row-per-client",
+            what: "PostgreSQL under pgbench: 32 connections each updating a row of its own \
+                   (the hot row's counterfactual), durability off",
+            expect: NotLockStorm,
+            program: Postgres {
+                clients: 32,
+                hot_rows: 1,
+                own_rows: true,
+            },
+            quota: None,
+            split: Tuning,
+            checks: &[],
+            miss: None,
+            counterfactual: None,
+        },
         Case {
             name: "postgres-hot-row",
             what: "PostgreSQL under pgbench: 32 connections updating the same row, durability \
@@ -1538,6 +1582,7 @@ pub fn cases() -> Vec<Case> {
             expect: LockStorm,
             program: Postgres {
                 clients: 32,
+                hot_rows: 1,
                 own_rows: false,
             },
             quota: None,
@@ -1551,6 +1596,7 @@ pub fn cases() -> Vec<Case> {
             ),
             counterfactual: Some(Program::Postgres {
                 clients: 32,
+                hot_rows: 1,
                 own_rows: true,
             }),
         },
@@ -2239,7 +2285,11 @@ fn load(program: &Program, listen: &str, scratch: &Path) -> Option<Command> {
         | Program::VirtualHttp { .. } => httpload(listen, 64, "http"),
         Program::Memcached { .. } => httpload(listen, 64, "memcache"),
         Program::RedisIoThreads { .. } => httpload(listen, 64, "redis"),
-        Program::Postgres { clients, own_rows } => pgbench(scratch, *clients, *own_rows),
+        Program::Postgres {
+            clients,
+            hot_rows,
+            own_rows,
+        } => pgbench(scratch, *clients, *hot_rows, *own_rows),
         _ => return None,
     };
     c.stdin(Stdio::null())
@@ -2272,7 +2322,7 @@ fn nginx_conf(dir: &Path, listen: &str, workers: u32) -> String {
 }
 
 /// Debian's PostgreSQL server binaries (the newest major version installed).
-fn postgres_bin(name: &str) -> PathBuf {
+pub fn postgres_bin(name: &str) -> PathBuf {
     let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
         .into_iter()
         .flatten()
@@ -2291,7 +2341,7 @@ fn postgres_bin(name: &str) -> PathBuf {
 
 /// Makes a fresh PostgreSQL cluster in `dir` (owned by the `postgres` user, whom the server
 /// must run as) and the command that serves it on a socket in `dir` only, durability off.
-fn postgres_server(dir: &Path) -> Command {
+pub fn postgres_server(dir: &Path) -> Command {
     let data = dir.join("data");
     let chown = Command::new("chown")
         .args(["-R", "postgres:postgres"])
@@ -2340,12 +2390,19 @@ fn postgres_server(dir: &Path) -> Command {
 /// pgbench against the server on `dir`'s socket, once it answers: the tables made (scale 1:
 /// 100,000 rows), then `clients` connections each updating one row a transaction — row 1, or
 /// with `own_rows` a row of each client's own — reporting every second.
-fn pgbench(dir: &Path, clients: u32, own_rows: bool) -> Command {
-    let row = if own_rows { ":client_id + 1" } else { "1" };
+pub fn pgbench(dir: &Path, clients: u32, hot_rows: u32, own_rows: bool) -> Command {
+    let row = if own_rows {
+        ":client_id + 1".to_owned()
+    } else {
+        format!("random(1, {})", hot_rows.max(1))
+    };
     let script = dir.join("update.sql");
     std::fs::write(
         &script,
-        format!("UPDATE pgbench_accounts SET abalance = abalance + 1 WHERE aid = {row};\n"),
+        format!(
+            "\\set aid {row}\nUPDATE pgbench_accounts SET abalance = abalance + 1 WHERE aid = \
+             :aid;\n"
+        ),
     )
     .expect("writing the pgbench script");
     let (pgbench, ready) = (

@@ -8,7 +8,7 @@ use serde::Serialize;
 use crate::{
     diagnose::{
         FindingReport, RULES, Thresholds, host_cpus,
-        rules::{GoStormFigures, StormFigures, VirtualStormFigures},
+        rules::{GoStormFigures, PgStormFigures, StormFigures, VirtualStormFigures},
     },
     engine::{Clock, Engine, EngineOptions},
     host::HostReport,
@@ -59,6 +59,10 @@ pub struct Checked {
     /// JSON thread dumps) of the containers with JVMs whose virtual threads were read, most
     /// hand-offs first (at most `STORM_FIGURES_SHOWN`).
     pub virtual_lock_storm: Vec<VirtualStormCheck>,
+    /// The PostgreSQL lock-storm figures (its own lock-wait sites) of the containers whose
+    /// backends waited for a heavyweight lock, most waiting first (at most
+    /// `STORM_FIGURES_SHOWN`).
+    pub postgres_lock_storm: Vec<PgStormCheck>,
 }
 
 /// How many containers' lock-storm figures `checked.lock_storm` lists.
@@ -75,6 +79,7 @@ pub struct RuleCheck<F> {
 pub type StormCheck = RuleCheck<StormFigures>;
 pub type GoStormCheck = RuleCheck<GoStormFigures>;
 pub type VirtualStormCheck = RuleCheck<VirtualStormFigures>;
+pub type PgStormCheck = RuleCheck<PgStormFigures>;
 
 /// The figures `of` gives for the containers, largest `key` first, at most
 /// `STORM_FIGURES_SHOWN` of them.
@@ -158,6 +163,11 @@ pub async fn run(args: DiagnoseArgs) -> anyhow::Result<u8> {
         |f| VirtualStormFigures::of(f, thresholds),
         |v| v.lock_handoffs_per_second,
     );
+    let postgres_checks = top_checks(
+        &facts,
+        |f| PgStormFigures::of(f, thresholds),
+        |p| p.waiting_backends,
+    );
     let report = DiagnoseReport {
         host: HostReport::new(session.host(), session.steal()),
         findings: findings
@@ -176,6 +186,7 @@ pub async fn run(args: DiagnoseArgs) -> anyhow::Result<u8> {
             lock_storm: storm_checks,
             go_lock_storm: go_checks,
             virtual_lock_storm: virtual_checks,
+            postgres_lock_storm: postgres_checks,
         },
     };
     let mut out = std::io::stdout().lock();

@@ -10,7 +10,7 @@ use std::{
 
 use stormwatch_common::{
     FutexStats, HotFutexKey, HotFutexValue, LOG2_BUCKETS, LockSiteKey, LockSiteValue, LockStats,
-    Log2Histogram, RunqBlameKey, RunqBlameValue, SchedStats, ThreadHandoff,
+    Log2Histogram, PgLockWaits, RunqBlameKey, RunqBlameValue, SchedStats, ThreadHandoff,
     net::{CgroupNetStats, NetDropKey, NetDropStats, NetIfKey, NetIfStats},
 };
 
@@ -22,7 +22,7 @@ use crate::{
     counters::UserLoss,
     probes::{
         Families, GoMutexPart, Gone, Probes, ReadsPart as _, futex::FutexPart, locks::LockPart,
-        net::NetPart, sched::SchedPart,
+        net::NetPart, pglock::PgLockPart, sched::SchedPart,
     },
     symbolize::handoffs::HandoffSites,
 };
@@ -38,6 +38,7 @@ pub struct Snapshot {
     pub locks: LockPart,
     pub net: NetPart,
     pub go_mutex: GoMutexPart,
+    pub pg_lock: PgLockPart,
 }
 
 impl Snapshot {
@@ -49,6 +50,7 @@ impl Snapshot {
             locks: LockPart::default(),
             net: NetPart::default(),
             go_mutex: GoMutexPart::default(),
+            pg_lock: PgLockPart::default(),
         }
     }
 
@@ -62,6 +64,7 @@ impl Snapshot {
             locks,
             net,
             go_mutex,
+            pg_lock,
         } = families;
         let sched = sched.read(ebpf)?;
         Ok(Self {
@@ -71,6 +74,7 @@ impl Snapshot {
             locks: locks.read(ebpf)?,
             net: net.read(ebpf)?,
             go_mutex: go_mutex.read(ebpf)?,
+            pg_lock: pg_lock.read(ebpf)?,
         })
     }
 
@@ -84,12 +88,14 @@ impl Snapshot {
             locks,
             net,
             go_mutex,
+            pg_lock,
         } = self;
         sched.forget_cgroup(id);
         futex.forget_cgroup(id);
         locks.forget_cgroup(id);
         net.forget_cgroup(id);
         go_mutex.forget_cgroup(id);
+        pg_lock.forget_cgroup(id);
     }
 
     /// Every cgroup id with figures.
@@ -119,11 +125,13 @@ impl Snapshot {
             locks,
             net,
             go_mutex,
+            pg_lock,
         } = families;
         sched.forget(ebpf, &gone, &mut self.sched);
         locks.forget(ebpf, &gone, &mut self.locks);
         futex.forget(ebpf, &gone, &mut self.futex);
         go_mutex.forget(ebpf, &gone, &mut self.go_mutex);
+        pg_lock.forget(ebpf, &gone, &mut self.pg_lock);
         net.forget(ebpf, &gone, &mut self.net);
     }
 }
@@ -137,6 +145,8 @@ pub struct CgroupWindow {
     pub net: CgroupNetStats,
     /// Its Go mutexes' contention, over the uprobes' bursts in the window.
     pub go_mutex: GoMutexFigures,
+    /// Its PostgreSQL backends' heavyweight lock waits that ended in the window.
+    pub pg_lock: PgLockWaits,
     /// The CPUs the cgroup's threads ran on in the window.
     pub cpus: CpuSet,
 }
@@ -148,6 +158,7 @@ impl CgroupWindow {
         locks: LockStats::ZERO,
         net: CgroupNetStats::ZERO,
         go_mutex: GoMutexFigures::ZERO,
+        pg_lock: <PgLockWaits as Counters>::ZERO,
         cpus: CpuSet::EMPTY,
     };
 
@@ -171,6 +182,7 @@ impl CgroupWindow {
             locks,
             net,
             go_mutex,
+            pg_lock,
             cpus,
         } = later;
         self.sched.add(sched);
@@ -178,6 +190,7 @@ impl CgroupWindow {
         self.locks.add(locks);
         self.net.add(net);
         self.go_mutex.add(go_mutex);
+        Counters::add(&mut self.pg_lock, pg_lock);
         self.cpus.union(cpus);
     }
 
@@ -393,6 +406,7 @@ impl Window {
             locks,
             net,
             go_mutex,
+            pg_lock,
         } = after;
         let mut regressions = 0;
         let r = &mut regressions;
@@ -413,6 +427,9 @@ impl Window {
         }
         for (id, d) in deltas(&before.go_mutex.cgroups, &go_mutex.cgroups, r) {
             slot(&mut cgroups, id).go_mutex = d;
+        }
+        for (id, d) in deltas(&before.pg_lock.cgroups, &pg_lock.cgroups, r) {
+            slot(&mut cgroups, id).pg_lock = d;
         }
         for (id, cpus) in cpus_used(&before.sched, sched) {
             slot(&mut cgroups, id).cpus = cpus;

@@ -69,6 +69,9 @@ pub struct Facts {
     /// the window, where it has Go processes whose clock could be read (the session reads it
     /// at the window's edges: [`crate::identity::goclock`]).
     pub go_mutex: Option<GoMutexWait>,
+    /// Its PostgreSQL backends' heavyweight lock waits that ended in the window (zero without
+    /// a PostgreSQL binary the uprobes attach to: `probes::pglock`).
+    pub pg_lock: stormwatch_common::PgLockWaits,
     /// What the container's JVMs say of their virtual threads over the window, where it has
     /// JVMs with virtual threads that could be read ([`crate::identity::jvm::vthreads`]).
     pub jvm_virtual: Option<VirtualThreadWaits>,
@@ -559,6 +562,7 @@ pub fn facts(window: &Window, mut ctx: FactsContext<'_>) -> Vec<Facts> {
                 sites: window.handoff_sites.get(id).cloned(),
                 go_uprobes: w.go_mutex,
                 go_mutex: (ctx.go_mutex)(*id),
+                pg_lock: w.pg_lock,
                 jvm_virtual: (ctx.jvm_virtual)(*id),
                 runq_blame: blame
                     .get(id)

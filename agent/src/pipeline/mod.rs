@@ -41,6 +41,12 @@ impl Pipeline {
         // their cumulative counters as its baseline.
         resolver.walk();
         let mut probes = Probes::load(options).context("loading the eBPF probes")?;
+        // The PostgreSQL servers running now, attached to before the first snapshot: a window
+        // counts their lock waits from its start (later ones from the tick that finds them).
+        {
+            let (ebpf, families) = probes.families_mut();
+            families.pg_lock.find(ebpf);
+        }
         let previous = Snapshot::read(&mut probes).context("reading the probes' maps")?;
         let host_netns = crate::netinfo::namespaces::host_inode(probes.init_netns);
         let mut stages = Stages::new(options.call_site_lines, host_netns);
@@ -150,6 +156,7 @@ impl Pipeline {
             .collect();
         sizes.extend(self.probes.families().go_mutex.cache_sizes());
         sizes.extend(self.probes.families().go_mutex.cpu.cache_sizes());
+        sizes.extend(self.probes.families().pg_lock.cache_sizes());
         sizes.extend(self.resolver.cache_sizes());
         sizes.push(CacheSize::live("cgroup_paths", self.paths.len()));
         sizes

@@ -69,6 +69,7 @@ pub(super) trait Stage {
 /// samples are drained (the burst's samples are named in its window).
 pub(super) struct Stages {
     pub go_mutex: GoMutexStage,
+    pub pg_lock: PgLockStage,
     pub futex: FutexStage,
     pub locks: LockStage,
     pub net: NetStage,
@@ -78,6 +79,7 @@ impl Stages {
     pub fn new(call_site_lines: bool, host_netns: Option<u64>) -> Self {
         Self {
             go_mutex: GoMutexStage::default(),
+            pg_lock: PgLockStage,
             futex: FutexStage {
                 handoffs: HandoffNamer::new(call_site_lines),
                 process_names: HashMap::new(),
@@ -94,25 +96,27 @@ impl Stages {
     }
 
     /// Every stage, in its order.
-    pub fn all(&mut self) -> [&mut dyn Stage; 4] {
+    pub fn all(&mut self) -> [&mut dyn Stage; 5] {
         let Stages {
             go_mutex,
+            pg_lock,
             futex,
             locks,
             net,
         } = self;
-        [go_mutex, futex, locks, net]
+        [go_mutex, pg_lock, futex, locks, net]
     }
 
     /// Every stage, to read.
-    pub fn each(&self) -> [&dyn Stage; 4] {
+    pub fn each(&self) -> [&dyn Stage; 5] {
         let Stages {
             go_mutex,
+            pg_lock,
             futex,
             locks,
             net,
         } = self;
-        [go_mutex, futex, locks, net]
+        [go_mutex, pg_lock, futex, locks, net]
     }
 }
 
@@ -202,6 +206,22 @@ impl Stage for GoMutexStage {
 
     fn cache_sizes(&self) -> Vec<CacheSize> {
         self.code.cache_sizes().to_vec()
+    }
+}
+
+/// PostgreSQL's lock waits: every tick, the processes new on the node are looked at, and the
+/// uprobes attached to the PostgreSQL binaries among theirs (detached from those no process
+/// runs any longer). The waits are in the snapshot; nothing is named.
+pub(super) struct PgLockStage;
+
+impl Stage for PgLockStage {
+    fn observe(&mut self, tick: &mut Tick) {
+        let (ebpf, families) = tick.probes.families_mut();
+        families.pg_lock.find(ebpf);
+    }
+
+    fn cache_sizes(&self) -> Vec<CacheSize> {
+        Vec::new()
     }
 }
 

@@ -25,7 +25,7 @@
 
 use aya::Ebpf;
 
-use super::{Family, KernelFacts, ProbeStatus, futex, gomutex, locks, net, sched};
+use super::{Family, KernelFacts, ProbeStatus, futex, gomutex, locks, net, pglock, sched};
 
 /// A probe family: a name, the globals it needs set before load, how it attaches, and what it
 /// keeps of the loaded object.
@@ -86,6 +86,8 @@ pub struct Families {
     pub net: net::NetProbes,
     /// Go's `sync.Mutex` uprobes: loaded with the futex family's hand-off sampler.
     pub go_mutex: gomutex::GoMutexProbes,
+    /// PostgreSQL's lock-wait uprobes: loaded with the futex family.
+    pub pg_lock: pglock::PgLockProbes,
 }
 
 impl Families {
@@ -102,6 +104,7 @@ impl Families {
             locks,
             net,
             go_mutex: _,
+            pg_lock: _,
         } = self;
         let mut sched = Some(sched as &mut dyn ProbeFamily);
         let mut futex = Some(futex as &mut dyn ProbeFamily);

@@ -208,6 +208,7 @@ impl Probes {
             locks: locks::LockProbes::default(),
             net: net::NetProbes::new(options.net_packets == NetPacketTier::OnDemand),
             go_mutex: super::gomutex::GoMutexProbes::default(),
+            pg_lock: super::pglock::PgLockProbes::default(),
         };
         let mut empties: Vec<EmptyProbes> = options
             .families
@@ -295,6 +296,9 @@ impl Probes {
         // the time: ~100 samples a second per CPU, counted only for the Go processes watched.
         if options.families.contains(&Family::Futex) {
             families.go_mutex.cpu = super::gocpu::GoCpuSampler::attach(&mut ebpf);
+            // PostgreSQL's lock waits, which the futex probes cannot see (its backends wait on
+            // a latch): attached to the binaries the pipeline finds.
+            families.pg_lock = super::pglock::PgLockProbes::load(&mut ebpf);
         }
         // The programs the families loaded for later (none unless on demand).
         let loaded_for_later = |programs: &[(&'static str, &'static str)]| -> Vec<OnDemand> {

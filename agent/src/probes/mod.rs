@@ -20,9 +20,11 @@ pub mod locks;
 pub mod map_io;
 pub mod neighbours;
 pub mod net;
+pub mod pglock;
 pub mod sched;
 pub mod sizing;
 pub mod slots;
+pub mod stapsdt;
 pub mod tiers;
 pub mod tracefs;
 

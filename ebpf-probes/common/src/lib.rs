@@ -6,7 +6,7 @@
 //! (`tests`) catch layout drift.
 //!
 //! One module per probe family, as on the kernel side (`ebpf-probes/kernel/src/`): [`sched`],
-//! [`futex`], [`handoff`], [`gomutex`], [`locks`], [`net`]; the direct slots in front of their per-key maps ([`slots`]); the histogram the scheduler and
+//! [`futex`], [`handoff`], [`gomutex`], [`pglock`], [`locks`], [`net`]; the direct slots in front of their per-key maps ([`slots`]); the histogram the scheduler and
 //! futex figures share ([`histogram`]), what the probes could not record ([`errors`]), and the
 //! maps', globals' and programs' names ([`names`]). Everything but the network family is also
 //! re-exported here, the path both sides use (`stormwatch_common::SchedStats`); the network
@@ -22,6 +22,7 @@ pub mod kfuncs;
 pub mod locks;
 pub mod names;
 pub mod net;
+pub mod pglock;
 pub mod sched;
 pub mod slots;
 
@@ -32,4 +33,5 @@ pub use handoff::*;
 pub use histogram::*;
 pub use locks::*;
 pub use names::*;
+pub use pglock::*;
 pub use sched::*;

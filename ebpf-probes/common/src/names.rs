@@ -72,6 +72,12 @@ pub mod maps {
     pub const GO_ONCPU_TGIDS: &str = "GO_ONCPU_TGIDS";
     /// Per-CPU hash: [`crate::GoOnCpuKey`] → u64 samples (cumulative).
     pub const GO_ONCPU: &str = "GO_ONCPU";
+    /// LRU hash: thread id (u32) → u64, when its PostgreSQL lock wait began
+    /// (`bpf_ktime_get_ns`), until the wait ends.
+    pub const PG_LOCK_WAITING: &str = "PG_LOCK_WAITING";
+    /// Per-CPU hash: cgroup id (u64) → [`crate::PgLockWaits`], PostgreSQL's heavyweight lock
+    /// waits that ended.
+    pub const PG_LOCK_WAITS: &str = "PG_LOCK_WAITS";
     /// Per-CPU hash: cgroup id (u64) → [`crate::LockStats`].
     pub const CGROUP_LOCKS: &str = "CGROUP_LOCKS";
     /// Array of [`crate::slots::SLOTS`] u64: the cgroups placed in `LOCK_SLOTS` (0: free),
@@ -207,6 +213,9 @@ pub mod programs {
     pub const GO_MUTEX_UNLOCK_SLOW: &str = "go_mutex_unlock_slow";
     /// The on-CPU sampler of watched Go processes (a `perf_event` program on the CPU clock).
     pub const GO_ONCPU: &str = "go_oncpu";
+    /// Uprobes at PostgreSQL's USDT sites `postgresql:lock__wait__start` and `…done`.
+    pub const PG_LOCK_WAIT_START: &str = "pg_lock_wait_start";
+    pub const PG_LOCK_WAIT_DONE: &str = "pg_lock_wait_done";
     pub const BENCH_EMPTY_SWITCH: &str = "bench_empty_switch";
     pub const BENCH_EMPTY_WAKEUP: &str = "bench_empty_wakeup";
     pub const BENCH_EMPTY_WAKEUP_NEW: &str = "bench_empty_wakeup_new";

@@ -15,6 +15,7 @@ mod gomutex;
 mod handoff;
 mod locks;
 mod net;
+mod pglock;
 mod sched;
 mod shared;
 

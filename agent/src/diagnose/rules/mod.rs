@@ -7,12 +7,14 @@ mod gostorm;
 mod handoff_cost;
 mod lock_sites;
 mod node_advice;
+mod pgstorm;
 mod runtime;
 mod storm;
 mod vtstorm;
 
 pub use self::{
     gostorm::GoStormFigures,
+    pgstorm::PgStormFigures,
     runtime::runtime_sizing,
     storm::{QuotaBound, StormFigures, lock_storm_candidate, required_handoffs_per_cpu_second},
     vtstorm::VirtualStormFigures,
@@ -112,6 +114,17 @@ pub mod defaults {
     /// other work: the clock alone called a program whose lock costs 0.7% a storm
     /// (tests/CORPUS.md, "What the lock costs the CPU").
     pub const GO_STORM_MIN_MUTEX_CPU_SHARE: f64 = 0.05;
+    /// PostgreSQL backends waiting for a heavyweight lock (a row, a transaction id), per usable
+    /// CPU, for a PostgreSQL storm (`PgStormFigures`): the mean over the window, from the
+    /// server's own lock-wait sites. Chosen on the tuning half: postgres-two-hot-rows (16
+    /// connections on two rows; a row each does 1.32–1.53×) read 1.66–1.78 in four corpus
+    /// runs and 0.72–0.74 on a fresh table (tests/tests/pglock.rs), its counterfactual (a row
+    /// each) 0.00. The line is a quarter of the storm's corpus reading, as Go's is, rounded to
+    /// half a backend: its band (×1.25, 0.4–0.63) lies below every reading of the storm and
+    /// far above the calm ones (32 connections over 100 rows, which gain nothing from a row
+    /// each, 0.02 by bpftrace). Not the kernel rule's queue line (2): a waiting backend's
+    /// CPU does not go to another backend's work, it holds a connection and a transaction.
+    pub const PG_STORM_MIN_WAITING_BACKENDS_PER_CPU: f64 = 0.5;
     /// …and is critical, or decides a verdict near a line, at a quarter of the CPUs or more.
     pub const GO_STORM_CRITICAL_MUTEX_CPU_SHARE: f64 = 0.25;
     /// The fewest on-CPU samples (about one CPU-second at the sampler's rate) a share is
@@ -219,12 +232,14 @@ pub mod defaults {
 /// through futexes), a Go program's ([`GoStormFigures`]: goroutines queued on a `sync.Mutex`
 /// in the Go scheduler, out of the kernel's sight, by the runtime's own clock) and a JVM's
 /// virtual threads' ([`VirtualStormFigures`]: a lock handed from one to the next through the
-/// JVM's scheduler, by its own count). A storm said by any is the finding, the kernel's first;
-/// a `possible` one only where none says storm.
+/// JVM's scheduler, by its own count) and a PostgreSQL server's ([`PgStormFigures`]: backends
+/// queued on its heavyweight locks, by its own lock-wait sites). A storm said by any is the
+/// finding, the kernel's first; a `possible` one only where none says storm.
 pub fn lock_storm(f: &Facts, t: &Thresholds) -> Option<Finding> {
     let kernel = StormFigures::of(f, t).filter(|s| s.lock_storm || s.possible);
     let go = GoStormFigures::of(f, t).filter(|g| g.lock_storm || g.possible);
     let virtual_threads = VirtualStormFigures::of(f, t).filter(|v| v.lock_storm || v.possible);
+    let postgres = PgStormFigures::of(f, t).filter(|p| p.lock_storm || p.possible);
     let kernel_storm = kernel.as_ref().is_some_and(|k| k.lock_storm);
     if !kernel_storm {
         // A storm the runtime's own figures say, before a possible one of the kernel's.
@@ -234,11 +249,15 @@ pub fn lock_storm(f: &Facts, t: &Thresholds) -> Option<Finding> {
         if virtual_threads.as_ref().is_some_and(|v| v.lock_storm) {
             return vtstorm::virtual_lock_storm(f, t);
         }
+        if postgres.as_ref().is_some_and(|p| p.lock_storm) {
+            return pgstorm::postgres_lock_storm(f, t);
+        }
     }
     match kernel {
         Some(k) => storm::kernel_lock_storm(f, t, k),
         None if go.is_some() => gostorm::go_lock_storm(f, t),
-        None => vtstorm::virtual_lock_storm(f, t),
+        None if virtual_threads.is_some() => vtstorm::virtual_lock_storm(f, t),
+        None => pgstorm::postgres_lock_storm(f, t),
     }
 }
 

@@ -32,6 +32,7 @@ fn base(cgroup: &str) -> Facts {
         runtimes: Vec::new(),
         sites: None,
         go_uprobes: crate::collect::GoMutexFigures::ZERO,
+        pg_lock: stormwatch_common::PgLockWaits::default(),
         go_mutex: None,
         jvm_virtual: None,
         runq_blame: None,
@@ -1839,4 +1840,66 @@ fn a_cgroups_virtual_threads_are_its_jvms_per_dump() {
     assert_eq!(top.object, "L@1");
     assert!((top.waiters - 166.0).abs() < 1e-9);
     assert!(crate::diagnose::VirtualThreadWaits::of(&c, 9).is_none());
+}
+
+/// A PostgreSQL server on 2 CPUs whose backends waited for heavyweight locks `waiting` on
+/// average over the 10-s window, in waits of 1 ms, with `threads` threads.
+fn postgres(waiting: f64, threads: u64) -> Facts {
+    let mut f = base("/postgres");
+    f.threads = Some(threads);
+    f.sched.oncpu_ns = 18 * S;
+    let wait_ns = (waiting * 10.0 * S as f64) as u64;
+    f.pg_lock = stormwatch_common::PgLockWaits {
+        waits: wait_ns / 1_000_000,
+        wait_ns,
+    };
+    f
+}
+
+#[test]
+fn backends_queued_on_a_row_are_postgres_lock_storm() {
+    let t = Thresholds::default();
+    // 3 backends waiting on 2 CPUs: 1.5 per CPU, three times the line.
+    let found = lock_storm(&postgres(3.0, 40), &t).expect("a storm");
+    assert_eq!(found.kind, Kind::LockStorm);
+    assert_eq!(
+        found.context.get("runtime").map(String::as_str),
+        Some("postgresql")
+    );
+    assert_eq!(
+        found.context.get("verdict").map(String::as_str),
+        Some("storm")
+    );
+    // 3 of 40 threads' time: under half, a warning; the share is said.
+    assert_eq!(found.severity, Severity::Warning);
+    assert!(
+        found.summary.contains("about 8% of its threads' time"),
+        "{}",
+        found.summary
+    );
+    assert_eq!(found.evidence["pg_lock_waiting_backends_per_cpu"], 1.5);
+    assert_eq!(found.evidence["pg_lock_waits_per_second"], 3000.0);
+    // Most of the threads' time waiting: critical.
+    let found = lock_storm(&postgres(12.0, 20), &t).expect("a storm");
+    assert_eq!(found.severity, Severity::Critical);
+}
+
+#[test]
+fn a_postgres_queue_near_its_line_is_possible_and_a_short_one_nothing() {
+    let t = Thresholds::default();
+    // 1.1 waiting on 2 CPUs: 0.55 per CPU, within ×1.25 of 0.5.
+    let found = lock_storm(&postgres(1.1, 40), &t).expect("a possible storm");
+    assert_eq!(found.severity, Severity::Info);
+    assert_eq!(
+        found.context.get("verdict").map(String::as_str),
+        Some("possible")
+    );
+    assert!(found.recommendations[0].starts_with("Not yet decided"));
+    // 0.1 per CPU: the figures are there, the storm is not.
+    let calm = postgres(0.2, 40);
+    assert!(lock_storm(&calm, &t).is_none());
+    let figures = PgStormFigures::of(&calm, &t).expect("figures of a server that waited");
+    assert!(!figures.lock_storm && !figures.possible);
+    // A server whose backends never waited has no figures.
+    assert!(PgStormFigures::of(&postgres(0.0, 40), &t).is_none());
 }

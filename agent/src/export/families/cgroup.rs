@@ -216,6 +216,39 @@ pub static FAMILIES: &[Family] = &[
         absent: "as `stormwatch_kernel_lock_wait_seconds`",
         read: Read::CgroupBy(|s| lock_kinds(s, |l, k| Int(l.count[k]))),
     },
+    // ---- per cgroup: PostgreSQL's heavyweight locks ----
+    Family {
+        name: "stormwatch_postgres_lock_wait_seconds",
+        help: "Time the cgroup's PostgreSQL backends waited for heavyweight locks (rows, \
+               transactions, relations), by the server's lock-wait sites; counted as each wait \
+               ends.",
+        kind: Kind::Counter,
+        unit: "seconds",
+        labels: CGROUP,
+        scope: Scope::Cgroup,
+        present: always,
+        absent: "a cgroup whose PostgreSQL backends have not waited for a lock since it was \
+                 first seen (the probes attach to PostgreSQL binaries with the lock-wait sites, \
+                 with the futex family)",
+        read: Read::Cgroup(|s| {
+            let w = &s.totals.pg_lock;
+            (w.waits > 0).then(|| Float(secs(w.wait_ns)))
+        }),
+    },
+    Family {
+        name: "stormwatch_postgres_lock_waits",
+        help: "Heavyweight lock waits of the cgroup's PostgreSQL backends that ended.",
+        kind: Kind::Counter,
+        unit: "",
+        labels: CGROUP,
+        scope: Scope::Cgroup,
+        present: always,
+        absent: "as `stormwatch_postgres_lock_wait_seconds`",
+        read: Read::Cgroup(|s| {
+            let w = &s.totals.pg_lock;
+            (w.waits > 0).then_some(Int(w.waits))
+        }),
+    },
     // ---- per cgroup: resource context. Gauges describe live cgroups only; throttling
     // counters stay with the other counters through the grace period. ----
     Family {
