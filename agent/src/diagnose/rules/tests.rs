@@ -1859,7 +1859,7 @@ fn postgres(waiting: f64, threads: u64) -> Facts {
 #[test]
 fn backends_queued_on_a_row_are_postgres_lock_storm() {
     let t = Thresholds::default();
-    // 3 backends waiting on 2 CPUs: 1.5 per CPU, three times the line.
+    // 3 backends waiting on 2 CPUs: 1.5 per CPU, above the line's band.
     let found = lock_storm(&postgres(3.0, 40), &t).expect("a storm");
     assert_eq!(found.kind, Kind::LockStorm);
     assert_eq!(
@@ -1887,16 +1887,16 @@ fn backends_queued_on_a_row_are_postgres_lock_storm() {
 #[test]
 fn a_postgres_queue_near_its_line_is_possible_and_a_short_one_nothing() {
     let t = Thresholds::default();
-    // 1.1 waiting on 2 CPUs: 0.55 per CPU, within ×1.25 of 0.5.
-    let found = lock_storm(&postgres(1.1, 40), &t).expect("a possible storm");
+    // 2.2 waiting on 2 CPUs: 1.1 per CPU, within ×1.25 of 1.
+    let found = lock_storm(&postgres(2.2, 40), &t).expect("a possible storm");
     assert_eq!(found.severity, Severity::Info);
     assert_eq!(
         found.context.get("verdict").map(String::as_str),
         Some("possible")
     );
     assert!(found.recommendations[0].starts_with("Not yet decided"));
-    // 0.1 per CPU: the figures are there, the storm is not.
-    let calm = postgres(0.2, 40);
+    // 0.3 per CPU: the figures are there, the storm is not.
+    let calm = postgres(0.6, 40);
     assert!(lock_storm(&calm, &t).is_none());
     let figures = PgStormFigures::of(&calm, &t).expect("figures of a server that waited");
     assert!(!figures.lock_storm && !figures.possible);
