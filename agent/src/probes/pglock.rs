@@ -17,8 +17,9 @@
 //! one place that disagree on it ("ref_ctr_offset mismatch"), so without it the agent and an
 //! SRE's `bpftrace -e 'usdt:…postgresql:lock__wait__start'` could not both attach. aya's
 //! uprobe has no such setting, so these are opened here (`perf_event_open` on the `uprobe`
-//! PMU, the program set on the event); raising the two semaphores costs PostgreSQL nothing
-//! (no code of its asks them).
+//! PMU, the program set on the event). Raising the two semaphores changes nothing at the
+//! sites (they do not read them, `objdump -d` of Debian's build); it would switch on code that
+//! asks `TRACE_POSTGRESQL_LOCK_WAIT_*_ENABLED()` first, of which the lock-wait path has none.
 
 use std::{
     collections::{HashMap, HashSet},
