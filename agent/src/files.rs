@@ -186,6 +186,17 @@ pub fn kernel_bytes(path: impl AsRef<Path>) -> Option<Vec<u8>> {
 
 /// A process's executable by device and inode (through `/proc/<pid>/exe`, which the kernel
 /// resolves to the container's own file).
+/// Every process on the node now: the numeric entries of `/proc` (none where it cannot be
+/// read).
+pub fn process_ids() -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect()
+}
+
 pub fn exe_id(tgid: u32) -> Option<(u64, u64)> {
     use std::os::unix::fs::MetadataExt as _;
     let m = std::fs::metadata(Path::new("/proc").join(tgid.to_string()).join("exe")).ok()?;

@@ -116,6 +116,19 @@ pub(crate) fn load_btf<'a>(
     Ok(prog)
 }
 
+/// Loads (verifies) uprobe programs without attaching them: a family's uprobes are attached
+/// later, to the binaries it finds.
+pub(crate) fn load_uprobes(ebpf: &mut Ebpf, programs: &[&str]) -> anyhow::Result<()> {
+    for name in programs {
+        let p: &mut aya::programs::UProbe = ebpf
+            .program_mut(name)
+            .ok_or_else(|| anyhow::anyhow!("program {name} missing from the object"))?
+            .try_into()?;
+        p.load()?;
+    }
+    Ok(())
+}
+
 /// Loads (verifies) a classic tracepoint program without attaching it; nothing when it is loaded
 /// already (one program may serve several tracepoints).
 pub(crate) fn load_classic(ebpf: &mut Ebpf, program: &str) -> anyhow::Result<()> {

@@ -180,17 +180,10 @@ pub fn slow_path_offsets(path: &Path) -> Option<(u64, u64)> {
 impl GoMutexProbes {
     /// Loads both programs; `false` (and a log line) when the kernel refuses them.
     pub fn load(ebpf: &mut Ebpf) -> Self {
-        let mut load = |name: &str| -> anyhow::Result<()> {
-            let p: &mut UProbe = ebpf
-                .program_mut(name)
-                .ok_or_else(|| anyhow::anyhow!("program {name} missing from the object"))?
-                .try_into()?;
-            p.load()?;
-            Ok(())
-        };
-        let loaded = match load(programs::GO_MUTEX_LOCK_SLOW)
-            .and_then(|()| load(programs::GO_MUTEX_UNLOCK_SLOW))
-        {
+        let loaded = match super::attach::load_uprobes(
+            ebpf,
+            &[programs::GO_MUTEX_LOCK_SLOW, programs::GO_MUTEX_UNLOCK_SLOW],
+        ) {
             Ok(()) => true,
             Err(e) => {
                 log::info!("Go sync.Mutex probes not loaded: {e:#}");
@@ -266,13 +259,7 @@ impl GoMutexProbes {
 
     /// Every process on the node (`/proc`).
     pub fn watch_all(&mut self) {
-        let tgids: Vec<u32> = std::fs::read_dir("/proc")
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|e| e.file_name().to_str()?.parse().ok())
-            .collect();
-        self.watch(tgids);
+        self.watch(crate::files::process_ids());
     }
 
     /// Forgets every process and binary (they are looked at again when the probes are wanted

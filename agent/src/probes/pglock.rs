@@ -147,17 +147,10 @@ pub fn wait_sites(path: &Path) -> Option<(Site, Site)> {
 impl PgLockProbes {
     /// Loads both programs; not loaded (and a log line) when the kernel refuses them.
     pub fn load(ebpf: &mut Ebpf) -> Self {
-        let mut load = |name: &str| -> anyhow::Result<()> {
-            let p: &mut UProbe = ebpf
-                .program_mut(name)
-                .ok_or_else(|| anyhow::anyhow!("program {name} missing from the object"))?
-                .try_into()?;
-            p.load()?;
-            Ok(())
-        };
-        let loaded = match load(programs::PG_LOCK_WAIT_START)
-            .and_then(|()| load(programs::PG_LOCK_WAIT_DONE))
-        {
+        let loaded = match super::attach::load_uprobes(
+            ebpf,
+            &[programs::PG_LOCK_WAIT_START, programs::PG_LOCK_WAIT_DONE],
+        ) {
             Ok(()) => true,
             Err(e) => {
                 log::info!("PostgreSQL lock-wait probes not loaded: {e:#}");
@@ -172,11 +165,6 @@ impl PgLockProbes {
 
     pub fn loaded(&self) -> bool {
         self.loaded
-    }
-
-    /// PostgreSQL binaries attached to now.
-    pub fn binaries(&self) -> usize {
-        self.binaries.len()
     }
 
     /// Forgets exited processes, and detaches from binaries no live process runs; then looks
@@ -208,13 +196,7 @@ impl PgLockProbes {
             self.seen.clear();
             self.passed.clear();
         }
-        let tgids: Vec<u32> = std::fs::read_dir("/proc")
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|e| e.file_name().to_str()?.parse().ok())
-            .collect();
-        for tgid in tgids {
+        for tgid in crate::files::process_ids() {
             if !self.seen.insert(tgid) {
                 continue;
             }
