@@ -21,7 +21,10 @@ use object::{Object as _, ObjectSymbol as _};
 use serde_json::Value;
 use stormwatch::symbolize::gocode::is_mutex_code;
 use stormwatch_tests::{
-    Agent, TestCgroup, bpftrace::Bpftrace, corpus::go_program, join_before_exec, require_bpf,
+    Agent, TestCgroup,
+    bpftrace::{Bpftrace, measured},
+    corpus::go_program,
+    join_before_exec, require_bpf,
 };
 
 /// The judged window.
@@ -69,12 +72,20 @@ fn start(name: &str, own: bool) -> Program {
     Program { cgroup, child }
 }
 
+/// A share of the CPU samples, and how many samples it is of.
+type Share = (f64, u64);
+
 /// The agent's share and samples over one `diagnose` window, and bpftrace's over as much of
 /// the same window as it can cover: started once the agent's probes are attached (the window's
 /// start), stopped at its end. The program's share moves by about 0.05 from one 2-s stretch
 /// to the next (0.54–0.64 by bpftrace alone, 2026-12-01), so windows that differ by half
 /// their length differed by up to 0.11 (bpftrace over the middle 5 s of a 10-s window).
-fn shares(p: &Program) -> ((f64, u64), (f64, u64)) {
+/// Measured again when bpftrace hangs on SIGINT ([`measured`]).
+fn shares(p: &Program) -> (Share, Share) {
+    measured(|| window(p))
+}
+
+fn window(p: &Program) -> Result<(Share, Share), String> {
     // Settled: the goroutines started and the runtime's clock has a first edge.
     std::thread::sleep(Duration::from_secs(2));
     let pid = p.child.id();
@@ -86,8 +97,9 @@ fn shares(p: &Program) -> ((f64, u64), (f64, u64)) {
     ));
     std::thread::sleep(Duration::from_secs(u64::from(SECONDS)).saturating_sub(window.elapsed()));
     // Stopped while the program runs.
-    let printed = oracle.stop();
+    let printed = oracle.try_stop();
     let out = agent.finish_output();
+    let printed = printed?;
     let report: Value = serde_json::from_str(&out.stdout_text()).expect("diagnose --json");
     let figures = report["checked"]["go_lock_storm"]
         .as_array()
@@ -101,7 +113,7 @@ fn shares(p: &Program) -> ((f64, u64), (f64, u64)) {
     let share = figures["mutex_cpu_share"]
         .as_f64()
         .unwrap_or_else(|| panic!("no share judged: {figures}"));
-    ((share, samples), oracle_share(&printed.output))
+    Ok(((share, samples), oracle_share(&printed.output)))
 }
 
 /// The binary's functions: (start, end, name), sorted.

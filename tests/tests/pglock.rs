@@ -19,7 +19,7 @@ use std::{
 use serde_json::Value;
 use stormwatch_tests::{
     Agent, TestCgroup,
-    bpftrace::Bpftrace,
+    bpftrace::{Bpftrace, measured},
     corpus::{pgbench, postgres_bin, postgres_server},
     join_before_exec, require_bpf,
 };
@@ -91,17 +91,10 @@ struct Oracle {
 
 /// The agent's PostgreSQL figures of the server's cgroup over one `diagnose` window (`None`:
 /// it saw no lock wait there), and bpftrace's over as much of the same window as it can
-/// cover: started once the agent's probes are attached, stopped at its end. A window whose
-/// bpftrace hung on SIGINT ([`Bpftrace::try_stop`]) is measured again, once: the oracle's
-/// fault, said, not the agent's.
+/// cover: started once the agent's probes are attached, stopped at its end; measured again
+/// when bpftrace hangs on SIGINT ([`measured`]).
 fn figures(s: &Server) -> (Option<Value>, Oracle) {
-    match window(s) {
-        Ok(f) => f,
-        Err(hung) => {
-            eprintln!("measuring again: {hung}");
-            window(s).unwrap_or_else(|hung| panic!("twice: {hung}"))
-        }
-    }
+    measured(|| window(s))
 }
 
 fn window(s: &Server) -> Result<(Option<Value>, Oracle), String> {
