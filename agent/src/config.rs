@@ -14,6 +14,7 @@
 //! call_sites = true                # while the futex probes are attached, sample hand-offs' user stacks to name a storm's lock
 //! jvm_thread_dumps = true          # while they are, ask JVMs whose threads hand off for thread dumps: pools told from locks
 //! jvm_virtual_threads = false      # read JVMs' virtual threads for their lock storms (a JSON dump can crash JDK 25.0.3)
+//! postgres_lock_waits = true       # uprobes on PostgreSQL's lock-wait sites in the binaries found running
 //! net_packet_probes = "on-demand"  # per-packet network probes: "on-demand" (while packets do not fit an MTU) or "always"
 //! net_packet_survey_seconds = 600  # on demand, also attach them for one diagnosis window this often (0: never), from the start
 //! web_config_file = "/etc/stormwatch/web.yml"   # TLS and basic auth, exporter-toolkit's format (none by default)
@@ -162,6 +163,13 @@ pub struct Config {
     /// what a storm does all the time; tests/CORPUS.md). Same privileges as
     /// `jvm_thread_dumps`.
     pub jvm_virtual_threads: bool,
+    /// Whether PostgreSQL's row and transaction lock waits are counted: two uprobes on its
+    /// `postgresql:lock__wait__start`/`done` sites in each binary with them that a process
+    /// runs, found through `/proc/<pid>/exe` (needs the host's pids), attached while it runs.
+    /// Each lock wait then costs two breakpoint traps, a few microseconds (xtask/BENCHMARKS.md:
+    /// what they cost a storm on one row). Off: PostgreSQL's row-lock storms go unjudged (its
+    /// backends wait on a latch, out of the futex probes' sight).
+    pub postgres_lock_waits: bool,
     /// When the per-packet network probes (transmit and receive) run: for every packet of
     /// every interface, a few percent of a packet-heavy server's CPU. `on-demand` (the
     /// default) attaches them while a network namespace's kernel counters or drops show
@@ -214,6 +222,7 @@ impl Default for Config {
             call_sites: true,
             jvm_thread_dumps: true,
             jvm_virtual_threads: false,
+            postgres_lock_waits: true,
             net_packet_probes: NetPacketTier::OnDemand,
             net_packet_survey_seconds: DEFAULT_NET_PACKET_SURVEY_SECONDS,
             runqueue_blame: RunqBlameTier::OnDemand,
@@ -470,7 +479,7 @@ mod tests {
         let c = from_text(
             "listen = \"127.0.0.1:1234\"\ninterval_seconds = 2\nmax_cgroups = 10\n\
              removed_grace_seconds = 0\nbpf_stats = true\nhistograms = false\n\
-             wake_kinds = \"always\"\nfutex_probes = \"always\"\ncall_sites = false\nnet_packet_probes = \"always\"\nnet_packet_survey_seconds = 0\nrunqueue_blame = \"always\"\n[thresholds]\nrunq_min_mean_seconds = 0.002\n",
+             wake_kinds = \"always\"\nfutex_probes = \"always\"\ncall_sites = false\npostgres_lock_waits = false\nnet_packet_probes = \"always\"\nnet_packet_survey_seconds = 0\nrunqueue_blame = \"always\"\n[thresholds]\nrunq_min_mean_seconds = 0.002\n",
         )
         .unwrap();
         assert_eq!(c.listen.to_string(), "127.0.0.1:1234");
@@ -488,6 +497,11 @@ mod tests {
         assert!(
             Config::default().call_sites,
             "call sites are sampled by default"
+        );
+        assert!(!c.postgres_lock_waits);
+        assert!(
+            Config::default().postgres_lock_waits,
+            "PostgreSQL's lock waits are counted by default"
         );
         assert_eq!(c.net_packet_probes, NetPacketTier::Always);
         assert_eq!(Config::default().net_packet_probes, NetPacketTier::OnDemand);

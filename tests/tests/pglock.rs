@@ -204,3 +204,33 @@ fn rows_of_their_own_wait_for_nothing() {
         );
     }
 }
+
+#[test]
+fn without_postgres_lock_waits_no_uprobe_counts() {
+    require_bpf();
+    let s = start("hot", 16, 2, false);
+    let out = Agent::start(&[
+        "diagnose",
+        "--duration",
+        "4",
+        "--json",
+        "--no-postgres-lock-waits",
+    ])
+    .finish_output();
+    let report: Value = serde_json::from_str(&out.stdout_text()).expect("diagnose --json");
+    let checked = report["checked"]["postgres_lock_storm"]
+        .as_array()
+        .expect("checked.postgres_lock_storm");
+    assert!(
+        checked.is_empty(),
+        "--no-postgres-lock-waits, yet PostgreSQL figures: {checked:?}"
+    );
+    // The same server, the same hot row, seen with the uprobes: the empty list above is the
+    // flag's doing, not a storm that did not happen.
+    let (mine, oracle) = figures(&s);
+    assert!(
+        mine.is_some() && oracle.waits >= 1000,
+        "the hot row waited: the agent {mine:?}, bpftrace {} waits",
+        oracle.waits
+    );
+}

@@ -30,9 +30,9 @@ use crate::{
 };
 
 /// A tracer configuration: how to start it, or `None` for no tracing.
-struct Tracer {
-    name: &'static str,
-    start: Option<Starter>,
+pub(crate) struct Tracer {
+    pub(crate) name: &'static str,
+    pub(crate) start: Option<Starter>,
 }
 
 /// Runs `stress-ng --<stressor> <instances>` for `seconds` and returns bogo ops per second (real
@@ -75,10 +75,10 @@ struct Row {
 
 /// A measured workload: what the table calls it and its unit, and how to run it for a number
 /// of seconds, returning its throughput in that unit.
-struct Workload {
-    shown: String,
-    unit: &'static str,
-    run: Box<dyn Fn(u32) -> Result<f64>>,
+pub(crate) struct Workload {
+    pub(crate) shown: String,
+    pub(crate) unit: &'static str,
+    pub(crate) run: Box<dyn Fn(u32) -> Result<f64>>,
 }
 
 fn stress_ng(stressor: &'static str, instances: u32) -> Workload {
@@ -89,7 +89,7 @@ fn stress_ng(stressor: &'static str, instances: u32) -> Workload {
     }
 }
 
-fn bench(
+pub(crate) fn bench(
     bin: &Path,
     title: &str,
     workload: &Workload,
@@ -435,7 +435,7 @@ const FUTEX_TIER_ALWAYS: &str = "futex_probes = \"always\"\n";
 const FUTEX_TIER_NO_CALL_SITES: &str = "futex_probes = \"always\"\ncall_sites = false\n";
 
 /// `stormwatch run` with a configuration file holding `config` (TOML).
-fn stormwatch_run_with(config: &'static str) -> Starter {
+pub(crate) fn stormwatch_run_with(config: &'static str) -> Starter {
     Box::new(move |bin: &Path, _seconds: u32| {
         let path =
             std::env::temp_dir().join(format!("stormwatch-bench-{}.toml", std::process::id()));

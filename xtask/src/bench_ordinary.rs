@@ -36,10 +36,10 @@ const HTTP_CONNECTIONS: u32 = 8;
 const SYSCALL_LOOPS: u64 = 50_000_000;
 
 /// A server in a cgroup of its own (under the cgroup v2 root), both gone on drop.
-struct Server(Child, PathBuf);
+pub(crate) struct Server(Child, PathBuf);
 
 impl Server {
-    fn start(name: &str, cmd: &mut Command) -> Result<Self> {
+    pub(crate) fn start(name: &str, cmd: &mut Command) -> Result<Self> {
         use std::os::unix::process::CommandExt as _;
         let unified = Path::new("/sys/fs/cgroup/unified");
         let root = if unified.join("cgroup.procs").exists() {

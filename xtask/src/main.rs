@@ -12,6 +12,7 @@ mod bench;
 mod bench_common;
 mod bench_daemon;
 mod bench_ordinary;
+mod bench_pglock;
 mod bench_programs;
 mod big_node;
 mod cross;
@@ -172,6 +173,10 @@ enum Task {
         /// without call sites (with them, Go's sync.Mutex uprobes in bursts).
         #[arg(long, conflicts_with_all = ["daemon_only", "lock_storm_only"])]
         go_mutex_only: bool,
+        /// Only PostgreSQL's storm on one row: its throughput with no tracer and with the
+        /// daemon with and without the lock-wait uprobes (`postgres_lock_waits`).
+        #[arg(long, conflicts_with_all = ["daemon_only", "lock_storm_only", "go_mutex_only"])]
+        pg_lock_only: bool,
         /// Only the futex stressor's table (futex and lock probes against bpftrace).
         #[arg(long, conflicts_with_all = ["daemon_only", "lock_storm_only"])]
         futex_only: bool,
@@ -272,6 +277,7 @@ fn main() -> ExitCode {
             lock_storm_only,
             kernel_lock_storm_only,
             go_mutex_only,
+            pg_lock_only,
             futex_only,
             sched_only,
             programs,
@@ -298,6 +304,10 @@ fn main() -> ExitCode {
             } else if go_mutex_only {
                 build_release()
                     .and_then(|bin| bench::go_mutex_storm(&bin, rounds, seconds))
+                    .map(|table| println!("{table}"))
+            } else if pg_lock_only {
+                build_release()
+                    .and_then(|bin| bench_pglock::run(&bin, rounds, seconds))
                     .map(|table| println!("{table}"))
             } else if futex_only {
                 build_release()

@@ -111,6 +111,7 @@ pub async fn run(args: DiagnoseArgs) -> anyhow::Result<u8> {
         load: LoadOptions {
             btf_file: args.btf.clone(),
             call_sites: !args.no_call_sites,
+            postgres_lock_waits: !args.no_postgres_lock_waits,
             ..LoadOptions::default()
         },
         span: None,

@@ -145,7 +145,8 @@ pub struct RunArgs {
     /// Configuration file (TOML; agent/CLI.md and deploy/daemonset.yaml's ConfigMap say what
     /// each key does): listen, interval_seconds, max_cgroups, removed_grace_seconds,
     /// diagnosis_window_seconds, bpf_stats, histograms, wake_kinds, futex_probes, call_sites,
-    /// jvm_thread_dumps, jvm_virtual_threads, net_packet_probes, net_packet_survey_seconds,
+    /// jvm_thread_dumps, jvm_virtual_threads, postgres_lock_waits, net_packet_probes,
+    /// net_packet_survey_seconds,
     /// runqueue_blame,
     /// web_config_file, http_header_timeout_seconds, http_request_timeout_seconds,
     /// http_idle_timeout_seconds, http_max_connections, btf_file, `[thresholds]`. Unknown keys
@@ -211,6 +212,11 @@ pub struct DiagnoseArgs {
     /// a Temurin 25.0.3 JVM under load.
     #[arg(long, conflicts_with = "no_jvm_thread_dumps")]
     pub jvm_virtual_threads: bool,
+
+    /// Do not attach uprobes to PostgreSQL's lock-wait sites: its row-lock storms then go
+    /// unjudged.
+    #[arg(long)]
+    pub no_postgres_lock_waits: bool,
 
     /// Also write each container's lock profile over the window into DIR, in pprof's format
     /// (`<container>.lock.pb.gz`: the sampled hand-offs' waiter and waker stacks, for `go
@@ -278,6 +284,11 @@ pub struct TraceArgs {
     /// a Temurin 25.0.3 JVM under load.
     #[arg(long, conflicts_with = "no_jvm_thread_dumps")]
     pub jvm_virtual_threads: bool,
+
+    /// Do not attach uprobes to PostgreSQL's lock-wait sites: its row-lock storms then go
+    /// unjudged.
+    #[arg(long)]
+    pub no_postgres_lock_waits: bool,
 
     /// Also write each container's lock profile over the whole trace into DIR at its end, in
     /// pprof's format (`<container>.lock.pb.gz`: the sampled hand-offs' waiter and waker

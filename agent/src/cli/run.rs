@@ -295,6 +295,7 @@ impl Daemon {
                 btf_file: config.btf_file.clone(),
                 call_sites: config.call_sites,
                 call_site_lines: false,
+                postgres_lock_waits: config.postgres_lock_waits,
                 ..LoadOptions::default()
             },
             span: Some(Duration::from_secs_f64(config.diagnosis_window_seconds)),

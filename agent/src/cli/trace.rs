@@ -43,6 +43,7 @@ pub async fn run(args: TraceArgs) -> anyhow::Result<()> {
         load: LoadOptions {
             force_tracepoints: args.force_tracepoints,
             call_sites: !args.no_call_sites,
+            postgres_lock_waits: !args.no_postgres_lock_waits,
             waits_from_wakeups: args.waits_from_wakeups,
             runq_blame: (!args.no_runqueue_blame).then_some(crate::probes::RunqBlameTier::Always),
             families: args.probes.clone(),

@@ -138,6 +138,8 @@ pub struct LoadOptions {
     /// Name each call site's `file:line` too, from the binary's DWARF (the one-off commands;
     /// not the daemon, whose memory must not follow the size of a binary's debug information).
     pub call_site_lines: bool,
+    /// Uprobes on PostgreSQL's lock-wait sites, with the futex family.
+    pub postgres_lock_waits: bool,
     /// Ignore the kernel's `sched_info`: the wake-up programs time the waits, as on kernels
     /// without it (for testing that way and measuring both).
     pub waits_from_wakeups: bool,
@@ -164,6 +166,7 @@ impl Default for LoadOptions {
             force_tracepoints: false,
             call_sites: true,
             call_site_lines: true,
+            postgres_lock_waits: true,
             waits_from_wakeups: false,
             families: Family::DEFAULT.to_vec(),
             max_cgroups: CGROUP_MAP_MIN_ENTRIES as usize,
@@ -298,7 +301,9 @@ impl Probes {
             families.go_mutex.cpu = super::gocpu::GoCpuSampler::attach(&mut ebpf);
             // PostgreSQL's lock waits, which the futex probes cannot see (its backends wait on
             // a latch): attached to the binaries the pipeline finds.
-            families.pg_lock = super::pglock::PgLockProbes::load(&mut ebpf);
+            if options.postgres_lock_waits {
+                families.pg_lock = super::pglock::PgLockProbes::load(&mut ebpf);
+            }
         }
         // The programs the families loaded for later (none unless on demand).
         let loaded_for_later = |programs: &[(&'static str, &'static str)]| -> Vec<OnDemand> {
