@@ -34,7 +34,7 @@ use stormwatch_common::{GoMutexCalls, maps, programs};
 
 use crate::counters::GoMutexFigures;
 
-use super::map_io::read_per_cpu_hash;
+use super::{binaries::BinaryFinder, map_io::read_per_cpu_hash};
 
 /// How long the uprobes stay attached at a time.
 pub const BURST: Duration = Duration::from_millis(100);
@@ -59,14 +59,10 @@ const SLOW_PATHS: [(&str, &str); 2] = [
     ("sync.(*Mutex).lockSlow", "sync.(*Mutex).unlockSlow"),
 ];
 
-/// A binary by device and inode.
-type FileId = (u64, u64);
-
-/// A Go binary with the mutex slow paths: where to attach (a live process's `exe` link, and the
-/// file offsets), and the processes seen running it.
+/// A Go binary's mutex slow paths: the file offsets to attach to (through a live process's
+/// `exe` link).
 #[derive(Debug)]
 struct GoBinary {
-    tgids: HashSet<u32>,
     lock: u64,
     unlock: u64,
 }
@@ -79,12 +75,8 @@ struct GoBinary {
 pub struct GoMutexProbes {
     /// Both programs loaded (verified): uprobes can be attached.
     loaded: bool,
-    binaries: HashMap<FileId, GoBinary>,
-    /// Binaries that are not Go's with the slow paths (or could not be attached to), with the
-    /// processes seen running them.
-    passed: HashMap<FileId, HashSet<u32>>,
-    /// Processes already looked at.
-    seen: HashSet<u32>,
+    /// Go binaries with the slow paths (those that could not be attached to passed over).
+    binaries: BinaryFinder<GoBinary>,
     /// Per cgroup with Go mutex contention on record: how long the uprobes have been attached
     /// since its first contended `Lock` (the bursts' spans), the time its counts are over.
     probed_ns: HashMap<u64, u64>,
@@ -141,10 +133,6 @@ impl super::ReadsPart for GoMutexProbes {
     }
 }
 
-/// The most processes remembered as looked at, and binaries as passed over.
-pub const MAX_PROCESSES: usize = 65_536;
-pub const MAX_BINARIES: usize = 4096;
-
 /// The file offsets of a Go binary's mutex slow paths, `None` for any other binary.
 pub fn slow_path_offsets(path: &Path) -> Option<(u64, u64)> {
     let file = std::fs::File::open(path).ok()?;
@@ -200,61 +188,22 @@ impl GoMutexProbes {
         self.loaded
     }
 
-    /// Go binaries known now.
-    pub fn binaries(&self) -> usize {
-        self.binaries.len()
-    }
-
     /// Looks at the processes of `tgids` not looked at yet: those that run a Go binary with
     /// the slow paths are remembered with it.
     pub fn watch(&mut self, tgids: impl IntoIterator<Item = u32>) {
         if !self.loaded {
             return;
         }
-        if self.seen.len() >= MAX_PROCESSES || self.passed.len() >= MAX_BINARIES {
-            // Only live processes are kept: a node with this many is looked at again.
-            self.seen.clear();
-            self.passed.clear();
-        }
-        for tgid in tgids {
-            if !self.seen.insert(tgid) {
-                continue;
-            }
-            let Some(id) = crate::files::exe_id(tgid) else {
-                continue;
-            };
-            let exe = format!("/proc/{tgid}/exe");
-            if let Some(b) = self.binaries.get_mut(&id) {
-                b.tgids.insert(tgid);
-                continue;
-            }
-            if let Some(tgids) = self.passed.get_mut(&id) {
-                tgids.insert(tgid);
-                continue;
-            }
-            match slow_path_offsets(Path::new(&exe)) {
-                Some(_) if self.binaries.len() >= MAX_BINARIES => {}
-                Some((lock, unlock)) => {
-                    log::info!(
-                        "Go sync.Mutex slow paths found in {} (pid {tgid})",
-                        std::fs::read_link(&exe)
-                            .map(|p| p.display().to_string())
-                            .unwrap_or(exe)
-                    );
-                    self.binaries.insert(
-                        id,
-                        GoBinary {
-                            tgids: HashSet::from([tgid]),
-                            lock,
-                            unlock,
-                        },
-                    );
-                }
-                None => {
-                    self.passed.insert(id, HashSet::from([tgid]));
-                }
-            }
-        }
+        self.binaries.look_at(tgids, |tgid, exe| {
+            let (lock, unlock) = slow_path_offsets(Path::new(exe))?;
+            log::info!(
+                "Go sync.Mutex slow paths found in {} (pid {tgid})",
+                std::fs::read_link(exe)
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_else(|_| exe.to_owned())
+            );
+            Some(GoBinary { lock, unlock })
+        });
     }
 
     /// Every process on the node (`/proc`).
@@ -265,32 +214,18 @@ impl GoMutexProbes {
     /// Forgets every process and binary (they are looked at again when the probes are wanted
     /// again: binaries and processes change meanwhile).
     pub fn forget_all(&mut self) {
-        self.binaries.clear();
-        self.seen.clear();
-        self.passed.clear();
+        self.binaries.forget_all();
     }
 
     /// Forgets exited processes, and binaries no live process runs.
     pub fn retain_processes(&mut self, live: impl Fn(u32) -> bool) {
-        self.seen.retain(|t| live(*t));
-        for b in self.binaries.values_mut() {
-            b.tgids.retain(|t| live(*t));
-        }
-        self.binaries.retain(|_, b| !b.tgids.is_empty());
-        for tgids in self.passed.values_mut() {
-            tgids.retain(|t| live(*t));
-        }
-        self.passed.retain(|_, tgids| !tgids.is_empty());
+        self.binaries.retain_processes(live);
     }
 
     /// The sizes of what it remembers.
     pub fn cache_sizes(&self) -> [crate::memory::CacheSize; 3] {
-        use crate::memory::CacheSize;
-        [
-            CacheSize::entries("go_processes_seen", self.seen.len(), MAX_PROCESSES),
-            CacheSize::entries("go_binaries", self.binaries.len(), MAX_BINARIES),
-            CacheSize::entries("go_binaries_passed", self.passed.len(), MAX_BINARIES),
-        ]
+        self.binaries
+            .cache_sizes(["go_processes_seen", "go_binaries", "go_binaries_passed"])
     }
 
     /// Whether it knows Go binaries with the slow paths to attach to.
@@ -304,10 +239,11 @@ impl GoMutexProbes {
     pub fn burst(&mut self, ebpf: &mut Ebpf) -> Option<Duration> {
         let mut links = Vec::new();
         let mut failed = Vec::new();
-        for (id, b) in &self.binaries {
-            let Some(tgid) = b.tgids.iter().next() else {
+        for (id, f) in self.binaries.found() {
+            let Some(tgid) = f.tgids.iter().next() else {
                 continue;
             };
+            let b = &f.binary;
             match attach(ebpf, &format!("/proc/{tgid}/exe"), b.lock, b.unlock) {
                 Ok(l) => links.extend(l),
                 Err(e) => {
@@ -317,9 +253,7 @@ impl GoMutexProbes {
             }
         }
         for id in failed {
-            if let Some(b) = self.binaries.remove(&id) {
-                self.passed.insert(id, b.tgids);
-            }
+            self.binaries.pass_over(id);
         }
         if links.is_empty() {
             return None;

@@ -8,6 +8,7 @@
 
 pub mod attach;
 pub mod batch;
+pub mod binaries;
 pub mod btf;
 pub mod demand;
 pub mod family;

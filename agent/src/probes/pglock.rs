@@ -22,7 +22,7 @@
 //! asks `TRACE_POSTGRESQL_LOCK_WAIT_*_ENABLED()` first, of which the lock-wait path has none.
 
 use std::{
-    collections::{HashMap, HashSet},
+    collections::HashMap,
     ffi::CString,
     os::fd::{AsFd as _, AsRawFd as _, BorrowedFd, FromRawFd as _, OwnedFd},
     path::Path,
@@ -31,25 +31,17 @@ use std::{
 use aya::{Ebpf, programs::UProbe};
 use stormwatch_common::{PgLockWaits, maps, programs};
 
-use super::map_io::read_per_cpu_hash;
+use super::{binaries::BinaryFinder, map_io::read_per_cpu_hash};
 
 /// The sites' provider and names.
 const PROVIDER: &str = "postgresql";
 const START: &str = "lock__wait__start";
 const DONE: &str = "lock__wait__done";
 
-/// The most processes remembered as looked at, and binaries as passed over.
-pub const MAX_PROCESSES: usize = 65_536;
-pub const MAX_BINARIES: usize = 4096;
-
-/// A binary by device and inode.
-type FileId = (u64, u64);
-
-/// A PostgreSQL binary the uprobes are attached to, with the processes seen running it.
+/// A PostgreSQL binary the uprobes are attached to: the two uprobes' perf events, whose
+/// closing (when no live process runs the binary) detaches the programs.
 #[derive(Debug)]
 struct PgBinary {
-    tgids: HashSet<u32>,
-    /// The two uprobes' perf events: closing them detaches the programs.
     _events: [OwnedFd; 2],
 }
 
@@ -58,12 +50,9 @@ struct PgBinary {
 pub struct PgLockProbes {
     /// Both programs loaded (verified): uprobes can be attached.
     loaded: bool,
-    binaries: HashMap<FileId, PgBinary>,
-    /// Binaries without the sites (or that could not be attached to), with the processes seen
-    /// running them.
-    passed: HashMap<FileId, HashSet<u32>>,
-    /// Processes already looked at.
-    seen: HashSet<u32>,
+    /// Binaries with the sites, attached to (those without, or that could not be attached
+    /// to, passed over).
+    binaries: BinaryFinder<PgBinary>,
 }
 
 /// The PostgreSQL lock waits' part of a snapshot: per cgroup, the waits that ended.
@@ -174,55 +163,20 @@ impl PgLockProbes {
         if !self.loaded {
             return;
         }
-        let live = |t: &u32| std::path::Path::new(&format!("/proc/{t}")).exists();
-        self.seen.retain(live);
-        for tgids in self.passed.values_mut() {
-            tgids.retain(live);
-        }
-        self.passed.retain(|_, t| !t.is_empty());
-        let mut unused = Vec::new();
-        for (id, b) in &mut self.binaries {
-            b.tgids.retain(live);
-            if b.tgids.is_empty() {
-                unused.push(*id);
-            }
-        }
-        for id in unused {
-            // Dropped: its events closed, the programs detached from it.
-            self.binaries.remove(&id);
-        }
-        if self.seen.len() >= MAX_PROCESSES || self.passed.len() >= MAX_BINARIES {
-            // Only live processes are kept: a node with this many is looked at again.
-            self.seen.clear();
-            self.passed.clear();
-        }
-        for tgid in crate::files::process_ids() {
-            if !self.seen.insert(tgid) {
-                continue;
-            }
-            let Some(id) = crate::files::exe_id(tgid) else {
-                continue;
-            };
-            if let Some(b) = self.binaries.get_mut(&id) {
-                b.tgids.insert(tgid);
-                continue;
-            }
-            if let Some(tgids) = self.passed.get_mut(&id) {
-                tgids.insert(tgid);
-                continue;
-            }
-            let exe = format!("/proc/{tgid}/exe");
-            let attached = match wait_sites(Path::new(&exe)) {
-                Some(_) if self.binaries.len() >= MAX_BINARIES => None,
-                Some((start, done)) => match attach(ebpf, &exe, start, done) {
+        self.binaries
+            .retain_processes(|t| Path::new(&format!("/proc/{t}")).exists());
+        self.binaries
+            .look_at(crate::files::process_ids(), |tgid, exe| {
+                let (start, done) = wait_sites(Path::new(exe))?;
+                match attach(ebpf, exe, start, done) {
                     Ok(events) => {
                         log::info!(
                             "PostgreSQL lock-wait sites found in {} (pid {tgid}): attached",
-                            std::fs::read_link(&exe)
+                            std::fs::read_link(exe)
                                 .map(|p| p.display().to_string())
-                                .unwrap_or(exe)
+                                .unwrap_or_else(|_| exe.to_owned())
                         );
-                        Some(events)
+                        Some(PgBinary { _events: events })
                     }
                     Err(e) => {
                         log::warn!(
@@ -230,34 +184,14 @@ impl PgLockProbes {
                         );
                         None
                     }
-                },
-                None => None,
-            };
-            match attached {
-                Some(events) => {
-                    self.binaries.insert(
-                        id,
-                        PgBinary {
-                            tgids: HashSet::from([tgid]),
-                            _events: events,
-                        },
-                    );
                 }
-                None => {
-                    self.passed.insert(id, HashSet::from([tgid]));
-                }
-            }
-        }
+            });
     }
 
     /// The sizes of what it remembers.
     pub fn cache_sizes(&self) -> [crate::memory::CacheSize; 3] {
-        use crate::memory::CacheSize;
-        [
-            CacheSize::entries("pg_processes_seen", self.seen.len(), MAX_PROCESSES),
-            CacheSize::entries("pg_binaries", self.binaries.len(), MAX_BINARIES),
-            CacheSize::entries("pg_binaries_passed", self.passed.len(), MAX_BINARIES),
-        ]
+        self.binaries
+            .cache_sizes(["pg_processes_seen", "pg_binaries", "pg_binaries_passed"])
     }
 }
 
