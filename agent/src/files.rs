@@ -184,8 +184,11 @@ pub fn kernel_bytes(path: impl AsRef<Path>) -> Option<Vec<u8>> {
     read(path.as_ref(), Kind::Kernel).ok()
 }
 
-/// A process's executable by device and inode (through `/proc/<pid>/exe`, which the kernel
-/// resolves to the container's own file).
+/// Whether process `tgid` is alive (its `/proc` entry is there).
+pub fn process_alive(tgid: u32) -> bool {
+    Path::new("/proc").join(tgid.to_string()).exists()
+}
+
 /// Every process on the node now: the numeric entries of `/proc` (none where it cannot be
 /// read).
 pub fn process_ids() -> Vec<u32> {
@@ -197,6 +200,8 @@ pub fn process_ids() -> Vec<u32> {
         .collect()
 }
 
+/// A process's executable by device and inode (through `/proc/<pid>/exe`, which the kernel
+/// resolves to the container's own file).
 pub fn exe_id(tgid: u32) -> Option<(u64, u64)> {
     use std::os::unix::fs::MetadataExt as _;
     let m = std::fs::metadata(Path::new("/proc").join(tgid.to_string()).join("exe")).ok()?;

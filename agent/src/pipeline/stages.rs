@@ -283,8 +283,7 @@ impl FutexStage {
             }
         }
         // At every collection, samples or not: what was read for a process goes when it exits.
-        self.handoffs
-            .retain_processes(|tgid| std::path::Path::new(&format!("/proc/{tgid}")).exists());
+        self.handoffs.retain_processes(crate::files::process_alive);
     }
 }
 

@@ -93,7 +93,7 @@ impl FutexProbes {
 
 /// Whether process `tgid` has exited.
 fn exited(tgid: u32) -> bool {
-    !std::path::Path::new(&format!("/proc/{tgid}")).exists()
+    !crate::files::process_alive(tgid)
 }
 
 /// The futex family's part of a snapshot.

@@ -231,7 +231,7 @@ impl Probes {
         }
         self.families
             .go_mutex
-            .retain_processes(|t| std::path::Path::new(&format!("/proc/{t}")).exists());
+            .retain_processes(crate::files::process_alive);
         match tgids {
             Some(t) => self.families.go_mutex.watch(t.iter().copied()),
             None => self.families.go_mutex.watch_all(),

@@ -163,8 +163,7 @@ impl PgLockProbes {
         if !self.loaded {
             return;
         }
-        self.binaries
-            .retain_processes(|t| Path::new(&format!("/proc/{t}")).exists());
+        self.binaries.retain_processes(crate::files::process_alive);
         self.binaries
             .look_at(crate::files::process_ids(), |tgid, exe| {
                 let (start, done) = wait_sites(Path::new(exe))?;
