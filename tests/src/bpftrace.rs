@@ -236,6 +236,26 @@ pub fn measured<T>(mut window: impl FnMut() -> Result<T, String>) -> T {
     )
 }
 
+/// One `stormwatch diagnose --json` window of `seconds`, and bpftrace (`start`ed once the
+/// agent's probes are attached, the window's start) over as much of it as it can cover,
+/// stopped at its end: the agent's report and bpftrace's maps, or `Err` when bpftrace hung
+/// (for [`measured`]).
+pub fn diagnose_beside(
+    seconds: u32,
+    start: impl FnOnce() -> Bpftrace,
+) -> Result<(serde_json::Value, Maps), String> {
+    let duration = seconds.to_string();
+    let agent = crate::Agent::start(&["diagnose", "--duration", &duration, "--json"]);
+    let window = Instant::now();
+    let oracle = start();
+    std::thread::sleep(Duration::from_secs(u64::from(seconds)).saturating_sub(window.elapsed()));
+    let printed = oracle.try_stop();
+    let out = agent.finish_output();
+    let printed = printed?;
+    let report = serde_json::from_str(&out.stdout_text()).expect("diagnose --json");
+    Ok((report, printed))
+}
+
 /// What a bpftrace that does not exit is doing, for the failure's message: each thread's
 /// state, kernel stack and signal masks, and its user stacks when gdb is there.
 fn hung_state(pid: libc::pid_t) -> String {

@@ -14,15 +14,14 @@ use std::{
     collections::HashMap,
     os::unix::process::CommandExt as _,
     process::{Command, Stdio},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use object::{Object as _, ObjectSymbol as _};
-use serde_json::Value;
 use stormwatch::symbolize::gocode::is_mutex_code;
 use stormwatch_tests::{
-    Agent, TestCgroup,
-    bpftrace::{Bpftrace, measured},
+    TestCgroup,
+    bpftrace::{Bpftrace, diagnose_beside, measured},
     corpus::go_program,
     join_before_exec, require_bpf,
 };
@@ -89,18 +88,12 @@ fn window(p: &Program) -> Result<(Share, Share), String> {
     // Settled: the goroutines started and the runtime's clock has a first edge.
     std::thread::sleep(Duration::from_secs(2));
     let pid = p.child.id();
-    let duration = SECONDS.to_string();
-    let agent = Agent::start(&["diagnose", "--duration", &duration, "--json"]);
-    let window = Instant::now();
-    let oracle = Bpftrace::start_with_raw_user_stacks(&format!(
-        "profile:hz:{ORACLE_HZ} /pid == {pid}/ {{ @s[ustack(perf, 6)] = count(); }}"
-    ));
-    std::thread::sleep(Duration::from_secs(u64::from(SECONDS)).saturating_sub(window.elapsed()));
     // Stopped while the program runs.
-    let printed = oracle.try_stop();
-    let out = agent.finish_output();
-    let printed = printed?;
-    let report: Value = serde_json::from_str(&out.stdout_text()).expect("diagnose --json");
+    let (report, printed) = diagnose_beside(SECONDS, || {
+        Bpftrace::start_with_raw_user_stacks(&format!(
+            "profile:hz:{ORACLE_HZ} /pid == {pid}/ {{ @s[ustack(perf, 6)] = count(); }}"
+        ))
+    })?;
     let figures = report["checked"]["go_lock_storm"]
         .as_array()
         .and_then(|a| {

@@ -13,13 +13,13 @@ use std::{
     os::unix::process::CommandExt as _,
     process::{Child, Stdio},
     sync::mpsc,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use serde_json::Value;
 use stormwatch_tests::{
     Agent, TestCgroup,
-    bpftrace::{Bpftrace, measured},
+    bpftrace::{Bpftrace, diagnose_beside, measured},
     corpus::{pgbench, postgres_bin, postgres_server},
     join_before_exec, require_bpf,
 };
@@ -98,25 +98,19 @@ fn figures(s: &Server) -> (Option<Value>, Oracle) {
 }
 
 fn window(s: &Server) -> Result<(Option<Value>, Oracle), String> {
-    let duration = SECONDS.to_string();
-    let agent = Agent::start(&["diagnose", "--duration", &duration, "--json"]);
-    let window = Instant::now();
     let bin = postgres_bin("postgres");
     let bin = bin.display();
     let id = s.cgroup.id();
-    let oracle = Bpftrace::start(&format!(
-        "BEGIN {{ @start = nsecs; }}
+    let (report, printed) = diagnose_beside(SECONDS, || {
+        Bpftrace::start(&format!(
+            "BEGIN {{ @start = nsecs; }}
          usdt:{bin}:postgresql:lock__wait__start /cgroup == {id}/ {{ @s[tid] = nsecs; }}
          usdt:{bin}:postgresql:lock__wait__done /cgroup == {id} && @s[tid]/ {{
              @waits = count(); @wait_ns = sum(nsecs - @s[tid]); delete(@s[tid]);
          }}
          END {{ @span_ns = nsecs - @start; clear(@s); delete(@start); }}"
-    ));
-    std::thread::sleep(Duration::from_secs(u64::from(SECONDS)).saturating_sub(window.elapsed()));
-    let printed = oracle.try_stop();
-    let out = agent.finish_output();
-    let printed = printed?;
-    let report: Value = serde_json::from_str(&out.stdout_text()).expect("diagnose --json");
+        ))
+    })?;
     let mine = report["checked"]["postgres_lock_storm"]
         .as_array()
         .expect("checked.postgres_lock_storm")
