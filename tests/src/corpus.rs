@@ -1663,6 +1663,10 @@ pub struct Outcome {
     /// What `stormwatch run` said of the same running program, when asked
     /// ([`RUN_VERDICT_ENV`]).
     pub run_verdict: Option<RunVerdict>,
+    /// The CPU per unit of work of the program alone over its counterfactual's, in the judged
+    /// run's own pair (measured over the same spans as their work per second): the first of
+    /// [`cpu_per_work_ratios`]. `None` with noise, or without a counterfactual.
+    pub judged_cost_ratio: Option<f64>,
 }
 
 /// Set (to anything) to have [`run`] also ask the daemon for its verdict on each case (`cargo
@@ -2647,26 +2651,40 @@ impl Running {
     /// first progress line on: a program still starting (a JVM in a small quota) is given up
     /// to [`FIRST_REPORT`] to print one, so that its start-up is not counted as its work.
     fn work_per_second_over(&self, span: Duration, what: &str) -> f64 {
-        let from = self.first_report();
-        std::thread::sleep(span);
-        self.work()
-            .and_then(|to| to.rate_since(from))
-            .unwrap_or_else(|| panic!("{what} reported no work over {span:?}"))
+        self.measure_over(span, what).work_per_second
     }
 
     /// The CPU time its cgroup spends per unit of the program's work over the next `span` (it
     /// waits that long), from its first progress line on: what a unit of work costs it, whatever
     /// share of the CPUs a load generator outside the cgroup leaves it.
     fn cpu_seconds_per_work_over(&self, span: Duration, what: &str) -> f64 {
+        self.measure_over(span, what).cpu_seconds_per_work
+    }
+
+    /// Both of the above over one `span`.
+    fn measure_over(&self, span: Duration, what: &str) -> Measured {
         let (from, cpu_from) = (self.first_report(), self.cgroup.cpu_usage_seconds());
         std::thread::sleep(span);
         let (to, cpu_to) = (self.work(), self.cgroup.cpu_usage_seconds());
+        let no_work = || panic!("{what} reported no work over {span:?}");
         let done = to
             .map(|to| to.done - from.map_or(0.0, |f| f.done))
             .filter(|d| *d > 0.0)
-            .unwrap_or_else(|| panic!("{what} reported no work over {span:?}"));
-        (cpu_to - cpu_from) / done
+            .unwrap_or_else(no_work);
+        Measured {
+            work_per_second: to
+                .and_then(|to| to.rate_since(from))
+                .unwrap_or_else(no_work),
+            cpu_seconds_per_work: (cpu_to - cpu_from) / done,
+        }
     }
+}
+
+/// A program's work per second over a span, and the CPU time its cgroup spent per unit of it.
+#[derive(Clone, Copy, Debug)]
+struct Measured {
+    work_per_second: f64,
+    cpu_seconds_per_work: f64,
 }
 
 /// Starts `case` in a fresh cgroup and lets it settle. With `noise`, a `stress-ng --cpu 1`
@@ -2749,12 +2767,16 @@ fn launch(case: &Case, program: &Program, suffix: &str, noise: bool, settle: Dur
 /// Runs the case's counterfactual (if it has one) alone, as the case runs, and measures its
 /// work per second once settled, over `MEASURE_SECONDS`.
 pub fn counterfactual_work_per_second(case: &Case, noise: bool) -> Option<f64> {
+    measure_counterfactual(case, noise).map(|m| m.work_per_second)
+}
+
+fn measure_counterfactual(case: &Case, noise: bool) -> Option<Measured> {
     let program = case
         .counterfactual
         .as_ref()
         .filter(|_| timings_are_real())?;
     let running = launch(case, program, "-counterfactual", noise, SETTLE);
-    Some(running.work_per_second_over(
+    Some(running.measure_over(
         MEASURE_SECONDS,
         &format!("the counterfactual of {} ({program:?})", case.name),
     ))
@@ -2771,11 +2793,15 @@ pub fn counterfactual_work_per_second(case: &Case, noise: bool) -> Option<f64> {
 /// the Intel VM (jvm-virtual-http-tiny-requests, tests/CORPUS.md), and three pairs' median
 /// crossed a bar in one run of six. Empty where timings are not real or the case has no
 /// counterfactual.
-pub fn cpu_per_work_ratios(case: &Case, interval: impl Fn(f64) -> usize) -> Vec<f64> {
+///
+/// The judged run's own pair (`o`: the program measured alone before the agent attached, its
+/// counterfactual after it stopped, each as a pair here runs them) is the first, where it was
+/// run without noise: one pair less to run for each server (about 3 minutes of CI).
+pub fn cpu_per_work_ratios(case: &Case, o: &Outcome, interval: impl Fn(f64) -> usize) -> Vec<f64> {
     let Some(counterfactual) = case.counterfactual.as_ref().filter(|_| timings_are_real()) else {
         return Vec::new();
     };
-    let mut ratios = Vec::new();
+    let mut ratios: Vec<f64> = o.judged_cost_ratio.into_iter().collect();
     settle_between(&mut ratios, interval, || {
         let program = launch(case, &case.program, "-cost", false, SETTLE)
             .cpu_seconds_per_work_over(MEASURE_SECONDS, case.name);
@@ -2812,12 +2838,14 @@ fn premise_gains(
     let mut gains = vec![counterfactual / alone];
     // A server judged by its CPU per request (`cpu_per_work_ratios`, which measures its own
     // pairs) is not judged by work per second, which its load generator's share of the CPUs
-    // sways: its first pair is reported, and no more are run for it (about 4 minutes of CI).
-    if case
-        .checks
-        .iter()
-        .any(|c| matches!(c, Check::NoCostlierPerWorkOrOversubscribed))
-    {
+    // sways: its first pair is reported, and no more are run for it (about 4 minutes of CI;
+    // go-http-gomaxprocs-16's four more pairs near a bar took a minute, and no check read them).
+    if case.checks.iter().any(|c| {
+        matches!(
+            c,
+            Check::NoCostlierPerWorkOrOversubscribed | Check::CpuPerWorkOverCounterfactual(_)
+        )
+    }) {
         return gains;
     }
     let near = |g: f64| {
@@ -2930,10 +2958,11 @@ pub fn timings_are_real() -> bool {
 /// a `stress-ng --cpu 1` runs beside both, outside their cgroups.
 pub fn run(case: &Case, noise: bool) -> Outcome {
     let running = start(case, noise);
-    let alone_work_per_second = case
+    let alone = case
         .counterfactual
         .is_some()
-        .then(|| running.work_per_second_over(MEASURE_SECONDS, case.name));
+        .then(|| running.measure_over(MEASURE_SECONDS, case.name));
+    let alone_work_per_second = alone.map(|m| m.work_per_second);
     let (cgroup, quota) = (&running.cgroup, running.quota.as_ref());
     // A JVM's virtual threads are read only where asked (agent/src/config.rs,
     // `jvm_virtual_threads`): for the cases that run them.
@@ -2993,7 +3022,12 @@ pub fn run(case: &Case, noise: bool) -> Outcome {
         std::env::var_os(RUN_VERDICT_ENV).map(|_| run_verdict(cgroup.rel_path(), virtual_threads));
     // The judged run stops before its counterfactual starts: they never share the CPUs.
     drop(running);
-    let counterfactual_work_per_second = counterfactual_work_per_second(case, noise);
+    let counterfactual = measure_counterfactual(case, noise);
+    let counterfactual_work_per_second = counterfactual.map(|m| m.work_per_second);
+    let judged_cost_ratio = alone
+        .zip(counterfactual)
+        .filter(|_| !noise)
+        .map(|(a, c)| a.cpu_seconds_per_work / c.cpu_seconds_per_work);
     let premise_gains = premise_gains(
         case,
         noise,
@@ -3017,6 +3051,7 @@ pub fn run(case: &Case, noise: bool) -> Outcome {
         counterfactual_work_per_second,
         premise_gains,
         run_verdict,
+        judged_cost_ratio,
     }
 }
 

@@ -214,7 +214,7 @@ fn findings(check: Check, case: &Case, o: &Outcome) {
         Check::QuotaBoundConvoy if !lock_bound_as_observed(o) => {
             assert_throttling_names_the_convoy(case, o)
         }
-        Check::CpuPerWorkOverCounterfactual(bar) => assert_cpu_per_work(case, bar),
+        Check::CpuPerWorkOverCounterfactual(bar) => assert_cpu_per_work(case, o, bar),
         _ => {}
     }
 }
@@ -541,8 +541,12 @@ fn names_thread_cost(o: &Outcome) -> bool {
 /// The CPU time per unit of work the case's program spends over its counterfactual's: the
 /// median of the pairs of runs that settle it among the check's bars (`interval`: three at
 /// least, `PAIRS_NEAR_A_BAR` at most), and the pairs' ratios (printed).
-fn cpu_per_work_ratio(case: &Case, interval: impl Fn(f64) -> usize) -> (f64, Vec<f64>) {
-    let ratios = corpus::cpu_per_work_ratios(case, interval);
+fn cpu_per_work_ratio(
+    case: &Case,
+    o: &Outcome,
+    interval: impl Fn(f64) -> usize,
+) -> (f64, Vec<f64>) {
+    let ratios = corpus::cpu_per_work_ratios(case, o, interval);
     let ratio = corpus::median(ratios.clone());
     eprintln!(
         "{}: CPU per unit of work over its counterfactual's: ×{ratio:.2} (median of {ratios:.2?})",
@@ -570,7 +574,7 @@ fn assert_no_costlier_per_work_or_oversubscribed(case: &Case, o: &Outcome) {
         .into_iter()
         .filter_map(|(turns, bar)| turns.then_some(bar))
         .collect();
-    let (ratio, ratios) = cpu_per_work_ratio(case, |r| corpus::bars_exceeded(&bars, r));
+    let (ratio, ratios) = cpu_per_work_ratio(case, o, |r| corpus::bars_exceeded(&bars, r));
     assert!(
         ratio <= NO_CLEAR_GAIN || names,
         "premise of {}: it spent {ratio:.2}× the CPU per unit of work its counterfactual ({:?}) \
@@ -628,11 +632,11 @@ fn verdict_by_cpus_wanted(case: &Case, o: &Outcome, line: &str) {
 /// 2 CPUs and how the scheduler splits them between the two drew 0.88–1.66× (a CI run failed at
 /// 0.88×). Not under emulation (the timings are not the program's).
 #[track_caller]
-fn assert_cpu_per_work(case: &Case, bar: f64) {
+fn assert_cpu_per_work(case: &Case, o: &Outcome, bar: f64) {
     if counterfactual_left_out(case) {
         return;
     }
-    let (ratio, ratios) = cpu_per_work_ratio(case, |r| usize::from(r >= bar));
+    let (ratio, ratios) = cpu_per_work_ratio(case, o, |r| usize::from(r >= bar));
     assert!(
         ratio >= bar,
         "premise of {}: it should spend ≥ {bar}× the CPU per unit of work its counterfactual \
