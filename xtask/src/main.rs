@@ -454,11 +454,9 @@ fn diagnose(duration: u32) -> Result<()> {
     }
 }
 
-fn test() -> Result<()> {
-    say("checking the module import graphs (no circle)");
-    imports::run(false)?;
-    say("checking formatting (cargo fmt --check)");
-    run_cmd(cargo().args(["fmt", "--all", "--", "--check"]))?;
+/// `xtask test`'s checks and builds on the host: clippy, the docs, the unit tests, then the
+/// release agent the integration tests run (returned).
+fn host_checks_and_builds() -> Result<PathBuf> {
     // Clippy and unit tests on the default members: everything but the eBPF crate, which only
     // builds for the bpf target (agent/build.rs builds it, and its errors fail that build).
     say("running clippy (warnings are errors)");
@@ -486,18 +484,37 @@ fn test() -> Result<()> {
         "--package",
         "xtask",
     ]))?;
+    build_release()
+}
+
+fn test() -> Result<()> {
+    say("checking the module import graphs (no circle)");
+    imports::run(false)?;
+    say("checking formatting (cargo fmt --check)");
+    run_cmd(cargo().args(["fmt", "--all", "--", "--check"]))?;
     // The install lists on a bare system: what this host has from earlier runs hides a name
-    // missing from them, which only a fresh machine would find (issue #40). A build check, so
-    // beside the builds, before the integration tests, the longest steps. Its steps build the
+    // missing from them, which only a fresh machine would find (issue #40). Its steps build the
     // arm64 agent with its eBPF programs (nodes are more and more arm64) as the README says
     // (`xtask build --target`, which checks the binary's and the object's ELF machines): that
     // agent, copied out, is the one checked in the arm64 guests below.
-    let cross_bins = bare::check()?;
-    // The integration tests run the release binary, as users do; cargo does not build another
-    // package's binary for a test crate, so build it first. They load BPF and time real
-    // workloads on 2 CPUs: one at a time, so that one test's workload is not another's noisy
-    // neighbour.
-    let bin = build_release()?;
+    //
+    // It runs beside the host's own builds (clippy, docs, unit tests, the release build),
+    // which time nothing: each leaves the CPUs partly idle where the other downloads, unpacks
+    // or links on one thread. Never beside the integration tests, whose timings are real, nor
+    // beside the kernel matrix, whose emulated guests then ran past their windows (2026-12-03).
+    let (bare, builds) = std::thread::scope(|scope| {
+        let bare = scope.spawn(bare::check);
+        let builds = host_checks_and_builds();
+        (
+            bare.join().expect("the bare check's thread panicked"),
+            builds,
+        )
+    });
+    let bin = builds?;
+    let cross_bins = bare?;
+    // The integration tests run the release binary built above, as users do (cargo does not
+    // build another package's binary for a test crate). They load BPF and time real workloads
+    // on 2 CPUs: one at a time, so that one test's workload is not another's noisy neighbour.
     say("running integration tests against the kernel (as root, one at a time)");
     run_cmd(cargo().args([
         "test",
