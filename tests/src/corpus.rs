@@ -2796,7 +2796,8 @@ fn measure_counterfactual(case: &Case, noise: bool) -> Option<Measured> {
 ///
 /// The judged run's own pair (`o`: the program measured alone before the agent attached, its
 /// counterfactual after it stopped, each as a pair here runs them) is the first, where it was
-/// run without noise: one pair less to run for each server (about 3 minutes of CI).
+/// run without noise: one pair less to run for each server (two launches, settled and
+/// measured, as above).
 pub fn cpu_per_work_ratios(case: &Case, o: &Outcome, interval: impl Fn(f64) -> usize) -> Vec<f64> {
     let Some(counterfactual) = case.counterfactual.as_ref().filter(|_| timings_are_real()) else {
         return Vec::new();
