@@ -13,7 +13,7 @@
 //! futex_probes = "on-demand"       # futex syscall probes: "on-demand" (while scheduler figures look like a lock storm) or "always"
 //! call_sites = true                # while the futex probes are attached, sample hand-offs' user stacks to name a storm's lock
 //! jvm_thread_dumps = true          # while they are, ask JVMs whose threads hand off for thread dumps: pools told from locks
-//! jvm_virtual_threads = false      # read JVMs' virtual threads for their lock storms (a JSON dump can crash JDK 25.0.3)
+//! jvm_virtual_threads = false      # also dump JVMs' virtual threads to judge their lock storms (a JSON dump can crash JDK 25.0.3)
 //! postgres_lock_waits = true       # uprobes on PostgreSQL's lock-wait sites in the binaries found running
 //! net_packet_probes = "on-demand"  # per-packet network probes: "on-demand" (while packets do not fit an MTU) or "always"
 //! net_packet_survey_seconds = 600  # on demand, also attach them for one diagnosis window this often (0: never), from the start
@@ -152,11 +152,14 @@ pub struct Config {
     /// needs `hostPID` (the JVM's `/proc/<pid>/root/tmp`, and `SIGQUIT` to start its attach
     /// listener); a JVM started with `-Xrs` or `-XX:+DisableAttachMechanism` is never signalled.
     /// A JVM with virtual threads is also read for their lock storms, which make no futex
-    /// hand-offs: its scheduler's counter and a JSON dump, at the same pace.
+    /// hand-offs, at the same pace: its scheduler's counter (printed by Java code in the JVM,
+    /// no handshake with its threads), and a JSON dump where `jvm_virtual_threads` asks.
     pub jvm_thread_dumps: bool,
-    /// Whether JVMs with virtual threads are read for their lock storms, which make no futex
-    /// hand-offs: their scheduler's counter and a JSON thread dump (`jcmd
-    /// Thread.dump_to_file -format=json`), at the thread dumps' pace. Off by default: the JSON
+    /// Whether JVMs with virtual threads are also dumped to judge their lock storms, which make
+    /// no futex hand-offs: a JSON thread dump (`jcmd Thread.dump_to_file -format=json`) beside
+    /// their scheduler's counter, at the thread dumps' pace. Without it the counter alone is
+    /// read (with `jvm_thread_dumps`), which says at most a `possible` storm: it cannot tell a
+    /// lock's hand-offs from virtual threads woken for work. Off by default: the JSON
     /// dump crashed a Temurin 25.0.3 JVM serving a virtual thread per request (a fault in the
     /// JVM's thread snapshot, a known one: OpenJDK's JDK-8364343 says the dump "has several
     /// failure modes if invoked while virtual threads are mounting or unmounting", which is

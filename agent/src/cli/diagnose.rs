@@ -8,7 +8,10 @@ use serde::Serialize;
 use crate::{
     diagnose::{
         FindingReport, RULES, Thresholds, host_cpus,
-        rules::{GoStormFigures, PgStormFigures, StormFigures, VirtualStormFigures},
+        rules::{
+            GoStormFigures, PgStormFigures, StormFigures, VirtualRemountFigures,
+            VirtualStormFigures,
+        },
     },
     engine::{Clock, Engine, EngineOptions},
     host::HostReport,
@@ -59,6 +62,10 @@ pub struct Checked {
     /// JSON thread dumps) of the containers with JVMs whose virtual threads were read, most
     /// hand-offs first (at most `STORM_FIGURES_SHOWN`).
     pub virtual_lock_storm: Vec<VirtualStormCheck>,
+    /// The remounts of the containers whose JVMs' virtual threads were counted but not dumped
+    /// (the JSON dump is off unless asked), most first (at most `STORM_FIGURES_SHOWN`): at or
+    /// over the hand-off line, a `possible` virtual-thread storm.
+    pub virtual_remounts: Vec<VirtualRemountCheck>,
     /// The PostgreSQL lock-storm figures (its own lock-wait sites) of the containers whose
     /// backends waited for a heavyweight lock, most waiting first (at most
     /// `STORM_FIGURES_SHOWN`).
@@ -79,6 +86,7 @@ pub struct RuleCheck<F> {
 pub type StormCheck = RuleCheck<StormFigures>;
 pub type GoStormCheck = RuleCheck<GoStormFigures>;
 pub type VirtualStormCheck = RuleCheck<VirtualStormFigures>;
+pub type VirtualRemountCheck = RuleCheck<VirtualRemountFigures>;
 pub type PgStormCheck = RuleCheck<PgStormFigures>;
 
 /// The figures `of` gives for the containers, largest `key` first, at most
@@ -164,6 +172,11 @@ pub async fn run(args: DiagnoseArgs) -> anyhow::Result<u8> {
         |f| VirtualStormFigures::of(f, thresholds),
         |v| v.lock_handoffs_per_second,
     );
+    let remount_checks = top_checks(
+        &facts,
+        |f| VirtualRemountFigures::of(f, thresholds),
+        |v| v.remounts_per_second,
+    );
     let postgres_checks = top_checks(
         &facts,
         |f| PgStormFigures::of(f, thresholds),
@@ -187,6 +200,7 @@ pub async fn run(args: DiagnoseArgs) -> anyhow::Result<u8> {
             lock_storm: storm_checks,
             go_lock_storm: go_checks,
             virtual_lock_storm: virtual_checks,
+            virtual_remounts: remount_checks,
             postgres_lock_storm: postgres_checks,
         },
     };

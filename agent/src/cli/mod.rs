@@ -207,9 +207,10 @@ pub struct DiagnoseArgs {
     #[arg(long)]
     pub no_jvm_thread_dumps: bool,
 
-    /// Read JVMs' virtual threads to judge their lock storms (their scheduler's counter and a
-    /// JSON thread dump, `jcmd Thread.dump_to_file`). Off unless asked: the JSON dump crashed
-    /// a Temurin 25.0.3 JVM under load.
+    /// Also dump JVMs' virtual threads to judge their lock storms (a JSON thread dump, `jcmd
+    /// Thread.dump_to_file`, beside their scheduler's counter, which alone says at most a
+    /// possible storm). Off unless asked: the JSON dump crashed a Temurin 25.0.3 JVM under
+    /// load.
     #[arg(long, conflicts_with = "no_jvm_thread_dumps")]
     pub jvm_virtual_threads: bool,
 
@@ -279,9 +280,10 @@ pub struct TraceArgs {
     #[arg(long)]
     pub no_jvm_thread_dumps: bool,
 
-    /// Read JVMs' virtual threads to judge their lock storms (their scheduler's counter and a
-    /// JSON thread dump, `jcmd Thread.dump_to_file`). Off unless asked: the JSON dump crashed
-    /// a Temurin 25.0.3 JVM under load.
+    /// Also dump JVMs' virtual threads to judge their lock storms (a JSON thread dump, `jcmd
+    /// Thread.dump_to_file`, beside their scheduler's counter, which alone says at most a
+    /// possible storm). Off unless asked: the JSON dump crashed a Temurin 25.0.3 JVM under
+    /// load.
     #[arg(long, conflicts_with = "no_jvm_thread_dumps")]
     pub jvm_virtual_threads: bool,
 

@@ -410,15 +410,18 @@ impl Session {
         // new binary is looked at once, and the counters must not wait for it.
         // A JVM's virtual threads are read with the edges too (on the dumps' thread, at most
         // once an interval each), whatever the futex probes see: their storms make no futex
-        // hand-offs (identity::jvm::vthreads).
+        // hand-offs (identity::jvm::vthreads). Their scheduler's counter wherever JVMs may be
+        // attached; the JSON dump of what they wait for only where asked.
+        let virtual_threads = self.options.jvm_thread_dumps || self.options.jvm_virtual_threads;
         for (id, p) in active {
             let processes = reader.processes(p);
             if let Some(edge) = self.go_clocks.read_cgroup(id, &processes) {
                 self.go.insert(id, edge);
             }
-            if self.options.jvm_virtual_threads {
+            if virtual_threads {
                 for &tgid in &processes {
-                    self.dumps.ask_virtual(tgid, id, now);
+                    self.dumps
+                        .ask_virtual(tgid, id, self.options.jvm_virtual_threads, now);
                 }
             }
         }

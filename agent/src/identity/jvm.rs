@@ -75,13 +75,14 @@ pub struct Census {
     pub virtual_threads: HashMap<u32, VirtualProcess>,
 }
 
-/// One reading of a JVM's virtual threads: its scheduler's counter, then a JSON dump.
+/// One reading of a JVM's virtual threads: its scheduler's counter, then, where asked, a JSON
+/// dump (`None`: not asked — the dump can crash a JDK 25 JVM, the counter cannot).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct VirtualReading {
     /// When the counter was read.
     pub at: Instant,
     pub scheduler: vthreads::Scheduler,
-    pub census: vthreads::VirtualCensus,
+    pub census: Option<vthreads::VirtualCensus>,
 }
 
 /// A JVM's virtual threads over some readings.
@@ -120,7 +121,9 @@ impl VirtualProcess {
             runnable: 0,
             locks: HashMap::new(),
         };
-        p.add_dump(&r.census);
+        if let Some(census) = &r.census {
+            p.add_dump(census);
+        }
         p
     }
 
@@ -224,15 +227,21 @@ impl Census {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Ask {
     Platform,
-    /// In this cgroup.
-    Virtual(u64),
+    /// In this cgroup; with the JSON dump, or the scheduler's counter alone.
+    Virtual {
+        cgroup: u64,
+        dump: bool,
+    },
 }
 
 impl Ask {
-    /// Its kind, the same whatever the cgroup.
+    /// Its kind, the same whatever the cgroup and the dump.
     fn kind(self) -> Self {
         match self {
-            Ask::Virtual(_) => Ask::Virtual(0),
+            Ask::Virtual { .. } => Ask::Virtual {
+                cgroup: 0,
+                dump: false,
+            },
             k => k,
         }
     }
@@ -300,8 +309,9 @@ impl ThreadDumps {
     /// Asks for a reading of the virtual threads of process `tgid` (in `cgroup`) if it is a
     /// JVM, on the same terms: a JVM without virtual threads answers at the cost of reading
     /// its threads' names, and is asked again only after [`NO_VIRTUAL_AGAIN`]; one that
-    /// cannot tell (before JDK 21) is not asked again.
-    pub fn ask_virtual(&mut self, tgid: u32, cgroup: u64, now: Instant) {
+    /// cannot tell (before JDK 21) is not asked again. `dump`: with the JSON thread dump
+    /// (what the virtual threads wait for), not only the scheduler's counter.
+    pub fn ask_virtual(&mut self, tgid: u32, cgroup: u64, dump: bool, now: Instant) {
         if self.jvms.len() >= MAX_PROCESSES {
             self.jvms.clear();
         }
@@ -311,7 +321,7 @@ impl ThreadDumps {
             .get(&tgid)
             .is_some_and(|t| now.saturating_duration_since(*t) < NO_VIRTUAL_AGAIN);
         if jvm && !lately_none {
-            self.ask_for(tgid, Ask::Virtual(cgroup), now);
+            self.ask_for(tgid, Ask::Virtual { cgroup, dump }, now);
         }
     }
 
@@ -349,7 +359,7 @@ impl ThreadDumps {
                 }
                 Ok(Answer::Virtual(Some(reading))) => {
                     self.taken += 1;
-                    if let Ask::Virtual(cgroup) = t.ask {
+                    if let Ask::Virtual { cgroup, .. } = t.ask {
                         census.add_virtual(t.tgid, cgroup, &reading);
                     }
                 }
@@ -384,7 +394,7 @@ fn spawn() -> Worker {
             for (tgid, ask) in ask_rx {
                 let result = match ask {
                     Ask::Platform => census_of(tgid).map(Answer::Platform),
-                    Ask::Virtual(_) => virtual_reading(tgid).map(Answer::Virtual),
+                    Ask::Virtual { dump, .. } => virtual_reading(tgid, dump).map(Answer::Virtual),
                 };
                 if done_tx.send(Taken { tgid, ask, result }).is_err() {
                     break;
@@ -414,10 +424,16 @@ pub fn census_of(tgid: u32) -> Result<Vec<(u32, Waiting)>, attach::AttachError> 
         .collect())
 }
 
-/// A reading of `tgid`'s virtual threads: the scheduler's counter, then a JSON dump; `None`
-/// for a JVM without virtual threads (no thread of its virtual-thread scheduler's, named
-/// `VirtualThread-…`, which the first virtual thread starts).
-pub fn virtual_reading(tgid: u32) -> Result<Option<VirtualReading>, attach::AttachError> {
+/// A reading of `tgid`'s virtual threads: the scheduler's counter, then, with `dump`, a JSON
+/// dump; `None` for a JVM without virtual threads (no thread of its virtual-thread
+/// scheduler's, named `VirtualThread-…`, which the first virtual thread starts). The counter
+/// is the scheduler's `toString`, printed by Java code in the JVM (no handshake with its
+/// threads); the JSON dump snapshots every virtual thread in a handshake that can crash JDK 25
+/// while they mount and unmount (JDK-8364343, tests/CORPUS.md).
+pub fn virtual_reading(
+    tgid: u32,
+    dump: bool,
+) -> Result<Option<VirtualReading>, attach::AttachError> {
     if !has_virtual_threads(tgid)? {
         return Ok(None);
     }
@@ -429,8 +445,12 @@ pub fn virtual_reading(tgid: u32) -> Result<Option<VirtualReading>, attach::Atta
     let at = Instant::now();
     let scheduler =
         vthreads::parse_scheduler(&text).ok_or_else(|| unreadable("Thread.vthread_scheduler"))?;
-    let dump = attach::virtual_thread_dump(tgid, ATTACH_TIMEOUT)?;
-    let census = vthreads::parse_json(&dump).ok_or_else(|| unreadable("the JSON thread dump"))?;
+    let census = if dump {
+        let text = attach::virtual_thread_dump(tgid, ATTACH_TIMEOUT)?;
+        Some(vthreads::parse_json(&text).ok_or_else(|| unreadable("the JSON thread dump"))?)
+    } else {
+        None
+    };
     Ok(Some(VirtualReading {
         at,
         scheduler,
@@ -520,7 +540,7 @@ pub(crate) mod tests {
                 tasks: 0,
                 submissions: 0,
             },
-            census: vthreads::VirtualCensus {
+            census: Some(vthreads::VirtualCensus {
                 threads: 256,
                 mounted: 2,
                 runnable: 0,
@@ -531,7 +551,7 @@ pub(crate) mod tests {
                     waiters,
                     site: Some("A.run(A.java:1)".into()),
                 }),
-            },
+            }),
         }
     }
 
@@ -558,6 +578,16 @@ pub(crate) mod tests {
         let mut one = Census::default();
         one.add_virtual(11, 7, &reading(t0, 9, 1, None));
         assert_eq!(one.virtual_threads[&11].runs_per_second(), None);
+        // The counter alone (no dump asked): a rate, and nothing found waiting.
+        let mut counted = Census::default();
+        for (i, steals) in [(0, 100), (2, 900)] {
+            let mut r = reading(t0 + i * s, steals, 0, None);
+            r.census = None;
+            counted.add_virtual(12, 8, &r);
+        }
+        let p = &counted.virtual_threads[&12];
+        assert_eq!((p.cgroup, p.dumps, p.threads), (8, 0, 0));
+        assert_eq!(p.runs_per_second(), Some(400.0));
     }
 
     #[test]

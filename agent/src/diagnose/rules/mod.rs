@@ -17,7 +17,7 @@ pub use self::{
     pgstorm::PgStormFigures,
     runtime::runtime_sizing,
     storm::{QuotaBound, StormFigures, lock_storm_candidate, required_handoffs_per_cpu_second},
-    vtstorm::VirtualStormFigures,
+    vtstorm::{VirtualRemountFigures, VirtualStormFigures},
 };
 use super::{Facts, Finding, Kind, LockPair, RunqBlame, Severity, Thresholds};
 use crate::collect::log2_quantile_ns;
@@ -235,7 +235,8 @@ pub mod defaults {
 /// virtual threads' ([`VirtualStormFigures`]: a lock handed from one to the next through the
 /// JVM's scheduler, by its own count) and a PostgreSQL server's ([`PgStormFigures`]: backends
 /// queued on its heavyweight locks, by its own lock-wait sites). A storm said by any is the
-/// finding, the kernel's first; a `possible` one only where none says storm.
+/// finding, the kernel's first; a `possible` one only where none says storm. Last, virtual
+/// threads counted but not dumped ([`VirtualRemountFigures`]): at most a `possible` storm.
 pub fn lock_storm(f: &Facts, t: &Thresholds) -> Option<Finding> {
     let kernel = StormFigures::of(f, t).filter(|s| s.lock_storm || s.possible);
     let go = GoStormFigures::of(f, t).filter(|g| g.lock_storm || g.possible);
@@ -258,7 +259,9 @@ pub fn lock_storm(f: &Facts, t: &Thresholds) -> Option<Finding> {
         Some(k) => storm::kernel_lock_storm(f, t, k),
         None if go.is_some() => gostorm::go_lock_storm(f, t),
         None if virtual_threads.is_some() => vtstorm::virtual_lock_storm(f, t),
-        None => pgstorm::postgres_lock_storm(f, t),
+        None => {
+            pgstorm::postgres_lock_storm(f, t).or_else(|| vtstorm::unread_virtual_lock_storm(f, t))
+        }
     }
 }
 

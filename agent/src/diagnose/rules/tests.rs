@@ -1903,3 +1903,53 @@ fn a_postgres_queue_near_its_line_is_possible_and_a_short_one_nothing() {
     // A server whose backends never waited has no figures.
     assert!(PgStormFigures::of(&postgres(0.0, 40), &t).is_none());
 }
+
+/// A JVM on 2 CPUs whose virtual threads were counted, not dumped: `remounts` a second.
+fn virtual_threads_counted(remounts: f64) -> Facts {
+    let mut f = base("/vt");
+    f.threads = Some(23);
+    f.jvm_virtual = Some(crate::diagnose::VirtualThreadWaits {
+        processes: 1,
+        runs_per_second: remounts,
+        ..Default::default()
+    });
+    f
+}
+
+#[test]
+fn virtual_threads_counted_but_not_dumped_are_at_most_a_possible_storm() {
+    let t = Thresholds::default();
+    // The tuning storm without its dump (2026-12-03, by hand): 1.31 M remounts a second on 2
+    // CPUs, 9.2× the line.
+    let f = lock_storm(&virtual_threads_counted(1_309_108.0), &t).expect("a possible storm");
+    assert_eq!(f.severity, Severity::Info);
+    assert_eq!(f.context["verdict"], "possible");
+    assert_eq!(f.context["runtime"], "jvm-virtual-threads");
+    assert!(!f.context.contains_key("lock"), "no dump names no lock");
+    for want in [
+        "about 1309108 times a second, 654554 per usable CPU (2.0) — 9.2× the 71429",
+        "were they all a lock's, 46–100% of them",
+        "JDK-8364343",
+    ] {
+        assert!(
+            f.summary.contains(want),
+            "missing {want:?} in {}",
+            f.summary
+        );
+    }
+    assert!(f.recommendations[0].contains("--jvm-virtual-threads"));
+    let v = VirtualRemountFigures::of(&virtual_threads_counted(1_309_108.0), &t).unwrap();
+    assert!(v.possible);
+    // A pool woken for work as often as a lock might be handed on is said the same way, since
+    // the counter cannot tell them apart; under the line nothing is (VirtualThreads `queue`:
+    // 66,793 per CPU-second).
+    assert!(lock_storm(&virtual_threads_counted(133_586.0), &t).is_none());
+    assert!(
+        !VirtualRemountFigures::of(&virtual_threads_counted(133_586.0), &t)
+            .unwrap()
+            .possible
+    );
+    // Dumped, they are the dump rule's, not the counter's.
+    assert!(VirtualRemountFigures::of(&virtual_threads(253.0, 0.0, 1_466_532.0), &t).is_none());
+    assert!(VirtualRemountFigures::of(&base("/c"), &t).is_none());
+}

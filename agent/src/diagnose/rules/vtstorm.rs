@@ -241,3 +241,111 @@ pub fn virtual_lock_storm(f: &Facts, t: &Thresholds) -> Option<Finding> {
     }
     Some(found)
 }
+
+/// The figures of a container whose JVMs' virtual threads were counted but not dumped (the
+/// JSON dump is off unless asked: it can crash a JDK 25 JVM, tests/CORPUS.md): their
+/// schedulers' remounts alone, which bound a lock's hand-offs from above (`diagnose --json`
+/// prints them under `checked.virtual_remounts`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct VirtualRemountFigures {
+    /// JVMs read.
+    pub processes: u32,
+    /// Continuations the JVMs' schedulers ran per second, and per CPU the container may use.
+    pub remounts_per_second: f64,
+    pub remounts_per_cpu_second: f64,
+    /// The hand-off gate's line (`storm_min_virtual_handoffs_per_cpu_second`): were every
+    /// remount a lock's hand-off, it is where they would cost 5% of the usable CPUs.
+    pub line: f64,
+    /// What the remounts cost the usable CPUs at the least and at the most, at what a lock's
+    /// hand-off cost on the CPU kinds measured (an unpark, a park and a remount).
+    pub remount_cpu_share: f64,
+    pub remount_cpu_share_high: f64,
+    /// At or over the line: a possible storm, which what the virtual threads wait for decides.
+    pub possible: bool,
+}
+
+impl VirtualRemountFigures {
+    /// `None` for a container with no JVM whose virtual threads were counted, or whose were
+    /// also dumped ([`VirtualStormFigures`] judges those).
+    pub fn of(f: &Facts, t: &Thresholds) -> Option<Self> {
+        let v = f
+            .jvm_virtual
+            .as_ref()
+            .filter(|v| v.dumps == 0 && v.processes > 0)?;
+        let per_cpu = v.runs_per_second / f.allowed_cpus();
+        Some(Self {
+            processes: v.processes,
+            remounts_per_second: v.runs_per_second,
+            remounts_per_cpu_second: per_cpu,
+            line: t.storm_min_virtual_handoffs_per_cpu_second,
+            remount_cpu_share: (per_cpu * super::defaults::VIRTUAL_HANDOFF_CPU_SECONDS).min(1.0),
+            remount_cpu_share_high: (per_cpu * super::defaults::VIRTUAL_HANDOFF_CPU_SECONDS_HIGH)
+                .min(1.0),
+            possible: per_cpu >= t.storm_min_virtual_handoffs_per_cpu_second,
+        })
+    }
+}
+
+/// A possible lock storm of a JVM's virtual threads, where they were counted but not dumped:
+/// their scheduler remounts them at least `storm_min_virtual_handoffs_per_cpu_second` times per
+/// usable CPU a second. Never more than `possible`: a virtual thread handed a lock and one
+/// handed work are remounted alike, and only the JSON dump tells which they wait for.
+pub fn unread_virtual_lock_storm(f: &Facts, t: &Thresholds) -> Option<Finding> {
+    let v = VirtualRemountFigures::of(f, t).filter(|v| v.possible)?;
+    let allowed = f.allowed_cpus();
+    let summary = format!(
+        "possible lock storm of virtual threads: the JVM's scheduler mounted its virtual \
+         threads on their carriers about {:.0} times a second, {:.0} per usable CPU \
+         ({allowed:.1}) — {:.1}× the {:.0} at which a lock's hand-offs (an unpark, a park and a \
+         remount each: {:.1}–{:.1} µs on the CPU kinds measured) cost 5% of the usable CPUs; \
+         were they all a lock's, {:.0}–{:.0}% of them. Whether they are a lock's hand-offs or \
+         virtual threads woken for work or started is not read: what each waits for is in the \
+         JVM's JSON thread dump, which is taken only where asked (it can crash a JDK 25 JVM \
+         while its virtual threads mount and unmount, JDK-8364343). The kernel sees none of \
+         it: the carriers stay busy",
+        v.remounts_per_second,
+        v.remounts_per_cpu_second,
+        v.remounts_per_cpu_second / v.line,
+        v.line,
+        super::defaults::VIRTUAL_HANDOFF_CPU_SECONDS * 1e6,
+        super::defaults::VIRTUAL_HANDOFF_CPU_SECONDS_HIGH * 1e6,
+        100.0 * v.remount_cpu_share,
+        100.0 * v.remount_cpu_share_high,
+    );
+    let mut e = BTreeMap::new();
+    e.insert(
+        "jvm_virtual_thread_remounts_per_second",
+        v.remounts_per_second,
+    );
+    e.insert(
+        "jvm_virtual_thread_remounts_per_cpu_second",
+        v.remounts_per_cpu_second,
+    );
+    e.insert("jvm_virtual_remount_cpu_share", v.remount_cpu_share);
+    e.insert(
+        "jvm_virtual_remount_cpu_share_high",
+        v.remount_cpu_share_high,
+    );
+    e.insert("near_line_value", v.remounts_per_cpu_second);
+    e.insert("near_line", v.line);
+    e.insert("oncpu_cores", f.oncpu_cores());
+    limits_evidence(f, &mut e);
+    let recs = vec![
+        "What decides it: what the virtual threads are parked on. `stormwatch diagnose \
+         --jvm-virtual-threads` reads it from the JVM's JSON thread dump and judges the storm, \
+         naming the lock and the code that takes it — at a risk to a JDK 25 JVM under this \
+         load (JDK-8364343); or take one dump by hand (`jcmd <pid> Thread.dump_to_file \
+         -format=json <file>`) and count the virtual threads whose `parkBlocker` is one lock."
+            .to_owned(),
+        "Where it is a lock: make its critical section shorter or the lock less shared (split \
+         what it guards, use a concurrent structure or atomics); each hand-off costs a carrier \
+         a park and a remount."
+            .to_owned(),
+    ];
+    let mut found = Finding::new(Kind::LockStorm, Severity::Info, f.owner(), summary, e, recs);
+    found.context.insert("verdict", "possible".to_owned());
+    found
+        .context
+        .insert("runtime", "jvm-virtual-threads".to_owned());
+    Some(found)
+}

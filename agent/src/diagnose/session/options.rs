@@ -28,9 +28,10 @@ pub struct SessionOptions {
     /// ([`crate::identity::jvm`]), to tell their threads waiting for a lock from those
     /// waiting for work.
     pub jvm_thread_dumps: bool,
-    /// Whether JVMs with virtual threads are read for their lock storms (their scheduler's
-    /// counter and a JSON thread dump: [`crate::identity::jvm::vthreads`]). Off unless asked:
-    /// the JSON dump crashed a Temurin 25.0.3 JVM under load (tests/CORPUS.md).
+    /// Whether JVMs with virtual threads are also dumped for their lock storms (a JSON thread
+    /// dump beside their scheduler's counter, which `jvm_thread_dumps` reads alone:
+    /// [`crate::identity::jvm::vthreads`]). Off unless asked: the JSON dump crashed a Temurin
+    /// 25.0.3 JVM under load (tests/CORPUS.md).
     pub jvm_virtual_threads: bool,
 }
 

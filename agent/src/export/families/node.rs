@@ -293,8 +293,8 @@ pub static FAMILIES: &[Family] = &[
     Family {
         name: "stormwatch_jvm_thread_dumps",
         help: "Thread dumps the agent asked of JVMs (jvm_thread_dumps: while the futex probes \
-               are attached, of JVMs whose threads hand off; of JVMs with virtual threads, a \
-               JSON dump with their scheduler's counter), by result: taken, or failed (the JVM \
+               are attached, of JVMs whose threads hand off; of JVMs with virtual threads, their \
+               scheduler's counter, with a JSON dump where jvm_virtual_threads asks), by result: taken, or failed (the JVM \
                could not be attached, and is not asked again; the log says why).",
         kind: Kind::Counter,
         unit: "",
