@@ -105,6 +105,7 @@ impl VirtualStormFigures {
             t,
         );
         let near = verdict.near.filter(|_| judged);
+        let cpu_shares = handoff_cpu_shares(per_cpu);
         Some(Self {
             processes: v.processes,
             dumps: v.dumps,
@@ -116,9 +117,8 @@ impl VirtualStormFigures {
             remounts_per_second: v.runs_per_second,
             lock_handoffs_per_second: handoffs,
             lock_handoffs_per_cpu_second: per_cpu,
-            handoff_cpu_share: (per_cpu * super::defaults::VIRTUAL_HANDOFF_CPU_SECONDS).min(1.0),
-            handoff_cpu_share_high: (per_cpu * super::defaults::VIRTUAL_HANDOFF_CPU_SECONDS_HIGH)
-                .min(1.0),
+            handoff_cpu_share: cpu_shares.0,
+            handoff_cpu_share_high: cpu_shares.1,
             lock_wait_share,
             top_lock: v.top_lock.as_ref().map(|l| l.object.clone()),
             top_lock_site: v.top_lock.as_ref().and_then(|l| l.site.clone()),
@@ -242,6 +242,15 @@ pub fn virtual_lock_storm(f: &Facts, t: &Thresholds) -> Option<Finding> {
     Some(found)
 }
 
+/// What `per_cpu_second` hand-offs a usable CPU-second cost it, at the least and at the most: at
+/// what one cost on the CPU kinds measured (an unpark, a park and a remount), at most all of it.
+fn handoff_cpu_shares(per_cpu_second: f64) -> (f64, f64) {
+    (
+        (per_cpu_second * super::defaults::VIRTUAL_HANDOFF_CPU_SECONDS).min(1.0),
+        (per_cpu_second * super::defaults::VIRTUAL_HANDOFF_CPU_SECONDS_HIGH).min(1.0),
+    )
+}
+
 /// The figures of a container whose JVMs' virtual threads were counted but not dumped (the
 /// JSON dump is off unless asked: it can crash a JDK 25 JVM, tests/CORPUS.md): their
 /// schedulers' remounts alone, which bound a lock's hand-offs from above (`diagnose --json`
@@ -273,14 +282,14 @@ impl VirtualRemountFigures {
             .as_ref()
             .filter(|v| v.dumps == 0 && v.processes > 0)?;
         let per_cpu = v.runs_per_second / f.allowed_cpus();
+        let cpu_shares = handoff_cpu_shares(per_cpu);
         Some(Self {
             processes: v.processes,
             remounts_per_second: v.runs_per_second,
             remounts_per_cpu_second: per_cpu,
             line: t.storm_min_virtual_handoffs_per_cpu_second,
-            remount_cpu_share: (per_cpu * super::defaults::VIRTUAL_HANDOFF_CPU_SECONDS).min(1.0),
-            remount_cpu_share_high: (per_cpu * super::defaults::VIRTUAL_HANDOFF_CPU_SECONDS_HIGH)
-                .min(1.0),
+            remount_cpu_share: cpu_shares.0,
+            remount_cpu_share_high: cpu_shares.1,
             possible: per_cpu >= t.storm_min_virtual_handoffs_per_cpu_second,
         })
     }
