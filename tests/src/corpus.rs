@@ -1347,8 +1347,9 @@ pub fn cases() -> Vec<Case> {
                  in the handler at once it spent 0.69–1.05× the CPU a request in ten runs and \
                  1.17× in an eleventh (pairs 0.53–1.33×, a quarter of them over the 1.1× bar), \
                  with the pairs run until the bar is settled; its verdict, none, was the same \
-                 in all twenty-one runs (tests/CORPUS.md). Right in 10 of 11, but a CI run \
-                 must not turn on a one-in-ten draw of the measure",
+                 in every run on record. Right in 21 of 22 (10 of 11 on the Intel VM, 11 of 11 \
+                 on the AMD one, pairs 0.42–1.73× there; tests/CORPUS.md), but a CI run must \
+                 not turn on a one-in-ten draw of the measure",
             ),
             // Its virtual threads, at most 2 in the handler at once: the response stream's
             // monitor under it shared by at most 2, the threads' kind unchanged.
