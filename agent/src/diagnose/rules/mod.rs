@@ -196,7 +196,8 @@ pub mod defaults {
     /// (`STORM_NEAR_LINE_FACTOR`): no measured count lies between 2 and 8 per CPU to draw it on.
     pub const RUNTIME_EVENT_LOOPS_NEAR_LINE_FACTOR: f64 = 1.25;
     /// …and while it costs: its threads wake at least this often per second per allowed CPU
-    /// (`voluntary_switches`)…
+    /// (`voluntary_switches`; near the line, where only `possible` is said, this or its CPUs
+    /// saturated is enough)…
     pub const RUNTIME_EVENT_LOOPS_MIN_WAKES_PER_CPU_SECOND: f64 = 5_000.0;
     /// …for at most this much CPU a wake-up: a wake and its context switches then weigh on
     /// each request. memcached with 64 workers on 2 CPUs woke 48,000–56,000 times/s per CPU
