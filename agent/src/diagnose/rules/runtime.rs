@@ -30,7 +30,7 @@ pub fn runtime_sizing(f: &Facts, t: &Thresholds) -> Option<Finding> {
     let loops = EventLoops::of(f);
     let loops_cost = loops.costs(t);
     // Near the count's line only `possible` is said, so there the loops need only be busy.
-    let loops_busy = loops_cost || saturated || loops.busy(t);
+    let loops_busy = saturated || loops.busy(t);
     if !(pools_cost || loops_busy) {
         return None;
     }
@@ -333,7 +333,6 @@ impl EventLoops {
     }
 
     fn costs(&self, t: &Thresholds) -> bool {
-        self.wakes_per_cpu_second >= t.runtime_event_loops_min_wakes_per_cpu_second
-            && self.cpu_seconds_per_wake <= t.runtime_event_loops_max_cpu_seconds_per_wake
+        self.busy(t) && self.cpu_seconds_per_wake <= t.runtime_event_loops_max_cpu_seconds_per_wake
     }
 }
